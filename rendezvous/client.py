@@ -1,0 +1,430 @@
+"""The etcd v3 connection: an endpoint list with failover, timeouts, TLS and user/password auth.
+
+``EtcdClient`` speaks gRPC to etcd through the stubs that python3-etcd3 generates (``etcd3.etcdrpc``)
+and exposes the handful of calls the rendezvous needs: range reads, transactions, leases and
+watch streams. Every gRPC failure is mapped here to the ``rendezvous.errors`` tree; nothing above
+this module sees a ``grpc.RpcError``.
+
+Failover: a call goes to the endpoint that answered last; when that one is unreachable the call
+moves on to the next one in the list, until one answers or the call's time budget is spent. The
+connection error then names every endpoint tried.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+import grpc
+from etcd3 import etcdrpc
+
+from .errors import RendezvousConnectionError, RendezvousError, RendezvousSettingsError
+
+__all__ = [
+    "DEFAULT_PORT",
+    "DEFAULT_TIMEOUT",
+    "Endpoint",
+    "KeyValue",
+    "EtcdClient",
+    "parse_endpoints",
+    "compare_created",
+    "compare_mod_revision",
+    "compare_lease",
+    "op_put",
+    "op_get",
+    "op_delete",
+    "prefix_range_end",
+]
+
+DEFAULT_PORT = 2379
+DEFAULT_TIMEOUT = 5.0
+
+# gRPC retries a dead endpoint with exponential backoff up to two minutes by default; an etcd member
+# that comes back after a short outage must be usable again within about a second.
+_CHANNEL_OPTIONS = [
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+    ("grpc.enable_http_proxy", 0),
+    # Notice a silently dead peer on long-lived watch streams (etcd allows pings every 5 s).
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_timeout_ms", 5_000),
+    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+]
+
+# Codes that mean "this endpoint cannot serve us now": try the next one.
+_UNREACHABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
+
+_HOST_PORT = re.compile(r"^(?:\[(?P<v6>[0-9a-fA-F:.]+)\]|(?P<host>[A-Za-z0-9_.\-]+))(?::(?P<port>[^:]*))?$")
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One etcd client URL: host, port, and whether it speaks TLS."""
+
+    host: str
+    port: int = DEFAULT_PORT
+    secure: bool = False
+
+    @property
+    def target(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+    def __str__(self) -> str:
+        return self.target
+
+
+def parse_endpoints(text: str, default_port: int = DEFAULT_PORT) -> tuple[Endpoint, ...]:
+    """Parse ``host[:port][,host[:port]...]`` (an ``http://`` or ``https://`` scheme is allowed).
+
+    Raises RendezvousSettingsError naming the offending entry.
+    """
+    if not isinstance(text, str) or not text.strip():
+        raise RendezvousSettingsError("etcd endpoint is empty; expected host:port[,host:port...]")
+    endpoints = []
+    for raw in text.split(","):
+        item = raw.strip()
+        secure = False
+        scheme = re.match(r"^([A-Za-z][A-Za-z0-9+.\-]*)://", item)
+        if scheme:
+            name = scheme.group(1).lower()
+            if name not in ("http", "https"):
+                raise RendezvousSettingsError(
+                    f"etcd endpoint {item!r}: scheme {name!r} is not supported (use http or https)"
+                )
+            secure = name == "https"
+            item = item[scheme.end():].rstrip("/")
+        match = _HOST_PORT.match(item)
+        if not item or match is None:
+            raise RendezvousSettingsError(f"etcd endpoint {raw.strip()!r} is not host[:port]")
+        host = match.group("v6") or match.group("host")
+        port_text = match.group("port")
+        if port_text is None:
+            port = default_port
+        elif port_text.isdigit() and 0 < int(port_text) < 65536:
+            port = int(port_text)
+        else:
+            raise RendezvousSettingsError(
+                f"etcd endpoint {raw.strip()!r}: port {port_text!r} is not a number from 1 to 65535"
+            )
+        endpoints.append(Endpoint(host, port, secure))
+    return tuple(endpoints)
+
+
+@dataclass(frozen=True)
+class KeyValue:
+    """A key as etcd stores it, with the revisions the CAS logic compares against."""
+
+    key: bytes
+    value: bytes
+    create_revision: int
+    mod_revision: int
+    version: int
+    lease: int
+
+    @classmethod
+    def from_proto(cls, kv: Any) -> "KeyValue":
+        return cls(kv.key, kv.value, kv.create_revision, kv.mod_revision, kv.version, kv.lease)
+
+
+def _b(value: str | bytes) -> bytes:
+    return value.encode() if isinstance(value, str) else value
+
+
+def prefix_range_end(prefix: str | bytes) -> bytes:
+    """The exclusive end of the key range that holds every key starting with ``prefix``."""
+    raw = bytearray(_b(prefix))
+    while raw:
+        if raw[-1] < 0xFF:
+            raw[-1] += 1
+            return bytes(raw)
+        raw.pop()
+    return b"\0"
+
+
+# Transaction building blocks, as etcd's concurrency recipes write them.
+def compare_created(key: str | bytes, revision: int = 0) -> Any:
+    """``create_revision(key) == revision``; revision 0 means "the key does not exist"."""
+    return etcdrpc.Compare(
+        key=_b(key), result=etcdrpc.Compare.EQUAL, target=etcdrpc.Compare.CREATE, create_revision=revision
+    )
+
+
+def compare_mod_revision(key: str | bytes, revision: int) -> Any:
+    """``mod_revision(key) == revision``: nobody wrote the key since we read it."""
+    return etcdrpc.Compare(
+        key=_b(key), result=etcdrpc.Compare.EQUAL, target=etcdrpc.Compare.MOD, mod_revision=revision
+    )
+
+
+def compare_lease(key: str | bytes, lease: int) -> Any:
+    """``lease(key) == lease``: the key is still held by this lease."""
+    return etcdrpc.Compare(key=_b(key), result=etcdrpc.Compare.EQUAL, target=etcdrpc.Compare.LEASE, lease=lease)
+
+
+def op_put(key: str | bytes, value: bytes, lease: int = 0) -> Any:
+    return etcdrpc.RequestOp(request_put=etcdrpc.PutRequest(key=_b(key), value=value, lease=lease))
+
+
+def op_get(key: str | bytes, prefix: bool = False) -> Any:
+    request = etcdrpc.RangeRequest(key=_b(key))
+    if prefix:
+        request.range_end = prefix_range_end(key)
+    return etcdrpc.RequestOp(request_range=request)
+
+
+def op_delete(key: str | bytes, prefix: bool = False) -> Any:
+    request = etcdrpc.DeleteRangeRequest(key=_b(key))
+    if prefix:
+        request.range_end = prefix_range_end(key)
+    return etcdrpc.RequestOp(request_delete_range=request)
+
+
+def _read_file(path: str | None, what: str) -> bytes | None:
+    if path is None:
+        return None
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except OSError as exc:
+        raise RendezvousSettingsError(f"cannot read the etcd {what} {path!r}: {exc.strerror}") from exc
+
+
+class EtcdClient:
+    """A connection to an etcd v3 cluster through a list of endpoints.
+
+    ``timeout`` bounds every call, failover included: a call that cannot be served by any endpoint
+    within it raises RendezvousConnectionError naming the endpoints tried.
+    """
+
+    def __init__(
+        self,
+        endpoints: str | Sequence[Endpoint],
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        ca_cert: str | None = None,
+        cert_key: str | None = None,
+        cert_cert: str | None = None,
+        user: str | None = None,
+        password: str | None = None,
+    ) -> None:
+        self.endpoints: tuple[Endpoint, ...] = (
+            parse_endpoints(endpoints) if isinstance(endpoints, str) else tuple(endpoints)
+        )
+        if not self.endpoints:
+            raise RendezvousSettingsError("no etcd endpoint given")
+        if not timeout or timeout <= 0:
+            raise RendezvousSettingsError(f"etcd timeout must be a positive number of seconds, not {timeout!r}")
+        if (user is None) != (password is None):
+            raise RendezvousSettingsError("etcd user and password go together: give both or neither")
+        if (cert_key is None) != (cert_cert is None):
+            raise RendezvousSettingsError("etcd client certificate and key go together: give both or neither")
+        self.timeout = float(timeout)
+        self._user, self._password = user, password
+        tls = ca_cert is not None or cert_cert is not None
+        self._credentials = None
+        if tls or any(ep.secure for ep in self.endpoints):
+            self._credentials = grpc.ssl_channel_credentials(
+                root_certificates=_read_file(ca_cert, "CA certificate"),
+                private_key=_read_file(cert_key, "client key"),
+                certificate_chain=_read_file(cert_cert, "client certificate"),
+            )
+        self._lock = threading.Lock()
+        self._channels: list[grpc.Channel | None] = [None] * len(self.endpoints)
+        self._current = 0
+        self._token: str | None = None
+        self._closed = False
+
+    # -- connection management -------------------------------------------------------------
+    def _channel(self, index: int) -> grpc.Channel:
+        with self._lock:
+            if self._closed:
+                raise RendezvousConnectionError("the etcd client is closed")
+            channel = self._channels[index]
+            if channel is None:
+                target = self.endpoints[index].target
+                if self._credentials is not None:
+                    channel = grpc.secure_channel(target, self._credentials, options=_CHANNEL_OPTIONS)
+                else:
+                    channel = grpc.insecure_channel(target, options=_CHANNEL_OPTIONS)
+                self._channels[index] = channel
+            return channel
+
+    def _metadata(self) -> tuple[tuple[str, str], ...] | None:
+        return (("token", self._token),) if self._token else None
+
+    def _authenticate(self, index: int, timeout: float) -> None:
+        stub = etcdrpc.AuthStub(self._channel(index))
+        request = etcdrpc.AuthenticateRequest(name=self._user, password=self._password)
+        self._token = stub.Authenticate(request, timeout=timeout).token
+
+    def _call(
+        self, service: str, method: str, request: Any, timeout: float | None = None, *, stream: bool = False
+    ) -> Any:
+        """One call with failover; the only place gRPC errors of calls are caught.
+
+        ``stream=True`` is for a streaming method used as a unary one: the first response is returned.
+        """
+        budget = self.timeout if timeout is None else timeout
+        deadline = time.monotonic() + budget
+        count = len(self.endpoints)
+        failures: list[str] = []
+        start = self._current
+        for attempt in range(count):
+            index = (start + attempt) % count
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            # Leave time for the endpoints after this one: a black-holed endpoint must not eat it all.
+            share = remaining if attempt == count - 1 else max(remaining / (count - attempt), min(remaining, 0.5))
+            try:
+                if self._user is not None and self._token is None:
+                    self._authenticate(index, share)
+                stub = getattr(etcdrpc, service)(self._channel(index))
+                try:
+                    response = self._invoke(stub, method, request, share, stream)
+                except grpc.RpcError as exc:
+                    if exc.code() != grpc.StatusCode.UNAUTHENTICATED or self._user is None:
+                        raise
+                    # The auth token expired: get a new one and retry once on the same endpoint.
+                    self._authenticate(index, max(deadline - time.monotonic(), 0.1))
+                    response = self._invoke(stub, method, request, max(deadline - time.monotonic(), 0.1), stream)
+            except grpc.RpcError as exc:
+                if exc.code() in _UNREACHABLE:
+                    failures.append(f"{self.endpoints[index]} ({_describe(exc)})")
+                    continue
+                raise map_rpc_error(exc, self.endpoints[index]) from exc
+            self._current = index
+            return response
+        tried = ", ".join(failures) if failures else ", ".join(map(str, self.endpoints))
+        raise RendezvousConnectionError(f"cannot reach etcd within {budget:g}s; tried {tried}")
+
+    def _invoke(self, stub: Any, method: str, request: Any, timeout: float, stream: bool) -> Any:
+        if not stream:
+            return getattr(stub, method)(request, timeout=timeout, metadata=self._metadata())
+        responses = getattr(stub, method)(iter((request,)), timeout=timeout, metadata=self._metadata())
+        try:
+            return next(iter(responses), None)
+        finally:
+            responses.cancel()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            channels, self._channels = self._channels, [None] * len(self.endpoints)
+        for channel in channels:
+            if channel is not None:
+                channel.close()
+
+    def __enter__(self) -> "EtcdClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"EtcdClient({','.join(map(str, self.endpoints))!r})"
+
+    # -- key/value ---------------------------------------------------------------------------
+    def get(self, key: str | bytes) -> KeyValue | None:
+        response = self._call("KVStub", "Range", etcdrpc.RangeRequest(key=_b(key)))
+        return KeyValue.from_proto(response.kvs[0]) if response.kvs else None
+
+    def get_prefix(self, prefix: str | bytes, *, keys_only: bool = False) -> tuple[list[KeyValue], int]:
+        """All keys under ``prefix`` in key order, and the store revision they were read at."""
+        request = etcdrpc.RangeRequest(key=_b(prefix), range_end=prefix_range_end(prefix), keys_only=keys_only)
+        response = self._call("KVStub", "Range", request)
+        return [KeyValue.from_proto(kv) for kv in response.kvs], response.header.revision
+
+    def count_prefix(self, prefix: str | bytes) -> int:
+        request = etcdrpc.RangeRequest(key=_b(prefix), range_end=prefix_range_end(prefix), count_only=True)
+        return int(self._call("KVStub", "Range", request).count)
+
+    def put(self, key: str | bytes, value: bytes, lease: int = 0) -> int:
+        """Write unconditionally; returns the new store revision."""
+        response = self._call("KVStub", "Put", etcdrpc.PutRequest(key=_b(key), value=value, lease=lease))
+        return response.header.revision
+
+    def delete(self, key: str | bytes, *, prefix: bool = False) -> int:
+        """Delete a key (or every key under a prefix); returns how many were deleted."""
+        request = etcdrpc.DeleteRangeRequest(key=_b(key))
+        if prefix:
+            request.range_end = prefix_range_end(key)
+        return int(self._call("KVStub", "DeleteRange", request).deleted)
+
+    def txn(self, compare: Iterable[Any], success: Iterable[Any] = (), failure: Iterable[Any] = ()) -> Any:
+        """One etcd transaction; returns the raw TxnResponse (``succeeded``, ``responses``, ``header``)."""
+        request = etcdrpc.TxnRequest(compare=list(compare), success=list(success), failure=list(failure))
+        return self._call("KVStub", "Txn", request)
+
+    # -- leases --------------------------------------------------------------------------------
+    def grant_lease(self, ttl: int) -> int:
+        response = self._call("LeaseStub", "LeaseGrant", etcdrpc.LeaseGrantRequest(TTL=int(ttl)))
+        if response.error:
+            raise RendezvousError(f"etcd refused a lease of {ttl}s: {response.error}")
+        return int(response.ID)
+
+    def keep_alive_once(self, lease_id: int, timeout: float | None = None) -> int:
+        """Refresh a lease once; returns its remaining TTL in seconds, 0 when it has expired."""
+        request = etcdrpc.LeaseKeepAliveRequest(ID=lease_id)
+        response = self._call("LeaseStub", "LeaseKeepAlive", request, timeout=timeout, stream=True)
+        return max(int(response.TTL), 0) if response is not None else 0
+
+    def revoke_lease(self, lease_id: int, timeout: float | None = None) -> bool:
+        """Revoke a lease (its keys are deleted at once); False when it had already expired."""
+        try:
+            self._call("LeaseStub", "LeaseRevoke", etcdrpc.LeaseRevokeRequest(ID=lease_id), timeout=timeout)
+        except _LeaseNotFound:
+            return False
+        return True
+
+    def lease_ttl(self, lease_id: int) -> int:
+        """Remaining TTL of a lease in seconds; -1 when it does not exist (any more)."""
+        response = self._call("LeaseStub", "LeaseTimeToLive", etcdrpc.LeaseTimeToLiveRequest(ID=lease_id))
+        return int(response.TTL)
+
+    # -- watch and maintenance -----------------------------------------------------------------
+    def watch_channel(self) -> tuple[grpc.Channel, Endpoint, tuple[tuple[str, str], ...] | None]:
+        """The channel a watch stream should use now (the endpoint that answered last)."""
+        index = self._current
+        if self._user is not None and self._token is None:
+            self._call("MaintenanceStub", "Status", etcdrpc.StatusRequest())
+        return self._channel(index), self.endpoints[index], self._metadata()
+
+    def rotate(self, failed: Endpoint) -> None:
+        """Move on from an endpoint a stream found dead, so the next call starts elsewhere."""
+        if self.endpoints[self._current] == failed:
+            self._current = (self._current + 1) % len(self.endpoints)
+
+    def status(self) -> Any:
+        return self._call("MaintenanceStub", "Status", etcdrpc.StatusRequest())
+
+
+class _LeaseNotFound(RendezvousError):
+    """etcd answered that a lease does not exist (it expired or was revoked)."""
+
+
+def _describe(exc: grpc.RpcError) -> str:
+    details = exc.details() if hasattr(exc, "details") else None
+    code = exc.code().name if hasattr(exc, "code") else "ERROR"
+    return f"{code}: {details}" if details else code
+
+
+def map_rpc_error(exc: grpc.RpcError, endpoint: Endpoint | None = None) -> RendezvousError:
+    """Map a gRPC error to the rendezvous error tree."""
+    code = exc.code()
+    where = f"etcd at {endpoint}" if endpoint else "etcd"
+    details = (exc.details() or "") if hasattr(exc, "details") else ""
+    if code in _UNREACHABLE:
+        return RendezvousConnectionError(f"cannot reach {where}: {_describe(exc)}")
+    if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+        return RendezvousConnectionError(f"{where} refused the credentials: {details or code.name}")
+    if code == grpc.StatusCode.INVALID_ARGUMENT and "authentication failed" in details:
+        return RendezvousConnectionError(f"{where} refused the credentials: {details}")
+    if code == grpc.StatusCode.NOT_FOUND and "lease not found" in details:
+        return _LeaseNotFound(f"{where}: {details}")
+    return RendezvousError(f"{where} failed: {_describe(exc)}")

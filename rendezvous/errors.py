@@ -1,0 +1,49 @@
+"""The errors raised by the rendezvous package.
+
+Every etcd or gRPC failure is mapped to this tree at the boundary (``client.py``), so callers
+never see a ``grpc.RpcError`` or an ``etcd3`` exception::
+
+    RendezvousError
+    ├── RendezvousConnectionError   etcd could not be reached (or answered too late)
+    ├── RendezvousStateError        a value read from etcd is not what we wrote
+    ├── RendezvousClosedError       the job was closed; a new run id starts fresh
+    ├── RendezvousTimeoutError      a bounded wait ran out (join, last call, store get)
+    └── RendezvousSettingsError     a setting or an endpoint string is invalid
+
+The names match torch.distributed.elastic's, so code written against either reads the same.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "RendezvousError",
+    "RendezvousConnectionError",
+    "RendezvousStateError",
+    "RendezvousClosedError",
+    "RendezvousTimeoutError",
+    "RendezvousSettingsError",
+]
+
+
+class RendezvousError(Exception):
+    """Base of every error this package raises."""
+
+
+class RendezvousConnectionError(RendezvousError):
+    """Raised when no etcd endpoint answered within the configured timeout."""
+
+
+class RendezvousStateError(RendezvousError):
+    """Raised when a value stored in etcd is malformed or of an unknown schema version."""
+
+
+class RendezvousClosedError(RendezvousError):
+    """Raised when joining or using a rendezvous that has been closed."""
+
+
+class RendezvousTimeoutError(RendezvousError):
+    """Raised when a bounded wait (join, last call, store get) runs out."""
+
+
+class RendezvousSettingsError(RendezvousError, ValueError):
+    """Raised when a setting, an endpoint string or a --rdzv-conf entry is invalid."""
