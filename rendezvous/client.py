@@ -423,6 +423,8 @@ def map_rpc_error(exc: grpc.RpcError, endpoint: Endpoint | None = None) -> Rende
         return RendezvousConnectionError(f"cannot reach {where}: {_describe(exc)}")
     if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
         return RendezvousConnectionError(f"{where} refused the credentials: {details or code.name}")
+    if code == grpc.StatusCode.INVALID_ARGUMENT and "user name is empty" in details:
+        return RendezvousConnectionError(f"{where} refused the credentials: it requires a user and password")
     if code == grpc.StatusCode.INVALID_ARGUMENT and "authentication failed" in details:
         return RendezvousConnectionError(f"{where} refused the credentials: {details}")
     if code == grpc.StatusCode.NOT_FOUND and "lease not found" in details:

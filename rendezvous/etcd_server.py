@@ -12,16 +12,18 @@ import signal
 import socket
 import subprocess
 import tempfile
+import ssl
 import time
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 from .errors import RendezvousConnectionError, RendezvousError
 from .lifeline import die_with_parent
 
-__all__ = ["EtcdServer", "EtcdCluster", "find_etcd_binary", "free_port"]
+__all__ = ["EtcdServer", "EtcdCluster", "ServerTLS", "find_etcd_binary", "free_port"]
 
 _START_TIMEOUT = 30.0
 _STOP_GRACE = 5.0
@@ -59,19 +61,41 @@ def free_port(host: str = "127.0.0.1") -> int:
         return sock.getsockname()[1]
 
 
-def _healthy(client_url: str, timeout: float) -> bool:
+@dataclass(frozen=True)
+class ServerTLS:
+    """Serve clients over TLS: the server certificate and key, and the CA that signs client certificates."""
+
+    cert_file: str
+    key_file: str
+    trusted_ca_file: str
+
+    def args(self) -> list[str]:
+        return [
+            "--cert-file", self.cert_file, "--key-file", self.key_file,
+            "--trusted-ca-file", self.trusted_ca_file, "--client-cert-auth",
+        ]
+
+    def context(self) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=self.trusted_ca_file)
+        context.load_cert_chain(self.cert_file, self.key_file)
+        return context
+
+
+def _healthy(client_url: str, timeout: float, tls: ServerTLS | None = None) -> bool:
     try:
-        with urllib.request.urlopen(f"{client_url}/health", timeout=timeout) as response:
+        context = tls.context() if tls else None
+        with urllib.request.urlopen(f"{client_url}/health", timeout=timeout, context=context) as response:
             return b'"health":"true"' in response.read()
-    except (urllib.error.URLError, OSError, ValueError):
+    except (urllib.error.URLError, OSError, ValueError, ssl.SSLError):
         return False
 
 
 class _Member:
     """One etcd process of a cluster on loopback."""
 
-    def __init__(self, name: str, host: str, data_dir: str) -> None:
+    def __init__(self, name: str, host: str, data_dir: str, secure: bool) -> None:
         self.name = name
+        self.scheme = "https" if secure else "http"
         self.host = host
         self.data_dir = data_dir
         self.client_port = free_port(host)
@@ -81,13 +105,13 @@ class _Member:
 
     @property
     def client_url(self) -> str:
-        return f"http://{self.host}:{self.client_port}"
+        return f"{self.scheme}://{self.host}:{self.client_port}"
 
     @property
     def peer_url(self) -> str:
         return f"http://{self.host}:{self.peer_port}"
 
-    def command(self, binary: str, initial_cluster: str, extra: Sequence[str]) -> list[str]:
+    def command(self, binary: str, initial_cluster: str, token: str, extra: Sequence[str]) -> list[str]:
         return [
             binary,
             "--name", self.name,
@@ -98,7 +122,7 @@ class _Member:
             "--initial-advertise-peer-urls", self.peer_url,
             "--initial-cluster", initial_cluster,
             "--initial-cluster-state", "new",
-            "--initial-cluster-token", f"elastic-{os.getpid()}-{id(self)}",
+            "--initial-cluster-token", token,
             "--log-level", "error",
             *extra,
         ]
@@ -118,6 +142,7 @@ class EtcdCluster:
         host: str = "127.0.0.1",
         binary: str | None = None,
         extra_args: Sequence[str] = (),
+        tls: ServerTLS | None = None,
         start_timeout: float = _START_TIMEOUT,
     ) -> None:
         if size < 1:
@@ -125,7 +150,8 @@ class EtcdCluster:
         self.size = size
         self.host = host
         self.binary = binary
-        self.extra_args = tuple(extra_args)
+        self.tls = tls
+        self.extra_args = tuple(extra_args) + tuple(tls.args() if tls else ())
         self.start_timeout = start_timeout
         self.data_dir: str | None = None
         self.members: list[_Member] = []
@@ -133,7 +159,9 @@ class EtcdCluster:
 
     @property
     def endpoints(self) -> str:
-        return ",".join(f"{m.host}:{m.client_port}" for m in self.members)
+        """``host:port,...`` (with ``https://`` on each when the cluster serves TLS)."""
+        scheme = "https://" if self.tls else ""
+        return ",".join(f"{scheme}{m.host}:{m.client_port}" for m in self.members)
 
     @property
     def client_urls(self) -> list[str]:
@@ -144,9 +172,10 @@ class EtcdCluster:
         last_error: Exception | None = None
         for _ in range(3):  # a free port can be taken between probing and binding: try fresh ones
             self.data_dir = tempfile.mkdtemp(prefix="elastic-etcd-")
-            self.members = [_Member(f"m{i}", self.host, self.data_dir) for i in range(self.size)]
+            self.members = [_Member(f"m{i}", self.host, self.data_dir, self.tls is not None) for i in range(self.size)]
             initial = ",".join(f"{m.name}={m.peer_url}" for m in self.members)
-            self._commands = [m.command(binary, initial, self.extra_args) for m in self.members]
+            token = os.path.basename(self.data_dir)
+            self._commands = [m.command(binary, initial, token, self.extra_args) for m in self.members]
             try:
                 for index in range(self.size):
                     self.start_member(index, wait=False)
@@ -191,7 +220,7 @@ class EtcdCluster:
             member = self.members[pending[0]]
             if member.process is None or member.process.poll() is not None:
                 raise RendezvousError(f"etcd member {member.name} exited at start: {self._log_tail(member)}")
-            if _healthy(member.client_url, timeout=1.0):
+            if _healthy(member.client_url, timeout=1.0, tls=self.tls):
                 pending.pop(0)
                 continue
             if time.monotonic() > deadline:

@@ -1,0 +1,183 @@
+"""The etcd connection against real etcd processes: timeouts, failover, auth, TLS, watches."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+from etcd3 import etcdrpc
+
+from rendezvous import (
+    EtcdClient,
+    EtcdCluster,
+    EtcdRendezvousBackend,
+    EtcdServer,
+    RendezvousConnectionError,
+)
+from rendezvous.etcd_server import ServerTLS, free_port
+from rendezvous.watch import EventType, Watch
+
+
+def _dead_endpoint() -> str:
+    return f"127.0.0.1:{free_port()}"
+
+
+def test_unreachable_etcd_raises_connection_error_within_the_timeout():
+    client = EtcdClient(_dead_endpoint(), timeout=1.0)
+    started = time.monotonic()
+    with pytest.raises(RendezvousConnectionError, match="cannot reach etcd"):
+        EtcdRendezvousBackend(client, "job").get_state()
+    assert time.monotonic() - started < 1.0
+
+
+def test_black_holed_etcd_raises_connection_error_within_the_timeout():
+    # A listening socket that never speaks gRPC: the call can only end by its deadline.
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(1)
+        client = EtcdClient(f"127.0.0.1:{silent.getsockname()[1]}", timeout=1.0)
+        started = time.monotonic()
+        with pytest.raises(RendezvousConnectionError):
+            client.get("k")
+        assert time.monotonic() - started < 1.5
+
+
+def test_connection_error_names_every_endpoint_tried():
+    dead = [_dead_endpoint(), _dead_endpoint()]
+    with pytest.raises(RendezvousConnectionError) as info:
+        EtcdClient(",".join(dead), timeout=1.0).get("k")
+    for endpoint in dead:
+        assert endpoint in str(info.value)
+
+
+def test_client_fails_over_when_the_first_endpoint_is_dead(etcd_endpoints, key_prefix):
+    client = EtcdClient(f"{_dead_endpoint()},{etcd_endpoints}", timeout=3.0)
+    try:
+        backend = EtcdRendezvousBackend(client, "job", key_prefix=key_prefix)
+        _, token, written = backend.set_state(b"x")
+        assert written and backend.get_state() == (b"x", token)
+        backend.delete_state()
+    finally:
+        client.close()
+
+
+def test_client_fails_over_when_a_cluster_member_stops():
+    with EtcdCluster(3) as cluster:
+        client = EtcdClient(cluster.endpoints, timeout=3.0)
+        backend = EtcdRendezvousBackend(client, "job")
+        _, token, _ = backend.set_state(b"1")
+        # The client starts on the first endpoint; stop that member and the next call moves on.
+        cluster.stop_member(0)
+        _, token, written = backend.set_state(b"2", token)
+        assert written
+        assert backend.get_state() == (b"2", token)
+        client.close()
+
+
+def test_client_reconnects_after_a_short_etcd_outage():
+    with EtcdServer() as server:
+        client = EtcdClient(server.endpoints, timeout=2.0)
+        client.put("/k", b"1")
+        server.stop_member(0)
+        with pytest.raises(RendezvousConnectionError):
+            client.get("/k")
+        server.start_member(0)
+        deadline = time.monotonic() + 5
+        while True:
+            try:
+                assert client.get("/k").value == b"1"
+                break
+            except RendezvousConnectionError:
+                assert time.monotonic() < deadline, "client did not reconnect within 5 s"
+                time.sleep(0.1)
+        client.close()
+
+
+def test_watch_delivers_every_event_across_an_etcd_restart():
+    with EtcdServer() as server:
+        client = EtcdClient(server.endpoints, timeout=2.0)
+        start = client.put("/w/a", b"0") + 1
+        watch = Watch(client, "/w/", start_revision=start, prefix=True)
+        try:
+            for i in range(1, 4):
+                client.put("/w/a", str(i).encode())
+            server.stop_member(0)
+            server.start_member(0)
+            writer = EtcdClient(server.endpoints, timeout=5.0)
+            for i in range(4, 7):
+                writer.put("/w/a", str(i).encode())
+            writer.delete("/w/a")
+            seen = []
+            deadline = time.monotonic() + 10
+            while len(seen) < 7 and time.monotonic() < deadline:
+                event = watch.get(timeout=0.5)
+                if event is not None:
+                    seen.append(event)
+            assert [e.value for e in seen[:6]] == [str(i).encode() for i in range(1, 7)]
+            assert seen[6].type is EventType.DELETE
+            assert watch.reconnects >= 1
+            writer.close()
+        finally:
+            watch.close()
+            client.close()
+
+
+def _auth_enable(endpoints: str, password: str) -> None:
+    client = EtcdClient(endpoints, timeout=3.0)
+    client._call("AuthStub", "UserAdd", etcdrpc.AuthUserAddRequest(name="root", password=password))
+    client._call("AuthStub", "UserGrantRole", etcdrpc.AuthUserGrantRoleRequest(user="root", role="root"))
+    client._call("AuthStub", "AuthEnable", etcdrpc.AuthEnableRequest())
+    client.close()
+
+
+def test_user_and_password_auth():
+    with EtcdServer() as server:
+        _auth_enable(server.endpoints, "s3cret")
+        client = EtcdClient(server.endpoints, timeout=3.0, user="root", password="s3cret")
+        backend = EtcdRendezvousBackend(client, "job")
+        _, token, written = backend.set_state(b"x")
+        assert written and backend.get_state() == (b"x", token)
+        client.close()
+        with pytest.raises(RendezvousConnectionError, match="refused the credentials"):
+            EtcdClient(server.endpoints, timeout=3.0, user="root", password="wrong").get("/k")
+        with pytest.raises(RendezvousConnectionError, match="refused the credentials"):
+            EtcdClient(server.endpoints, timeout=3.0).put("/k", b"v")
+
+
+def _openssl(*args: str) -> None:
+    import subprocess
+
+    subprocess.run(["openssl", *args], check=True, capture_output=True, timeout=60)
+
+
+@pytest.fixture
+def tls_files(tmp_path):
+    """A CA, a server certificate for 127.0.0.1 and a client certificate, made with openssl."""
+    d = tmp_path
+    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=test-ca",
+             "-keyout", str(d / "ca.key"), "-out", str(d / "ca.pem"))
+    (d / "san.cnf").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    for name in ("server", "client"):
+        _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={name}",
+                 "-keyout", str(d / f"{name}.key"), "-out", str(d / f"{name}.csr"))
+        _openssl("x509", "-req", "-in", str(d / f"{name}.csr"), "-CA", str(d / "ca.pem"), "-CAkey",
+                 str(d / "ca.key"), "-CAcreateserial", "-days", "1", "-extfile", str(d / "san.cnf"),
+                 "-out", str(d / f"{name}.pem"))
+    return d
+
+
+def test_tls_with_a_client_certificate(tls_files):
+    d = tls_files
+    tls = ServerTLS(str(d / "server.pem"), str(d / "server.key"), str(d / "ca.pem"))
+    with EtcdServer(tls=tls) as server:
+        assert server.endpoints.startswith("https://")
+        client = EtcdClient(server.endpoints, timeout=5.0, ca_cert=str(d / "ca.pem"),
+                            cert_key=str(d / "client.key"), cert_cert=str(d / "client.pem"))
+        client.put("/tls", b"ok")
+        assert client.get("/tls").value == b"ok"
+        client.close()
+        anonymous = EtcdClient(server.endpoints, timeout=2.0, ca_cert=str(d / "ca.pem"))
+        with pytest.raises(RendezvousConnectionError):
+            anonymous.get("/tls")
+        anonymous.close()

@@ -1,0 +1,51 @@
+"""No Docker engine runs here, so the compose file is checked by reading it."""
+
+from pathlib import Path
+from urllib.parse import urlparse
+
+import yaml
+
+COMPOSE = Path(__file__).resolve().parents[2] / "docker-compose.yml"
+
+
+def _services():
+    return yaml.safe_load(COMPOSE.read_text())["services"]
+
+
+def _parse_initial_cluster(text):
+    pairs = [item.split("=", 1) for item in text.split(",")]
+    return {name: url for name, url in pairs}
+
+
+def test_compose_has_three_etcd_members_on_one_private_network():
+    services = _services()
+    assert sorted(services) == ["etcd-1", "etcd-2", "etcd-3"]
+    for service in services.values():
+        assert service["networks"] == ["etcd"]
+        assert "healthcheck" in service and "endpoint" in service["healthcheck"]["test"]
+
+
+def test_members_agree_on_initial_cluster_names_and_urls():
+    services = _services()
+    clusters = {name: s["environment"]["ETCD_INITIAL_CLUSTER"] for name, s in services.items()}
+    assert len(set(clusters.values())) == 1, "every member must be given the same initial cluster"
+    initial = _parse_initial_cluster(next(iter(clusters.values())))
+    assert sorted(initial) == sorted(services)
+    for name, service in services.items():
+        env = service["environment"]
+        assert env["ETCD_NAME"] == name
+        assert env["ETCD_INITIAL_ADVERTISE_PEER_URLS"] == initial[name]
+        assert urlparse(initial[name]).hostname == service["hostname"] == name
+        listen_port = urlparse(env["ETCD_LISTEN_PEER_URLS"]).port
+        assert urlparse(initial[name]).port == listen_port
+        assert urlparse(env["ETCD_ADVERTISE_CLIENT_URLS"]).port == urlparse(env["ETCD_LISTEN_CLIENT_URLS"]).port
+
+
+def test_each_member_publishes_its_client_port_on_a_distinct_host_port():
+    published = []
+    for service in _services().values():
+        (mapping,) = service["ports"]
+        host_port, container_port = mapping.split(":")
+        assert container_port == "2379"
+        published.append(host_port)
+    assert len(set(published)) == 3

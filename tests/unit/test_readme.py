@@ -1,0 +1,23 @@
+"""The README's fresh-machine commands are the ones CI runs."""
+
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _first_code_block(text: str) -> list[str]:
+    start = text.index("```bash\n") + len("```bash\n")
+    return text[start:text.index("```", start)].strip().splitlines()
+
+
+def test_ci_runs_the_readme_test_command_verbatim():
+    readme_commands = _first_code_block((ROOT / "README.md").read_text())
+    ci_lines = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    test_command = readme_commands[-1]
+    assert "pytest" in test_command
+    assert test_command in ci_lines
+
+
+def test_readme_starts_with_the_fresh_machine_commands():
+    text = (ROOT / "README.md").read_text()
+    assert text.index("```bash") < text.index("\n## ")
