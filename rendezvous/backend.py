@@ -14,9 +14,11 @@ from __future__ import annotations
 from typing import Any, Optional, Tuple
 
 from .client import EtcdClient, KeyValue, compare_created, compare_mod_revision, op_get, op_put
-from .errors import RendezvousSettingsError, RendezvousStateError
+from .errors import RendezvousSettingsError, RendezvousStateError  # noqa: F401 (documented raise)
 
-__all__ = ["EtcdRendezvousBackend", "Token", "DEFAULT_KEY_PREFIX", "STATE_HEADER", "job_key", "validate_run_id"]
+__all__ = [
+    "EtcdRendezvousBackend", "Token", "DEFAULT_KEY_PREFIX", "STATE_HEADER", "job_key", "unwrap_state", "validate_run_id",
+]
 
 DEFAULT_KEY_PREFIX = "/elastic"
 STATE_HEADER = b"elastic-state/1\n"
@@ -42,6 +44,16 @@ def job_key(key_prefix: str, run_id: str, *parts: str) -> str:
         raise RendezvousSettingsError("the key prefix must be a string")
     prefix = "/" + key_prefix.strip("/") if key_prefix.strip("/") else ""
     return "/".join([prefix, validate_run_id(run_id), *parts])
+
+
+def unwrap_state(key: str, value: bytes) -> bytes:
+    """The state inside a stored value; RendezvousStateError when the value is not ours."""
+    if not value.startswith(STATE_HEADER):
+        raise RendezvousStateError(
+            f"the value under {key} is not etcd-elastic state (it starts with {value[:40]!r}); "
+            f"delete the key or use another run id"
+        )
+    return value[len(STATE_HEADER):]
 
 
 def _valid_token(token: Any) -> bool:
@@ -116,10 +128,4 @@ class EtcdRendezvousBackend:
     def _decode(self, kv: KeyValue | None) -> Optional[Tuple[bytes, Token]]:
         if kv is None:
             return None
-        if not kv.value.startswith(STATE_HEADER):
-            shown = kv.value[:40]
-            raise RendezvousStateError(
-                f"the value under {self._key} is not etcd-elastic state (it starts with {shown!r}); "
-                f"delete the key or use another run id"
-            )
-        return kv.value[len(STATE_HEADER):], kv.mod_revision
+        return unwrap_state(self._key, kv.value), kv.mod_revision

@@ -20,7 +20,7 @@ from etcd3 import etcdrpc
 
 from .client import EtcdClient, prefix_range_end
 
-__all__ = ["Watch", "WatchEvent", "EventType"]
+__all__ = ["Watch", "WatchEvent", "EventType", "KeyRange"]
 
 _BACKOFF_START = 0.05
 _BACKOFF_MAX = 1.0
@@ -41,20 +41,42 @@ class WatchEvent:
     create_revision: int = 0
 
 
-class Watch:
-    """Events on ``key`` (or every key under it when ``prefix``) from ``start_revision`` on."""
+@dataclass(frozen=True)
+class KeyRange:
+    """A key, or every key under it (``prefix``); ``deletes_only`` drops the put events."""
 
-    def __init__(self, client: EtcdClient, key: str | bytes, *, start_revision: int, prefix: bool = False) -> None:
+    key: str | bytes
+    prefix: bool = False
+    deletes_only: bool = False
+
+    def request(self, revision: int) -> Any:
+        key = self.key.encode() if isinstance(self.key, str) else self.key
+        create = etcdrpc.WatchCreateRequest(key=key, start_revision=revision)
+        if self.prefix:
+            create.range_end = prefix_range_end(key)
+        if self.deletes_only:
+            create.filters.append(etcdrpc.WatchCreateRequest.NOPUT)
+        return etcdrpc.WatchRequest(create_request=create)
+
+
+class Watch:
+    """Events on one or more key ranges from ``start_revision`` on, over one gRPC stream."""
+
+    def __init__(
+        self, client: EtcdClient, key: str | bytes | KeyRange, *more: KeyRange, start_revision: int, prefix: bool = False
+    ) -> None:
         self._client = client
-        self._key = key.encode() if isinstance(key, str) else key
-        self._range_end = prefix_range_end(self._key) if prefix else b""
-        self._next_revision = max(int(start_revision), 1)
+        first = key if isinstance(key, KeyRange) else KeyRange(key, prefix)
+        self._ranges = (first, *more)
+        # Each range resumes from its own revision: etcd orders events within a watch, not across.
+        self._next_revision = [max(int(start_revision), 1)] * len(self._ranges)
         self._events: queue.Queue[WatchEvent] = queue.Queue()
         self._stop = threading.Event()
         self._call: Any = None
         self._call_lock = threading.Lock()
         self.reconnects = 0
-        self._thread = threading.Thread(target=self._run, name=f"watch:{self._key.decode(errors='replace')}", daemon=True)
+        name = first.key.decode(errors="replace") if isinstance(first.key, bytes) else first.key
+        self._thread = threading.Thread(target=self._run, name=f"watch:{name}", daemon=True)
         self._thread.start()
 
     # -- consumer side ---------------------------------------------------------------------------
@@ -90,11 +112,9 @@ class Watch:
         self.close()
 
     # -- the stream ------------------------------------------------------------------------------
-    def _requests(self, revision: int):
-        create = etcdrpc.WatchCreateRequest(key=self._key, start_revision=revision)
-        if self._range_end:
-            create.range_end = self._range_end
-        yield etcdrpc.WatchRequest(create_request=create)
+    def _requests(self):
+        for key_range, revision in zip(self._ranges, self._next_revision):
+            yield key_range.request(revision)
         # Keep the request side open until the watch is closed: a half-closed stream ends the watch.
         self._stop.wait()
 
@@ -104,26 +124,31 @@ class Watch:
             endpoint = None
             try:
                 channel, endpoint, metadata = self._client.watch_channel()
-                call = etcdrpc.WatchStub(channel).Watch(self._requests(self._next_revision), metadata=metadata)
+                call = etcdrpc.WatchStub(channel).Watch(self._requests(), metadata=metadata)
                 with self._call_lock:
                     if self._stop.is_set():
                         call.cancel()
                         return
                     self._call = call
+                # etcd answers the create requests of a stream in the order they were sent.
+                index_of: dict[int, int] = {}
                 for response in call:
                     backoff = _BACKOFF_START
+                    if response.created:
+                        index_of[response.watch_id] = len(index_of)
+                    index = index_of.get(response.watch_id)
                     if response.compact_revision:
                         # The revisions we still needed are gone: start over from the oldest kept one.
-                        self._next_revision = response.compact_revision
+                        self._next_revision = [response.compact_revision] * len(self._ranges)
                         self._events.put(WatchEvent(EventType.RESYNC, revision=response.compact_revision))
+                        break
+                    if response.canceled or index is None:
                         break
                     for event in response.events:
                         kind = EventType.DELETE if event.type == event.DELETE else EventType.PUT
                         kv = event.kv
                         self._events.put(WatchEvent(kind, kv.key, kv.value, kv.mod_revision, kv.create_revision))
-                        self._next_revision = kv.mod_revision + 1
-                    if response.canceled:
-                        break
+                        self._next_revision[index] = kv.mod_revision + 1
             except grpc.RpcError:
                 if endpoint is not None:
                     self._client.rotate(endpoint)

@@ -1,0 +1,161 @@
+"""The decisions of a rendezvous round, as pure functions of what etcd showed and the time.
+
+No I/O here: the handler reads etcd, calls these, and writes what they decide. Tests call them
+with made-up node lists and an injected clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from .state import JobState, JobStatus, NodeInfo, Participant
+
+__all__ = [
+    "LiveNode",
+    "Freeze",
+    "Wait",
+    "coordinator",
+    "joined",
+    "assign_ranks",
+    "decide",
+    "frozen_state",
+    "nodes_waiting",
+    "lost_participants",
+]
+
+
+@dataclass(frozen=True)
+class LiveNode:
+    """A node key that exists now: the agent's record and when its key was created."""
+
+    info: NodeInfo
+    create_revision: int
+
+
+@dataclass(frozen=True)
+class Freeze:
+    """Close the round now with these participants."""
+
+    participants: tuple[Participant, ...]
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Not yet: look again at ``until`` (None: when something changes), with last call started at
+    ``last_call_start`` (None: fewer than min_nodes have joined)."""
+
+    until: float | None
+    last_call_start: float | None
+
+
+def coordinator(nodes: Sequence[LiveNode]) -> str | None:
+    """The node that decides the round: the live node key created first (etcd's election rule)."""
+    if not nodes:
+        return None
+    return min(nodes, key=lambda n: n.create_revision).info.node
+
+
+def joined(nodes: Sequence[LiveNode], round_: int) -> list[LiveNode]:
+    """The nodes that asked to join ``round_``, oldest first."""
+    return sorted((n for n in nodes if n.info.round == round_), key=lambda n: n.create_revision)
+
+
+def assign_ranks(
+    previous: Sequence[Participant], candidates: Sequence[LiveNode], max_nodes: int
+) -> tuple[Participant, ...]:
+    """Group ranks for the next round, deterministic in its inputs.
+
+    Nodes of the previous round come first and keep their rank when it still fits; the others
+    (newcomers, oldest first, then stayers whose rank no longer fits) fill the free ranks in order.
+    At most ``max_nodes`` take part; the rest wait for a later round.
+    """
+    old_rank = {p.node: p.group_rank for p in previous}
+    stayers = sorted((c for c in candidates if c.info.node in old_rank), key=lambda c: old_rank[c.info.node])
+    newcomers = [c for c in candidates if c.info.node not in old_rank]
+    chosen = (stayers + newcomers)[:max_nodes]
+    size = len(chosen)
+    ranks: dict[str, int] = {}
+    for c in chosen:
+        rank = old_rank.get(c.info.node)
+        if rank is not None and rank < size:
+            ranks[c.info.node] = rank
+    free = iter(r for r in range(size) if r not in set(ranks.values()))
+    for c in chosen:
+        if c.info.node not in ranks:
+            ranks[c.info.node] = next(free)
+    return tuple(
+        sorted(
+            (Participant(c.info.node, ranks[c.info.node], c.info.addr, c.info.local_world_size) for c in chosen),
+            key=lambda p: p.group_rank,
+        )
+    )
+
+
+def decide(
+    previous: JobState | None,
+    nodes: Sequence[LiveNode],
+    round_: int,
+    *,
+    min_nodes: int,
+    max_nodes: int,
+    last_call_timeout: float,
+    last_call_start: float | None,
+    now: float,
+) -> Freeze | Wait:
+    """What the coordinator does about ``round_`` now.
+
+    - ``max_nodes`` joined: freeze.
+    - at least ``min_nodes`` joined and the job ran before (a re-rendezvous) and every live node
+      has joined: freeze at once -- nobody else is coming, and dead nodes' keys are already gone.
+    - at least ``min_nodes`` joined and the last-call window since that happened has passed: freeze.
+    - otherwise wait: until the last call ends, or for a change.
+    """
+    previous_participants = previous.participants if previous else ()
+    candidates = joined(nodes, round_)
+    if len(candidates) >= max_nodes:
+        return Freeze(assign_ranks(previous_participants, candidates, max_nodes))
+    if len(candidates) < min_nodes:
+        return Wait(until=None, last_call_start=None)
+    everyone_here = all(n.info.round == round_ for n in nodes)
+    if previous_participants and everyone_here:
+        return Freeze(assign_ranks(previous_participants, candidates, max_nodes))
+    start = now if last_call_start is None else last_call_start
+    if now >= start + last_call_timeout:
+        return Freeze(assign_ranks(previous_participants, candidates, max_nodes))
+    return Wait(until=start + last_call_timeout, last_call_start=start)
+
+
+def frozen_state(
+    run_id: str, round_: int, participants: tuple[Participant, ...], nodes: Sequence[LiveNode],
+    min_nodes: int, max_nodes: int,
+) -> JobState:
+    """The RUNNING state of a frozen round: the master is group rank 0's node and port."""
+    master = participants[0]
+    port = next(n.info.master_port for n in nodes if n.info.node == master.node)
+    return JobState(
+        run_id=run_id, round=round_, status=JobStatus.RUNNING, min_nodes=min_nodes, max_nodes=max_nodes,
+        participants=participants, master_addr=master.addr, master_port=port,
+    )
+
+
+def nodes_waiting(state: JobState | None, nodes: Sequence[LiveNode]) -> int:
+    """Live nodes asking for a round after the running one.
+
+    A participant asking again (its workers failed) always counts; a newcomer counts only while
+    the running round has room for it (below max_nodes).
+    """
+    if state is None or state.status is not JobStatus.RUNNING:
+        return 0
+    members = {p.node for p in state.participants}
+    asking = [n for n in nodes if n.info.round > state.round]
+    rejoining = sum(1 for n in asking if n.info.node in members)
+    newcomers = len(asking) - rejoining
+    return rejoining + min(newcomers, max(state.max_nodes - len(state.participants), 0))
+
+
+def lost_participants(state: JobState | None, live: set[str]) -> list[str]:
+    """Participants of the running round whose node key is gone (their agent died or left)."""
+    if state is None or state.status is not JobStatus.RUNNING:
+        return []
+    return [p.node for p in state.participants if p.node not in live]

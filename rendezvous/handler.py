@@ -1,0 +1,360 @@
+"""The rendezvous rounds: join, last call, freeze, assign ranks, re-rendezvous.
+
+Each agent writes only its own node key (``nodes/<node>``, on its lease) saying which round it wants.
+The coordinator -- the live node key created first -- decides the round with ``decide.decide`` and
+writes ``state`` by compare-and-swap; everyone else waits on a watch of ``state`` (and of node
+deletions, in case the coordinator dies). Nobody polls.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Callable
+
+from .backend import EtcdRendezvousBackend
+from .client import EtcdClient
+from .decide import Freeze, decide, frozen_state, joined
+from .errors import RendezvousClosedError, RendezvousError, RendezvousTimeoutError
+from .etcd_server import free_port
+from .membership import JobKeys, JobMonitor, Session, Snapshot, read_nodes, read_round
+from .settings import RendezvousSettings
+from .state import JobState, JobStatus, NodeInfo, Participant
+from .watch import KeyRange, Watch
+
+__all__ = ["RendezvousHandler", "RendezvousInfo", "Progress"]
+
+
+@dataclass(frozen=True)
+class RendezvousInfo:
+    """What a node learns from a completed round."""
+
+    run_id: str
+    round: int
+    node: str
+    group_rank: int
+    group_world_size: int
+    master_addr: str
+    master_port: int
+    participants: tuple[Participant, ...]
+
+    @property
+    def world_size(self) -> int:
+        """Workers in the whole job: the sum of every node's local world size."""
+        return sum(p.local_world_size for p in self.participants)
+
+    @property
+    def base_global_rank(self) -> int:
+        """The global rank of this node's local rank 0."""
+        return sum(p.local_world_size for p in self.participants if p.group_rank < self.group_rank)
+
+
+@dataclass(frozen=True)
+class Progress:
+    """How a forming round looks from here, for a progress line."""
+
+    round: int
+    nodes_joined: int
+    min_nodes: int
+    max_nodes: int
+    last_call_in: float | None  # seconds until the coordinator freezes the round, if known
+
+
+def _default_node_id() -> str:
+    return f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}"
+
+
+class RendezvousHandler:
+    """One agent's side of a job's rendezvous on etcd v3."""
+
+    def __init__(
+        self,
+        client: EtcdClient,
+        settings: RendezvousSettings,
+        *,
+        local_addr: str | None = None,
+        local_world_size: int = 1,
+        node_id: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._client = client
+        self.settings = settings
+        self._keys = JobKeys(settings.key_prefix, settings.run_id)
+        self._backend = EtcdRendezvousBackend(client, settings.run_id, settings.key_prefix)
+        self.node_id = node_id or _default_node_id()
+        self.local_addr = local_addr or socket.getfqdn()
+        self.local_world_size = local_world_size
+        self._clock = clock
+        self._wall = wall_clock
+        self._session: Session | None = None
+        self._monitor: JobMonitor | None = None
+        self._info: RendezvousInfo | None = None
+        self._forming: int | None = None  # the round next_rendezvous is waiting for
+        self._last_call_start: float | None = None
+
+    # -- the torch-shaped surface -----------------------------------------------------------------
+    def get_backend(self) -> str:
+        return self._backend.name
+
+    @property
+    def run_id(self) -> str:
+        return self.settings.run_id
+
+    @property
+    def info(self) -> RendezvousInfo | None:
+        """The last round this node took part in."""
+        return self._info
+
+    def next_rendezvous(self) -> RendezvousInfo:
+        """Join the next round and wait until it freezes; returns this node's place in it.
+
+        Raises RendezvousClosedError (job closed), RendezvousTimeoutError (join_timeout passed),
+        RendezvousConnectionError (etcd unreachable), RendezvousStateError (corrupt state).
+        """
+        self._stop_monitor()
+        deadline = self._clock() + self.settings.join_timeout
+        snapshot = read_round(self._client, self._keys, all_nodes=False)
+        self._raise_if_closed(snapshot.state)
+        target = self._target_round(snapshot.state)
+        self._announce(target)
+        self._last_call_start = None
+        watch: Watch | None = None
+        watch_kind: bool | None = None  # True: the coordinator's watch; False: a follower's
+        read_all = False
+        try:
+            while True:
+                self._forming = target
+                snapshot = read_round(self._client, self._keys, all_nodes=read_all)
+                state = snapshot.state
+                self._raise_if_closed(state)
+                if state is not None and state.status is JobStatus.RUNNING and state.round >= target:
+                    me = state.participant(self.node_id)
+                    if me is not None:
+                        return self._completed(state, me)
+                    target = state.round + 1  # the round froze without us: wait for the next one
+                    self._announce(target)
+                    continue
+                if state is not None and state.status is JobStatus.JOINING and state.round > target:
+                    target = state.round
+                    self._announce(target)
+                    continue
+                if not self._session_alive():
+                    self._announce(target)
+                    continue
+                coordinating = snapshot.first_node == self.node_id
+                if coordinating != read_all:
+                    read_all = coordinating  # the coordinator reads every node before deciding
+                    continue
+                until = deadline
+                if coordinating:
+                    wake_at = self._coordinate(snapshot, target)
+                    if wake_at is None:
+                        continue  # we wrote the state (or lost the race): read it back
+                    until = min(until, wake_at)
+                now = self._clock()
+                if now >= deadline:
+                    raise self._timeout(target)
+                if watch is None or watch_kind != coordinating:
+                    if watch is not None:
+                        watch.close()
+                    watch, watch_kind = self._watch_round(snapshot.revision, coordinating), coordinating
+                if watch.get(timeout=max(until - now, 0.0)) is not None:
+                    watch.drain()  # one read covers every change so far
+        finally:
+            self._forming = None
+            if watch is not None:
+                watch.close()
+
+    def is_closed(self) -> bool:
+        state = self._backend_state()
+        return state is not None and state.status is JobStatus.CLOSED
+
+    def set_closed(self, reason: str = "the job ended") -> None:
+        """Mark the job closed: every agent of it stops, and the run id cannot be joined again."""
+        deadline = self._clock() + self.settings.close_timeout
+        while True:
+            current = self._backend.get_state()
+            token = current[1] if current else None
+            state = JobState.decode(current[0]) if current else None
+            if state is not None and state.status is JobStatus.CLOSED:
+                return
+            closed = JobState(
+                run_id=self.run_id, round=state.round if state else 0, status=JobStatus.CLOSED,
+                min_nodes=self.settings.min_nodes, max_nodes=self.settings.max_nodes,
+                participants=state.participants if state else (), master_addr=state.master_addr if state else "",
+                master_port=state.master_port if state else 0, reason=reason,
+            )
+            result = self._backend.set_state(closed.encode(), token)
+            if result is not None and result[2]:
+                return
+            if self._clock() > deadline:
+                raise RendezvousTimeoutError(f"could not mark rendezvous '{self.run_id}' closed within the close timeout")
+
+    def num_nodes_waiting(self) -> int:
+        """Nodes that want to join and would fit: a reason for the agent to re-rendezvous."""
+        monitor = self._ensure_monitor()
+        if monitor is None:
+            return 0
+        monitor.poll()
+        return monitor.waiting
+
+    def lost_participants(self) -> list[str]:
+        """Participants of this node's round whose agent is gone (their lease ended)."""
+        monitor = self._ensure_monitor()
+        if monitor is None:
+            return []
+        monitor.poll()
+        return monitor.lost
+
+    def membership_changed(self, timeout: float = 0.0) -> bool:
+        """True as soon as a participant is gone, a node waits to join, or the job moved on.
+
+        Waits up to ``timeout`` seconds for that, by watch; returns at once when it already is.
+        """
+        monitor = self._ensure_monitor()
+        if monitor is None:
+            return False
+        if not self._session_alive():
+            return True
+        return monitor.wait(timeout)
+
+    def lease_lost(self) -> bool:
+        """This agent's own lease ended (etcd unreachable past the TTL): it is no longer a member."""
+        return self._session is not None and self._session.lost.is_set()
+
+    def progress(self) -> Progress | None:
+        """How the round this node is waiting for is forming (None when not waiting); reads etcd."""
+        target = self._forming
+        if target is None:
+            return None
+        state = self._backend_state()
+        last_call_in = None
+        if state is not None and state.status is JobStatus.JOINING and state.last_call_at is not None:
+            last_call_in = max(state.last_call_at - self._wall(), 0.0)
+        return Progress(target, self._count_joined(target), self.settings.min_nodes, self.settings.max_nodes, last_call_in)
+
+    def shutdown(self) -> bool:
+        """Leave the job: revoke the lease so the others notice at once. Does NOT close the job."""
+        self._stop_monitor()
+        if self._session is not None:
+            self._session.close()
+            self._session = None
+        return True
+
+    # -- the steps ----------------------------------------------------------------------------------
+    def _target_round(self, state: JobState | None) -> int:
+        if state is None:
+            return 1
+        if state.status is JobStatus.JOINING:
+            return state.round
+        return state.round + 1
+
+    def _session_alive(self) -> bool:
+        return self._session is not None and self._session.alive
+
+    def _announce(self, round_: int) -> None:
+        """Write (or rewrite) this node's key asking for ``round_``, on a live lease."""
+        if not self._session_alive():
+            if self._session is not None:
+                self._session.close(timeout=0.5)
+            self._session = Session(self._client, self.settings.lease_ttl)
+        info = NodeInfo(
+            node=self.node_id, round=round_, addr=self.local_addr, local_world_size=self.local_world_size,
+            master_port=free_port("0.0.0.0"),
+        )
+        try:
+            self._client.put(self._keys.node(self.node_id), info.encode(), lease=self._session.lease_id)
+        except RendezvousError as exc:
+            if "lease not found" not in str(exc):
+                raise
+            self._session.lost.set()
+            self._announce(round_)
+
+    def _coordinate(self, snapshot: Snapshot, target: int) -> float | None:
+        """Decide the round. Returns None after a write, else when to look again (inf: on a change)."""
+        state = snapshot.state
+        previous = state if state is not None and state.participants else None
+        decision = decide(
+            previous, snapshot.nodes, target,
+            min_nodes=self.settings.min_nodes, max_nodes=self.settings.max_nodes,
+            last_call_timeout=self.settings.last_call_timeout, last_call_start=self._last_call_start,
+            now=self._clock(),
+        )
+        if isinstance(decision, Freeze):
+            frozen = frozen_state(
+                self.run_id, target, decision.participants, snapshot.nodes, self.settings.min_nodes,
+                self.settings.max_nodes,
+            )
+            self._backend.set_state(frozen.encode(), snapshot.token)
+            return None
+        self._last_call_start = decision.last_call_start
+        last_call_at = None
+        if decision.until is not None:
+            last_call_at = round(self._wall() + (decision.until - self._clock()), 3)
+        announced = state is not None and state.status is JobStatus.JOINING and state.round == target
+        if not announced or (last_call_at is None) != (state.last_call_at is None):
+            # Tell everyone a round is forming, and when its last call ends (for progress lines).
+            forming = JobState(
+                run_id=self.run_id, round=target, status=JobStatus.JOINING, min_nodes=self.settings.min_nodes,
+                max_nodes=self.settings.max_nodes, participants=state.participants if state else (),
+                master_addr=state.master_addr if state else "", master_port=state.master_port if state else 0,
+                last_call_at=last_call_at,
+            )
+            self._backend.set_state(forming.encode(), snapshot.token)
+            return None
+        return float("inf") if decision.until is None else decision.until
+
+    def _watch_round(self, revision: int, coordinating: bool) -> Watch:
+        # The coordinator hears every node change; the others only the state and node deletions
+        # (one of which may make them the coordinator).
+        return Watch(
+            self._client, KeyRange(self._keys.state),
+            KeyRange(self._keys.nodes, prefix=True, deletes_only=not coordinating),
+            start_revision=revision + 1,
+        )
+
+    def _completed(self, state: JobState, me: Participant) -> RendezvousInfo:
+        self._info = RendezvousInfo(
+            run_id=self.run_id, round=state.round, node=self.node_id, group_rank=me.group_rank,
+            group_world_size=len(state.participants), master_addr=state.master_addr,
+            master_port=state.master_port, participants=state.participants,
+        )
+        return self._info
+
+    def _count_joined(self, target: int) -> int:
+        nodes, _ = read_nodes(self._client, self._keys)
+        return len(joined(nodes, target))
+
+    def _timeout(self, target: int) -> RendezvousTimeoutError:
+        count = self._count_joined(target)
+        return RendezvousTimeoutError(
+            f"rendezvous '{self.run_id}' timed out after {self.settings.join_timeout:g}s waiting for round "
+            f"{target}: {count} of {self.settings.min_nodes} required nodes joined "
+            f"(min {self.settings.min_nodes}, max {self.settings.max_nodes})"
+        )
+
+    def _raise_if_closed(self, state: JobState | None) -> None:
+        if state is not None and state.status is JobStatus.CLOSED:
+            reason = f" ({state.reason})" if state.reason else ""
+            raise RendezvousClosedError(
+                f"rendezvous '{self.run_id}' is closed{reason}; start the job with a new --rdzv-id, "
+                f"or delete {self._keys.state} (elastic-ctl reset) to reuse this one"
+            )
+
+    def _backend_state(self) -> JobState | None:
+        current = self._backend.get_state()
+        return JobState.decode(current[0], f"job state at {self._keys.state}") if current else None
+
+    def _ensure_monitor(self) -> JobMonitor | None:
+        if self._monitor is None and self._info is not None:
+            self._monitor = JobMonitor(self._client, self._keys, self._info.round)
+        return self._monitor
+
+    def _stop_monitor(self) -> None:
+        if self._monitor is not None:
+            self._monitor.close()
+            self._monitor = None
+

@@ -1,0 +1,230 @@
+"""Lease-held membership: an agent's session, its node key, and the view of who is alive.
+
+- ``Session`` is an etcd lease kept alive in the background at TTL/3; ``lost`` is set when etcd says
+  the lease expired, ``done`` when it was closed. Closing revokes the lease, so the node key
+  vanishes at once and everyone watching hears it.
+- ``JobKeys`` names a job's keys. ``read_nodes`` / ``read_round`` are the reads the rounds use.
+- ``JobMonitor`` follows a running round by watch (never by polling): which participants are gone,
+  how many nodes wait to join, whether the job state moved on.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from etcd3 import etcdrpc
+
+from .backend import job_key, unwrap_state
+from .client import EtcdClient, KeyValue, op_get, prefix_range_end
+from .decide import LiveNode, lost_participants, nodes_waiting
+from .errors import RendezvousConnectionError, RendezvousError, RendezvousStateError
+from .state import JobState, JobStatus, NodeInfo
+from .watch import EventType, KeyRange, Watch
+
+__all__ = ["Session", "JobKeys", "Snapshot", "read_round", "read_nodes", "JobMonitor"]
+
+
+class Session:
+    """An etcd lease kept alive by a background thread every TTL/3 seconds."""
+
+    def __init__(self, client: EtcdClient, ttl: int) -> None:
+        self._client = client
+        self.ttl = int(ttl)
+        self.lease_id = client.grant_lease(self.ttl)
+        self.done = threading.Event()
+        self.lost = threading.Event()
+        self._thread = threading.Thread(target=self._keep_alive, name=f"lease:{self.lease_id:x}", daemon=True)
+        self._thread.start()
+
+    @property
+    def alive(self) -> bool:
+        return not (self.done.is_set() or self.lost.is_set())
+
+    def _keep_alive(self) -> None:
+        interval = self.ttl / 3
+        while not self.done.wait(interval):
+            try:
+                if self._client.keep_alive_once(self.lease_id, timeout=interval) == 0:
+                    self.lost.set()
+                    return
+            except RendezvousConnectionError:
+                continue  # etcd is away; a restarted etcd extends every lease, so keep trying
+            except RendezvousError:
+                self.lost.set()
+                return
+
+    def close(self, timeout: float = 2.0) -> None:
+        """Stop the keep-alive and revoke the lease (its keys are deleted at once)."""
+        if self.done.is_set():
+            return
+        self.done.set()
+        try:
+            self._client.revoke_lease(self.lease_id, timeout=timeout)
+        except RendezvousError:
+            pass  # unreachable etcd: the lease expires by itself within its TTL
+        self._thread.join(timeout=timeout)
+
+
+@dataclass(frozen=True)
+class JobKeys:
+    prefix: str
+    run_id: str
+
+    @property
+    def state(self) -> str:
+        return job_key(self.prefix, self.run_id, "state")
+
+    @property
+    def nodes(self) -> str:
+        return job_key(self.prefix, self.run_id, "nodes") + "/"
+
+    def node(self, node_id: str) -> str:
+        return self.nodes + node_id
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What one read showed: the state (and its token), the nodes, and the store revision."""
+
+    state: JobState | None
+    token: int | None
+    nodes: tuple[LiveNode, ...]
+    revision: int
+    first_node: str | None  # the coordinator: the live node key created first
+
+
+def _decode_state(keys: JobKeys, kvs) -> tuple[JobState | None, int | None]:
+    if not kvs:
+        return None, None
+    kv = KeyValue.from_proto(kvs[0])
+    return JobState.decode(unwrap_state(keys.state, kv.value), f"job state at {keys.state}"), kv.mod_revision
+
+
+def _decode_nodes(kvs) -> tuple[LiveNode, ...]:
+    nodes = []
+    for kv in kvs:
+        try:
+            nodes.append(LiveNode(NodeInfo.decode(kv.value, f"node record {kv.key!r}"), kv.create_revision))
+        except RendezvousStateError:
+            continue  # a stray key under nodes/ is not a node; it takes no part
+    return tuple(nodes)
+
+
+def read_round(client: EtcdClient, keys: JobKeys, *, all_nodes: bool) -> Snapshot:
+    """State and nodes at one revision, in one round trip.
+
+    With ``all_nodes`` False only the first-created node key is read (enough to know who coordinates).
+    """
+    nodes_request = etcdrpc.RangeRequest(key=keys.nodes.encode(), range_end=prefix_range_end(keys.nodes))
+    if not all_nodes:
+        nodes_request.limit = 1
+        nodes_request.sort_order = etcdrpc.RangeRequest.ASCEND
+        nodes_request.sort_target = etcdrpc.RangeRequest.CREATE
+    response = client.txn([], [op_get(keys.state), etcdrpc.RequestOp(request_range=nodes_request)])
+    state, token = _decode_state(keys, response.responses[0].response_range.kvs)
+    node_kvs = response.responses[1].response_range.kvs
+    nodes = _decode_nodes(node_kvs)
+    if all_nodes:
+        first = min(nodes, key=lambda n: n.create_revision).info.node if nodes else None
+    else:
+        first = nodes[0].info.node if nodes else None
+    return Snapshot(state, token, nodes if all_nodes else (), response.header.revision, first)
+
+
+def read_nodes(client: EtcdClient, keys: JobKeys) -> tuple[tuple[LiveNode, ...], int]:
+    kvs, revision = client.get_prefix(keys.nodes)
+    return _decode_nodes(kvs), revision
+
+
+class JobMonitor:
+    """Follows a running round by watch: lost participants, waiting nodes, state changes.
+
+    ``poll()`` applies what the watch delivered so far without waiting; ``wait(timeout)`` blocks
+    until something arrives. Both are cheap enough for an agent's 0.1 s monitor loop.
+    """
+
+    def __init__(self, client: EtcdClient, keys: JobKeys, round_: int) -> None:
+        self._client = client
+        self._keys = keys
+        self._state: JobState | None = None
+        self._round = round_
+        self._nodes: dict[str, LiveNode] = {}
+        self._resync()
+        self._watch = Watch(
+            client, KeyRange(keys.state), KeyRange(keys.nodes, prefix=True), start_revision=self._revision + 1
+        )
+
+    def _resync(self) -> None:
+        snapshot = read_round(self._client, self._keys, all_nodes=True)
+        self._nodes = {n.info.node: n for n in snapshot.nodes}
+        self._state = snapshot.state
+        self._revision = snapshot.revision
+
+    def poll(self) -> None:
+        for event in self._watch.drain():
+            self._apply(event)
+
+    def wait(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` for a change of membership or state; True when there is one."""
+        if self.changed:
+            return True
+        event = self._watch.get(timeout)
+        if event is not None:
+            self._apply(event)
+            self.poll()
+        return self.changed
+
+    def _apply(self, event) -> None:
+        if event.type is EventType.RESYNC:
+            self._resync()
+            return
+        key = event.key.decode(errors="replace")
+        if key == self._keys.state:
+            if event.type is EventType.DELETE:
+                self._state = None
+            else:
+                try:
+                    self._state = JobState.decode(unwrap_state(key, event.value), f"job state at {key}")
+                except RendezvousStateError:
+                    pass  # the next read by next_rendezvous reports it
+            return
+        node_id = key[len(self._keys.nodes):]
+        if event.type is EventType.DELETE:
+            self._nodes.pop(node_id, None)
+            return
+        try:
+            self._nodes[node_id] = LiveNode(NodeInfo.decode(event.value), event.create_revision)
+        except RendezvousStateError:
+            pass
+
+    @property
+    def state(self) -> JobState | None:
+        return self._state
+
+    def _mine(self) -> JobState | None:
+        """The state, while it is still the running round this monitor follows."""
+        state = self._state
+        if state is None or state.round != self._round or state.status is not JobStatus.RUNNING:
+            return None
+        return state
+
+    @property
+    def lost(self) -> list[str]:
+        return lost_participants(self._mine(), set(self._nodes))
+
+    @property
+    def waiting(self) -> int:
+        return nodes_waiting(self._mine(), list(self._nodes.values()))
+
+    @property
+    def moved_on(self) -> bool:
+        """The job left this round: another round is forming or running, or it closed, or was reset."""
+        return self._mine() is None
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.lost) or self.waiting > 0 or self.moved_on
+
+    def close(self) -> None:
+        self._watch.close()

@@ -1,0 +1,118 @@
+"""Rendezvous settings, and their parsing from ``--rdzv-conf key=value,...`` strings.
+
+Key names follow torch's where the meaning is the same (join_timeout, last_call_timeout,
+close_timeout, read_timeout; cacert, cert, key, protocol for etcd TLS).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Mapping
+
+from .backend import DEFAULT_KEY_PREFIX, validate_run_id
+from .errors import RendezvousSettingsError
+
+__all__ = ["RendezvousSettings", "parse_conf", "CONF_KEYS"]
+
+# key -> (attribute, kind, help)
+CONF_KEYS: dict[str, tuple[str, type, str]] = {
+    "join_timeout": ("join_timeout", float, "seconds to wait for a round to form (default 600)"),
+    "last_call_timeout": ("last_call_timeout", float, "seconds to wait for more nodes once min_nodes joined (default 30)"),
+    "close_timeout": ("close_timeout", float, "seconds to wait while marking the job closed (default 30)"),
+    "read_timeout": ("read_timeout", float, "seconds each etcd request may take, failover included (default 5)"),
+    "lease_ttl": ("lease_ttl", int, "seconds a dead agent's node key outlives it (default 2; etcd's minimum is 2)"),
+    "key_prefix": ("key_prefix", str, "etcd key prefix of all jobs (default /elastic)"),
+    "protocol": ("protocol", str, "http or https"),
+    "cacert": ("ca_cert", str, "CA certificate file for TLS"),
+    "cert": ("cert_cert", str, "client certificate file for TLS"),
+    "key": ("cert_key", str, "client key file for TLS"),
+    "user": ("user", str, "etcd user name"),
+    "password": ("password", str, "etcd password"),
+}
+
+
+@dataclass(frozen=True)
+class RendezvousSettings:
+    run_id: str
+    min_nodes: int = 1
+    max_nodes: int = 1
+    join_timeout: float = 600.0
+    last_call_timeout: float = 30.0
+    close_timeout: float = 30.0
+    read_timeout: float = 5.0
+    lease_ttl: int = 2
+    key_prefix: str = DEFAULT_KEY_PREFIX
+    protocol: str = "http"
+    ca_cert: str | None = None
+    cert_cert: str | None = None
+    cert_key: str | None = None
+    user: str | None = None
+    password: str | None = None
+
+    def __post_init__(self) -> None:
+        validate_run_id(self.run_id)
+        if not _is_int(self.min_nodes) or self.min_nodes < 1:
+            raise RendezvousSettingsError(f"min_nodes must be a whole number >= 1, not {self.min_nodes!r}")
+        if not _is_int(self.max_nodes) or self.max_nodes < self.min_nodes:
+            raise RendezvousSettingsError(
+                f"max_nodes ({self.max_nodes!r}) must be a whole number >= min_nodes ({self.min_nodes})"
+            )
+        for name in ("join_timeout", "last_call_timeout", "close_timeout", "read_timeout"):
+            value = getattr(self, name)
+            lowest_ok = 0 if name == "last_call_timeout" else 1e-9
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not lowest_ok <= value < float("inf"):
+                raise RendezvousSettingsError(f"{name} must be a positive number of seconds, not {value!r}")
+        if not _is_int(self.lease_ttl) or not 2 <= self.lease_ttl <= 3600:
+            raise RendezvousSettingsError(f"lease_ttl must be whole seconds from 2 to 3600, not {self.lease_ttl!r}")
+        if self.protocol not in ("http", "https"):
+            raise RendezvousSettingsError(f"protocol must be http or https, not {self.protocol!r}")
+
+    @classmethod
+    def from_conf(cls, run_id: str, min_nodes: int, max_nodes: int, conf: Mapping[str, str] | str = "") -> "RendezvousSettings":
+        """Settings from ``--rdzv-conf`` entries (a ``k=v,...`` string or a mapping of strings)."""
+        entries = parse_conf(conf) if isinstance(conf, str) else dict(conf)
+        values: dict[str, object] = {}
+        for key, text in entries.items():
+            if key not in CONF_KEYS:
+                known = ", ".join(sorted(CONF_KEYS))
+                raise RendezvousSettingsError(f"unknown --rdzv-conf key {key!r}; known keys: {known}")
+            attribute, kind, _ = CONF_KEYS[key]
+            try:
+                values[attribute] = kind(text)
+            except (TypeError, ValueError):
+                raise RendezvousSettingsError(
+                    f"--rdzv-conf {key}={text!r}: expected {'a number' if kind in (int, float) else kind.__name__}"
+                ) from None
+        return cls(run_id=run_id, min_nodes=min_nodes, max_nodes=max_nodes, **values)
+
+    def with_(self, **changes: object) -> "RendezvousSettings":
+        return replace(self, **changes)
+
+    def client_kwargs(self) -> dict[str, object]:
+        """Keyword arguments for EtcdClient besides the endpoints."""
+        return {
+            "timeout": self.read_timeout, "ca_cert": self.ca_cert, "cert_key": self.cert_key,
+            "cert_cert": self.cert_cert, "user": self.user, "password": self.password,
+        }
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def parse_conf(text: str) -> dict[str, str]:
+    """``"k=v,k2=v2"`` -> ``{"k": "v", "k2": "v2"}``; an entry without ``=`` is an error."""
+    entries: dict[str, str] = {}
+    if not text or not text.strip():
+        return entries
+    for item in text.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        key, sep, value = item.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not key:
+            raise RendezvousSettingsError(f"--rdzv-conf entry {item!r} is not key=value")
+        entries[key] = value
+    return entries
+

@@ -1,0 +1,159 @@
+"""The job state and node records as they cross the wire: versioned JSON, validated on read.
+
+``JobState`` is written only by the round's coordinator, by compare-and-swap, under
+``<prefix>/<run_id>/state``; ``NodeInfo`` is each agent's own record under ``nodes/<node>``,
+attached to its lease. Decoding checks the schema version and every field's type, and raises
+RendezvousStateError naming what is wrong -- never pickle, never a KeyError.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .errors import RendezvousStateError
+
+__all__ = ["SCHEMA_VERSION", "JobStatus", "Participant", "JobState", "NodeInfo"]
+
+SCHEMA_VERSION = 1
+
+
+class JobStatus(str, enum.Enum):
+    """Where a job is. JOINING -> RUNNING -> JOINING (re-rendezvous) ... -> CLOSED (final)."""
+
+    JOINING = "joining"  # the coordinator is forming round ``round``
+    RUNNING = "running"  # round ``round`` is frozen: ranks are assigned
+    CLOSED = "closed"  # the job finished or failed; the run id cannot be joined again
+
+
+@dataclass(frozen=True)
+class Participant:
+    """One node of a frozen round."""
+
+    node: str
+    group_rank: int
+    addr: str
+    local_world_size: int
+
+
+@dataclass(frozen=True)
+class JobState:
+    run_id: str
+    round: int
+    status: JobStatus
+    min_nodes: int
+    max_nodes: int
+    participants: tuple[Participant, ...] = ()
+    master_addr: str = ""
+    master_port: int = 0
+    last_call_at: float | None = None  # wall-clock time the coordinator freezes the forming round
+    reason: str = ""  # why the job was closed
+    schema: int = SCHEMA_VERSION
+
+    @property
+    def world_size(self) -> int:
+        return sum(p.local_world_size for p in self.participants)
+
+    def participant(self, node: str) -> Participant | None:
+        for candidate in self.participants:
+            if candidate.node == node:
+                return candidate
+        return None
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["status"] = self.status.value
+        data["participants"] = [asdict(p) for p in self.participants]
+        return data
+
+    def encode(self) -> bytes:
+        return json.dumps(self.as_dict(), separators=(",", ":"), sort_keys=True).encode()
+
+    @classmethod
+    def decode(cls, raw: bytes, where: str = "job state") -> "JobState":
+        data = _load(raw, where)
+        try:
+            participants = tuple(
+                Participant(
+                    node=_typed(p, "node", str, where),
+                    group_rank=_typed(p, "group_rank", int, where),
+                    addr=_typed(p, "addr", str, where),
+                    local_world_size=_typed(p, "local_world_size", int, where),
+                )
+                for p in _typed(data, "participants", list, where)
+            )
+            status = JobStatus(_typed(data, "status", str, where))
+        except (TypeError, ValueError) as exc:
+            raise RendezvousStateError(f"{where} is malformed: {exc}") from exc
+        last_call = data.get("last_call_at")
+        if last_call is not None and not isinstance(last_call, (int, float)):
+            raise RendezvousStateError(f"{where} is malformed: last_call_at is not a number")
+        state = cls(
+            run_id=_typed(data, "run_id", str, where),
+            round=_typed(data, "round", int, where),
+            status=status,
+            min_nodes=_typed(data, "min_nodes", int, where),
+            max_nodes=_typed(data, "max_nodes", int, where),
+            participants=participants,
+            master_addr=_typed(data, "master_addr", str, where),
+            master_port=_typed(data, "master_port", int, where),
+            last_call_at=last_call,
+            reason=_typed(data, "reason", str, where),
+        )
+        ranks = sorted(p.group_rank for p in participants)
+        if ranks != list(range(len(participants))):
+            raise RendezvousStateError(f"{where} is malformed: group ranks {ranks} are not 0..{len(ranks) - 1}")
+        return state
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """What an agent says about itself under ``nodes/<node>`` while it holds its lease."""
+
+    node: str
+    round: int  # the round this node wants to join
+    addr: str
+    local_world_size: int
+    master_port: int  # a free port on this node, used if it becomes group rank 0
+    schema: int = field(default=SCHEMA_VERSION)
+
+    def encode(self) -> bytes:
+        return json.dumps(asdict(self), separators=(",", ":"), sort_keys=True).encode()
+
+    @classmethod
+    def decode(cls, raw: bytes, where: str = "node record") -> "NodeInfo":
+        data = _load(raw, where)
+        return cls(
+            node=_typed(data, "node", str, where),
+            round=_typed(data, "round", int, where),
+            addr=_typed(data, "addr", str, where),
+            local_world_size=_typed(data, "local_world_size", int, where),
+            master_port=_typed(data, "master_port", int, where),
+        )
+
+
+def _load(raw: bytes, where: str) -> dict[str, Any]:
+    try:
+        data = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RendezvousStateError(f"{where} is not valid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise RendezvousStateError(f"{where} is not a JSON object")
+    schema = data.get("schema")
+    if schema != SCHEMA_VERSION:
+        raise RendezvousStateError(
+            f"{where} has schema version {schema!r}; this etcd-elastic reads version {SCHEMA_VERSION} "
+            f"(upgrade etcd-elastic on every node, or use a new run id)"
+        )
+    return data
+
+
+def _typed(data: Any, name: str, kind: type, where: str) -> Any:
+    if not isinstance(data, dict) or name not in data:
+        raise RendezvousStateError(f"{where} is malformed: {name!r} is missing")
+    value = data[name]
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise RendezvousStateError(f"{where} is malformed: {name!r} is not {kind.__name__}")
+    return value
