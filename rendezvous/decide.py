@@ -72,7 +72,7 @@ def assign_ranks(
     """
     old_rank = {p.node: p.group_rank for p in previous}
     stayers = sorted((c for c in candidates if c.info.node in old_rank), key=lambda c: old_rank[c.info.node])
-    newcomers = [c for c in candidates if c.info.node not in old_rank]
+    newcomers = sorted((c for c in candidates if c.info.node not in old_rank), key=lambda c: (c.create_revision, c.info.node))
     chosen = (stayers + newcomers)[:max_nodes]
     size = len(chosen)
     ranks: dict[str, int] = {}
@@ -80,7 +80,8 @@ def assign_ranks(
         rank = old_rank.get(c.info.node)
         if rank is not None and rank < size:
             ranks[c.info.node] = rank
-    free = iter(r for r in range(size) if r not in set(ranks.values()))
+    taken = set(ranks.values())
+    free = iter(r for r in range(size) if r not in taken)
     for c in chosen:
         if c.info.node not in ranks:
             ranks[c.info.node] = next(free)

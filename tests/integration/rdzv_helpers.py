@@ -1,0 +1,50 @@
+"""Run several rendezvous handlers at once, each with its own etcd client, with bounded waits."""
+
+from __future__ import annotations
+
+import threading
+
+from rendezvous import EtcdClient
+from rendezvous.handler import RendezvousHandler
+from rendezvous.settings import RendezvousSettings
+
+
+class Nodes:
+    def __init__(self, endpoints: str, key_prefix: str, **settings):
+        self.endpoints = endpoints
+        self.settings = RendezvousSettings(run_id="job", key_prefix=key_prefix, **settings)
+        self.handlers: list[RendezvousHandler] = []
+        self.clients: list[EtcdClient] = []
+
+    def add(self, name: str, local_world_size: int = 1, **changes) -> RendezvousHandler:
+        client = EtcdClient(self.endpoints, timeout=5)
+        settings = self.settings.with_(**changes) if changes else self.settings
+        handler = RendezvousHandler(client, settings, local_addr="127.0.0.1",
+                                    local_world_size=local_world_size, node_id=name)
+        self.clients.append(client)
+        self.handlers.append(handler)
+        return handler
+
+    def rendezvous(self, handlers, timeout: float = 30.0):
+        """next_rendezvous on each handler in its own thread; {node_id: info or exception}."""
+        results = {}
+
+        def run(handler):
+            try:
+                results[handler.node_id] = handler.next_rendezvous()
+            except Exception as exc:  # reported to the test as a value
+                results[handler.node_id] = exc
+
+        threads = [threading.Thread(target=run, args=(h,), daemon=True) for h in handlers]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout)
+        assert not any(t.is_alive() for t in threads), "a rendezvous did not finish in time"
+        return results
+
+    def close(self):
+        for handler in self.handlers:
+            handler.shutdown()
+        for client in self.clients:
+            client.close()

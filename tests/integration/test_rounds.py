@@ -1,0 +1,174 @@
+"""The rendezvous rounds against real etcd."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from rendezvous import RendezvousClosedError, RendezvousStateError, RendezvousTimeoutError
+from rendezvous.handler import RendezvousInfo
+from tests.integration.rdzv_helpers import Nodes
+
+
+@pytest.fixture
+def nodes(etcd_endpoints, key_prefix):
+    group = Nodes(etcd_endpoints, key_prefix, min_nodes=2, max_nodes=3, last_call_timeout=0.5, join_timeout=20)
+    yield group
+    group.close()
+
+
+def _ok(results) -> dict[str, RendezvousInfo]:
+    for node, value in results.items():
+        assert isinstance(value, RendezvousInfo), f"{node}: {value!r}"
+    return results
+
+
+def test_eight_participants_form_one_round_with_ranks_0_to_7(etcd_endpoints, key_prefix):
+    group = Nodes(etcd_endpoints, key_prefix, min_nodes=8, max_nodes=8)
+    try:
+        handlers = [group.add(f"node{i}", local_world_size=2) for i in range(8)]
+        results = _ok(group.rendezvous(handlers))
+        assert sorted(r.group_rank for r in results.values()) == list(range(8))
+        assert {r.round for r in results.values()} == {1}
+        assert {(r.master_addr, r.master_port) for r in results.values()} == {(results["node0"].master_addr, results["node0"].master_port)}
+        assert {r.world_size for r in results.values()} == {16}
+        assert sorted(r.base_global_rank for r in results.values()) == list(range(0, 16, 2))
+        assert {r.group_world_size for r in results.values()} == {8}
+    finally:
+        group.close()
+
+
+def test_round_with_min_nodes_freezes_after_the_last_call(nodes):
+    handlers = [nodes.add("a"), nodes.add("b")]
+    started = time.monotonic()
+    results = _ok(nodes.rendezvous(handlers))
+    elapsed = time.monotonic() - started
+    assert sorted(r.group_rank for r in results.values()) == [0, 1]
+    assert 0.5 <= elapsed < 5, elapsed
+
+
+def test_round_freezes_at_once_when_max_nodes_joined(nodes):
+    handlers = [nodes.add(n, last_call_timeout=30) for n in "abc"]
+    started = time.monotonic()
+    _ok(nodes.rendezvous(handlers))
+    assert time.monotonic() - started < 5
+
+
+def test_revoked_participant_makes_the_others_re_rendezvous_into_a_smaller_round(nodes):
+    handlers = [nodes.add(n) for n in "abc"]
+    first = _ok(nodes.rendezvous(handlers))
+    victim = next(h for h in handlers if first[h.node_id].group_rank == 1)
+    survivors = [h for h in handlers if h is not victim]
+    for handler in survivors:
+        assert not handler.membership_changed()
+    victim.shutdown()
+    for handler in survivors:
+        assert handler.membership_changed(timeout=5)
+        assert handler.lost_participants() == [victim.node_id]
+    second = _ok(nodes.rendezvous(survivors))
+    assert sorted(r.group_rank for r in second.values()) == [0, 1]
+    assert {r.round for r in second.values()} == {2}
+    for handler in survivors:  # group rank 0 stays rank 0; the one that stays keeps its rank when it fits
+        if first[handler.node_id].group_rank == 0:
+            assert second[handler.node_id].group_rank == 0
+
+
+def test_a_killed_agent_is_noticed_within_its_lease_ttl_and_recovery_takes_about_one_ttl(nodes):
+    handlers = [nodes.add(n) for n in "abc"]
+    _ok(nodes.rendezvous(handlers))
+    victim, survivors = handlers[2], handlers[:2]
+    for handler in survivors:
+        assert not handler.membership_changed()
+    # Kill the agent: its keep-alive stops and nothing revokes the lease (as with SIGKILL).
+    victim._session.done.set()
+    started = time.monotonic()
+    assert survivors[0].membership_changed(timeout=10)
+    noticed = time.monotonic() - started
+    second = _ok(nodes.rendezvous(survivors))
+    recovered = time.monotonic() - started
+    ttl = nodes.settings.lease_ttl
+    assert noticed <= ttl + 1.0, f"noticed after {noticed:.2f}s with a {ttl}s TTL"
+    assert recovered <= 3.0 + 1.0, f"recovered after {recovered:.2f}s"
+    assert sorted(r.group_rank for r in second.values()) == [0, 1]
+
+
+def test_a_late_joiner_waits_then_the_job_scales_up(nodes):
+    handlers = [nodes.add("a"), nodes.add("b")]
+    _ok(nodes.rendezvous(handlers))
+    late = nodes.add("late")
+    outcome = {}
+    thread = threading.Thread(target=lambda: outcome.update(nodes.rendezvous([late])), daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not all(h.num_nodes_waiting() == 1 for h in handlers):
+        assert time.monotonic() < deadline, "the running nodes never saw the late joiner"
+        handlers[0].membership_changed(timeout=0.2)
+    assert all(h.membership_changed() for h in handlers)
+    results = _ok(nodes.rendezvous(handlers))
+    thread.join(timeout=20)
+    assert not thread.is_alive()
+    results.update(_ok(outcome))
+    assert sorted(r.group_rank for r in results.values()) == [0, 1, 2]
+    assert {r.round for r in results.values()} == {2}
+    assert results["late"].group_rank == 2
+
+
+def test_join_timeout_names_how_many_nodes_came_of_how_many_needed(nodes):
+    lonely = nodes.add("a", join_timeout=1.0)
+    started = time.monotonic()
+    (error,) = nodes.rendezvous([lonely]).values()
+    assert isinstance(error, RendezvousTimeoutError)
+    assert "1 of 2 required nodes joined" in str(error)
+    assert time.monotonic() - started < 3
+
+
+def test_a_closed_job_stays_closed_for_a_late_agent(nodes):
+    handlers = [nodes.add("a"), nodes.add("b")]
+    _ok(nodes.rendezvous(handlers))
+    handlers[0].set_closed("training finished")
+    assert handlers[1].is_closed()
+    assert handlers[1].membership_changed(timeout=5)
+    (error,) = nodes.rendezvous([nodes.add("late")]).values()
+    assert isinstance(error, RendezvousClosedError)
+    assert "training finished" in str(error) and "new --rdzv-id" in str(error)
+
+
+def test_one_agent_leaving_does_not_close_the_job(nodes):
+    handlers = [nodes.add("a"), nodes.add("b"), nodes.add("c")]
+    _ok(nodes.rendezvous(handlers))
+    handlers[0].shutdown()
+    assert not handlers[1].is_closed()
+    second = _ok(nodes.rendezvous(handlers[1:]))
+    assert sorted(r.group_rank for r in second.values()) == [0, 1]
+
+
+def test_corrupt_state_gives_a_state_error(nodes, etcd_client, key_prefix):
+    etcd_client.put(f"{key_prefix}/job/state", b"\x80\x04\x95 not ours")
+    (error,) = nodes.rendezvous([nodes.add("a")]).values()
+    assert isinstance(error, RendezvousStateError)
+
+
+def test_progress_shows_how_the_round_is_forming(nodes):
+    first = nodes.add("a", last_call_timeout=30, max_nodes=3)
+    outcome = {}
+    thread = threading.Thread(target=lambda: outcome.update(nodes.rendezvous([first])), daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 5
+    while (first.progress() is None or first.progress().nodes_joined < 1) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    progress = first.progress()
+    assert (progress.round, progress.nodes_joined, progress.min_nodes, progress.max_nodes) == (1, 1, 2, 3)
+    assert progress.last_call_in is None
+    second = nodes.add("b", last_call_timeout=30, max_nodes=3)
+    thread2 = threading.Thread(target=lambda: outcome.update(nodes.rendezvous([second])), daemon=True)
+    thread2.start()
+    while (first.progress() is None or first.progress().last_call_in is None) and time.monotonic() < deadline + 5:
+        time.sleep(0.05)
+    assert 0 < first.progress().last_call_in <= 30
+    third = nodes.add("c")
+    _ok(nodes.rendezvous([third]))
+    thread.join(10)
+    thread2.join(10)
+    assert len(_ok(outcome)) == 2

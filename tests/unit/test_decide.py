@@ -1,0 +1,136 @@
+"""Round decisions without etcd: made-up node lists and an injected clock."""
+
+import pytest
+
+from rendezvous.decide import (
+    Freeze, LiveNode, Wait, assign_ranks, coordinator, decide, frozen_state, lost_participants, nodes_waiting,
+)
+from rendezvous.state import JobState, JobStatus, NodeInfo, Participant
+
+
+def node(name, round_=1, rev=None, lws=2, port=1000):
+    return LiveNode(NodeInfo(name, round_, f"{name}.host", lws, port), rev if rev is not None else int(name[1:]) + 10)
+
+
+def running(participants, round_=1, max_nodes=4):
+    return JobState("job", round_, JobStatus.RUNNING, 1, max_nodes, tuple(participants), "m", 1)
+
+
+def p(name, rank, lws=2):
+    return Participant(name, rank, f"{name}.host", lws)
+
+
+def call(nodes, round_=1, previous=None, min_nodes=2, max_nodes=4, last_call=5.0, start=None, now=100.0):
+    return decide(previous, nodes, round_, min_nodes=min_nodes, max_nodes=max_nodes,
+                  last_call_timeout=last_call, last_call_start=start, now=now)
+
+
+def test_coordinator_is_the_node_whose_key_was_created_first():
+    assert coordinator([node("n2", rev=5), node("n1", rev=9), node("n3", rev=7)]) == "n2"
+    assert coordinator([]) is None
+
+
+def test_round_freezes_at_once_when_max_nodes_joined():
+    decision = call([node("n0"), node("n1"), node("n2"), node("n3")])
+    assert isinstance(decision, Freeze)
+    assert [q.group_rank for q in decision.participants] == [0, 1, 2, 3]
+
+
+def test_round_waits_for_change_below_min_nodes():
+    assert call([node("n0")]) == Wait(until=None, last_call_start=None)
+
+
+def test_last_call_starts_when_min_nodes_joined_and_ends_after_the_window():
+    nodes = [node("n0"), node("n1")]
+    first = call(nodes, now=100.0)
+    assert first == Wait(until=105.0, last_call_start=100.0)
+    assert call(nodes, start=100.0, now=104.9) == Wait(until=105.0, last_call_start=100.0)
+    assert isinstance(call(nodes, start=100.0, now=105.0), Freeze)
+
+
+def test_dropping_below_min_nodes_cancels_the_last_call():
+    assert call([node("n0")], start=100.0, now=101.0) == Wait(until=None, last_call_start=None)
+
+
+def test_extra_nodes_beyond_max_wait_for_the_next_round():
+    nodes = [node(f"n{i}") for i in range(6)]
+    decision = call(nodes, max_nodes=4)
+    assert [q.node for q in decision.participants] == ["n0", "n1", "n2", "n3"]
+
+
+def test_nodes_that_ask_for_another_round_do_not_count():
+    decision = call([node("n0"), node("n1", round_=2), node("n2")], min_nodes=3)
+    assert isinstance(decision, Wait) and decision.last_call_start is None
+
+
+def test_re_rendezvous_freezes_without_last_call_once_every_live_node_rejoined():
+    previous = running([p("n0", 0), p("n1", 1), p("n2", 2)])
+    survivors = [node("n0", 2), node("n2", 2)]  # n1's key is gone: its agent died
+    decision = call(survivors, round_=2, previous=previous, min_nodes=1, max_nodes=3)
+    assert isinstance(decision, Freeze)
+    assert [(q.node, q.group_rank) for q in decision.participants] == [("n0", 0), ("n2", 1)]
+
+
+def test_re_rendezvous_waits_for_a_live_node_that_has_not_rejoined_yet():
+    previous = running([p("n0", 0), p("n1", 1)])
+    decision = call([node("n0", 2), node("n1", 1)], round_=2, previous=previous, min_nodes=1, max_nodes=3)
+    assert isinstance(decision, Wait) and decision.until == 105.0
+
+
+def test_assign_ranks_keeps_the_ranks_of_nodes_that_stay():
+    previous = [p("a", 0), p("b", 1), p("c", 2), p("d", 3)]
+    stay = [node("n9", rev=1), node("a", rev=2), node("c", rev=3), node("d", rev=4)]
+    stay = [LiveNode(NodeInfo(x.info.node, 2, "h", 1, 1), x.create_revision) for x in stay]
+    ranks = {q.node: q.group_rank for q in assign_ranks(previous, stay, 8)}
+    assert ranks == {"a": 0, "c": 2, "d": 3, "n9": 1}
+
+
+def test_assign_ranks_moves_a_stayer_whose_rank_no_longer_fits():
+    previous = [p("a", 0), p("b", 1), p("c", 2)]
+    stay = [LiveNode(NodeInfo(n, 2, "h", 1, 1), r) for n, r in (("a", 1), ("c", 2))]
+    assert {q.node: q.group_rank for q in assign_ranks(previous, stay, 8)} == {"a": 0, "c": 1}
+
+
+def test_assign_ranks_is_deterministic_whatever_the_input_order():
+    previous = [p("a", 0), p("b", 1)]
+    nodes = [LiveNode(NodeInfo(n, 2, "h", 1, 1), r) for n, r in (("x", 7), ("b", 3), ("y", 5))]
+    assert assign_ranks(previous, nodes, 8) == assign_ranks(previous, list(reversed(nodes)), 8)
+
+
+def test_assign_ranks_prefers_previous_participants_when_capped():
+    previous = [p("old", 0)]
+    nodes = [LiveNode(NodeInfo(n, 2, "h", 1, 1), r) for n, r in (("new", 1), ("old", 9))]
+    assert [q.node for q in assign_ranks(previous, nodes, 1)] == ["old"]
+
+
+def test_frozen_state_takes_master_from_group_rank_zero():
+    nodes = [node("n0", port=1111), node("n1", port=2222)]
+    participants = (p("n1", 0), p("n0", 1))
+    state = frozen_state("job", 3, participants, nodes, 1, 2)
+    assert (state.master_addr, state.master_port, state.round) == ("n1.host", 2222, 3)
+    assert state.world_size == 4
+
+
+def test_nodes_waiting_counts_newcomers_only_while_there_is_room():
+    state = running([p("n0", 0), p("n1", 1)], max_nodes=3)
+    nodes = [node("n0"), node("n1"), node("n5", 2), node("n6", 2)]
+    assert nodes_waiting(state, nodes) == 1
+    assert nodes_waiting(running([p("n0", 0), p("n1", 1)], max_nodes=2), nodes) == 0
+
+
+def test_nodes_waiting_counts_a_participant_asking_for_a_new_round():
+    state = running([p("n0", 0), p("n1", 1)], max_nodes=2)
+    assert nodes_waiting(state, [node("n0"), node("n1", 2)]) == 1
+
+
+def test_lost_participants_are_those_whose_key_is_gone():
+    state = running([p("n0", 0), p("n1", 1), p("n2", 2)])
+    assert lost_participants(state, {"n0", "n2"}) == ["n1"]
+    assert lost_participants(None, set()) == []
+
+
+@pytest.mark.parametrize("status", [JobStatus.JOINING, JobStatus.CLOSED])
+def test_nothing_waits_and_nothing_is_lost_unless_a_round_runs(status):
+    state = JobState("job", 1, status, 1, 4, (p("n0", 0),))
+    assert nodes_waiting(state, [node("n5", 2)]) == 0
+    assert lost_participants(state, set()) == []

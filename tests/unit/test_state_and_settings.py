@@ -1,0 +1,86 @@
+import json
+
+import pytest
+
+from rendezvous.errors import RendezvousSettingsError, RendezvousStateError
+from rendezvous.settings import RendezvousSettings, parse_conf
+from rendezvous.state import JobState, JobStatus, NodeInfo, Participant
+
+
+def _state():
+    return JobState("job", 2, JobStatus.RUNNING, 1, 3, (Participant("a", 0, "h", 2), Participant("b", 1, "g", 4)),
+                    "h", 29500, None, "")
+
+
+def test_job_state_round_trips_through_json():
+    state = _state()
+    assert JobState.decode(state.encode()) == state
+    assert state.world_size == 6
+    assert state.as_dict()["status"] == "running"
+
+
+def test_node_info_round_trips_through_json():
+    info = NodeInfo("n", 3, "10.0.0.1", 8, 29500)
+    assert NodeInfo.decode(info.encode()) == info
+
+
+@pytest.mark.parametrize(
+    "raw, fragment",
+    [
+        (b"\x80\x04garbage", "not valid JSON"),
+        (b"[1, 2]", "not a JSON object"),
+        (b'{"schema": 99}', "schema version 99"),
+        (b'{"round": 1}', "schema version None"),
+    ],
+)
+def test_decode_refuses_what_is_not_a_job_state(raw, fragment):
+    with pytest.raises(RendezvousStateError, match=fragment):
+        JobState.decode(raw)
+
+
+@pytest.mark.parametrize(
+    "change, fragment",
+    [
+        ({"round": "2"}, "'round' is not int"),
+        ({"status": "dancing"}, "malformed"),
+        ({"participants": [{"node": "a"}]}, "'group_rank' is missing"),
+        ({"participants": [{"node": "a", "group_rank": 3, "addr": "h", "local_world_size": 1}]}, "group ranks"),
+        ({"max_nodes": True}, "'max_nodes' is not int"),
+    ],
+)
+def test_decode_names_the_malformed_field(change, fragment):
+    data = json.loads(_state().encode())
+    data.update(change)
+    with pytest.raises(RendezvousStateError, match=fragment):
+        JobState.decode(json.dumps(data).encode())
+
+
+def test_settings_from_conf_use_torch_key_names():
+    settings = RendezvousSettings.from_conf(
+        "job", 2, 4, "join_timeout=10,last_call_timeout=0.5,read_timeout=3,lease_ttl=4,key_prefix=/x"
+    )
+    assert (settings.join_timeout, settings.last_call_timeout, settings.read_timeout) == (10.0, 0.5, 3.0)
+    assert (settings.lease_ttl, settings.key_prefix, settings.min_nodes, settings.max_nodes) == (4, "/x", 2, 4)
+
+
+@pytest.mark.parametrize(
+    "min_nodes, max_nodes, conf, fragment",
+    [
+        (3, 2, "", "max_nodes"),
+        (0, 2, "", "min_nodes"),
+        (1, 1, "bogus=1", "unknown --rdzv-conf key 'bogus'"),
+        (1, 1, "join_timeout=abc", "join_timeout='abc'"),
+        (1, 1, "join_timeout=-1", "join_timeout must be a positive"),
+        (1, 1, "join_timeout=nan", "join_timeout must be a positive"),
+        (1, 1, "lease_ttl=1", "lease_ttl"),
+        (1, 1, "novalue", "not key=value"),
+        (1, 1, "protocol=grpc", "protocol"),
+    ],
+)
+def test_bad_settings_name_what_is_wrong(min_nodes, max_nodes, conf, fragment):
+    with pytest.raises(RendezvousSettingsError, match=fragment):
+        RendezvousSettings.from_conf("job", min_nodes, max_nodes, conf)
+
+
+def test_parse_conf_skips_empty_entries():
+    assert parse_conf(" a=1, ,b = 2 ") == {"a": "1", "b": "2"}
