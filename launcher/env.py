@@ -1,0 +1,72 @@
+"""The worker environment contract: exactly what torchrun exports, built by one function."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+__all__ = ["WorkerSpec", "worker_env", "EXPORTED"]
+
+EXPORTED = (
+    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+    "ROLE_NAME", "ROLE_RANK", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_USE_AGENT_STORE",
+    "TORCHELASTIC_ERROR_FILE", "OMP_NUM_THREADS",
+)
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """Where one worker stands in the job, for one attempt."""
+
+    local_rank: int
+    local_world_size: int
+    base_global_rank: int  # global rank of this node's local rank 0
+    world_size: int
+    group_rank: int
+    group_world_size: int
+    master_addr: str
+    master_port: int
+    run_id: str
+    restart_count: int
+    max_restarts: int
+    error_file: str
+    role: str = "default"
+
+    @property
+    def rank(self) -> int:
+        return self.base_global_rank + self.local_rank
+
+
+def worker_env(spec: WorkerSpec, inherited: Mapping[str, str]) -> dict[str, str]:
+    """The environment of one worker: the user's own, plus the torchelastic variables.
+
+    With one role per job (as torchrun), ROLE_RANK and ROLE_WORLD_SIZE equal RANK and WORLD_SIZE.
+    OMP_NUM_THREADS is 1 unless the user set it. TORCHELASTIC_USE_AGENT_STORE is False: workers
+    create their own store at MASTER_ADDR:MASTER_PORT (rank 0 hosts it).
+    """
+    if not 0 <= spec.local_rank < spec.local_world_size:
+        raise ValueError(f"local rank {spec.local_rank} is outside 0..{spec.local_world_size - 1}")
+    if not 0 <= spec.rank < spec.world_size:
+        raise ValueError(f"rank {spec.rank} is outside 0..{spec.world_size - 1}")
+    env = dict(inherited)
+    env.update(
+        RANK=str(spec.rank),
+        LOCAL_RANK=str(spec.local_rank),
+        WORLD_SIZE=str(spec.world_size),
+        LOCAL_WORLD_SIZE=str(spec.local_world_size),
+        GROUP_RANK=str(spec.group_rank),
+        GROUP_WORLD_SIZE=str(spec.group_world_size),
+        ROLE_NAME=spec.role,
+        ROLE_RANK=str(spec.rank),
+        ROLE_WORLD_SIZE=str(spec.world_size),
+        MASTER_ADDR=spec.master_addr,
+        MASTER_PORT=str(spec.master_port),
+        TORCHELASTIC_RUN_ID=spec.run_id,
+        TORCHELASTIC_RESTART_COUNT=str(spec.restart_count),
+        TORCHELASTIC_MAX_RESTARTS=str(spec.max_restarts),
+        TORCHELASTIC_USE_AGENT_STORE="False",
+        TORCHELASTIC_ERROR_FILE=spec.error_file,
+    )
+    env.setdefault("OMP_NUM_THREADS", "1")
+    return env
