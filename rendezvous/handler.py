@@ -341,7 +341,7 @@ class RendezvousHandler:
             reason = f" ({state.reason})" if state.reason else ""
             raise RendezvousClosedError(
                 f"rendezvous '{self.run_id}' is closed{reason}; start the job with a new --rdzv-id, "
-                f"or delete {self._keys.state} (elastic-ctl reset) to reuse this one"
+                f"or delete the key {self._keys.state} to reuse this one"
             )
 
     def _backend_state(self) -> JobState | None:
