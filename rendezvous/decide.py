@@ -114,15 +114,15 @@ def decide(
     """
     previous_participants = previous.participants if previous else ()
     candidates = joined(nodes, round_)
-    if len(candidates) >= max_nodes:
-        return Freeze(assign_ranks(previous_participants, candidates, max_nodes))
     if len(candidates) < min_nodes:
         return Wait(until=None, last_call_start=None)
-    everyone_here = all(n.info.round == round_ for n in nodes)
-    if previous_participants and everyone_here:
-        return Freeze(assign_ranks(previous_participants, candidates, max_nodes))
     start = now if last_call_start is None else last_call_start
-    if now >= start + last_call_timeout:
+    everyone_here = all(n.info.round == round_ for n in nodes)
+    if (
+        len(candidates) >= max_nodes
+        or (previous_participants and everyone_here)
+        or now >= start + last_call_timeout
+    ):
         return Freeze(assign_ranks(previous_participants, candidates, max_nodes))
     return Wait(until=start + last_call_timeout, last_call_start=start)
 
