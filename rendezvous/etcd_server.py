@@ -175,7 +175,11 @@ class EtcdCluster:
             self.members = [_Member(f"m{i}", self.host, self.data_dir, self.tls is not None) for i in range(self.size)]
             initial = ",".join(f"{m.name}={m.peer_url}" for m in self.members)
             token = os.path.basename(self.data_dir)
-            self._commands = [m.command(binary, initial, token, self.extra_args) for m in self.members]
+            extra = self.extra_args
+            if self.size == 1:
+                # A lone member has no peer to hear from: elect itself in ~0.1 s instead of ~1 s.
+                extra = ("--heartbeat-interval=10", "--election-timeout=100", *extra)
+            self._commands = [m.command(binary, initial, token, extra) for m in self.members]
             try:
                 for index in range(self.size):
                     self.start_member(index, wait=False)

@@ -221,6 +221,29 @@ class RendezvousHandler:
             return True
         return monitor.wait(timeout)
 
+    def finish(self) -> None:
+        """Tell the others that this node's workers of the current round all succeeded."""
+        if self._info is None:
+            raise RendezvousError("finish() needs a completed round")
+        self._announce(self._info.round, finished=True)
+
+    def all_finished(self, timeout: float = 0.0) -> bool:
+        """True once every participant of this node's round has finished (waits up to ``timeout``)."""
+        monitor = self._ensure_monitor()
+        if monitor is None:
+            return False
+        deadline = self._clock() + timeout
+        while True:
+            monitor.poll()
+            if monitor.finished:
+                return True
+            if monitor.moved_on or monitor.lost:
+                return False
+            remaining = deadline - self._clock()
+            if remaining <= 0:
+                return False
+            monitor.next_event(remaining)
+
     def lease_lost(self) -> bool:
         """This agent's own lease ended (etcd unreachable past the TTL): it is no longer a member."""
         return self._session is not None and self._session.lost.is_set()
@@ -255,7 +278,7 @@ class RendezvousHandler:
     def _session_alive(self) -> bool:
         return self._session is not None and self._session.alive
 
-    def _announce(self, round_: int) -> None:
+    def _announce(self, round_: int, *, finished: bool = False) -> None:
         """Write (or rewrite) this node's key asking for ``round_``, on a live lease."""
         if not self._session_alive():
             if self._session is not None:
@@ -263,7 +286,7 @@ class RendezvousHandler:
             self._session = Session(self._client, self.settings.lease_ttl)
         info = NodeInfo(
             node=self.node_id, round=round_, addr=self.local_addr, local_world_size=self.local_world_size,
-            master_port=free_port("0.0.0.0"),
+            master_port=free_port("0.0.0.0"), finished=finished,
         )
         try:
             self._client.put(self._keys.node(self.node_id), info.encode(), lease=self._session.lease_id)
@@ -271,7 +294,7 @@ class RendezvousHandler:
             if "lease not found" not in str(exc):
                 raise
             self._session.lost.set()
-            self._announce(round_)
+            self._announce(round_, finished=finished)
 
     def _coordinate(self, snapshot: Snapshot, target: int) -> float | None:
         """Decide the round. Returns None after a write, else when to look again (inf: on a change)."""

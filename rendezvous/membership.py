@@ -169,11 +169,17 @@ class JobMonitor:
         """Wait up to ``timeout`` for a change of membership or state; True when there is one."""
         if self.changed:
             return True
-        event = self._watch.get(timeout)
-        if event is not None:
-            self._apply(event)
-            self.poll()
+        self.next_event(timeout)
         return self.changed
+
+    def next_event(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` for the watch to deliver something, and apply it all."""
+        event = self._watch.get(timeout)
+        if event is None:
+            return False
+        self._apply(event)
+        self.poll()
+        return True
 
     def _apply(self, event) -> None:
         if event.type is EventType.RESYNC:
@@ -221,6 +227,18 @@ class JobMonitor:
     def moved_on(self) -> bool:
         """The job left this round: another round is forming or running, or it closed, or was reset."""
         return self._mine() is None
+
+    @property
+    def finished(self) -> bool:
+        """Every participant of this round said its workers all succeeded."""
+        state = self._mine()
+        if state is None:
+            return False
+        for participant in state.participants:
+            node = self._nodes.get(participant.node)
+            if node is None or not node.info.finished or node.info.round != self._round:
+                return False
+        return True
 
     @property
     def changed(self) -> bool:

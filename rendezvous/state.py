@@ -117,6 +117,7 @@ class NodeInfo:
     addr: str
     local_world_size: int
     master_port: int  # a free port on this node, used if it becomes group rank 0
+    finished: bool = False  # its workers of ``round`` all succeeded; it waits for the others
     schema: int = field(default=SCHEMA_VERSION)
 
     def encode(self) -> bytes:
@@ -131,6 +132,7 @@ class NodeInfo:
             addr=_typed(data, "addr", str, where),
             local_world_size=_typed(data, "local_world_size", int, where),
             master_port=_typed(data, "master_port", int, where),
+            finished=_typed(data, "finished", bool, where) if "finished" in data else False,
         )
 
 

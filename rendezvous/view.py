@@ -1,0 +1,86 @@
+"""A read-only view of a job's rendezvous state, for library users (``elastic.get_state``) and elastic-ctl."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from .backend import DEFAULT_KEY_PREFIX
+from .client import EtcdClient
+from .membership import JobKeys, Snapshot, read_round
+
+__all__ = ["JobView", "NodeView", "get_state", "view_of"]
+
+
+@dataclass(frozen=True)
+class NodeView:
+    node: str
+    group_rank: int | None  # None: the node waits for a later round
+    addr: str
+    local_world_size: int
+    alive: bool  # its agent holds its lease
+    finished: bool = False  # its workers of this round all succeeded
+
+
+@dataclass(frozen=True)
+class JobView:
+    run_id: str
+    status: str  # "joining", "running" or "closed"
+    round: int
+    world_size: int
+    master_addr: str
+    master_port: int
+    min_nodes: int
+    max_nodes: int
+    nodes: tuple[NodeView, ...]
+    reason: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["nodes"] = [asdict(n) for n in self.nodes]
+        return data
+
+
+def get_state(
+    endpoint: str | EtcdClient, run_id: str, *, key_prefix: str = DEFAULT_KEY_PREFIX, timeout: float = 5.0, **client_options: Any
+) -> JobView | None:
+    """The job's state as etcd holds it now, or None when there is no such job.
+
+    ``endpoint`` is ``host:port[,...]`` (or an EtcdClient); ``client_options`` go to EtcdClient
+    (ca_cert, cert_key, cert_cert, user, password). Never writes to etcd.
+    """
+    own = not isinstance(endpoint, EtcdClient)
+    client = EtcdClient(endpoint, timeout=timeout, **client_options) if own else endpoint
+    try:
+        snapshot = read_round(client, JobKeys(key_prefix, run_id), all_nodes=True)
+    finally:
+        if own:
+            client.close()
+    return view_of(snapshot)
+
+
+def view_of(snapshot: Snapshot) -> JobView | None:
+    """The view of one read of the job's keys (``read_round(..., all_nodes=True)``)."""
+    state = snapshot.state
+    if state is None:
+        return None
+    live = {n.info.node: n.info for n in snapshot.nodes}
+
+    def finished(node: str) -> bool:
+        info = live.get(node)
+        return info is not None and info.finished and info.round == state.round
+
+    views = [
+        NodeView(p.node, p.group_rank, p.addr, p.local_world_size, p.node in live, finished(p.node))
+        for p in state.participants
+    ]
+    members = {p.node for p in state.participants}
+    views += [
+        NodeView(info.node, None, info.addr, info.local_world_size, True)
+        for node, info in sorted(live.items()) if node not in members
+    ]
+    return JobView(
+        run_id=state.run_id, status=state.status.value, round=state.round, world_size=state.world_size,
+        master_addr=state.master_addr, master_port=state.master_port, min_nodes=state.min_nodes,
+        max_nodes=state.max_nodes, nodes=tuple(views), reason=state.reason,
+    )
