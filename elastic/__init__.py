@@ -1,5 +1,8 @@
-"""The small public API for user code: reading a job's rendezvous state."""
+"""The small public API for code running under elastic-run: am I launched, where do I stand, what
+does the job look like, and an error-recording decorator."""
 
 from .jobstate import JobView, NodeView, get_state
+from .record import record
+from .worker import NotLaunchedError, WorkerEnv, is_torchelastic_launched
 
-__all__ = ["JobView", "NodeView", "get_state"]
+__all__ = ["is_torchelastic_launched", "WorkerEnv", "NotLaunchedError", "record", "get_state", "JobView", "NodeView"]

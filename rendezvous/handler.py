@@ -24,7 +24,7 @@ from .settings import RendezvousSettings
 from .state import JobState, JobStatus, NodeInfo, Participant
 from .watch import KeyRange, Watch
 
-__all__ = ["RendezvousHandler", "RendezvousInfo", "Progress"]
+__all__ = ["RendezvousHandler", "RendezvousInfo", "Progress", "default_node_id"]
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ class Progress:
     last_call_in: float | None  # seconds until the coordinator freezes the round, if known
 
 
-def _default_node_id() -> str:
+def default_node_id() -> str:
     return f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}"
 
 
@@ -84,7 +84,7 @@ class RendezvousHandler:
         self.settings = settings
         self._keys = JobKeys(settings.key_prefix, settings.run_id)
         self._backend = EtcdRendezvousBackend(client, settings.run_id, settings.key_prefix)
-        self.node_id = node_id or _default_node_id()
+        self.node_id = node_id or default_node_id()
         self.local_addr = local_addr or socket.getfqdn()
         self.local_world_size = local_world_size
         self._clock = clock

@@ -1,0 +1,254 @@
+"""The agent: RENDEZVOUS -> RUNNING -> SUCCEEDED | FAILED | RESTARTING -> RENDEZVOUS.
+
+- A worker failure stops the group and, while restarts remain, joins a new round and starts the
+  workers again (TORCHELASTIC_RESTART_COUNT counts these).
+- A membership change -- a participant's agent is gone, a node waits to join, or another node
+  started a new round -- stops the group and re-rendezvouses without using a restart.
+- An etcd outage does not touch running workers: the lease is kept alive through it, and the
+  agent only re-rendezvouses if etcd says the lease is gone.
+- When every local worker succeeded the agent says so in its node key and waits (up to the exit
+  barrier timeout) for the other nodes; when all have, the job is marked closed.
+- SIGTERM / SIGINT / SIGHUP stop the workers gracefully and leave the job open for the others.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import signal
+import sys
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Callable, Iterator, Mapping
+
+from rendezvous.errors import RendezvousClosedError, RendezvousError
+from rendezvous.handler import Progress, RendezvousHandler, RendezvousInfo
+
+from .env import WorkerSpec
+from .errors import AgentStopped, JobRendezvousError, WorkerFailedError
+from .logs import LogPump
+from .summary import describe_exit, failure_summary
+from .workers import GroupState, GroupStatus, LogSettings, Reaper, WorkerGroup, attempt_dir
+
+__all__ = ["AgentConfig", "Agent", "AgentState", "stop_on_signals", "progress_line"]
+
+
+class AgentState(str, enum.Enum):
+    INIT = "init"
+    RENDEZVOUS = "rendezvous"
+    RUNNING = "running"
+    RESTARTING = "restarting"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    argv: tuple[str, ...]  # the worker command line
+    nproc_per_node: int
+    logs: LogSettings
+    max_restarts: int = 0
+    monitor_interval: float = 0.1
+    role: str = "default"
+    stop_grace: float = 10.0  # seconds between SIGTERM and SIGKILL when stopping workers
+    exit_barrier_timeout: float = 300.0  # how long a finished node waits for the others
+
+
+def progress_line(progress: Progress) -> str:
+    """``round 1: 2/4 nodes joined (min 3, max 4), last call in 4 s``"""
+    line = (
+        f"round {progress.round}: {progress.nodes_joined}/{progress.max_nodes} nodes joined "
+        f"(min {progress.min_nodes}, max {progress.max_nodes})"
+    )
+    if progress.last_call_in is not None:
+        line += f", last call in {progress.last_call_in:.0f} s"
+    elif progress.nodes_joined < progress.min_nodes:
+        line += f", waiting for {progress.min_nodes - progress.nodes_joined} more"
+    return line
+
+
+class Agent:
+    """Runs one node's workers for a job, from rendezvous to exit."""
+
+    def __init__(
+        self, config: AgentConfig, handler: RendezvousHandler, *,
+        say: Callable[[str], None] | None = None, environ: Mapping[str, str] | None = None,
+    ) -> None:
+        self.config = config
+        self.handler = handler
+        self.say = say or _say
+        self.environ = dict(os.environ if environ is None else environ)
+        self.state = AgentState.INIT
+        self.restarts = 0
+        self.attempt = 0
+        self.info: RendezvousInfo | None = None
+
+    def run(self) -> int:
+        """Run until the job succeeds (returns 0); raises a LauncherError otherwise."""
+        pump = LogPump()
+        reaper = Reaper()
+        group = WorkerGroup(self.config.argv, self.config.logs, pump, reaper)
+        try:
+            while True:
+                self.info = self._rendezvous()
+                self.state = AgentState.RUNNING
+                group.start(self._specs(self.info), self.attempt, self.environ)
+                status = self._monitor(group)
+                if status is not None and status.state is GroupState.SUCCEEDED:
+                    group.stop(self.config.stop_grace)
+                    self.state = AgentState.SUCCEEDED
+                    self._exit_barrier()
+                    return 0
+                group.stop(self.config.stop_grace)
+                self.state = AgentState.RESTARTING
+                self.attempt += 1
+                if status is None:
+                    continue  # membership changed: a new round, no restart used
+                first = status.first_failure
+                assert first is not None
+                if self.restarts < self.config.max_restarts:
+                    self.restarts += 1
+                    self.say(
+                        f"worker rank {first.rank} failed ({describe_exit(first)}); "
+                        f"restarting the workers ({self.restarts}/{self.config.max_restarts})"
+                    )
+                    continue
+                self.state = AgentState.FAILED
+                self.say(failure_summary(status, self.handler.run_id, self.restarts, self.config.max_restarts))
+                self._close(f"rank {first.rank} failed ({describe_exit(first)}) and no restart was left")
+                raise WorkerFailedError(f"rank {first.rank} failed ({describe_exit(first)})")
+        except RendezvousClosedError as exc:
+            raise JobRendezvousError(str(exc)) from exc
+        except RendezvousError as exc:
+            raise JobRendezvousError(str(exc)) from exc
+        finally:
+            _ignore_stop_signals()
+            group.stop(self.config.stop_grace)
+            try:
+                self.handler.shutdown()
+            except RendezvousError:
+                pass  # etcd is away: our lease expires by itself
+            pump.close()
+            reaper.close()
+
+    # -- the steps ------------------------------------------------------------------------------
+    def _rendezvous(self) -> RendezvousInfo:
+        self.state = AgentState.RENDEZVOUS
+        done = threading.Event()
+        reporter = threading.Thread(target=self._report_progress, args=(done,), name="progress", daemon=True)
+        reporter.start()
+        try:
+            info = self.handler.next_rendezvous()
+        finally:
+            done.set()
+            reporter.join(timeout=2)
+        self.say(
+            f"round {info.round}: group rank {info.group_rank} of {info.group_world_size} nodes, "
+            f"global ranks {info.base_global_rank}..{info.base_global_rank + self.config.nproc_per_node - 1} "
+            f"of {info.world_size}, master {info.master_addr}:{info.master_port}"
+        )
+        return info
+
+    def _report_progress(self, done: threading.Event) -> None:
+        """A progress line while nodes are missing: at most one a second, only when it changes."""
+        shown = None
+        while not done.wait(1.0):
+            try:
+                progress = self.handler.progress()
+            except RendezvousError:
+                continue
+            if progress is None or progress.nodes_joined >= progress.max_nodes:
+                continue
+            line = progress_line(progress)
+            if line != shown and not done.is_set():
+                self.say(line)
+                shown = line
+
+    def _specs(self, info: RendezvousInfo) -> list[WorkerSpec]:
+        n = self.config.nproc_per_node
+        return [
+            WorkerSpec(
+                local_rank=i, local_world_size=n, base_global_rank=info.base_global_rank, world_size=info.world_size,
+                group_rank=info.group_rank, group_world_size=info.group_world_size, master_addr=info.master_addr,
+                master_port=info.master_port, run_id=info.run_id, restart_count=self.restarts,
+                max_restarts=self.config.max_restarts, role=self.config.role,
+                error_file=os.path.join(attempt_dir(self.config.logs.root, self.attempt, i), "error.json"),
+            )
+            for i in range(n)
+        ]
+
+    def _monitor(self, group: WorkerGroup) -> GroupStatus | None:
+        """Until the workers end (their status) or the membership changes (None)."""
+        while True:
+            status = group.poll()
+            if status.state is not GroupState.RUNNING:
+                return status
+            if self.handler.membership_changed(timeout=self.config.monitor_interval):
+                status = group.poll()
+                if status.state is not GroupState.RUNNING:
+                    return status
+                self.say(f"membership changed ({self._why_changed()}): re-rendezvous")
+                return None
+
+    def _why_changed(self) -> str:
+        try:
+            lost = self.handler.lost_participants()
+            waiting = self.handler.num_nodes_waiting()
+        except RendezvousError:
+            return "etcd unreachable"
+        if self.handler.lease_lost():
+            return "this node's lease expired"
+        if lost:
+            return f"node{'s' if len(lost) > 1 else ''} {', '.join(lost)} left"
+        if waiting:
+            return f"{waiting} node{'s' if waiting > 1 else ''} waiting to join"
+        return "another node started a new round"
+
+    def _exit_barrier(self) -> None:
+        """Say this node finished; when every participant has, close the job."""
+        try:
+            self.handler.finish()
+            if self.handler.all_finished(timeout=self.config.exit_barrier_timeout):
+                self._close("the job finished")
+        except RendezvousError as exc:
+            self.say(f"workers succeeded; could not record it in etcd ({exc})")
+
+    def _close(self, reason: str) -> None:
+        try:
+            self.handler.set_closed(reason)
+        except RendezvousError as exc:
+            self.say(f"could not mark the job closed: {exc}")
+
+
+def _say(message: str) -> None:
+    for line in message.splitlines() or [""]:
+        sys.stderr.write(f"elastic-run: {line}\n")
+    sys.stderr.flush()
+
+
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def _ignore_stop_signals() -> None:
+    if threading.current_thread() is threading.main_thread():
+        for signum in _STOP_SIGNALS:
+            signal.signal(signum, signal.SIG_IGN)
+
+
+@contextmanager
+def stop_on_signals() -> Iterator[None]:
+    """Turn SIGTERM / SIGINT / SIGHUP into AgentStopped in the main thread (once)."""
+    previous = {signum: signal.getsignal(signum) for signum in _STOP_SIGNALS}
+
+    def handle(signum: int, frame: object) -> None:
+        _ignore_stop_signals()
+        raise AgentStopped(signum)
+
+    for signum in _STOP_SIGNALS:
+        signal.signal(signum, handle)
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

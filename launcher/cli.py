@@ -1,0 +1,294 @@
+"""``elastic-run`` (torchrun's options, on etcd v3) and ``elastic-ctl`` (look at a job).
+
+Every option also reads torchrun's ``PET_<NAME>`` environment variable. Bad input ends with one
+line on stderr naming what was wrong and exit code 2; see launcher/errors.py for the others.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import uuid
+from typing import Any, Callable, NoReturn, Sequence
+
+import click
+
+from rendezvous.backend import job_key
+from rendezvous.client import EtcdClient, parse_endpoints
+from rendezvous.errors import RendezvousError, RendezvousSettingsError
+from rendezvous.etcd_server import EtcdServer
+from rendezvous.handler import RendezvousHandler, default_node_id
+from rendezvous.membership import JobKeys, read_round
+from rendezvous.settings import RendezvousSettings
+from rendezvous.view import JobView, view_of
+from rendezvous.watch import KeyRange, Watch
+
+from .agent import Agent, AgentConfig, stop_on_signals
+from .errors import EXIT_USAGE, LauncherError, UsageError
+from .logs import parse_ranks_filter, parse_std
+from .options import parse_nnodes, parse_nproc_per_node, parse_rdzv_backend, worker_argv
+from .workers import LogSettings
+
+__all__ = ["elastic_run", "elastic_ctl", "run_main", "ctl_main"]
+
+_CONTEXT = {"help_option_names": ["-h", "--help"], "allow_interspersed_args": False, "max_content_width": 100}
+
+
+def _option(*names: str, env: str, **kwargs: Any) -> Callable:
+    """A torchrun option: both spellings (--a-b and --a_b), and PET_<NAME> from the environment."""
+    spelled = list(names)
+    for name in names:
+        if name.startswith("--") and "-" in name[2:]:
+            spelled.append("--" + name[2:].replace("-", "_"))
+    return click.option(*spelled, envvar=f"PET_{env}", show_envvar=False, **kwargs)
+
+
+@click.command("elastic-run", context_settings=_CONTEXT)
+@_option("--nnodes", env="NNODES", default="1:1", show_default=True, help="Number of nodes, N or MIN:MAX.")
+@_option("--nproc-per-node", env="NPROC_PER_NODE", default="1", show_default=True,
+         help="Workers per node: a number, cpu, gpu or auto.")
+@_option("--rdzv-backend", env="RDZV_BACKEND", default="etcd-v3", show_default=True,
+         help="Rendezvous backend: etcd-v3 (alias etcd).")
+@_option("--rdzv-endpoint", env="RDZV_ENDPOINT", default="", help="etcd endpoints, host:port[,host:port...].")
+@_option("--rdzv-id", env="RDZV_ID", default=None, help="Job id, the same on every node.")
+@_option("--rdzv-conf", env="RDZV_CONF", default="", help="Rendezvous settings, key=value,... (see README).")
+@_option("--standalone", env="STANDALONE", is_flag=True, help="Single node: start a local etcd, random job id.")
+@_option("--max-restarts", env="MAX_RESTARTS", type=click.IntRange(min=0), default=0, show_default=True,
+         help="Worker group restarts after a failure.")
+@_option("--monitor-interval", env="MONITOR_INTERVAL", type=click.FloatRange(min=0, min_open=True), default=0.1,
+         show_default=True, help="Seconds between worker checks.")
+@_option("--start-method", env="START_METHOD", type=click.Choice(["spawn", "fork", "forkserver"]), default="spawn",
+         help="Accepted for torchrun compatibility; workers are always new processes.")
+@_option("--role", env="ROLE", default="default", show_default=True, help="ROLE_NAME of the workers.")
+@_option("-m", "--module", env="MODULE", is_flag=True, help="Run SCRIPT as a module (python -m).")
+@_option("--no-python", env="NO_PYTHON", is_flag=True, help="Run SCRIPT as a program, not with python.")
+@_option("--run-path", env="RUN_PATH", is_flag=True, help="Run SCRIPT with runpy.run_path.")
+@_option("--log-dir", env="LOG_DIR", default=None, help="Directory for per-attempt, per-rank logs and error files.")
+@_option("-r", "--redirects", env="REDIRECTS", default="0", help="Send output to log files only: 0-3 or LOCAL_RANK:0-3,...")
+@_option("-t", "--tee", env="TEE", default="0", help="Copy output to log files: 0-3 or LOCAL_RANK:0-3,...")
+@_option("--local-ranks-filter", env="LOCAL_RANKS_FILTER", default="", help="Show only these local ranks, e.g. 0,2.")
+@_option("--local-addr", env="LOCAL_ADDR", default=None, help="This node's address as the others reach it.")
+@_option("--node-rank", env="NODE_RANK", type=int, default=0, help="Static rendezvous only: ignored.")
+@_option("--master-addr", env="MASTER_ADDR", default=None, help="Static rendezvous only: ignored.")
+@_option("--master-port", env="MASTER_PORT", type=int, default=None, help="Static rendezvous only: ignored.")
+@_option("--stop-grace", env="STOP_GRACE", type=click.FloatRange(min=0), default=10.0, show_default=True,
+         help="Seconds between SIGTERM and SIGKILL when stopping workers.")
+@click.argument("script")
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+def elastic_run(**opts: Any) -> int:
+    """Launch SCRIPT on this node as one agent of an elastic job (torchrun's options)."""
+    backend = parse_rdzv_backend(opts["rdzv_backend"])
+    assert backend == "etcd-v3"
+    nodes = parse_nnodes(opts["nnodes"])
+    nproc = parse_nproc_per_node(opts["nproc_per_node"])
+    argv = worker_argv(
+        opts["script"], opts["script_args"], module=opts["module"], no_python=opts["no_python"], run_path=opts["run_path"]
+    )
+    redirects = parse_std(opts["redirects"], "--redirects")
+    tee = parse_std(opts["tee"], "--tee")
+    ranks_filter = parse_ranks_filter(opts["local_ranks_filter"])
+    standalone = opts["standalone"]
+    if standalone:
+        if nodes.max_nodes != 1:
+            _note("--standalone runs one node; ignoring --nnodes")
+        nodes = parse_nnodes("1")
+        run_id = opts["rdzv_id"] if opts["rdzv_id"] not in (None, "none") else f"standalone-{uuid.uuid4().hex[:12]}"
+    else:
+        if not opts["rdzv_endpoint"]:
+            raise UsageError("--rdzv-endpoint is required (host:port of etcd), or use --standalone")
+        if opts["rdzv_id"] in (None, ""):
+            raise UsageError("--rdzv-id is required: the same job id on every node")
+        run_id = opts["rdzv_id"]
+    if opts["master_addr"] or opts["master_port"] or opts["node_rank"]:
+        _note("--node-rank/--master-addr/--master-port belong to static rendezvous and are ignored")
+    settings = RendezvousSettings.from_conf(run_id, nodes.min_nodes, nodes.max_nodes, opts["rdzv_conf"])
+    local_addr = opts["local_addr"] or ("127.0.0.1" if standalone else None)
+    node_id = default_node_id()
+    log_root, temporary = _log_root(opts["log_dir"], run_id, node_id)
+    config = AgentConfig(
+        argv=tuple(argv), nproc_per_node=nproc, max_restarts=opts["max_restarts"],
+        monitor_interval=opts["monitor_interval"], role=opts["role"], stop_grace=opts["stop_grace"],
+        logs=LogSettings(log_root, redirects, tee, ranks_filter),
+    )
+    if temporary and (redirects or tee):
+        _note(f"log files go to {log_root} (set --log-dir to choose)")
+    server = None
+    try:
+        with stop_on_signals():
+            if standalone:
+                server = EtcdServer().start()
+                endpoint = server.endpoints
+            else:
+                endpoint = _endpoint(opts["rdzv_endpoint"], settings)
+            client = EtcdClient(endpoint, **settings.client_kwargs())  # type: ignore[arg-type]
+            try:
+                handler = RendezvousHandler(
+                    client, settings, local_addr=local_addr, local_world_size=nproc, node_id=node_id
+                )
+                return Agent(config, handler).run()
+            finally:
+                client.close()
+    finally:
+        if server is not None:
+            server.stop()
+        if temporary and not (redirects or tee):
+            shutil.rmtree(log_root, ignore_errors=True)
+
+
+def _endpoint(text: str, settings: RendezvousSettings) -> str:
+    parse_endpoints(text)  # validate: one clear line on a bad entry
+    if settings.protocol == "https":
+        return ",".join(e if "://" in e else f"https://{e.strip()}" for e in text.split(","))
+    return text
+
+
+def _log_root(log_dir: str | None, run_id: str, node_id: str) -> tuple[str, bool]:
+    if log_dir is None:
+        return tempfile.mkdtemp(prefix=f"elastic-{run_id}-"), True
+    root = os.path.join(log_dir, run_id, node_id)
+    try:
+        os.makedirs(root, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--log-dir {log_dir!r} cannot be used: {exc.strerror}") from None
+    return root, False
+
+
+def _note(message: str) -> None:
+    sys.stderr.write(f"elastic-run: {message}\n")
+
+
+# -- elastic-ctl -----------------------------------------------------------------------------------
+_CTL_OPTIONS = [
+    click.option("--rdzv-endpoint", "--rdzv_endpoint", envvar="PET_RDZV_ENDPOINT", required=True,
+                 help="etcd endpoints, host:port[,...]."),
+    click.option("--rdzv-id", "--rdzv_id", envvar="PET_RDZV_ID", required=True, help="The job id."),
+    click.option("--rdzv-conf", "--rdzv_conf", envvar="PET_RDZV_CONF", default="",
+                 help="key_prefix, read_timeout, TLS and user settings, key=value,..."),
+    click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table."),
+]
+
+
+def _ctl_options(func: Callable) -> Callable:
+    for option in reversed(_CTL_OPTIONS):
+        func = option(func)
+    return func
+
+
+@click.group("elastic-ctl", context_settings={"help_option_names": ["-h", "--help"]})
+def elastic_ctl() -> None:
+    """Look at elastic jobs in etcd (read-only)."""
+
+
+def _ctl_client(endpoint: str, run_id: str, conf: str) -> tuple[EtcdClient, JobKeys]:
+    settings = RendezvousSettings.from_conf(run_id, 1, 1, conf)
+    client = EtcdClient(_endpoint(endpoint, settings), **settings.client_kwargs())  # type: ignore[arg-type]
+    return client, JobKeys(settings.key_prefix, run_id)
+
+
+def render(view: JobView) -> str:
+    """The job as a table: a header line, then one row a node."""
+    lines = [
+        f"job {view.run_id}: {view.status}, round {view.round}, world size {view.world_size}, "
+        f"master {view.master_addr or '-'}:{view.master_port or '-'} (nodes min {view.min_nodes}, max {view.max_nodes})"
+    ]
+    if view.reason:
+        lines.append(f"reason: {view.reason}")
+    rows = [("NODE", "GROUP RANK", "ADDRESS", "WORKERS", "ALIVE")]
+    for node in view.nodes:
+        alive = ("finished" if node.finished else "yes") if node.alive else "no"
+        rows.append((node.node, "-" if node.group_rank is None else str(node.group_rank), node.addr,
+                     str(node.local_world_size), alive))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines += ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+    return "\n".join(lines)
+
+
+def _show(view: JobView, as_json: bool) -> None:
+    click.echo(json.dumps(view.as_dict(), sort_keys=True) if as_json else render(view))
+
+
+@elastic_ctl.command("status")
+@_ctl_options
+def ctl_status(rdzv_endpoint: str, rdzv_id: str, rdzv_conf: str, as_json: bool) -> int:
+    """Print the job's rendezvous state: status, round, and every node."""
+    client, keys = _ctl_client(rdzv_endpoint, rdzv_id, rdzv_conf)
+    with client:
+        view = view_of(read_round(client, keys, all_nodes=True))
+    if view is None:
+        raise LauncherError(f"no job '{rdzv_id}' at {rdzv_endpoint} (under {keys.prefix})")
+    _show(view, as_json)
+    return 0
+
+
+@elastic_ctl.command("watch")
+@_ctl_options
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Stop after this many seconds (default: until the job closes or Ctrl-C).")
+def ctl_watch(rdzv_endpoint: str, rdzv_id: str, rdzv_conf: str, as_json: bool, timeout: float | None) -> int:
+    """Print the job's state now and again each time it changes, until the job is closed."""
+    import time
+
+    client, keys = _ctl_client(rdzv_endpoint, rdzv_id, rdzv_conf)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    with client:
+        snapshot = read_round(client, keys, all_nodes=True)
+        shown = None
+        with Watch(client, KeyRange(job_key(keys.prefix, rdzv_id, ""), prefix=True),
+                   start_revision=snapshot.revision + 1) as watch:
+            while True:
+                view = view_of(snapshot)
+                if view != shown:
+                    if view is None:
+                        click.echo(f"no job '{rdzv_id}' yet; waiting")
+                    else:
+                        _show(view, as_json)
+                        if not as_json:
+                            click.echo("")
+                    shown = view
+                if view is not None and view.status == "closed":
+                    return 0
+                wait = 1.0 if deadline is None else min(1.0, deadline - time.monotonic())
+                if wait <= 0:
+                    return 0
+                if watch.get(timeout=wait) is not None:
+                    watch.drain()
+                    snapshot = read_round(client, keys, all_nodes=True)
+
+
+# -- entry points: one line per error, distinct exit codes, never a traceback ----------------------
+def _entry(command: click.Command, prog: str, argv: Sequence[str] | None) -> NoReturn:
+    try:
+        code = command.main(args=list(argv) if argv is not None else None, prog_name=prog, standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        code = exc.exit_code
+    except click.ClickException as exc:
+        sys.stderr.write(f"{prog}: error: {' '.join(exc.format_message().split())}\n")
+        code = EXIT_USAGE
+    except click.Abort:
+        code = 128 + signal.SIGINT
+    except (UsageError, RendezvousSettingsError) as exc:
+        sys.stderr.write(f"{prog}: error: {exc}\n")
+        code = EXIT_USAGE
+    except LauncherError as exc:
+        if str(exc):
+            sys.stderr.write(f"{prog}: {exc}\n")
+        code = exc.exit_code
+    except RendezvousError as exc:
+        sys.stderr.write(f"{prog}: {exc}\n")
+        code = 3
+    except KeyboardInterrupt:
+        code = 128 + signal.SIGINT
+    sys.stdout.flush()
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def run_main(argv: Sequence[str] | None = None) -> NoReturn:
+    _entry(elastic_run, "elastic-run", argv)
+
+
+def ctl_main(argv: Sequence[str] | None = None) -> NoReturn:
+    _entry(elastic_ctl, "elastic-ctl", argv)

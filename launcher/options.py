@@ -1,0 +1,96 @@
+"""Pure parsing of elastic-run's command line values (torchrun's meanings); no I/O beyond lookups."""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import sys
+from dataclasses import dataclass
+from typing import Sequence
+
+from .errors import UsageError
+
+__all__ = ["NodeRange", "parse_nnodes", "parse_nproc_per_node", "worker_argv", "RDZV_BACKENDS", "parse_rdzv_backend"]
+
+RDZV_BACKENDS = {"etcd-v3": "etcd-v3", "etcd": "etcd-v3", "etcd_v3": "etcd-v3"}
+
+
+@dataclass(frozen=True)
+class NodeRange:
+    min_nodes: int
+    max_nodes: int
+
+
+def parse_nnodes(text: str) -> NodeRange:
+    """``N`` or ``MIN:MAX`` with 1 <= MIN <= MAX."""
+    value = str(text).strip()
+    lo, sep, hi = value.partition(":")
+    if not lo.isdigit() or (sep and not hi.isdigit()):
+        raise UsageError(f"--nnodes must be N or MIN:MAX (whole numbers), not {text!r}")
+    low, high = int(lo), int(hi) if sep else int(lo)
+    if low < 1:
+        raise UsageError(f"--nnodes {text!r}: the number of nodes must be at least 1")
+    if high < low:
+        raise UsageError(f"--nnodes {text!r}: MIN ({low}) is larger than MAX ({high})")
+    return NodeRange(low, high)
+
+
+def _gpu_count() -> int:
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])
+    return len(glob.glob("/proc/driver/nvidia/gpus/*"))
+
+
+def parse_nproc_per_node(text: str) -> int:
+    """A positive number, ``cpu`` (one per CPU), ``gpu`` (one per visible GPU) or ``auto`` (GPUs, else CPUs)."""
+    value = str(text).strip().lower()
+    if value.isdigit():
+        if int(value) < 1:
+            raise UsageError(f"--nproc-per-node must be at least 1, not {text!r}")
+        return int(value)
+    if value == "cpu":
+        return os.cpu_count() or 1
+    if value == "gpu":
+        count = _gpu_count()
+        if count == 0:
+            raise UsageError("--nproc-per-node gpu: no GPU is visible on this node")
+        return count
+    if value == "auto":
+        return _gpu_count() or os.cpu_count() or 1
+    raise UsageError(f"--nproc-per-node must be a number, cpu, gpu or auto, not {text!r}")
+
+
+def parse_rdzv_backend(name: str) -> str:
+    backend = RDZV_BACKENDS.get(str(name).strip().lower())
+    if backend is None:
+        raise UsageError(f"unknown --rdzv-backend {name!r}; elastic-run supports etcd-v3 (alias: etcd)")
+    return backend
+
+
+_RUN_PATH = "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+
+
+def worker_argv(
+    script: str, args: Sequence[str], *, module: bool = False, no_python: bool = False, run_path: bool = False,
+    python: str = sys.executable,
+) -> list[str]:
+    """The worker command line, as torchrun builds it (``python -u script args``, or ``-m``, ...)."""
+    if module and no_python:
+        raise UsageError("-m/--module and --no-python cannot be used together")
+    if run_path and (module or no_python):
+        raise UsageError("--run-path cannot be combined with -m/--module or --no-python")
+    if no_python:
+        if shutil.which(script) is None:
+            raise UsageError(f"--no-python: {script!r} is not an executable file or a command on PATH")
+        return [script, *args]
+    if module:
+        if not script or script.startswith("-"):
+            raise UsageError(f"-m/--module needs a module name, not {script!r}")
+        return [python, "-u", "-m", script, *args]
+    if not os.path.isfile(script):
+        raise UsageError(f"training script {script!r} does not exist")
+    if run_path:
+        return [python, "-u", "-c", _RUN_PATH, script, *args]
+    return [python, "-u", script, *args]

@@ -1,0 +1,42 @@
+"""The failure summary the agent prints when a worker group fails: pure formatting."""
+
+from __future__ import annotations
+
+import time
+
+from .workers import GroupStatus, WorkerFailure
+
+__all__ = ["describe_exit", "failure_summary"]
+
+
+def describe_exit(failure: WorkerFailure) -> str:
+    if failure.signal_name is not None:
+        return f"killed by {failure.signal_name}"
+    return f"exit code {failure.exitcode}"
+
+
+def failure_summary(status: GroupStatus, run_id: str, restarts: int, max_restarts: int) -> str:
+    first = status.first_failure
+    if first is None:
+        return ""
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(first.at))
+    lines = [
+        f"worker group of job '{run_id}' failed after {restarts} of {max_restarts} restarts",
+        f"  first failure: rank {first.rank} (local rank {first.local_rank}) on {first.host}",
+        f"  {describe_exit(first)} at {when}",
+    ]
+    others = sorted(f.rank for f in status.failures if f is not first)
+    if others:
+        lines.append(f"  also failed: rank{'s' if len(others) > 1 else ''} {', '.join(map(str, others))}")
+    if first.error is not None:
+        lines.append(f"  error: {first.error.message}")
+        trace = first.error.traceback.rstrip()
+        if trace:
+            lines.append("  traceback (from the error file):")
+            lines += ["    " + line for line in trace.splitlines()]
+    else:
+        lines.append(
+            f"  no error file at {first.error_file}: decorate the worker's entry point with "
+            f"@elastic.record (or torch's @record) to get its traceback here"
+        )
+    return "\n".join(lines)
