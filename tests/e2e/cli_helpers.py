@@ -1,0 +1,75 @@
+"""Running elastic-run / elastic-ctl as real processes, and reading what the probe workers wrote."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PROBE = os.path.join(HERE, "workers", "probe.py")
+BIN = os.path.dirname(sys.executable)
+
+
+def tool(name: str) -> str:
+    path = os.path.join(BIN, name)
+    return path if os.path.exists(path) else name
+
+
+def run_id() -> str:
+    return f"e2e-{uuid.uuid4().hex[:10]}"
+
+
+def run(args: list[str], timeout: float = 60, env: dict | None = None, tool_name: str = "elastic-run"):
+    return subprocess.run(
+        [tool(tool_name), *args], capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def start(args: list[str], env: dict | None = None) -> subprocess.Popen:
+    return subprocess.Popen(
+        [tool("elastic-run"), *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})},
+    )
+
+
+def agent_args(endpoints: str, rdzv_id: str, nnodes: str, nproc: int = 2, conf: str = "") -> list[str]:
+    args = ["--nnodes", nnodes, "--nproc-per-node", str(nproc), "--rdzv-endpoint", endpoints,
+            "--rdzv-id", rdzv_id, "--local-addr", "127.0.0.1"]
+    return args + (["--rdzv-conf", conf] if conf else [])
+
+
+def records(out: str, restart: int | None = None) -> dict[int, dict]:
+    """rank -> what the probe wrote, for one restart count (or the latest of each rank)."""
+    found: dict[int, dict] = {}
+    for path in sorted(glob.glob(os.path.join(out, "*.json"))):
+        count, rank = map(int, os.path.basename(path)[:-5].split("-"))
+        if restart is None or count == restart:
+            with open(path) as handle:
+                found[rank] = {**json.load(handle), "restart": count}
+    return found
+
+
+def wait_for(predicate, timeout: float, interval: float = 0.05, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def finish(process: subprocess.Popen, timeout: float = 30) -> tuple[int, str]:
+    try:
+        output, _ = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        output, _ = process.communicate()
+        raise AssertionError(f"agent did not exit within {timeout}s:\n{output}")
+    return process.returncode, output

@@ -1,0 +1,221 @@
+"""elastic-run end to end: real agents, real workers, real etcd."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+import psutil
+import pytest
+
+import elastic
+from launcher.env import EXPORTED
+
+from .cli_helpers import PROBE, agent_args, finish, records, run, run_id, start, wait_for
+
+
+def test_standalone_gives_every_rank_the_torchrun_environment(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    result = run(["--standalone", "--nproc-per-node", "2", "--log-dir", str(tmp_path / "logs"), PROBE, str(out)],
+                 env={"USER_SETTING": "kept"})
+    assert result.returncode == 0, result.stderr
+    found = records(str(out))
+    assert sorted(found) == [0, 1]
+    run_ids = set()
+    for rank, record in found.items():
+        env = record["env"]
+        assert set(EXPORTED) <= set(env)
+        assert env["RANK"] == str(rank) and env["LOCAL_RANK"] == str(rank)
+        assert env["WORLD_SIZE"] == env["LOCAL_WORLD_SIZE"] == env["ROLE_WORLD_SIZE"] == "2"
+        assert env["GROUP_RANK"] == "0" and env["GROUP_WORLD_SIZE"] == "1"
+        assert env["ROLE_NAME"] == "default" and env["ROLE_RANK"] == str(rank)
+        assert env["MASTER_ADDR"] == "127.0.0.1" and 0 < int(env["MASTER_PORT"]) < 65536
+        assert env["TORCHELASTIC_RESTART_COUNT"] == "0" and env["TORCHELASTIC_MAX_RESTARTS"] == "0"
+        assert env["TORCHELASTIC_USE_AGENT_STORE"] == "False"
+        assert env["TORCHELASTIC_ERROR_FILE"].startswith(str(tmp_path / "logs"))
+        assert env["TORCHELASTIC_ERROR_FILE"].endswith(os.path.join("attempt_0", str(rank), "error.json"))
+        assert env["OMP_NUM_THREADS"] == "1" and env["USER_SETTING"] == "kept"
+        assert elastic.is_torchelastic_launched(env)
+        run_ids.add(env["TORCHELASTIC_RUN_ID"])
+    assert len(run_ids) == 1 and run_ids.pop().startswith("standalone-")
+    assert found[0]["env"]["MASTER_PORT"] == found[1]["env"]["MASTER_PORT"]
+    assert "[rank0]:worker rank 0 of 2 restart 0" in result.stdout
+    assert "[rank1]:worker rank 1 of 2 restart 0" in result.stdout
+
+
+def test_users_omp_num_threads_is_kept(tmp_path):
+    result = run(["--standalone", "--nproc-per-node", "1", PROBE, str(tmp_path)], env={"OMP_NUM_THREADS": "7"})
+    assert result.returncode == 0, result.stderr
+    assert records(str(tmp_path))[0]["env"]["OMP_NUM_THREADS"] == "7"
+
+
+def test_three_agents_two_workers_each_get_unique_global_ranks(etcd_endpoints, tmp_path):
+    rid = run_id()
+    agents = [start(agent_args(etcd_endpoints, rid, "3") + [PROBE, str(tmp_path)]) for _ in range(3)]
+    results = [finish(agent, timeout=60) for agent in agents]
+    assert all(code == 0 for code, _ in results), results
+    found = records(str(tmp_path), restart=0)
+    assert sorted(found) == [0, 1, 2, 3, 4, 5]
+    assert {r["env"]["WORLD_SIZE"] for r in found.values()} == {"6"}
+    assert {r["env"]["MASTER_ADDR"] + ":" + r["env"]["MASTER_PORT"] for r in found.values()} != set()
+    assert len({r["env"]["MASTER_PORT"] for r in found.values()}) == 1
+    assert sorted(r["env"]["GROUP_RANK"] for r in found.values()) == ["0", "0", "1", "1", "2", "2"]
+    state = elastic.get_state(etcd_endpoints, rid)
+    assert state is not None and state.status == "closed" and state.reason == "the job finished"
+
+
+def test_failed_worker_is_restarted_and_the_job_succeeds(tmp_path):
+    result = run(["--standalone", "--nproc-per-node", "2", "--max-restarts", "2", PROBE, str(tmp_path),
+                  "--fail-until", "1"])
+    assert result.returncode == 0, result.stderr
+    assert "worker rank 1 failed (exit code 1); restarting the workers (1/2)" in result.stderr
+    again = records(str(tmp_path), restart=1)
+    assert sorted(again) == [0, 1]
+    assert {r["env"]["TORCHELASTIC_RESTART_COUNT"] for r in again.values()} == {"1"}
+    assert not os.path.exists(os.path.join(str(tmp_path), "2-0.json"))
+
+
+def test_exhausted_restarts_print_a_summary_with_the_traceback(tmp_path):
+    result = run(["--standalone", "--nproc-per-node", "2", "--max-restarts", "1", PROBE, str(tmp_path),
+                  "--fail-until", "5"])
+    assert result.returncode == 1
+    err = result.stderr
+    assert "failed after 1 of 1 restarts" in err
+    assert "first failure: rank 1 (local rank 1)" in err
+    assert "exit code 1 at " in err
+    assert "error: ValueError: planned failure of rank 1 at restart 1" in err
+    assert "traceback (from the error file):" in err
+    assert "raise ValueError(f\"planned failure" in err
+    assert "Traceback" not in err.split("traceback (from the error file):")[0].replace("[rank1]:Traceback", "")
+
+
+def test_worker_without_error_file_gets_a_clear_note(tmp_path):
+    script = tmp_path / "die.py"
+    script.write_text("import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n")
+    result = run(["--standalone", "--nproc-per-node", "1", str(script)])
+    assert result.returncode == 1
+    assert "rank 0 (local rank 0)" in result.stderr
+    assert "killed by SIGSEGV" in result.stderr
+    assert "no error file at" in result.stderr
+
+
+def test_logs_tee_redirect_and_rank_filter(tmp_path):
+    logs = tmp_path / "logs"
+    result = run(["--standalone", "--rdzv-id", "logjob", "--nproc-per-node", "3", "--log-dir", str(logs),
+                  "--tee", "3", "--redirects", "2:1", "--local-ranks-filter", "0,2", PROBE, str(tmp_path)])
+    assert result.returncode == 0, result.stderr
+    assert "[rank0]:worker rank 0 of 3" in result.stdout
+    assert "[rank1]:" not in result.stdout  # filtered
+    assert "[rank2]:" not in result.stdout  # stdout redirected to its file only
+    (node_dir,) = (logs / "logjob").iterdir()
+    for rank in range(3):
+        text = (node_dir / "attempt_0" / str(rank) / "stdout.log").read_text()
+        assert f"worker rank {rank} of 3 restart 0" in text
+
+
+def _worker_pids(out: str, count: int, restart: int = 0) -> dict[int, int]:
+    found = wait_for(lambda: (r := records(out, restart)) and len(r) >= count and r, 30, what=f"{count} workers")
+    return {rank: r["pid"] for rank, r in found.items()}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+@pytest.mark.parametrize("trial", range(5))
+def test_sigkilled_agent_takes_its_workers_and_the_others_go_on(etcd_endpoints, tmp_path, trial):
+    rid = run_id()
+    agents = [start(agent_args(etcd_endpoints, rid, "2:3") + [PROBE, str(tmp_path), "--run", "60", "--grandchild"])
+              for _ in range(3)]
+    try:
+        first = records(str(tmp_path)) if False else None
+        _worker_pids(str(tmp_path), 6)
+        first = records(str(tmp_path), 0)
+        victim = agents[trial % 3]
+        children = [p.pid for p in psutil.Process(victim.pid).children(recursive=True)]
+        victims = [r for r in first.values() if r["pid"] in children]
+        assert len(victims) == 2, "each agent runs two workers"
+        doomed = [r["pid"] for r in victims] + [r["grandchild"] for r in victims]
+        killed_at = time.monotonic()
+        victim.send_signal(signal.SIGKILL)
+        wait_for(lambda: not any(_alive(pid) for pid in doomed), 2.0, what="the killed agent's workers to die")
+        # The two survivors re-rendezvous without a restart and start 2 x 2 workers.
+        survivors = wait_for(
+            lambda: (r := {k: v for k, v in records(str(tmp_path), 0).items()
+                           if v["env"]["WORLD_SIZE"] == "4" and v["pid"] not in [x["pid"] for x in first.values()]})
+            and len(r) == 4 and r, 15, what="4 restarted workers")
+        recovery = time.monotonic() - killed_at
+        assert sorted(survivors) == [0, 1, 2, 3]
+        assert recovery < 6, f"recovery took {recovery:.1f}s"
+    finally:
+        for agent in agents:
+            if agent.poll() is None:
+                agent.send_signal(signal.SIGTERM)
+        for agent in agents:
+            finish(agent, timeout=30)
+
+
+def test_a_fourth_agent_scales_the_job_up(etcd_endpoints, tmp_path):
+    rid = run_id()
+    conf = "last_call_timeout=0.5"
+    args = agent_args(etcd_endpoints, rid, "2:4", nproc=1, conf=conf) + [PROBE, str(tmp_path), "--run", "60"]
+    agents = [start(args) for _ in range(3)]
+    try:
+        wait_for(lambda: len([r for r in records(str(tmp_path), 0).values() if r["env"]["WORLD_SIZE"] == "3"]) == 3,
+                 30, what="a round of 3")
+        agents.append(start(args))
+        grown = wait_for(lambda: (r := [x for x in records(str(tmp_path), 0).values() if x["env"]["WORLD_SIZE"] == "4"])
+                         and len(r) == 4 and r, 30, what="a round of 4")
+        assert sorted(int(r["env"]["RANK"]) for r in grown) == [0, 1, 2, 3]
+        state = elastic.get_state(etcd_endpoints, rid)
+        assert state.status == "running" and len(state.nodes) == 4
+    finally:
+        for agent in agents:
+            agent.send_signal(signal.SIGTERM)
+        for agent in agents:
+            finish(agent, timeout=30)
+
+
+def test_sigterm_stops_workers_gracefully_and_leaves_the_job_open(etcd_endpoints, tmp_path):
+    rid = run_id()
+    agent = start(agent_args(etcd_endpoints, rid, "1:2", conf="last_call_timeout=0.5") + [PROBE, str(tmp_path), "--run", "60", "--trap-term"])
+    pids = _worker_pids(str(tmp_path), 2)
+    agent.send_signal(signal.SIGTERM)
+    code, output = finish(agent, timeout=20)
+    assert code == 128 + signal.SIGTERM, output
+    for rank in (0, 1):
+        assert (tmp_path / f"0-{rank}.term").read_text() == "SIGTERM"
+    assert not any(_alive(pid) for pid in pids.values())
+    state = elastic.get_state(etcd_endpoints, rid)
+    assert state is not None and state.status == "running"  # not closed: others may go on
+    assert all(not node.alive for node in state.nodes)  # its lease was revoked at once
+
+
+def test_elastic_ctl_status_shows_a_running_job(etcd_endpoints, tmp_path):
+    rid = run_id()
+    agent = start(agent_args(etcd_endpoints, rid, "1") + [PROBE, str(tmp_path), "--run", "30"])
+    try:
+        _worker_pids(str(tmp_path), 2)
+        table = run(["status", "--rdzv-endpoint", etcd_endpoints, "--rdzv-id", rid], tool_name="elastic-ctl")
+        assert table.returncode == 0, table.stderr
+        lines = table.stdout.splitlines()
+        assert lines[0].startswith(f"job {rid}: running, round 1, world size 2, master 127.0.0.1:")
+        assert lines[1].split() == ["NODE", "GROUP", "RANK", "ADDRESS", "WORKERS", "ALIVE"]
+        assert lines[2].split()[1:] == ["0", "127.0.0.1", "2", "yes"]
+        as_json = run(["status", "--rdzv-endpoint", etcd_endpoints, "--rdzv-id", rid, "--json"], tool_name="elastic-ctl")
+        data = json.loads(as_json.stdout)
+        assert data["status"] == "running" and data["world_size"] == 2 and data["nodes"][0]["alive"] is True
+        watched = run(["watch", "--rdzv-endpoint", etcd_endpoints, "--rdzv-id", rid, "--timeout", "0.5"],
+                      tool_name="elastic-ctl")
+        assert watched.returncode == 0 and watched.stdout.startswith(f"job {rid}: running")
+    finally:
+        agent.send_signal(signal.SIGTERM)
+        finish(agent)
+    missing = run(["status", "--rdzv-endpoint", etcd_endpoints, "--rdzv-id", "no-such-job"], tool_name="elastic-ctl")
+    assert missing.returncode == 1 and missing.stderr.strip() == f"elastic-ctl: no job 'no-such-job' at {etcd_endpoints} (under /elastic)"
