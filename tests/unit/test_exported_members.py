@@ -7,7 +7,9 @@ import pytest
 MODULES = [
     "rendezvous", "rendezvous.errors", "rendezvous.client", "rendezvous.backend", "rendezvous.state",
     "rendezvous.decide", "rendezvous.settings", "rendezvous.membership", "rendezvous.handler",
-    "rendezvous.watch", "rendezvous.etcd_server", "rendezvous.lifeline", "elastic", "elastic.jobstate",
+    "rendezvous.watch", "rendezvous.etcd_server", "rendezvous.lifeline", "rendezvous.view", "elastic",
+    "elastic.jobstate", "elastic.worker", "elastic.record", "launcher.env", "launcher.errors", "launcher.errorfile",
+    "launcher.logs", "launcher.workers", "launcher.summary", "launcher.agent", "launcher.options", "launcher.cli",
 ]
 
 
@@ -36,6 +38,6 @@ def test_no_module_imports_torch_or_pickle():
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
-    for path in list((root / "rendezvous").glob("*.py")) + list((root / "elastic").glob("*.py")):
+    for path in list((root / "rendezvous").glob("*.py")) + list((root / "elastic").glob("*.py")) + list((root / "launcher").glob("*.py")):
         text = path.read_text()
         assert "import pickle" not in text and "pickle.loads" not in text, path

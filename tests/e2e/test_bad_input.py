@@ -1,0 +1,68 @@
+"""Bad input: one clear line on stderr, a non-zero exit, no traceback, no hang."""
+
+from __future__ import annotations
+
+import pytest
+
+from .cli_helpers import PROBE, run, run_id
+
+ETCD = "127.0.0.1:1"  # nothing listens there; only reached by the unreachable-etcd case
+BASE = ["--rdzv-endpoint", ETCD, "--rdzv-id", "job", "--rdzv-conf", "read_timeout=1"]
+
+CASES = [
+    # (args, env, expected exit code, words the line must contain)
+    (["--nnodes", "3:2", *BASE, PROBE], {}, 2, "MIN (3) is larger than MAX (2)"),
+    (["--nnodes", "0", *BASE, PROBE], {}, 2, "at least 1"),
+    (["--nnodes", "abc", *BASE, PROBE], {}, 2, "--nnodes must be N or MIN:MAX"),
+    (["--nproc-per-node", "0", *BASE, PROBE], {}, 2, "--nproc-per-node must be at least 1"),
+    (["--nproc_per_node", "lots", *BASE, PROBE], {}, 2, "a number, cpu, gpu or auto"),
+    (["--rdzv-backend", "c10d", *BASE, PROBE], {}, 2, "unknown --rdzv-backend 'c10d'"),
+    (["--rdzv-endpoint", "localhost:http", "--rdzv-id", "j", PROBE], {}, 2, "port 'http' is not a number"),
+    (["--rdzv-endpoint", "ftp://h:1", "--rdzv-id", "j", PROBE], {}, 2, "scheme 'ftp' is not supported"),
+    ([*BASE, PROBE], {}, 3, "cannot reach etcd within 1s"),
+    ([*BASE, "no/such/train.py"], {}, 2, "training script 'no/such/train.py' does not exist"),
+    ([*BASE[:4], "--rdzv-conf", "join_timeout", PROBE], {}, 2, "'join_timeout' is not key=value"),
+    ([*BASE[:4], "--rdzv-conf", "bogus=1", PROBE], {}, 2, "unknown --rdzv-conf key 'bogus'"),
+    ([*BASE[:4], "--rdzv-conf", "join_timeout=soon", PROBE], {}, 2, "join_timeout='soon': expected a number"),
+    ([*BASE[:4], "--rdzv-conf", "lease_ttl=1", PROBE], {}, 2, "lease_ttl must be whole seconds from 2"),
+    (["--max-restarts", "-1", *BASE, PROBE], {}, 2, "--max-restarts"),
+    (["--monitor-interval", "0", *BASE, PROBE], {}, 2, "--monitor-interval"),
+    (["--rdzv-id", "j", PROBE], {}, 2, "--rdzv-endpoint is required"),
+    (["--rdzv-endpoint", ETCD, PROBE], {}, 2, "--rdzv-id is required"),
+    (["--rdzv-endpoint", ETCD, "--rdzv-id", "a/../b", PROBE], {}, 2, "run id"),
+    (["--redirects", "7", *BASE, PROBE], {}, 2, "--redirects must be 0, 1, 2 or 3"),
+    (["--local-ranks-filter", "a,b", *BASE, PROBE], {}, 2, "--local-ranks-filter takes local ranks"),
+    (["--nprocs", "2", *BASE, PROBE], {}, 2, "No such option '--nprocs'"),
+    ([*BASE], {}, 2, "Missing argument 'SCRIPT'"),
+    (["-m", "--no-python", *BASE, "pkg"], {}, 2, "cannot be used together"),
+    (["--no-python", *BASE, "no-such-program-xyz"], {}, 2, "is not an executable file or a command on PATH"),
+    (["--log-dir", PROBE, *BASE, PROBE], {}, 2, "--log-dir"),
+    ([*BASE, PROBE], {"PET_NNODES": "x:y"}, 2, "--nnodes must be N or MIN:MAX"),
+    (["--standalone", "--rdzv-conf", "read_timeout=-3", PROBE], {}, 2, "read_timeout must be a positive number"),
+]
+
+
+@pytest.mark.parametrize("args,env,code,words", CASES, ids=[c[3][:40] for c in CASES])
+def test_bad_input_gives_one_clear_line(args, env, code, words):
+    result = run(args, timeout=30, env=env)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode == code, result.stderr
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("elastic-run: ")
+    assert words in lines[0]
+    assert "Traceback" not in result.stderr and result.stdout == ""
+
+
+def test_a_closed_job_cannot_be_joined_again(etcd_endpoints, tmp_path):
+    rid = run_id()
+    args = ["--rdzv-endpoint", etcd_endpoints, "--rdzv-id", rid, "--local-addr", "127.0.0.1", PROBE, str(tmp_path)]
+    assert run(args).returncode == 0
+    again = run(args)
+    lines = [line for line in again.stderr.splitlines() if line.strip()]
+    assert again.returncode == 3 and len(lines) == 1
+    assert f"rendezvous '{rid}' is closed (the job finished); start the job with a new --rdzv-id" in lines[0]
+
+
+def test_elastic_ctl_bad_endpoint_is_one_line():
+    result = run(["status", "--rdzv-endpoint", "h:99999", "--rdzv-id", "x"], tool_name="elastic-ctl")
+    assert result.returncode == 2 and result.stderr.count("\n") == 1 and "port '99999'" in result.stderr
