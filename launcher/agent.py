@@ -18,6 +18,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Iterator, Mapping
@@ -179,12 +180,20 @@ class Agent:
         ]
 
     def _monitor(self, group: WorkerGroup) -> GroupStatus | None:
-        """Until the workers end (their status) or the membership changes (None)."""
+        """Until the workers end (their status) or the membership changes (None).
+
+        Membership changes arrive by watch at once; the workers are looked at every monitor
+        interval, and more often during the first second (short jobs end sooner).
+        """
+        started = time.monotonic()
         while True:
             status = group.poll()
             if status.state is not GroupState.RUNNING:
                 return status
-            if self.handler.membership_changed(timeout=self.config.monitor_interval):
+            interval = self.config.monitor_interval
+            if time.monotonic() - started < 1.0:
+                interval = min(interval, 0.02)
+            if self.handler.membership_changed(timeout=interval):
                 status = group.poll()
                 if status.state is not GroupState.RUNNING:
                     return status

@@ -20,7 +20,6 @@ import click
 from rendezvous.backend import job_key
 from rendezvous.client import EtcdClient, parse_endpoints
 from rendezvous.errors import RendezvousError, RendezvousSettingsError
-from rendezvous.etcd_server import EtcdServer
 from rendezvous.handler import RendezvousHandler, default_node_id
 from rendezvous.membership import JobKeys, read_round
 from rendezvous.settings import RendezvousSettings
@@ -120,6 +119,8 @@ def elastic_run(**opts: Any) -> int:
     try:
         with stop_on_signals():
             if standalone:
+                from rendezvous.etcd_server import EtcdServer
+
                 server = EtcdServer().start()
                 endpoint = server.endpoints
             else:

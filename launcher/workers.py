@@ -24,8 +24,6 @@ import time
 from dataclasses import dataclass
 from typing import BinaryIO, Mapping, Sequence
 
-import psutil
-
 from rendezvous.lifeline import die_with_parent
 
 from .env import WorkerSpec, worker_env
@@ -223,6 +221,8 @@ class WorkerGroup:
         workers, self._workers = self._workers, []
         if not workers:
             return
+        import psutil  # only needed here: keep it off the agent's start-up path
+
         stray: list[psutil.Process] = []
         for worker in workers:
             stray += _descendants(worker.process.pid)
@@ -254,7 +254,9 @@ def _signal_group(pgid: int, signum: int) -> None:
         pass
 
 
-def _descendants(pid: int) -> list[psutil.Process]:
+def _descendants(pid: int) -> list:
+    import psutil
+
     try:
         return psutil.Process(pid).children(recursive=True)
     except psutil.Error:

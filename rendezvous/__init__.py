@@ -10,7 +10,6 @@ from .errors import (
     RendezvousStateError,
     RendezvousTimeoutError,
 )
-from .etcd_server import EtcdCluster, EtcdServer
 
 __all__ = [
     "DEFAULT_KEY_PREFIX",
@@ -28,3 +27,12 @@ __all__ = [
     "Token",
     "parse_endpoints",
 ]
+
+
+def __getattr__(name: str):
+    # The local etcd server (urllib, ssl) is only needed by --standalone and tests: import on use.
+    if name in ("EtcdCluster", "EtcdServer"):
+        from . import etcd_server
+
+        return getattr(etcd_server, name)
+    raise AttributeError(f"module 'rendezvous' has no attribute {name!r}")

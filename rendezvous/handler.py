@@ -18,7 +18,7 @@ from .backend import EtcdRendezvousBackend
 from .client import EtcdClient
 from .decide import Freeze, decide, frozen_state, joined
 from .errors import RendezvousClosedError, RendezvousError, RendezvousTimeoutError
-from .etcd_server import free_port
+from .ports import free_port
 from .membership import JobKeys, JobMonitor, Session, Snapshot, read_nodes, read_round
 from .settings import RendezvousSettings
 from .state import JobState, JobStatus, NodeInfo, Participant
