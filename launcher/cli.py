@@ -121,7 +121,8 @@ def elastic_run(**opts: Any) -> int:
             if standalone:
                 from rendezvous.etcd_server import EtcdServer
 
-                server = EtcdServer().start()
+                server, _EARLY[0] = _EARLY[0], None
+                server = server.ready() if server is not None else EtcdServer().start()
                 endpoint = server.endpoints
             else:
                 endpoint = _endpoint(opts["rdzv_endpoint"], settings)
@@ -138,6 +139,9 @@ def elastic_run(**opts: Any) -> int:
             server.stop()
         if temporary and not (redirects or tee):
             shutil.rmtree(log_root, ignore_errors=True)
+
+
+_EARLY: list[Any] = [None]  # an etcd started by launcher.main before the imports, for --standalone
 
 
 def _endpoint(text: str, settings: RendezvousSettings) -> str:
@@ -284,11 +288,16 @@ def _entry(command: click.Command, prog: str, argv: Sequence[str] | None) -> NoR
     except KeyboardInterrupt:
         code = 128 + signal.SIGINT
     sys.stdout.flush()
-    sys.exit(code if isinstance(code, int) else 0)
+    raise SystemExit(code if isinstance(code, int) else 0)
 
 
-def run_main(argv: Sequence[str] | None = None) -> NoReturn:
-    _entry(elastic_run, "elastic-run", argv)
+def run_main(argv: Sequence[str] | None = None, early_etcd: Any = None) -> NoReturn:
+    _EARLY[0] = early_etcd
+    try:
+        _entry(elastic_run, "elastic-run", argv)
+    finally:
+        if _EARLY[0] is not None:  # started early but not used (bad input, or not standalone after all)
+            _EARLY[0].stop()
 
 
 def ctl_main(argv: Sequence[str] | None = None) -> NoReturn:

@@ -1,38 +1,32 @@
-"""Everything that talks to etcd: the connection, the CAS backend, the rendezvous rounds."""
+"""Everything that talks to etcd: the connection, the CAS backend, the rendezvous rounds.
 
-from .backend import DEFAULT_KEY_PREFIX, EtcdRendezvousBackend, Token
-from .client import EtcdClient, Endpoint, parse_endpoints
-from .errors import (
-    RendezvousClosedError,
-    RendezvousConnectionError,
-    RendezvousError,
-    RendezvousSettingsError,
-    RendezvousStateError,
-    RendezvousTimeoutError,
-)
+Names are imported on first use, so that ``rendezvous.etcd_server`` (the local etcd of
+--standalone) can start before gRPC is loaded.
+"""
 
-__all__ = [
-    "DEFAULT_KEY_PREFIX",
-    "EtcdClient",
-    "EtcdCluster",
-    "EtcdRendezvousBackend",
-    "EtcdServer",
-    "Endpoint",
-    "RendezvousClosedError",
-    "RendezvousConnectionError",
-    "RendezvousError",
-    "RendezvousSettingsError",
-    "RendezvousStateError",
-    "RendezvousTimeoutError",
-    "Token",
-    "parse_endpoints",
-]
+from __future__ import annotations
+
+import importlib
+
+_WHERE = {
+    "DEFAULT_KEY_PREFIX": "backend", "EtcdRendezvousBackend": "backend", "Token": "backend",
+    "EtcdClient": "client", "Endpoint": "client", "parse_endpoints": "client",
+    "RendezvousClosedError": "errors", "RendezvousConnectionError": "errors", "RendezvousError": "errors",
+    "RendezvousSettingsError": "errors", "RendezvousStateError": "errors", "RendezvousTimeoutError": "errors",
+    "EtcdCluster": "etcd_server", "EtcdServer": "etcd_server",
+}
+
+__all__ = sorted(_WHERE)
 
 
 def __getattr__(name: str):
-    # The local etcd server (urllib, ssl) is only needed by --standalone and tests: import on use.
-    if name in ("EtcdCluster", "EtcdServer"):
-        from . import etcd_server
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'rendezvous' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
 
-        return getattr(etcd_server, name)
-    raise AttributeError(f"module 'rendezvous' has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_WHERE))

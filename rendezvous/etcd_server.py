@@ -161,7 +161,12 @@ class EtcdCluster:
     def client_urls(self) -> list[str]:
         return [m.client_url for m in self.members]
 
-    def start(self) -> "EtcdCluster":
+    def start(self, *, wait: bool = True) -> "EtcdCluster":
+        """Start every member and wait until all are healthy.
+
+        With ``wait=False`` it returns as soon as the processes are started; call ``ready()``
+        before using the cluster (so the caller can do other work while etcd comes up).
+        """
         binary = self.binary or find_etcd_binary()
         last_error: Exception | None = None
         for _ in range(3):  # a free port can be taken between probing and binding: try fresh ones
@@ -177,12 +182,23 @@ class EtcdCluster:
             try:
                 for index in range(self.size):
                     self.start_member(index, wait=False)
+                if not wait:
+                    return self
                 self._wait_healthy(range(self.size))
                 return self
             except RendezvousError as exc:
                 last_error = exc
                 self.stop()
         raise RendezvousConnectionError(f"etcd did not start: {last_error}")
+
+    def ready(self) -> "EtcdCluster":
+        """Wait for a cluster started with ``wait=False``; start it afresh if it failed to come up."""
+        try:
+            self._wait_healthy(range(self.size))
+            return self
+        except RendezvousError:
+            self.stop()
+            return self.start()
 
     def start_member(self, index: int, *, wait: bool = True) -> None:
         member = self.members[index]
