@@ -21,3 +21,10 @@ def test_ci_runs_the_readme_test_command_verbatim():
 def test_readme_starts_with_the_fresh_machine_commands():
     text = (ROOT / "README.md").read_text()
     assert text.index("```bash") < text.index("\n## ")
+
+
+def test_readme_first_command_runs_the_example_job():
+    first = _first_code_block((ROOT / "README.md").read_text())[0]
+    assert "pip install -e '.[test]'" in first
+    assert first.endswith("elastic-run --standalone --nproc-per-node 2 examples/hello.py")
+    assert (ROOT / "examples" / "hello.py").is_file()
