@@ -32,6 +32,7 @@ __all__ = [
     "parse_endpoints",
     "compare_created",
     "compare_mod_revision",
+    "compare_value",
     "compare_lease",
     "op_put",
     "op_get",
@@ -159,6 +160,11 @@ def compare_mod_revision(key: str | bytes, revision: int) -> Any:
     return etcdrpc.Compare(
         key=_b(key), result=etcdrpc.Compare.EQUAL, target=etcdrpc.Compare.MOD, mod_revision=revision
     )
+
+
+def compare_value(key: str | bytes, value: bytes) -> Any:
+    """``value(key) == value`` (false when the key does not exist)."""
+    return etcdrpc.Compare(key=_b(key), result=etcdrpc.Compare.EQUAL, target=etcdrpc.Compare.VALUE, value=value)
 
 
 def compare_lease(key: str | bytes, lease: int) -> Any:

@@ -1,0 +1,137 @@
+"""A key/value store with c10d's semantics on etcd v3, under ``<prefix>/<run_id>/store/``.
+
+Values are raw bytes (nothing is ever unpickled). Waits are etcd watches, bounded by a timeout;
+counters (``add``) are decimal strings, as torch's TCPStore keeps them, updated by compare-and-swap.
+``rendezvous.torch_plugin.EtcdStore`` wraps this as a ``torch.distributed.Store``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Iterable, Sequence
+
+from .backend import job_key
+from .client import EtcdClient, compare_created, compare_mod_revision, compare_value, op_get, op_put
+from .errors import RendezvousStateError, RendezvousTimeoutError
+from .watch import EventType, KeyRange, Watch
+
+__all__ = ["EtcdKVStore"]
+
+
+def _bytes(value: bytes | str | Iterable[int]) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode()
+    return bytes(value)
+
+
+class EtcdKVStore:
+    """set / get / add / compare_set / wait / check / delete_key / num_keys, shared by every process
+    that opens the same (prefix, run id)."""
+
+    def __init__(self, client: EtcdClient, run_id: str, *, key_prefix: str = "/elastic", timeout: float = 300.0) -> None:
+        self.client = client
+        self.root = job_key(key_prefix, run_id, "store") + "/"
+        self.timeout = float(timeout)
+
+    def key(self, name: str | bytes) -> str:
+        return self.root + (name.decode() if isinstance(name, bytes) else name)
+
+    # -- writes ------------------------------------------------------------------------------------
+    def set(self, name: str, value: bytes | str) -> None:
+        self.client.put(self.key(name), _bytes(value))
+
+    def multi_set(self, names: Sequence[str], values: Sequence[bytes | str]) -> None:
+        if len(names) != len(values):
+            raise ValueError(f"multi_set got {len(names)} keys and {len(values)} values")
+        if names:
+            self.client.txn([], [op_put(self.key(n), _bytes(v)) for n, v in zip(names, values)])
+
+    def add(self, name: str, amount: int) -> int:
+        """Add ``amount`` to the counter at ``name`` (0 when absent) atomically; returns the new value."""
+        key = self.key(name)
+        while True:
+            current = self.client.get(key)
+            if current is None:
+                value, guard = int(amount), compare_created(key, 0)
+            else:
+                try:
+                    value = int(current.value.decode()) + int(amount)
+                except (UnicodeDecodeError, ValueError):
+                    raise RendezvousStateError(f"store key {name!r} does not hold a number: {current.value[:40]!r}") from None
+                guard = compare_mod_revision(key, current.mod_revision)
+            if self.client.txn([guard], [op_put(key, str(value).encode())]).succeeded:
+                return value
+
+    def append(self, name: str, value: bytes | str) -> None:
+        key = self.key(name)
+        while True:
+            current = self.client.get(key)
+            guard = compare_created(key, 0) if current is None else compare_mod_revision(key, current.mod_revision)
+            joined = (current.value if current else b"") + _bytes(value)
+            if self.client.txn([guard], [op_put(key, joined)]).succeeded:
+                return
+
+    def compare_set(self, name: str, expected: bytes | str, desired: bytes | str) -> bytes:
+        """Set ``desired`` if the value is ``expected`` (or the key is absent and ``expected`` is empty).
+
+        Returns the value the key holds afterwards; for an absent key with a non-empty ``expected``,
+        returns ``expected`` (TCPStore's answer).
+        """
+        key, expected, desired = self.key(name), _bytes(expected), _bytes(desired)
+        guard = compare_created(key, 0) if not expected else compare_value(key, expected)
+        response = self.client.txn([guard], [op_put(key, desired)], [op_get(key)])
+        if response.succeeded:
+            return desired
+        kvs = response.responses[0].response_range.kvs
+        return kvs[0].value if kvs else expected
+
+    def delete_key(self, name: str) -> bool:
+        return self.client.delete(self.key(name)) > 0
+
+    # -- reads ---------------------------------------------------------------------------------------
+    def check(self, names: Sequence[str]) -> bool:
+        response = self.client.txn([], [op_get(self.key(n)) for n in names])
+        return all(r.response_range.count > 0 for r in response.responses)
+
+    def num_keys(self) -> int:
+        return self.client.count_prefix(self.root)
+
+    def get(self, name: str, timeout: float | None = None) -> bytes:
+        """The value at ``name``, waiting (by watch) until it is set, at most ``timeout`` seconds."""
+        return self.multi_get([name], timeout)[0]
+
+    def multi_get(self, names: Sequence[str], timeout: float | None = None) -> list[bytes]:
+        return self._wait_values(names, self.timeout if timeout is None else timeout)
+
+    def wait(self, names: Sequence[str], timeout: float | None = None) -> None:
+        """Return once every key in ``names`` exists; RendezvousTimeoutError after ``timeout`` seconds."""
+        self._wait_values(names, self.timeout if timeout is None else timeout)
+
+    def _wait_values(self, names: Sequence[str], timeout: float) -> list[bytes]:
+        keys = [self.key(n) for n in names]
+        deadline = time.monotonic() + timeout
+        response = self.client.txn([], [op_get(k) for k in keys])
+        found = {k: r.response_range.kvs[0].value for k, r in zip(keys, response.responses) if r.response_range.kvs}
+        if len(found) == len(set(keys)):
+            return [found[k] for k in keys]
+        with Watch(self.client, KeyRange(self.root, prefix=True), start_revision=response.header.revision + 1) as watch:
+            while len(found) < len(set(keys)):
+                remaining = deadline - time.monotonic()
+                event = watch.get(timeout=remaining) if remaining > 0 else None
+                if event is None:
+                    missing = [n for n, k in zip(names, keys) if k not in found]
+                    raise RendezvousTimeoutError(
+                        f"store wait timed out after {timeout:g}s for key{'s' if len(missing) > 1 else ''} "
+                        f"{', '.join(map(repr, missing))}"
+                    )
+                if event.type is EventType.RESYNC:
+                    return self._wait_values(names, max(deadline - time.monotonic(), 0.0))
+                key = event.key.decode(errors="replace")
+                if key in keys:
+                    if event.type is EventType.PUT:
+                        found[key] = event.value
+                    else:
+                        found.pop(key, None)
+        return [found[k] for k in keys]
