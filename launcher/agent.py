@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Iterator, Mapping
 
-from rendezvous.errors import RendezvousClosedError, RendezvousError
+from rendezvous.errors import RendezvousError
 from rendezvous.handler import Progress, RendezvousHandler, RendezvousInfo
 
 from .env import WorkerSpec
@@ -32,7 +32,7 @@ from .logs import LogPump
 from .summary import describe_exit, failure_summary
 from .workers import GroupState, GroupStatus, LogSettings, Reaper, WorkerGroup, attempt_dir
 
-__all__ = ["AgentConfig", "Agent", "AgentState", "stop_on_signals", "progress_line"]
+__all__ = ["AgentConfig", "Agent", "AgentState", "stop_on_signals", "progress_line", "say"]
 
 
 class AgentState(str, enum.Enum):
@@ -74,11 +74,11 @@ class Agent:
 
     def __init__(
         self, config: AgentConfig, handler: RendezvousHandler, *,
-        say: Callable[[str], None] | None = None, environ: Mapping[str, str] | None = None,
+        report: Callable[[str], None] | None = None, environ: Mapping[str, str] | None = None,
     ) -> None:
         self.config = config
         self.handler = handler
-        self.say = say or _say
+        self.say = report or say
         self.environ = dict(os.environ if environ is None else environ)
         self.state = AgentState.INIT
         self.restarts = 0
@@ -119,9 +119,7 @@ class Agent:
                 self.say(failure_summary(status, self.handler.run_id, self.restarts, self.config.max_restarts))
                 self._close(f"rank {first.rank} failed ({describe_exit(first)}) and no restart was left")
                 raise WorkerFailedError(f"rank {first.rank} failed ({describe_exit(first)})")
-        except RendezvousClosedError as exc:
-            raise JobRendezvousError(str(exc)) from exc
-        except RendezvousError as exc:
+        except RendezvousError as exc:  # closed, timed out, unreachable, corrupt
             raise JobRendezvousError(str(exc)) from exc
         finally:
             _ignore_stop_signals()
@@ -230,7 +228,8 @@ class Agent:
             self.say(f"could not mark the job closed: {exc}")
 
 
-def _say(message: str) -> None:
+def say(message: str) -> None:
+    """Print an agent message: each line prefixed ``elastic-run:``, on stderr."""
     for line in message.splitlines() or [""]:
         sys.stderr.write(f"elastic-run: {line}\n")
     sys.stderr.flush()

@@ -18,15 +18,15 @@ from typing import Any, Callable, NoReturn, Sequence
 import click
 
 from rendezvous.backend import job_key
-from rendezvous.client import EtcdClient, parse_endpoints
+from rendezvous.client import EtcdClient
 from rendezvous.errors import RendezvousError, RendezvousSettingsError
 from rendezvous.handler import RendezvousHandler, default_node_id
 from rendezvous.membership import JobKeys, read_round
 from rendezvous.settings import RendezvousSettings
-from rendezvous.view import JobView, view_of
+from rendezvous.view import JobView, get_state, view_of
 from rendezvous.watch import KeyRange, Watch
 
-from .agent import Agent, AgentConfig, stop_on_signals
+from .agent import Agent, AgentConfig, say, stop_on_signals
 from .errors import EXIT_USAGE, LauncherError, UsageError
 from .logs import parse_ranks_filter, parse_std
 from .options import parse_nnodes, parse_nproc_per_node, parse_rdzv_backend, worker_argv
@@ -93,7 +93,7 @@ def elastic_run(**opts: Any) -> int:
     standalone = opts["standalone"]
     if standalone:
         if nodes.max_nodes != 1:
-            _note("--standalone runs one node; ignoring --nnodes")
+            say("--standalone runs one node; ignoring --nnodes")
         nodes = parse_nnodes("1")
         run_id = opts["rdzv_id"] if opts["rdzv_id"] not in (None, "none") else f"standalone-{uuid.uuid4().hex[:12]}"
     else:
@@ -103,7 +103,7 @@ def elastic_run(**opts: Any) -> int:
             raise UsageError("--rdzv-id is required: the same job id on every node")
         run_id = opts["rdzv_id"]
     if opts["master_addr"] or opts["master_port"] or opts["node_rank"]:
-        _note("--node-rank/--master-addr/--master-port belong to static rendezvous and are ignored")
+        say("--node-rank/--master-addr/--master-port belong to static rendezvous and are ignored")
     settings = RendezvousSettings.from_conf(run_id, nodes.min_nodes, nodes.max_nodes, opts["rdzv_conf"])
     local_addr = opts["local_addr"] or ("127.0.0.1" if standalone else None)
     node_id = default_node_id()
@@ -114,7 +114,7 @@ def elastic_run(**opts: Any) -> int:
         logs=LogSettings(log_root, redirects, tee, ranks_filter),
     )
     if temporary and (redirects or tee):
-        _note(f"log files go to {log_root} (set --log-dir to choose)")
+        say(f"log files go to {log_root} (set --log-dir to choose)")
     server = None
     try:
         with stop_on_signals():
@@ -123,10 +123,9 @@ def elastic_run(**opts: Any) -> int:
 
                 server, _EARLY[0] = _EARLY[0], None
                 server = server.ready() if server is not None else EtcdServer().start()
-                endpoint = server.endpoints
+                client = settings.with_(protocol="http").connect(server.endpoints)  # the local etcd speaks http
             else:
-                endpoint = _endpoint(opts["rdzv_endpoint"], settings)
-            client = EtcdClient(endpoint, **settings.client_kwargs())  # type: ignore[arg-type]
+                client = settings.connect(opts["rdzv_endpoint"])
             try:
                 handler = RendezvousHandler(
                     client, settings, local_addr=local_addr, local_world_size=nproc, node_id=node_id
@@ -144,13 +143,6 @@ def elastic_run(**opts: Any) -> int:
 _EARLY: list[Any] = [None]  # an etcd started by launcher.main before the imports, for --standalone
 
 
-def _endpoint(text: str, settings: RendezvousSettings) -> str:
-    parse_endpoints(text)  # validate: one clear line on a bad entry
-    if settings.protocol == "https":
-        return ",".join(e if "://" in e else f"https://{e.strip()}" for e in text.split(","))
-    return text
-
-
 def _log_root(log_dir: str | None, run_id: str, node_id: str) -> tuple[str, bool]:
     if log_dir is None:
         return tempfile.mkdtemp(prefix=f"elastic-{run_id}-"), True
@@ -160,10 +152,6 @@ def _log_root(log_dir: str | None, run_id: str, node_id: str) -> tuple[str, bool
     except OSError as exc:
         raise UsageError(f"--log-dir {log_dir!r} cannot be used: {exc.strerror}") from None
     return root, False
-
-
-def _note(message: str) -> None:
-    sys.stderr.write(f"elastic-run: {message}\n")
 
 
 # -- elastic-ctl -----------------------------------------------------------------------------------
@@ -190,8 +178,7 @@ def elastic_ctl() -> None:
 
 def _ctl_client(endpoint: str, run_id: str, conf: str) -> tuple[EtcdClient, JobKeys]:
     settings = RendezvousSettings.from_conf(run_id, 1, 1, conf)
-    client = EtcdClient(_endpoint(endpoint, settings), **settings.client_kwargs())  # type: ignore[arg-type]
-    return client, JobKeys(settings.key_prefix, run_id)
+    return settings.connect(endpoint), JobKeys(settings.key_prefix, run_id)
 
 
 def render(view: JobView) -> str:
@@ -222,7 +209,7 @@ def ctl_status(rdzv_endpoint: str, rdzv_id: str, rdzv_conf: str, as_json: bool) 
     """Print the job's rendezvous state: status, round, and every node."""
     client, keys = _ctl_client(rdzv_endpoint, rdzv_id, rdzv_conf)
     with client:
-        view = view_of(read_round(client, keys, all_nodes=True))
+        view = get_state(client, rdzv_id, key_prefix=keys.prefix)
     if view is None:
         raise LauncherError(f"no job '{rdzv_id}' at {rdzv_endpoint} (under {keys.prefix})")
     _show(view, as_json)

@@ -8,7 +8,7 @@ counters (``add``) are decimal strings, as torch's TCPStore keeps them, updated 
 from __future__ import annotations
 
 import time
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from .backend import job_key
 from .client import EtcdClient, compare_created, compare_mod_revision, compare_value, op_get, op_put
@@ -48,30 +48,30 @@ class EtcdKVStore:
         if names:
             self.client.txn([], [op_put(self.key(n), _bytes(v)) for n, v in zip(names, values)])
 
-    def add(self, name: str, amount: int) -> int:
-        """Add ``amount`` to the counter at ``name`` (0 when absent) atomically; returns the new value."""
-        key = self.key(name)
-        while True:
-            current = self.client.get(key)
-            if current is None:
-                value, guard = int(amount), compare_created(key, 0)
-            else:
-                try:
-                    value = int(current.value.decode()) + int(amount)
-                except (UnicodeDecodeError, ValueError):
-                    raise RendezvousStateError(f"store key {name!r} does not hold a number: {current.value[:40]!r}") from None
-                guard = compare_mod_revision(key, current.mod_revision)
-            if self.client.txn([guard], [op_put(key, str(value).encode())]).succeeded:
-                return value
-
-    def append(self, name: str, value: bytes | str) -> None:
+    def _update(self, name: str, change: Callable[[bytes | None], bytes]) -> bytes:
+        """Replace the value at ``name`` (None when absent) by ``change(value)``, by compare-and-swap."""
         key = self.key(name)
         while True:
             current = self.client.get(key)
             guard = compare_created(key, 0) if current is None else compare_mod_revision(key, current.mod_revision)
-            joined = (current.value if current else b"") + _bytes(value)
-            if self.client.txn([guard], [op_put(key, joined)]).succeeded:
-                return
+            value = change(None if current is None else current.value)
+            if self.client.txn([guard], [op_put(key, value)]).succeeded:
+                return value
+
+    def add(self, name: str, amount: int) -> int:
+        """Add ``amount`` to the counter at ``name`` (0 when absent) atomically; returns the new value."""
+
+        def added(current: bytes | None) -> bytes:
+            try:
+                base = 0 if current is None else int(current.decode())
+            except (UnicodeDecodeError, ValueError):
+                raise RendezvousStateError(f"store key {name!r} does not hold a number: {current[:40]!r}") from None
+            return str(base + int(amount)).encode()
+
+        return int(self._update(name, added))
+
+    def append(self, name: str, value: bytes | str) -> None:
+        self._update(name, lambda current: (current or b"") + _bytes(value))
 
     def compare_set(self, name: str, expected: bytes | str, desired: bytes | str) -> bytes:
         """Set ``desired`` if the value is ``expected`` (or the key is absent and ``expected`` is empty).

@@ -236,7 +236,7 @@ class JobMonitor:
             return False
         for participant in state.participants:
             node = self._nodes.get(participant.node)
-            if node is None or not node.info.finished or node.info.round != self._round:
+            if node is None or not node.info.finished_round(self._round):
                 return False
         return True
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from typing import Mapping
 
 from .backend import DEFAULT_KEY_PREFIX, validate_run_id
+from .client import EtcdClient
 from .errors import RendezvousSettingsError
 
 __all__ = ["RendezvousSettings", "parse_conf", "CONF_KEYS"]
@@ -88,12 +89,15 @@ class RendezvousSettings:
     def with_(self, **changes: object) -> "RendezvousSettings":
         return replace(self, **changes)
 
-    def client_kwargs(self) -> dict[str, object]:
-        """Keyword arguments for EtcdClient besides the endpoints."""
-        return {
-            "timeout": self.read_timeout, "ca_cert": self.ca_cert, "cert_key": self.cert_key,
-            "cert_cert": self.cert_cert, "user": self.user, "password": self.password,
-        }
+    def connect(self, endpoints: str) -> EtcdClient:
+        """An etcd client for ``host:port[,...]`` with these settings (``https://`` added when
+        ``protocol`` is https and an endpoint names no scheme)."""
+        if self.protocol == "https":
+            endpoints = ",".join(e if "://" in e else f"https://{e.strip()}" for e in endpoints.split(","))
+        return EtcdClient(
+            endpoints, timeout=self.read_timeout, ca_cert=self.ca_cert, cert_key=self.cert_key,
+            cert_cert=self.cert_cert, user=self.user, password=self.password,
+        )
 
 
 def _is_int(value: object) -> bool:

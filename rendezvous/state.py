@@ -123,6 +123,10 @@ class NodeInfo:
     def encode(self) -> bytes:
         return json.dumps(asdict(self), separators=(",", ":"), sort_keys=True).encode()
 
+    def finished_round(self, round_: int) -> bool:
+        """Its workers of round ``round_`` all succeeded."""
+        return self.finished and self.round == round_
+
     @classmethod
     def decode(cls, raw: bytes, where: str = "node record") -> "NodeInfo":
         data = _load(raw, where)

@@ -95,10 +95,7 @@ def create_handler(params: Any) -> Any:
 
     ours = {k: str(v) for k, v in params.config.items() if k in CONF_KEYS and k not in ("join_timeout", "last_call_timeout", "close_timeout")}
     settings = RendezvousSettings.from_conf(params.run_id, params.min_nodes, params.max_nodes, ours)
-    endpoint = params.endpoint
-    if settings.protocol == "https" and "://" not in endpoint:
-        endpoint = f"https://{endpoint}"
-    client = EtcdClient(endpoint, **settings.client_kwargs())  # type: ignore[arg-type]
+    client = settings.connect(params.endpoint)
     backend = EtcdRendezvousBackend(client, params.run_id, settings.key_prefix)
     store = EtcdStore(client, params.run_id, key_prefix=settings.key_prefix)
     return torch_create_handler(store, backend, params)

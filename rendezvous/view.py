@@ -65,13 +65,9 @@ def view_of(snapshot: Snapshot) -> JobView | None:
     if state is None:
         return None
     live = {n.info.node: n.info for n in snapshot.nodes}
-
-    def finished(node: str) -> bool:
-        info = live.get(node)
-        return info is not None and info.finished and info.round == state.round
-
     views = [
-        NodeView(p.node, p.group_rank, p.addr, p.local_world_size, p.node in live, finished(p.node))
+        NodeView(p.node, p.group_rank, p.addr, p.local_world_size, p.node in live,
+                 p.node in live and live[p.node].finished_round(state.round))
         for p in state.participants
     ]
     members = {p.node for p in state.participants}
