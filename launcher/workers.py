@@ -241,7 +241,10 @@ class WorkerGroup:
             except psutil.Error:
                 pass
         for worker in workers:
-            worker.process.wait()
+            try:
+                worker.process.wait(timeout=5)  # SIGKILLed: only an unkillable (D state) process lingers
+            except subprocess.TimeoutExpired:
+                continue  # still there: leave it registered with the reaper
             if self._reaper is not None:
                 self._reaper.unregister(worker.process.pid)
         self._pump.drain(timeout=1.0)

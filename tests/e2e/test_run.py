@@ -134,7 +134,6 @@ def test_sigkilled_agent_takes_its_workers_and_the_others_go_on(etcd_endpoints, 
     agents = [start(agent_args(etcd_endpoints, rid, "2:3") + [PROBE, str(tmp_path), "--run", "60", "--grandchild"])
               for _ in range(3)]
     try:
-        first = records(str(tmp_path)) if False else None
         _worker_pids(str(tmp_path), 6)
         first = records(str(tmp_path), 0)
         victim = agents[trial % 3]
