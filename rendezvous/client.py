@@ -1,9 +1,10 @@
 """The etcd v3 connection: an endpoint list with failover, timeouts, TLS and user/password auth.
 
 ``EtcdClient`` speaks gRPC to etcd through the stubs that python3-etcd3 generates (``etcd3.etcdrpc``)
-and exposes the handful of calls the rendezvous needs: range reads, transactions, leases and
-watch streams. Every gRPC failure is mapped here to the ``rendezvous.errors`` tree; nothing above
-this module sees a ``grpc.RpcError``.
+and exposes the handful of calls the rendezvous needs: range reads, transactions and leases. Every
+gRPC failure of a call is mapped here to the ``rendezvous.errors`` tree. Long-lived streams
+(``watch.Watch``, ``membership.Session``) run on ``grpc.aio`` channels that ``stream_channel`` hands
+out on the process's stream loop; they reconnect by themselves and never raise to their users.
 
 Failover: a call goes to the endpoint that answered last; when that one is unreachable the call
 moves on to the next one in the list, until one answers or the call's time budget is spent. The
@@ -19,8 +20,10 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 import grpc
+import grpc.aio
 from etcd3 import etcdrpc
 
+from . import streams
 from .errors import RendezvousConnectionError, RendezvousError, RendezvousSettingsError
 
 __all__ = [
@@ -241,6 +244,7 @@ class EtcdClient:
             )
         self._lock = threading.Lock()
         self._channels: list[grpc.Channel | None] = [None] * len(self.endpoints)
+        self._stream_channels: list[Any] = [None] * len(self.endpoints)  # grpc.aio, on the stream loop
         self._current = 0
         self._token: str | None = None
         self._closed = False
@@ -268,13 +272,8 @@ class EtcdClient:
         request = etcdrpc.AuthenticateRequest(name=self._user, password=self._password)
         self._token = stub.Authenticate(request, timeout=timeout).token
 
-    def _call(
-        self, service: str, method: str, request: Any, timeout: float | None = None, *, stream: bool = False
-    ) -> Any:
-        """One call with failover; the only place gRPC errors of calls are caught.
-
-        ``stream=True`` is for a streaming method used as a unary one: the first response is returned.
-        """
+    def _call(self, service: str, method: str, request: Any, timeout: float | None = None) -> Any:
+        """One unary call with failover; the only place gRPC errors of calls are caught."""
         budget = self.timeout if timeout is None else timeout
         deadline = time.monotonic() + budget
         count = len(self.endpoints)
@@ -292,13 +291,13 @@ class EtcdClient:
                     self._authenticate(index, share)
                 stub = getattr(etcdrpc, service)(self._channel(index))
                 try:
-                    response = self._invoke(stub, method, request, share, stream)
+                    response = self._invoke(stub, method, request, share)
                 except grpc.RpcError as exc:
                     if exc.code() != grpc.StatusCode.UNAUTHENTICATED or self._user is None:
                         raise
                     # The auth token expired: get a new one and retry once on the same endpoint.
                     self._authenticate(index, max(deadline - time.monotonic(), 0.1))
-                    response = self._invoke(stub, method, request, max(deadline - time.monotonic(), 0.1), stream)
+                    response = self._invoke(stub, method, request, max(deadline - time.monotonic(), 0.1))
             except grpc.RpcError as exc:
                 if exc.code() in _UNREACHABLE:
                     failures.append(f"{self.endpoints[index]} ({_describe(exc)})")
@@ -309,22 +308,23 @@ class EtcdClient:
         tried = ", ".join(failures) if failures else ", ".join(map(str, self.endpoints))
         raise RendezvousConnectionError(f"cannot reach etcd within {budget:g}s; tried {tried}")
 
-    def _invoke(self, stub: Any, method: str, request: Any, timeout: float, stream: bool) -> Any:
-        if not stream:
-            return getattr(stub, method)(request, timeout=timeout, metadata=self._metadata())
-        responses = getattr(stub, method)(iter((request,)), timeout=timeout, metadata=self._metadata())
-        try:
-            return next(iter(responses), None)
-        finally:
-            responses.cancel()
+    def _invoke(self, stub: Any, method: str, request: Any, timeout: float) -> Any:
+        return getattr(stub, method)(request, timeout=timeout, metadata=self._metadata())
 
     def close(self) -> None:
         with self._lock:
             self._closed = True
             channels, self._channels = self._channels, [None] * len(self.endpoints)
+            stream_channels, self._stream_channels = self._stream_channels, [None] * len(self.endpoints)
         for channel in channels:
             if channel is not None:
                 channel.close()
+        stream_channels = [c for c in stream_channels if c is not None]
+        if stream_channels:
+            try:
+                streams.run(_close_stream_channels(stream_channels), timeout=2.0)
+            except (TimeoutError, RuntimeError):
+                pass  # the loop is gone (interpreter exit): the channels go with it
 
     def __enter__(self) -> "EtcdClient":
         return self
@@ -374,12 +374,6 @@ class EtcdClient:
             raise RendezvousError(f"etcd refused a lease of {ttl}s: {response.error}")
         return int(response.ID)
 
-    def keep_alive_once(self, lease_id: int, timeout: float | None = None) -> int:
-        """Refresh a lease once; returns its remaining TTL in seconds, 0 when it has expired."""
-        request = etcdrpc.LeaseKeepAliveRequest(ID=lease_id)
-        response = self._call("LeaseStub", "LeaseKeepAlive", request, timeout=timeout, stream=True)
-        return max(int(response.TTL), 0) if response is not None else 0
-
     def revoke_lease(self, lease_id: int, timeout: float | None = None) -> bool:
         """Revoke a lease (its keys are deleted at once); False when it had already expired."""
         try:
@@ -393,13 +387,39 @@ class EtcdClient:
         response = self._call("LeaseStub", "LeaseTimeToLive", etcdrpc.LeaseTimeToLiveRequest(ID=lease_id))
         return int(response.TTL)
 
-    # -- watch and maintenance -----------------------------------------------------------------
-    def watch_channel(self) -> tuple[grpc.Channel, Endpoint, tuple[tuple[str, str], ...] | None]:
-        """The channel a watch stream should use now (the endpoint that answered last)."""
-        index = self._current
-        if self._user is not None and self._token is None:
+    # -- streams (watches, keep-alives) and maintenance -------------------------------------------
+    @property
+    def needs_token(self) -> bool:
+        """Streams need an auth token that no call has fetched yet (``ensure_token`` gets one)."""
+        return self._user is not None and self._token is None
+
+    def ensure_token(self) -> None:
+        """Authenticate now if this client uses auth and holds no token (a blocking call)."""
+        if self.needs_token:
             self._call("MaintenanceStub", "Status", etcdrpc.StatusRequest())
-        return self._channel(index), self.endpoints[index], self._metadata()
+
+    def drop_token(self) -> None:
+        """Forget an auth token a stream found expired; the next call or stream gets a new one."""
+        self._token = None
+
+    def stream_channel(self) -> tuple[Any, Endpoint, tuple[tuple[str, str], ...] | None]:
+        """The grpc.aio channel a stream should use now (the endpoint that answered last).
+
+        Only for coroutines on the stream loop (``rendezvous.streams``): aio channels belong to it.
+        """
+        index = self._current
+        with self._lock:
+            if self._closed:
+                raise RendezvousConnectionError("the etcd client is closed")
+            channel = self._stream_channels[index]
+            if channel is None:
+                target = self.endpoints[index].target
+                if self._credentials is not None:
+                    channel = grpc.aio.secure_channel(target, self._credentials, options=_CHANNEL_OPTIONS)
+                else:
+                    channel = grpc.aio.insecure_channel(target, options=_CHANNEL_OPTIONS)
+                self._stream_channels[index] = channel
+        return channel, self.endpoints[index], self._metadata()
 
     def rotate(self, failed: Endpoint) -> None:
         """Move on from an endpoint a stream found dead, so the next call starts elsewhere."""
@@ -408,6 +428,11 @@ class EtcdClient:
 
     def status(self) -> Any:
         return self._call("MaintenanceStub", "Status", etcdrpc.StatusRequest())
+
+
+async def _close_stream_channels(channels: list[Any]) -> None:
+    for channel in channels:
+        await channel.close()
 
 
 class _LeaseNotFound(RendezvousError):

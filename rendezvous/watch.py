@@ -1,7 +1,7 @@
 """A watch on a key or a key prefix that survives dropped streams.
 
 etcd delivers every change after a start revision, in order. ``Watch`` keeps one gRPC watch
-stream open in a background thread and hands the events over through a queue; when the stream
+stream open on the process's stream loop and hands the events over through a queue; when the stream
 drops (etcd restarted, endpoint died) it opens a new one from the last revision it delivered + 1,
 on the next endpoint if need be, so no event is lost. If etcd compacted the history past that
 revision, a ``RESYNC`` event tells the consumer to read the current state again.
@@ -9,16 +9,20 @@ revision, a ``RESYNC`` event tells the consumer to read the current state again.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import enum
 import queue
-import threading
 from dataclasses import dataclass
 from typing import Any
 
 import grpc
+import grpc.aio
 from etcd3 import etcdrpc
 
+from . import streams
 from .client import EtcdClient, prefix_range_end
+from .errors import RendezvousError
 
 __all__ = ["Watch", "WatchEvent", "EventType", "KeyRange"]
 
@@ -60,7 +64,11 @@ class KeyRange:
 
 
 class Watch:
-    """Events on one or more key ranges from ``start_revision`` on, over one gRPC stream."""
+    """Events on one or more key ranges from ``start_revision`` on, over one gRPC stream.
+
+    The stream is a task on the process's stream loop (``rendezvous.streams``); the consumer reads
+    the events from a queue in its own thread.
+    """
 
     def __init__(
         self, client: EtcdClient, key: str | bytes | KeyRange, *more: KeyRange, start_revision: int, prefix: bool = False
@@ -71,18 +79,18 @@ class Watch:
         # Each range resumes from its own revision: etcd orders events within a watch, not across.
         self._next_revision = [max(int(start_revision), 1)] * len(self._ranges)
         self._events: queue.Queue[WatchEvent] = queue.Queue()
-        self._stop = threading.Event()
-        self._call: Any = None
-        self._call_lock = threading.Lock()
+        self._closed = False
         self.reconnects = 0
-        name = first.key.decode(errors="replace") if isinstance(first.key, bytes) else first.key
-        self._thread = threading.Thread(target=self._run, name=f"watch:{name}", daemon=True)
-        self._thread.start()
+        try:
+            client.ensure_token()  # a blocking call: here rather than on the loop
+        except RendezvousError:
+            pass  # etcd is away: the stream gets its token when it comes back
+        self._task = streams.submit(self._run())
 
     # -- consumer side ---------------------------------------------------------------------------
     def get(self, timeout: float | None) -> WatchEvent | None:
         """The next event, or None when none came within ``timeout`` seconds (or the watch is closed)."""
-        if self._stop.is_set() and self._events.empty():
+        if self._closed and self._events.empty():
             return None
         try:
             return self._events.get(timeout=None if timeout is None else max(timeout, 0.0))
@@ -99,11 +107,9 @@ class Watch:
                 return events
 
     def close(self) -> None:
-        self._stop.set()
-        with self._call_lock:
-            if self._call is not None:
-                self._call.cancel()
-        self._thread.join(timeout=5)
+        self._closed = True
+        self._task.cancel()
+        concurrent.futures.wait([self._task], timeout=5)
 
     def __enter__(self) -> "Watch":
         return self
@@ -111,28 +117,25 @@ class Watch:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # -- the stream ------------------------------------------------------------------------------
-    def _requests(self):
-        for key_range, revision in zip(self._ranges, self._next_revision):
-            yield key_range.request(revision)
-        # Keep the request side open until the watch is closed: a half-closed stream ends the watch.
-        self._stop.wait()
-
-    def _run(self) -> None:
+    # -- the stream (on the stream loop) ---------------------------------------------------------
+    async def _run(self) -> None:
         backoff = _BACKOFF_START
-        while not self._stop.is_set():
-            endpoint = None
+        while True:
+            endpoint = call = None
             try:
-                channel, endpoint, metadata = self._client.watch_channel()
-                call = etcdrpc.WatchStub(channel).Watch(self._requests(), metadata=metadata)
-                with self._call_lock:
-                    if self._stop.is_set():
-                        call.cancel()
-                        return
-                    self._call = call
+                if self._client.needs_token:
+                    await asyncio.to_thread(self._client.ensure_token)
+                channel, endpoint, metadata = self._client.stream_channel()
+                call = etcdrpc.WatchStub(channel).Watch(metadata=metadata)
+                for key_range, revision in zip(self._ranges, self._next_revision):
+                    await call.write(key_range.request(revision))
+                # The request side stays open: a half-closed stream ends the watch.
                 # etcd answers the create requests of a stream in the order they were sent.
                 index_of: dict[int, int] = {}
-                for response in call:
+                while True:
+                    response = await call.read()
+                    if response is grpc.aio.EOF:
+                        break
                     backoff = _BACKOFF_START
                     if response.created:
                         index_of[response.watch_id] = len(index_of)
@@ -149,17 +152,16 @@ class Watch:
                         kv = event.kv
                         self._events.put(WatchEvent(kind, kv.key, kv.value, kv.mod_revision, kv.create_revision))
                         self._next_revision[index] = kv.mod_revision + 1
-            except grpc.RpcError:
-                if endpoint is not None:
+            except grpc.RpcError as exc:
+                if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
+                    self._client.drop_token()
+                elif endpoint is not None:
                     self._client.rotate(endpoint)
-            except Exception:  # a closed client, or anything else: retry until closed
+            except Exception:  # a closed client, no token to be had now, ...: retry until closed
                 pass
             finally:
-                with self._call_lock:
-                    if self._call is not None:
-                        self._call.cancel()
-                    self._call = None
-            if self._stop.wait(backoff):
-                return
+                if call is not None:
+                    call.cancel()
+            await asyncio.sleep(backoff)
             backoff = min(backoff * 2, _BACKOFF_MAX)
             self.reconnects += 1
