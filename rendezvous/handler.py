@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .backend import EtcdRendezvousBackend
-from .client import EtcdClient
+from .client import EtcdClient, op_put
 from .decide import Freeze, decide, frozen_state, joined
 from .errors import RendezvousClosedError, RendezvousError, RendezvousTimeoutError
 from .ports import free_port
-from .membership import JobKeys, JobMonitor, Session, Snapshot, read_nodes, read_round
+from .membership import JobKeys, JobMonitor, Session, Snapshot, follow_round, read_nodes, read_round
 from .settings import RendezvousSettings
 from .state import JobState, JobStatus, NodeInfo, Participant
 from .watch import KeyRange, Watch
@@ -119,7 +119,7 @@ class RendezvousHandler:
         snapshot = read_round(self._client, self._keys, all_nodes=False)
         self._raise_if_closed(snapshot.state)
         target = self._target_round(snapshot.state)
-        self._announce(target)
+        current: Snapshot | None = self._announce(target)
         self._last_call_start = None
         watch: Watch | None = None
         watch_kind: bool | None = None  # True: the coordinator's watch; False: a follower's
@@ -127,7 +127,8 @@ class RendezvousHandler:
         try:
             while True:
                 self._forming = target
-                snapshot = read_round(self._client, self._keys, all_nodes=read_all)
+                snapshot = current or read_round(self._client, self._keys, all_nodes=read_all)
+                current = None
                 state = snapshot.state
                 self._raise_if_closed(state)
                 if state is not None and state.status is JobStatus.RUNNING and state.round >= target:
@@ -135,14 +136,14 @@ class RendezvousHandler:
                     if me is not None:
                         return self._completed(state, me)
                     target = state.round + 1  # the round froze without us: wait for the next one
-                    self._announce(target)
+                    current = self._announce(target)
                     continue
                 if state is not None and state.status is JobStatus.JOINING and state.round > target:
                     target = state.round
-                    self._announce(target)
+                    current = self._announce(target)
                     continue
                 if not self._session_alive():
-                    self._announce(target)
+                    current = self._announce(target)
                     continue
                 coordinating = snapshot.first_node == self.node_id
                 if coordinating != read_all:
@@ -161,8 +162,14 @@ class RendezvousHandler:
                     if watch is not None:
                         watch.close()
                     watch, watch_kind = self._watch_round(snapshot.revision, coordinating), coordinating
-                if watch.get(timeout=max(until - now, 0.0)) is not None:
-                    watch.drain()  # one read covers every change so far
+                event = watch.get(timeout=max(until - now, 0.0))
+                if event is None:
+                    current = snapshot if not coordinating else None
+                    continue
+                events = [event, *watch.drain()]
+                if not coordinating:
+                    # What the watch carried is enough, unless a node left or history was lost.
+                    current = follow_round(self._keys, snapshot, events)
         finally:
             self._forming = None
             if watch is not None:
@@ -278,8 +285,11 @@ class RendezvousHandler:
     def _session_alive(self) -> bool:
         return self._session is not None and self._session.alive
 
-    def _announce(self, round_: int, *, finished: bool = False) -> None:
-        """Write (or rewrite) this node's key asking for ``round_``, on a live lease."""
+    def _announce(self, round_: int, *, finished: bool = False) -> Snapshot:
+        """Write (or rewrite) this node's key asking for ``round_``, on a live lease.
+
+        Returns what the same transaction read: the state and the coordinator, right after the write.
+        """
         if not self._session_alive():
             if self._session is not None:
                 self._session.close(timeout=0.5)
@@ -288,13 +298,14 @@ class RendezvousHandler:
             node=self.node_id, round=round_, addr=self.local_addr, local_world_size=self.local_world_size,
             master_port=free_port("0.0.0.0"), finished=finished,
         )
+        put = op_put(self._keys.node(self.node_id), info.encode(), lease=self._session.lease_id)
         try:
-            self._client.put(self._keys.node(self.node_id), info.encode(), lease=self._session.lease_id)
+            return read_round(self._client, self._keys, all_nodes=False, put=put)
         except RendezvousError as exc:
             if "lease not found" not in str(exc):
                 raise
             self._session.lost.set()
-            self._announce(round_, finished=finished)
+            return self._announce(round_, finished=finished)
 
     def _coordinate(self, snapshot: Snapshot, target: int) -> float | None:
         """Decide the round. Returns None after a write, else when to look again (inf: on a change)."""

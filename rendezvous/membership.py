@@ -14,6 +14,7 @@ import asyncio
 import concurrent.futures
 import threading
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 import grpc.aio
@@ -25,9 +26,9 @@ from .client import EtcdClient, KeyValue, op_get, prefix_range_end
 from .decide import LiveNode, lost_participants, nodes_waiting
 from .errors import RendezvousError, RendezvousStateError
 from .state import JobState, JobStatus, NodeInfo
-from .watch import EventType, KeyRange, Watch
+from .watch import EventType, KeyRange, Watch, WatchEvent
 
-__all__ = ["Session", "JobKeys", "Snapshot", "read_round", "read_nodes", "JobMonitor"]
+__all__ = ["Session", "JobKeys", "Snapshot", "read_round", "follow_round", "read_nodes", "JobMonitor"]
 
 _RETRY = 0.1  # seconds before reopening a broken keep-alive stream
 
@@ -114,6 +115,10 @@ class JobKeys:
         return job_key(self.prefix, self.run_id, "state")
 
     @property
+    def state_bytes(self) -> bytes:
+        return self.state.encode()
+
+    @property
     def nodes(self) -> str:
         return job_key(self.prefix, self.run_id, "nodes") + "/"
 
@@ -149,25 +154,53 @@ def _decode_nodes(kvs) -> tuple[LiveNode, ...]:
     return tuple(nodes)
 
 
-def read_round(client: EtcdClient, keys: JobKeys, *, all_nodes: bool) -> Snapshot:
+def read_round(client: EtcdClient, keys: JobKeys, *, all_nodes: bool, put: Any = None) -> Snapshot:
     """State and nodes at one revision, in one round trip.
 
     With ``all_nodes`` False only the first-created node key is read (enough to know who coordinates).
+    ``put`` (an ``op_put``) is written in the same transaction, before the reads.
     """
     nodes_request = etcdrpc.RangeRequest(key=keys.nodes.encode(), range_end=prefix_range_end(keys.nodes))
     if not all_nodes:
         nodes_request.limit = 1
         nodes_request.sort_order = etcdrpc.RangeRequest.ASCEND
         nodes_request.sort_target = etcdrpc.RangeRequest.CREATE
-    response = client.txn([], [op_get(keys.state), etcdrpc.RequestOp(request_range=nodes_request)])
-    state, token = _decode_state(keys, response.responses[0].response_range.kvs)
-    node_kvs = response.responses[1].response_range.kvs
+    ops = [op_get(keys.state), etcdrpc.RequestOp(request_range=nodes_request)]
+    response = client.txn([], ([put] if put is not None else []) + ops)
+    reads = response.responses[-2:]
+    state, token = _decode_state(keys, reads[0].response_range.kvs)
+    node_kvs = reads[1].response_range.kvs
     nodes = _decode_nodes(node_kvs)
     if all_nodes:
         first = min(nodes, key=lambda n: n.create_revision).info.node if nodes else None
     else:
         first = nodes[0].info.node if nodes else None
     return Snapshot(state, token, nodes if all_nodes else (), response.header.revision, first)
+
+
+def follow_round(keys: JobKeys, snapshot: Snapshot, events: list[WatchEvent]) -> Snapshot | None:
+    """The snapshot after ``events`` of a follower's watch, or None when only a read can tell.
+
+    A follower watches the state and node deletions. When all it heard is new states, the last
+    one is the state now (the watch carries its value), and the coordinator is unchanged: a new
+    node key is never older than the first one. A deletion may have changed the coordinator and a
+    resync lost history, so those need a read.
+    """
+    if any(event.type is EventType.RESYNC for event in events):
+        return None
+    # A read since the watch started may already have shown some of these changes; an older
+    # state must not replace a newer one.
+    events = [event for event in events if event.revision > snapshot.revision]
+    if not events:
+        return snapshot
+    if any(event.type is not EventType.PUT or event.key != keys.state_bytes for event in events):
+        return None
+    last = events[-1]
+    try:
+        state = JobState.decode(unwrap_state(keys.state, last.value), f"job state at {keys.state}")
+    except RendezvousStateError:
+        return None  # the read that follows reports it
+    return Snapshot(state, last.revision, (), max(e.revision for e in events), snapshot.first_node)
 
 
 def read_nodes(client: EtcdClient, keys: JobKeys) -> tuple[tuple[LiveNode, ...], int]:

@@ -43,8 +43,11 @@ def test_decode_refuses_what_is_not_a_job_state(raw, fragment):
     [
         ({"round": "2"}, "'round' is not int"),
         ({"status": "dancing"}, "malformed"),
-        ({"participants": [{"node": "a"}]}, "'group_rank' is missing"),
-        ({"participants": [{"node": "a", "group_rank": 3, "addr": "h", "local_world_size": 1}]}, "group ranks"),
+        ({"participants": [{"node": "a"}]}, "participant 0 is not \\[node, addr, local_world_size\\]"),
+        ({"participants": [["a", "h", 1], ["b", "h"]]}, "participant 1 is not"),
+        ({"participants": [["a", "h", 0]]}, "local_world_size >= 1"),
+        ({"participants": [["a", 7, 1]]}, "participant 0 \\['a', 7, 1\\]"),
+        ({"participants": "a"}, "'participants' is not list"),
         ({"max_nodes": True}, "'max_nodes' is not int"),
     ],
 )
@@ -84,3 +87,18 @@ def test_bad_settings_name_what_is_wrong(min_nodes, max_nodes, conf, fragment):
 
 def test_parse_conf_skips_empty_entries():
     assert parse_conf(" a=1, ,b = 2 ") == {"a": "1", "b": "2"}
+
+
+def test_participants_are_stored_as_rows_in_group_rank_order():
+    state = JobState("job", 1, JobStatus.RUNNING, 1, 3, (Participant("b", 1, "g", 4), Participant("a", 0, "h", 2)))
+    data = json.loads(state.encode())
+    assert data["participants"] == [["a", "h", 2], ["b", "g", 4]]
+    decoded = JobState.decode(state.encode())
+    assert decoded.participants == (Participant("a", 0, "h", 2), Participant("b", 1, "g", 4))
+    assert decoded.as_dict()["participants"][1] == {"node": "b", "group_rank": 1, "addr": "g", "local_world_size": 4}
+
+
+def test_encode_refuses_ranks_that_are_not_0_to_n():
+    state = JobState("job", 1, JobStatus.RUNNING, 1, 3, (Participant("a", 0, "h", 1), Participant("b", 2, "h", 1)))
+    with pytest.raises(RendezvousStateError, match="group ranks"):
+        state.encode()
