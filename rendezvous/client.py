@@ -245,6 +245,7 @@ class EtcdClient:
         self._lock = threading.Lock()
         self._channels: list[grpc.Channel | None] = [None] * len(self.endpoints)
         self._stream_channels: list[Any] = [None] * len(self.endpoints)  # grpc.aio, on the stream loop
+        self._stubs: dict[tuple[int, str], Any] = {}
         self._current = 0
         self._token: str | None = None
         self._closed = False
@@ -264,11 +265,18 @@ class EtcdClient:
                 self._channels[index] = channel
             return channel
 
+    def _stub(self, index: int, service: str) -> Any:
+        """The stub of ``service`` on endpoint ``index`` (made once: a stub builds a callable per method)."""
+        stub = self._stubs.get((index, service))
+        if stub is None:
+            stub = self._stubs[(index, service)] = getattr(etcdrpc, service)(self._channel(index))
+        return stub
+
     def _metadata(self) -> tuple[tuple[str, str], ...] | None:
         return (("token", self._token),) if self._token else None
 
     def _authenticate(self, index: int, timeout: float) -> None:
-        stub = etcdrpc.AuthStub(self._channel(index))
+        stub = self._stub(index, "AuthStub")
         request = etcdrpc.AuthenticateRequest(name=self._user, password=self._password)
         self._token = stub.Authenticate(request, timeout=timeout).token
 
@@ -289,7 +297,7 @@ class EtcdClient:
             try:
                 if self._user is not None and self._token is None:
                     self._authenticate(index, share)
-                stub = getattr(etcdrpc, service)(self._channel(index))
+                stub = self._stub(index, service)
                 try:
                     response = self._invoke(stub, method, request, share)
                 except grpc.RpcError as exc:
@@ -315,6 +323,7 @@ class EtcdClient:
         with self._lock:
             self._closed = True
             channels, self._channels = self._channels, [None] * len(self.endpoints)
+            self._stubs = {}
             stream_channels, self._stream_channels = self._stream_channels, [None] * len(self.endpoints)
         for channel in channels:
             if channel is not None:

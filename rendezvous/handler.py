@@ -2,8 +2,8 @@
 
 Each agent writes only its own node key (``nodes/<node>``, on its lease) saying which round it wants.
 The coordinator -- the live node key created first -- decides the round with ``decide.decide`` and
-writes ``state`` by compare-and-swap; everyone else waits on a watch of ``state`` (and of node
-deletions, in case the coordinator dies). Nobody polls.
+writes ``state`` by compare-and-swap; everyone else waits on a watch of ``state`` (and of the
+coordinator's node key, in case it dies). Nobody polls.
 """
 
 from __future__ import annotations
@@ -122,7 +122,7 @@ class RendezvousHandler:
         current: Snapshot | None = self._announce(target)
         self._last_call_start = None
         watch: Watch | None = None
-        watch_kind: bool | None = None  # True: the coordinator's watch; False: a follower's
+        watching: str | None = None  # whom the watch follows: "" for the coordinator's own watch
         read_all = False
         try:
             while True:
@@ -158,10 +158,11 @@ class RendezvousHandler:
                 now = self._clock()
                 if now >= deadline:
                     raise self._timeout(target)
-                if watch is None or watch_kind != coordinating:
+                leader = "" if coordinating else snapshot.first_node or ""
+                if watch is None or watching != leader:
                     if watch is not None:
                         watch.close()
-                    watch, watch_kind = self._watch_round(snapshot.revision, coordinating), coordinating
+                    watch, watching = self._watch_round(snapshot.revision, leader), leader
                 event = watch.get(timeout=max(until - now, 0.0))
                 if event is None:
                     current = snapshot if not coordinating else None
@@ -341,14 +342,18 @@ class RendezvousHandler:
             return None
         return float("inf") if decision.until is None else decision.until
 
-    def _watch_round(self, revision: int, coordinating: bool) -> Watch:
-        # The coordinator hears every node change; the others only the state and node deletions
-        # (one of which may make them the coordinator).
-        return Watch(
-            self._client, KeyRange(self._keys.state),
-            KeyRange(self._keys.nodes, prefix=True, deletes_only=not coordinating),
-            start_revision=revision + 1,
-        )
+    def _watch_round(self, revision: int, leader: str) -> Watch:
+        """The coordinator (``leader`` "") hears the state and every node change; a follower the
+        state and the deletion of the coordinator's key, which may make it the coordinator.
+
+        A follower watching one key rather than the nodes prefix keeps etcd's work per node change
+        constant: with K followers on the prefix, every join would be matched against K watchers.
+        """
+        if not leader:
+            nodes = KeyRange(self._keys.nodes, prefix=True)
+        else:
+            nodes = KeyRange(self._keys.node(leader), deletes_only=True)
+        return Watch(self._client, KeyRange(self._keys.state), nodes, start_revision=revision + 1)
 
     def _completed(self, state: JobState, me: Participant) -> RendezvousInfo:
         self._info = RendezvousInfo(
