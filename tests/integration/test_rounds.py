@@ -9,6 +9,7 @@ import pytest
 
 from rendezvous import RendezvousClosedError, RendezvousStateError, RendezvousTimeoutError
 from rendezvous.handler import RendezvousInfo
+from rendezvous.state import NodeInfo
 from tests.integration.rdzv_helpers import Nodes
 
 
@@ -172,3 +173,25 @@ def test_progress_shows_how_the_round_is_forming(nodes):
     thread.join(10)
     thread2.join(10)
     assert len(_ok(outcome)) == 2
+
+
+def test_a_follower_takes_over_when_the_coordinator_dies_while_the_round_forms(nodes, etcd_client, key_prefix):
+    # A coordinator that joined first and then hangs: its node key exists, it never decides.
+    lease = etcd_client.grant_lease(30)
+    hung = NodeInfo(node="hung", round=1, addr="127.0.0.1", local_world_size=1, master_port=1)
+    etcd_client.put(f"{key_prefix}/job/nodes/hung", hung.encode(), lease=lease)
+    handlers = [nodes.add(n, min_nodes=2, max_nodes=2) for n in "bc"]
+    results = {}
+    runner = threading.Thread(target=lambda: results.update(nodes.rendezvous(handlers)), daemon=True)
+    runner.start()
+    runner.join(1.0)
+    assert runner.is_alive(), "the round froze although its coordinator never decided"
+    died = time.monotonic()
+    etcd_client.revoke_lease(lease)  # the coordinator's agent is gone
+    runner.join(10)
+    assert not runner.is_alive()
+    took_over = time.monotonic() - died
+    infos = _ok(results)
+    assert {p.node for p in infos["b"].participants} == {"b", "c"}
+    assert sorted(i.group_rank for i in infos.values()) == [0, 1]
+    assert took_over < 2.0, f"the round froze {took_over:.2f}s after the coordinator died"
