@@ -19,7 +19,7 @@ from .client import EtcdClient, op_put
 from .decide import Freeze, decide, frozen_state, joined
 from .errors import RendezvousClosedError, RendezvousError, RendezvousTimeoutError
 from .ports import free_port
-from .membership import JobKeys, JobMonitor, Session, Snapshot, follow_round, read_nodes, read_round
+from .membership import JobKeys, JobMonitor, Session, Snapshot, advance_round, read_nodes, read_round
 from .settings import RendezvousSettings
 from .state import JobState, JobStatus, NodeInfo, Participant
 from .watch import KeyRange, Watch
@@ -146,9 +146,9 @@ class RendezvousHandler:
                     current = self._announce(target)
                     continue
                 coordinating = snapshot.first_node == self.node_id
-                if coordinating != read_all:
-                    read_all = coordinating  # the coordinator reads every node before deciding
-                    continue
+                read_all = coordinating
+                if coordinating and not snapshot.all_nodes:
+                    continue  # the coordinator reads every node before deciding
                 until = deadline
                 if coordinating:
                     wake_at = self._coordinate(snapshot, target)
@@ -164,13 +164,8 @@ class RendezvousHandler:
                         watch.close()
                     watch, watching = self._watch_round(snapshot.revision, leader), leader
                 event = watch.get(timeout=max(until - now, 0.0))
-                if event is None:
-                    current = snapshot if not coordinating else None
-                    continue
-                events = [event, *watch.drain()]
-                if not coordinating:
-                    # What the watch carried is enough, unless a node left or history was lost.
-                    current = follow_round(self._keys, snapshot, events)
+                # What the watch carried is enough, unless the coordinator changed or history was lost.
+                current = snapshot if event is None else advance_round(self._keys, snapshot, [event, *watch.drain()])
         finally:
             self._forming = None
             if watch is not None:

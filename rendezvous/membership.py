@@ -28,7 +28,7 @@ from .errors import RendezvousError, RendezvousStateError
 from .state import JobState, JobStatus, NodeInfo
 from .watch import EventType, KeyRange, Watch, WatchEvent
 
-__all__ = ["Session", "JobKeys", "Snapshot", "read_round", "follow_round", "read_nodes", "JobMonitor"]
+__all__ = ["Session", "JobKeys", "Snapshot", "read_round", "advance_round", "read_nodes", "JobMonitor"]
 
 _RETRY = 0.1  # seconds before reopening a broken keep-alive stream
 
@@ -128,13 +128,19 @@ class JobKeys:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """What one read showed: the state (and its token), the nodes, and the store revision."""
+    """What one read showed, brought up to date by watch events: the state (and its token), the
+    nodes (every node when ``all_nodes``, else none), and the coordinator.
+
+    ``revision`` is the store revision of the read; events after the read advance the state and
+    nodes but not it, since a watch of two key ranges may deliver one range's events late.
+    """
 
     state: JobState | None
     token: int | None
     nodes: tuple[LiveNode, ...]
     revision: int
     first_node: str | None  # the coordinator: the live node key created first
+    all_nodes: bool = False
 
 
 def _decode_state(keys: JobKeys, kvs) -> tuple[JobState | None, int | None]:
@@ -175,32 +181,50 @@ def read_round(client: EtcdClient, keys: JobKeys, *, all_nodes: bool, put: Any =
         first = min(nodes, key=lambda n: n.create_revision).info.node if nodes else None
     else:
         first = nodes[0].info.node if nodes else None
-    return Snapshot(state, token, nodes if all_nodes else (), response.header.revision, first)
+    return Snapshot(state, token, nodes if all_nodes else (), response.header.revision, first, all_nodes)
 
 
-def follow_round(keys: JobKeys, snapshot: Snapshot, events: list[WatchEvent]) -> Snapshot | None:
-    """The snapshot after ``events`` of a follower's watch, or None when only a read can tell.
+def advance_round(keys: JobKeys, snapshot: Snapshot, events: list[WatchEvent]) -> Snapshot | None:
+    """The snapshot after the events of a round's watch, or None when only a read can tell.
 
-    A follower watches the state and node deletions. When all it heard is new states, the last
-    one is the state now (the watch carries its value), and the coordinator is unchanged: a new
-    node key is never older than the first one. A deletion may have changed the coordinator and a
-    resync lost history, so those need a read.
+    The watch carries values, so a new state is the state now (its token is the event's revision),
+    and a snapshot of every node follows node puts and deletions. A follower's snapshot holds no
+    nodes: a node event (the coordinator's key deleted) needs a read, to learn who coordinates now.
+    A resync (history lost) or a deleted or corrupt state needs a read too.
     """
-    if any(event.type is EventType.RESYNC for event in events):
-        return None
-    # A read since the watch started may already have shown some of these changes; an older
-    # state must not replace a newer one.
-    events = [event for event in events if event.revision > snapshot.revision]
-    if not events:
-        return snapshot
-    if any(event.type is not EventType.PUT or event.key != keys.state_bytes for event in events):
-        return None
-    last = events[-1]
-    try:
-        state = JobState.decode(unwrap_state(keys.state, last.value), f"job state at {keys.state}")
-    except RendezvousStateError:
-        return None  # the read that follows reports it
-    return Snapshot(state, last.revision, (), max(e.revision for e in events), snapshot.first_node)
+    state, token = snapshot.state, snapshot.token
+    nodes = {n.info.node: n for n in snapshot.nodes}
+    for event in events:
+        if event.type is EventType.RESYNC:
+            return None
+        if event.revision <= snapshot.revision:
+            continue  # the read already showed it
+        if event.key == keys.state_bytes:
+            if event.type is not EventType.PUT:
+                return None
+            if token is not None and event.revision <= token:
+                continue
+            try:
+                state = JobState.decode(unwrap_state(keys.state, event.value), f"job state at {keys.state}")
+            except RendezvousStateError:
+                return None  # the read that follows reports it
+            token = event.revision
+            continue
+        if not snapshot.all_nodes:
+            return None
+        node_id = event.key.decode(errors="replace")[len(keys.nodes):]
+        if event.type is EventType.DELETE:
+            nodes.pop(node_id, None)
+            continue
+        try:
+            nodes[node_id] = LiveNode(NodeInfo.decode(event.value), event.create_revision)
+        except RendezvousStateError:
+            nodes.pop(node_id, None)  # a stray key under nodes/ is not a node
+    if not snapshot.all_nodes:
+        return Snapshot(state, token, (), snapshot.revision, snapshot.first_node)
+    live = tuple(nodes.values())
+    first = min(live, key=lambda n: n.create_revision).info.node if live else None
+    return Snapshot(state, token, live, snapshot.revision, first, True)
 
 
 def read_nodes(client: EtcdClient, keys: JobKeys) -> tuple[tuple[LiveNode, ...], int]:
