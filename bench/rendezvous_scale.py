@@ -5,11 +5,20 @@
 Each participant is a thread with its own etcd client and lease, as separate agents would be.
 When torch and python-etcd are installed, the same harness runs torch's DynamicRendezvousHandler
 on its etcd-v2 backend (etcd started with --enable-v2) side by side.
+
+One process holding K participants holds K copies of a round of K participants: K*K objects that
+Python's cyclic garbage collector scans again and again, a cost that K separate agents (K objects
+each) never pay. The main columns therefore time the round with the cyclic collector paused
+(reference counting still frees everything), for both systems alike; the "GC on" column times the
+same round with it running. Leases have a 10 s TTL here: K keep-alives every TTL/3 in one process
+would otherwise time the harness's loop, not the round.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
+import itertools
 import os
 import sys
 import threading
@@ -23,9 +32,10 @@ from rendezvous.handler import RendezvousHandler  # noqa: E402
 from rendezvous.settings import RendezvousSettings  # noqa: E402
 
 TIMEOUT = 120.0
+_runs = itertools.count()
 
 
-def _run_threads(targets) -> float:
+def _run_threads(targets, keep_gc: bool = False) -> float:
     errors = []
 
     def guard(fn):
@@ -35,23 +45,29 @@ def _run_threads(targets) -> float:
             errors.append(exc)
 
     threads = [threading.Thread(target=guard, args=(t,), daemon=True) for t in targets]
-    started = time.perf_counter()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(TIMEOUT)
-    elapsed = time.perf_counter() - started
+    gc.collect()
+    if not keep_gc:
+        gc.disable()
+    try:
+        started = time.perf_counter()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(TIMEOUT)
+        elapsed = time.perf_counter() - started
+    finally:
+        gc.enable()
     if errors or any(t.is_alive() for t in threads):
         raise RuntimeError(f"round failed: {errors[:1] or 'timed out'}")
     return elapsed
 
 
-def ours(endpoints: str, k: int) -> float:
-    settings = RendezvousSettings(run_id=f"scale-{k}", min_nodes=k, max_nodes=k, join_timeout=TIMEOUT, lease_ttl=10)
+def ours(endpoints: str, k: int, keep_gc: bool = False) -> float:
+    settings = RendezvousSettings(run_id=f"scale-{k}-{next(_runs)}", min_nodes=k, max_nodes=k, join_timeout=TIMEOUT, lease_ttl=10)
     clients = [EtcdClient(endpoints, timeout=60) for _ in range(k)]
     handlers = [RendezvousHandler(c, settings, local_addr="127.0.0.1", node_id=f"n{i:05d}") for i, c in enumerate(clients)]
     try:
-        return _run_threads([h.next_rendezvous for h in handlers])
+        return _run_threads([h.next_rendezvous for h in handlers], keep_gc)
     finally:
         for handler in handlers:
             handler.shutdown()
@@ -88,14 +104,15 @@ def main() -> None:
     parser.add_argument("--torch-max", type=int, default=256, help="largest K to run torch's handler at")
     args = parser.parse_args()
     sizes = [int(k) for k in args.sizes.split(",")]
-    print(f"{'K':>6} {'etcd-elastic s':>15} {'torch etcd-v2 s':>16} {'ratio':>7}")
+    print(f"{'K':>6} {'etcd-elastic s':>15} {'GC on s':>8} {'torch etcd-v2 s':>16} {'ratio':>7}")
     with EtcdServer(extra_args=["--enable-v2"]) as server:
         for k in sizes:
             mine = ours(server.endpoints, k)
+            mine_gc = ours(server.endpoints, k, keep_gc=True)
             theirs = torchs(server.endpoints, k) if k <= args.torch_max else None
             shown = f"{theirs:16.2f}" if theirs is not None else f"{'n/a':>16}"
             ratio = f"{theirs / mine:6.1f}x" if theirs is not None else f"{'':>7}"
-            print(f"{k:>6} {mine:15.2f} {shown} {ratio}", flush=True)
+            print(f"{k:>6} {mine:15.2f} {mine_gc:8.2f} {shown} {ratio}", flush=True)
 
 
 if __name__ == "__main__":

@@ -110,18 +110,29 @@ class JobState:
 
 
 def _participants(rows: list, where: str) -> tuple[Participant, ...]:
-    """Decode the participant rows; a tight loop, since every follower runs it on K rows."""
-    out = []
-    for rank, row in enumerate(rows):
-        if type(row) is not list or len(row) != 3:
-            raise RendezvousStateError(f"{where} is malformed: participant {rank} is not [node, addr, local_world_size]")
-        node, addr, size = row
-        if type(node) is not str or type(addr) is not str or type(size) is not int or size < 1:
+    """Decode the participant rows. Every follower of a round runs this on all K rows, so the
+    tuples are built first (one comprehension) and checked after, rather than field by field."""
+    try:
+        out = tuple([_new(Participant, (node, rank, addr, size)) for rank, (node, addr, size) in enumerate(rows)])
+    except (TypeError, ValueError):
+        out = ()  # a row that is not three values: found below
+    if len(out) != len(rows):
+        for rank, row in enumerate(rows):
+            if type(row) is not list or len(row) != 3:
+                raise RendezvousStateError(
+                    f"{where} is malformed: participant {rank} is not [node, addr, local_world_size]"
+                )
+    for p in out:
+        size = p.local_world_size
+        if type(p.node) is not str or type(p.addr) is not str or type(size) is not int or size < 1:
             raise RendezvousStateError(
-                f"{where} is malformed: participant {rank} {row!r} is not [node, addr, local_world_size >= 1]"
+                f"{where} is malformed: participant {p.group_rank} {[p.node, p.addr, p.local_world_size]!r} "
+                f"is not [node, addr, local_world_size >= 1]"
             )
-        out.append(Participant(node, rank, addr, size))
-    return tuple(out)
+    return out
+
+
+_new = tuple.__new__
 
 
 @dataclass(frozen=True)
