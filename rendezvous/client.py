@@ -252,17 +252,21 @@ class EtcdClient:
 
     # -- connection management -------------------------------------------------------------
     def _channel(self, index: int) -> grpc.Channel:
+        return self._open(self._channels, index, grpc)
+
+    def _open(self, channels: list[Any], index: int, flavour: Any) -> Any:
+        """The channel of endpoint ``index`` in ``channels``, made by ``flavour`` (grpc or grpc.aio)."""
         with self._lock:
             if self._closed:
                 raise RendezvousConnectionError("the etcd client is closed")
-            channel = self._channels[index]
+            channel = channels[index]
             if channel is None:
                 target = self.endpoints[index].target
                 if self._credentials is not None:
-                    channel = grpc.secure_channel(target, self._credentials, options=_CHANNEL_OPTIONS)
+                    channel = flavour.secure_channel(target, self._credentials, options=_CHANNEL_OPTIONS)
                 else:
-                    channel = grpc.insecure_channel(target, options=_CHANNEL_OPTIONS)
-                self._channels[index] = channel
+                    channel = flavour.insecure_channel(target, options=_CHANNEL_OPTIONS)
+                channels[index] = channel
             return channel
 
     def _stub(self, index: int, service: str) -> Any:
@@ -417,17 +421,7 @@ class EtcdClient:
         Only for coroutines on the stream loop (``rendezvous.streams``): aio channels belong to it.
         """
         index = self._current
-        with self._lock:
-            if self._closed:
-                raise RendezvousConnectionError("the etcd client is closed")
-            channel = self._stream_channels[index]
-            if channel is None:
-                target = self.endpoints[index].target
-                if self._credentials is not None:
-                    channel = grpc.aio.secure_channel(target, self._credentials, options=_CHANNEL_OPTIONS)
-                else:
-                    channel = grpc.aio.insecure_channel(target, options=_CHANNEL_OPTIONS)
-                self._stream_channels[index] = channel
+        channel = self._open(self._stream_channels, index, grpc.aio)
         return channel, self.endpoints[index], self._metadata()
 
     def rotate(self, failed: Endpoint) -> None:

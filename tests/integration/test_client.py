@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import threading
 import time
 
 import pytest
@@ -16,6 +17,7 @@ from rendezvous import (
     RendezvousConnectionError,
 )
 from rendezvous.etcd_server import ServerTLS, free_port
+from rendezvous.membership import Session
 from rendezvous.watch import EventType, Watch
 
 
@@ -131,6 +133,20 @@ def _auth_enable(endpoints: str, password: str) -> None:
     client.close()
 
 
+def _streams_work(client: EtcdClient) -> None:
+    """A watch hears a put, and a 2 s lease outlives 3 s: both streams got through (auth, TLS)."""
+    session = Session(client, ttl=2)
+    start = client.put("/streams/probe", b"0")
+    with Watch(client, "/streams/", start_revision=start + 1, prefix=True) as watch:
+        client.put("/streams/a", b"1")
+        event = watch.get(timeout=5)
+        assert event is not None and (event.type, event.key, event.value) == (EventType.PUT, b"/streams/a", b"1")
+    time.sleep(3)
+    assert session.alive and client.lease_ttl(session.lease_id) > 0
+    session.close()
+    assert client.lease_ttl(session.lease_id) == -1
+
+
 def test_user_and_password_auth():
     with EtcdServer() as server:
         _auth_enable(server.endpoints, "s3cret")
@@ -138,6 +154,7 @@ def test_user_and_password_auth():
         backend = EtcdRendezvousBackend(client, "job")
         _, token, written = backend.set_state(b"x")
         assert written and backend.get_state() == (b"x", token)
+        _streams_work(client)
         client.close()
         with pytest.raises(RendezvousConnectionError, match="refused the credentials"):
             EtcdClient(server.endpoints, timeout=3.0, user="root", password="wrong").get("/k")
@@ -176,8 +193,32 @@ def test_tls_with_a_client_certificate(tls_files):
                             cert_key=str(d / "client.key"), cert_cert=str(d / "client.pem"))
         client.put("/tls", b"ok")
         assert client.get("/tls").value == b"ok"
+        _streams_work(client)
         client.close()
         anonymous = EtcdClient(server.endpoints, timeout=2.0, ca_cert=str(d / "ca.pem"))
         with pytest.raises(RendezvousConnectionError):
             anonymous.get("/tls")
         anonymous.close()
+
+
+def test_streams_cost_no_thread_each(etcd_endpoints, key_prefix):
+    """Watches and lease keep-alives are tasks on one loop: 40 of each add at most a few threads."""
+    client = EtcdClient(etcd_endpoints, timeout=5.0)
+    before = threading.active_count()
+    sessions = [Session(client, ttl=2) for _ in range(40)]
+    start = client.put(f"{key_prefix}/probe", b"0")
+    watches = [Watch(client, f"{key_prefix}/w{i}", start_revision=start + 1) for i in range(40)]
+    try:
+        for i in (0, 39):
+            client.put(f"{key_prefix}/w{i}", b"v")
+            event = watches[i].get(timeout=5)
+            assert event is not None and event.value == b"v"
+        time.sleep(1.0)  # every session has sent a keep-alive (TTL/3 = 0.67 s)
+        assert all(s.alive for s in sessions)
+        assert threading.active_count() - before <= 4, threading.enumerate()
+    finally:
+        for watch in watches:
+            watch.close()
+        for session in sessions:
+            session.close()
+        client.close()
