@@ -3,7 +3,7 @@
 ``EtcdClient`` speaks gRPC to etcd through the stubs that python3-etcd3 generates (``etcd3.etcdrpc``)
 and exposes the handful of calls the rendezvous needs: range reads, transactions and leases. Every
 gRPC failure of a call is mapped here to the ``rendezvous.errors`` tree. Long-lived streams
-(``watch.Watch``, ``membership.Session``) run on ``grpc.aio`` channels that ``stream_channel`` hands
+(``watch.Watch``, ``membership.Session``) run on ``grpc.aio`` channels that ``open_stream`` hands
 out on the process's stream loop; they reconnect by themselves and never raise to their users.
 
 Failover: a call goes to the endpoint that answered last; when that one is unreachable the call
@@ -13,6 +13,7 @@ connection error then names every endpoint tried.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import threading
 import time
@@ -401,28 +402,29 @@ class EtcdClient:
         return int(response.TTL)
 
     # -- streams (watches, keep-alives) and maintenance -------------------------------------------
-    @property
-    def needs_token(self) -> bool:
-        """Streams need an auth token that no call has fetched yet (``ensure_token`` gets one)."""
-        return self._user is not None and self._token is None
-
     def ensure_token(self) -> None:
         """Authenticate now if this client uses auth and holds no token (a blocking call)."""
-        if self.needs_token:
+        if self._user is not None and self._token is None:
             self._call("MaintenanceStub", "Status", etcdrpc.StatusRequest())
 
-    def drop_token(self) -> None:
-        """Forget an auth token a stream found expired; the next call or stream gets a new one."""
-        self._token = None
-
-    def stream_channel(self) -> tuple[Any, Endpoint, tuple[tuple[str, str], ...] | None]:
-        """The grpc.aio channel a stream should use now (the endpoint that answered last).
+    async def open_stream(self) -> tuple[Any, Endpoint, tuple[tuple[str, str], ...] | None]:
+        """The grpc.aio channel, endpoint and auth metadata a stream should use now.
 
         Only for coroutines on the stream loop (``rendezvous.streams``): aio channels belong to it.
+        A missing auth token is fetched by a blocking call in a worker thread, off the loop.
         """
+        if self._user is not None and self._token is None:
+            await asyncio.to_thread(self.ensure_token)
         index = self._current
         channel = self._open(self._stream_channels, index, grpc.aio)
         return channel, self.endpoints[index], self._metadata()
+
+    def stream_failed(self, exc: BaseException, endpoint: Endpoint | None) -> None:
+        """A stream opened on ``endpoint`` broke: forget an expired token, or move on from the endpoint."""
+        if isinstance(exc, grpc.RpcError) and exc.code() == grpc.StatusCode.UNAUTHENTICATED:
+            self._token = None
+        elif endpoint is not None:
+            self.rotate(endpoint)
 
     def rotate(self, failed: Endpoint) -> None:
         """Move on from an endpoint a stream found dead, so the next call starts elsewhere."""

@@ -66,9 +66,7 @@ class Session:
                 endpoint = None
                 try:
                     if call is None:
-                        if self._client.needs_token:
-                            await asyncio.to_thread(self._client.ensure_token)
-                        channel, endpoint, metadata = self._client.stream_channel()
+                        channel, endpoint, metadata = await self._client.open_stream()
                         call = etcdrpc.LeaseStub(channel).LeaseKeepAlive(metadata=metadata)
                     await call.write(request)
                     response = await asyncio.wait_for(call.read(), interval)
@@ -79,10 +77,7 @@ class Session:
                         return
                     delay, failures = interval, 0
                 except Exception as exc:  # the stream broke (etcd away, token expired, ...): reopen it
-                    if isinstance(exc, grpc.RpcError) and exc.code() == grpc.StatusCode.UNAUTHENTICATED:
-                        self._client.drop_token()
-                    elif endpoint is not None:
-                        self._client.rotate(endpoint)
+                    self._client.stream_failed(exc, endpoint)
                     if call is not None:
                         call.cancel()
                         call = None

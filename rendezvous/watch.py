@@ -123,9 +123,7 @@ class Watch:
         while True:
             endpoint = call = None
             try:
-                if self._client.needs_token:
-                    await asyncio.to_thread(self._client.ensure_token)
-                channel, endpoint, metadata = self._client.stream_channel()
+                channel, endpoint, metadata = await self._client.open_stream()
                 call = etcdrpc.WatchStub(channel).Watch(metadata=metadata)
                 for key_range, revision in zip(self._ranges, self._next_revision):
                     await call.write(key_range.request(revision))
@@ -153,10 +151,7 @@ class Watch:
                         self._events.put(WatchEvent(kind, kv.key, kv.value, kv.mod_revision, kv.create_revision))
                         self._next_revision[index] = kv.mod_revision + 1
             except grpc.RpcError as exc:
-                if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
-                    self._client.drop_token()
-                elif endpoint is not None:
-                    self._client.rotate(endpoint)
+                self._client.stream_failed(exc, endpoint)
             except Exception:  # a closed client, no token to be had now, ...: retry until closed
                 pass
             finally:
