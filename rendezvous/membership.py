@@ -28,7 +28,7 @@ from .errors import RendezvousError, RendezvousStateError
 from .state import JobState, JobStatus, NodeInfo
 from .watch import EventType, KeyRange, Watch, WatchEvent
 
-__all__ = ["Session", "JobKeys", "Snapshot", "read_round", "advance_round", "read_nodes", "JobMonitor"]
+__all__ = ["Session", "JobKeys", "Snapshot", "read_round", "apply_node_event", "advance_round", "read_nodes", "JobMonitor"]
 
 _RETRY = 0.1  # seconds before reopening a broken keep-alive stream
 
@@ -113,6 +113,10 @@ class JobKeys:
     def state_bytes(self) -> bytes:
         return self.state.encode()
 
+    def decode_state(self, value: bytes) -> JobState:
+        """The JobState stored as ``value`` under the state key; RendezvousStateError if it is not one."""
+        return JobState.decode(unwrap_state(self.state, value), f"job state at {self.state}")
+
     @property
     def nodes(self) -> str:
         return job_key(self.prefix, self.run_id, "nodes") + "/"
@@ -142,7 +146,7 @@ def _decode_state(keys: JobKeys, kvs) -> tuple[JobState | None, int | None]:
     if not kvs:
         return None, None
     kv = KeyValue.from_proto(kvs[0])
-    return JobState.decode(unwrap_state(keys.state, kv.value), f"job state at {keys.state}"), kv.mod_revision
+    return keys.decode_state(kv.value), kv.mod_revision
 
 
 def _decode_nodes(kvs) -> tuple[LiveNode, ...]:
@@ -179,6 +183,21 @@ def read_round(client: EtcdClient, keys: JobKeys, *, all_nodes: bool, put: Any =
     return Snapshot(state, token, nodes if all_nodes else (), response.header.revision, first, all_nodes)
 
 
+def apply_node_event(keys: JobKeys, nodes: dict[str, LiveNode], event: WatchEvent) -> None:
+    """Bring ``nodes`` (by node id) up to date with a put or delete under the nodes prefix.
+
+    A value that is not a node record takes the key out, as ``read_round`` leaves it out.
+    """
+    node_id = event.key.decode(errors="replace")[len(keys.nodes):]
+    if event.type is EventType.PUT:
+        try:
+            nodes[node_id] = LiveNode(NodeInfo.decode(event.value), event.create_revision)
+            return
+        except RendezvousStateError:
+            pass
+    nodes.pop(node_id, None)
+
+
 def advance_round(keys: JobKeys, snapshot: Snapshot, events: list[WatchEvent]) -> Snapshot | None:
     """The snapshot after the events of a round's watch, or None when only a read can tell.
 
@@ -189,32 +208,26 @@ def advance_round(keys: JobKeys, snapshot: Snapshot, events: list[WatchEvent]) -
     """
     state, token = snapshot.state, snapshot.token
     nodes = {n.info.node: n for n in snapshot.nodes}
+    state_key = keys.state_bytes
     for event in events:
         if event.type is EventType.RESYNC:
             return None
         if event.revision <= snapshot.revision:
             continue  # the read already showed it
-        if event.key == keys.state_bytes:
+        if event.key == state_key:
             if event.type is not EventType.PUT:
                 return None
             if token is not None and event.revision <= token:
                 continue
             try:
-                state = JobState.decode(unwrap_state(keys.state, event.value), f"job state at {keys.state}")
+                state = keys.decode_state(event.value)
             except RendezvousStateError:
                 return None  # the read that follows reports it
             token = event.revision
             continue
         if not snapshot.all_nodes:
             return None
-        node_id = event.key.decode(errors="replace")[len(keys.nodes):]
-        if event.type is EventType.DELETE:
-            nodes.pop(node_id, None)
-            continue
-        try:
-            nodes[node_id] = LiveNode(NodeInfo.decode(event.value), event.create_revision)
-        except RendezvousStateError:
-            nodes.pop(node_id, None)  # a stray key under nodes/ is not a node
+        apply_node_event(keys, nodes, event)
     if not snapshot.all_nodes:
         return Snapshot(state, token, (), snapshot.revision, snapshot.first_node)
     live = tuple(nodes.values())
@@ -275,24 +288,16 @@ class JobMonitor:
         if event.type is EventType.RESYNC:
             self._resync()
             return
-        key = event.key.decode(errors="replace")
-        if key == self._keys.state:
+        if event.key == self._keys.state_bytes:
             if event.type is EventType.DELETE:
                 self._state = None
             else:
                 try:
-                    self._state = JobState.decode(unwrap_state(key, event.value), f"job state at {key}")
+                    self._state = self._keys.decode_state(event.value)
                 except RendezvousStateError:
                     pass  # the next read by next_rendezvous reports it
             return
-        node_id = key[len(self._keys.nodes):]
-        if event.type is EventType.DELETE:
-            self._nodes.pop(node_id, None)
-            return
-        try:
-            self._nodes[node_id] = LiveNode(NodeInfo.decode(event.value), event.create_revision)
-        except RendezvousStateError:
-            pass
+        apply_node_event(self._keys, self._nodes, event)
 
     @property
     def state(self) -> JobState | None:

@@ -81,3 +81,13 @@ def test_a_deleted_or_corrupt_state_needs_a_read():
     corrupt = WatchEvent(EventType.PUT, KEYS.state.encode(), STATE_HEADER + b"{nope", 12)
     assert advance_round(KEYS, _snapshot(), [deleted]) is None
     assert advance_round(KEYS, _snapshot(), [corrupt]) is None
+
+
+def test_a_node_key_whose_value_is_no_node_record_is_taken_out_as_a_read_would():
+    from rendezvous.membership import apply_node_event
+
+    nodes = {"a": LiveNode(_node("a"), 5)}
+    apply_node_event(KEYS, nodes, WatchEvent(EventType.PUT, KEYS.node("a").encode(), b"garbage", 12, 5))
+    assert nodes == {}
+    apply_node_event(KEYS, nodes, _node_event(EventType.PUT, "b", 13, 13))
+    assert list(nodes) == ["b"] and nodes["b"].create_revision == 13
