@@ -4,8 +4,10 @@
   workers again (TORCHELASTIC_RESTART_COUNT counts these).
 - A membership change -- a participant's agent is gone, a node waits to join, or another node
   started a new round -- stops the group and re-rendezvouses without using a restart.
-- An etcd outage does not touch running workers: the lease is kept alive through it, and the
-  agent only re-rendezvouses if etcd says the lease is gone.
+- An etcd outage shorter than the renew deadline does not touch running workers. Past it the
+  workers are stopped (fenced: the lease may expire and the others may form a round without this
+  node), the agent waits for etcd (up to connect_timeout) and rejoins, without using a restart.
+  The reaper enforces the same deadline, so a frozen or hung agent's workers are stopped too.
 - When every local worker succeeded the agent says so in its node key and waits (up to the exit
   barrier timeout) for the other nodes; when all have, the job is marked closed.
 - SIGTERM / SIGINT / SIGHUP stop the workers gracefully and leave the job open for the others.
@@ -23,7 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Iterator, Mapping
 
-from rendezvous.errors import RendezvousError
+from rendezvous.errors import RendezvousConnectionError, RendezvousError
 from rendezvous.handler import Progress, RendezvousHandler, RendezvousInfo
 
 from .env import WorkerSpec
@@ -69,6 +71,9 @@ def progress_line(progress: Progress) -> str:
     return line
 
 
+FENCED = "fenced"  # what _monitor returns when the workers had to stop for want of a lease renewal
+
+
 class Agent:
     """Runs one node's workers for a job, from rendezvous to exit."""
 
@@ -89,13 +94,26 @@ class Agent:
         """Run until the job succeeds (returns 0); raises a LauncherError otherwise."""
         pump = LogPump()
         reaper = Reaper()
+        self._reaper = reaper
         group = WorkerGroup(self.config.argv, self.config.logs, pump, reaper)
+        reaper.configure(self.handler.client.config(), _project_path())
+        self.handler.on_renew = reaper.arm
         try:
             while True:
                 self.info = self._rendezvous()
+                if self._fenced():
+                    self._after_fence()
+                    continue  # etcd went away right after the round: rejoin before starting anything
                 self.state = AgentState.RUNNING
+                reaper.clear()
                 group.start(self._specs(self.info), self.attempt, self.environ)
                 status = self._monitor(group)
+                if status is FENCED:
+                    group.stop(0.0)  # now: the lease may expire in under a second
+                    self.state = AgentState.RESTARTING
+                    self.attempt += 1
+                    self._after_fence()
+                    continue
                 if status is not None and status.state is GroupState.SUCCEEDED:
                     group.stop(self.config.stop_grace)
                     self.state = AgentState.SUCCEEDED
@@ -124,6 +142,7 @@ class Agent:
         finally:
             _ignore_stop_signals()
             group.stop(self.config.stop_grace)
+            self.handler.on_renew = None
             try:
                 self.handler.shutdown()
             except RendezvousError:
@@ -133,12 +152,21 @@ class Agent:
 
     # -- the steps ------------------------------------------------------------------------------
     def _rendezvous(self) -> RendezvousInfo:
+        """The next round; etcd out of reach is waited for (connect_timeout), then tried again."""
         self.state = AgentState.RENDEZVOUS
+        if self.attempt == 0 and self.info is None:
+            self.handler.wait_for_etcd(report=self.say)
         done = threading.Event()
         reporter = threading.Thread(target=self._report_progress, args=(done,), name="progress", daemon=True)
         reporter.start()
         try:
-            info = self.handler.next_rendezvous()
+            while True:
+                try:
+                    info = self.handler.next_rendezvous()
+                    break
+                except RendezvousConnectionError as exc:
+                    self.say(f"lost etcd while joining a round: {exc}")
+                    self.handler.wait_for_etcd(report=self.say)
         finally:
             done.set()
             reporter.join(timeout=2)
@@ -185,7 +213,11 @@ class Agent:
         """
         started = time.monotonic()
         while True:
+            if self._fenced():
+                return FENCED
             status = group.poll()
+            if status.state is GroupState.FAILED and self._fenced(settle=0.1):
+                return FENCED  # killed by the reaper's deadline, not a failure of their own
             if status.state is not GroupState.RUNNING:
                 return status
             interval = self.config.monitor_interval
@@ -197,6 +229,25 @@ class Agent:
                     return status
                 self.say(f"membership changed ({self._why_changed()}): re-rendezvous")
                 return None
+
+    def _fenced(self, settle: float = 0.0) -> bool:
+        """The renew deadline passed (the reaper killed the workers, or it is due now)."""
+        deadline = time.monotonic() + settle
+        while True:
+            if self._reaper.fired() or self.handler.fence_due():
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.01)
+
+    def _after_fence(self) -> None:
+        silent = self.handler.silent_for()
+        self.say(
+            f"no lease renewal from etcd for {silent:.1f} s (renew deadline {self.handler.settings.fence_after:g} s): "
+            "stopped the workers so that no stale rank runs on; rejoining when etcd answers"
+        )
+        self.handler.fence_handled()
+        self._reaper.clear()
 
     def _why_changed(self) -> str:
         try:
@@ -226,6 +277,13 @@ class Agent:
             self.handler.set_closed(reason)
         except RendezvousError as exc:
             self.say(f"could not mark the job closed: {exc}")
+
+
+def _project_path() -> list[str]:
+    """Where the ``rendezvous`` package is imported from, for the reaper (``python -I`` ignores PYTHONPATH)."""
+    import rendezvous
+
+    return [os.path.dirname(os.path.dirname(os.path.abspath(rendezvous.__file__)))]
 
 
 def say(message: str) -> None:

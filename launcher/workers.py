@@ -15,11 +15,13 @@ descendant that left it (found with psutil).
 from __future__ import annotations
 
 import enum
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from typing import BinaryIO, Mapping, Sequence
@@ -87,23 +89,28 @@ def attempt_dir(root: str, attempt: int, local_rank: int) -> str:
 
 
 class Reaper:
-    """The helper process that kills registered process groups when this process exits."""
+    """The helper process that kills registered process groups when this process exits, or when
+    the fence deadline passes without a newer one (``launcher/reaper.py``)."""
 
     def __init__(self) -> None:
         self._process = subprocess.Popen(
-            [sys.executable, "-I", "-S", _REAPER], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+            [sys.executable, "-I", _REAPER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True,
         )
+        os.set_blocking(self._process.stdout.fileno(), False)
+        self._lock = threading.Lock()
+        self._fired = False
 
     def _send(self, line: str) -> None:
         stdin = self._process.stdin
         if stdin is None:
             return
-        try:
-            stdin.write(line.encode() + b"\n")
-            stdin.flush()
-        except (BrokenPipeError, ValueError):
-            pass
+        with self._lock:
+            try:
+                stdin.write(line.encode() + b"\n")
+                stdin.flush()
+            except (BrokenPipeError, ValueError, OSError):
+                pass
 
     def register(self, pgid: int) -> None:
         self._send(f"+{pgid}")
@@ -111,7 +118,31 @@ class Reaper:
     def unregister(self, pgid: int) -> None:
         self._send(f"-{pgid}")
 
+    def configure(self, client_config: dict, sys_path: Sequence[str]) -> None:
+        """How to reach etcd to revoke the lease once this process is gone."""
+        self._send("C" + json.dumps({"client": client_config, "sys_path": list(sys_path)}))
+
+    def arm(self, lease_id: int, deadline: float) -> None:
+        """The lease to revoke after this process dies, and the time its workers must be gone by."""
+        self._send(f"L{lease_id}\nD{deadline!r}")
+
+    def fired(self) -> bool:
+        """The deadline passed and the reaper killed the workers (sticky until ``clear``)."""
+        if not self._fired and self._process.stdout is not None:
+            try:
+                data = os.read(self._process.stdout.fileno(), 4096)
+            except (BlockingIOError, OSError):
+                data = b""
+            self._fired = b"F" in data
+        return self._fired
+
+    def clear(self) -> None:
+        self.fired()
+        self._fired = False
+
     def close(self) -> None:
+        """Stop it after a clean exit: the workers are already stopped, and the lease is not its to revoke."""
+        self._send("L0\nD")
         if self._process.stdin is not None:
             try:
                 self._process.stdin.close()
@@ -121,6 +152,8 @@ class Reaper:
             self._process.wait(timeout=5)
         except subprocess.TimeoutExpired:
             self._process.kill()
+        if self._process.stdout is not None:
+            self._process.stdout.close()
 
 
 class _Worker:

@@ -3,12 +3,13 @@
 ``EtcdClient`` speaks gRPC to etcd through the stubs that python3-etcd3 generates (``etcd3.etcdrpc``)
 and exposes the handful of calls the rendezvous needs: range reads, transactions and leases. Every
 gRPC failure of a call is mapped here to the ``rendezvous.errors`` tree. Long-lived streams
-(``watch.Watch``, ``membership.Session``) run on ``grpc.aio`` channels that ``open_stream`` hands
+(``watch.Watch``, ``session.Session``) run on ``grpc.aio`` channels that ``open_stream`` hands
 out on the process's stream loop; they reconnect by themselves and never raise to their users.
 
-Failover: a call goes to the endpoint that answered last; when that one is unreachable the call
-moves on to the next one in the list, until one answers or the call's time budget is spent. The
-connection error then names every endpoint tried.
+Failover: a call goes to the endpoint that answered last; when that one is unreachable, silent or
+between leaders the call moves on to the next one in the list, round and round with a short
+backoff (``rendezvous.retry``), until one answers or the call's time budget is spent. The
+connection error then names every endpoint tried, why each failed, and the time really spent.
 """
 
 from __future__ import annotations
@@ -18,13 +19,13 @@ import re
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import grpc
 import grpc.aio
 from etcd3 import etcdrpc
 
-from . import streams
+from . import retry, streams
 from .errors import RendezvousConnectionError, RendezvousError, RendezvousSettingsError
 
 __all__ = [
@@ -235,6 +236,7 @@ class EtcdClient:
             raise RendezvousSettingsError("etcd client certificate and key go together: give both or neither")
         self.timeout = float(timeout)
         self._user, self._password = user, password
+        self._files = (ca_cert, cert_key, cert_cert)
         tls = ca_cert is not None or cert_cert is not None
         self._credentials = None
         if tls or any(ep.secure for ep in self.endpoints):
@@ -250,6 +252,21 @@ class EtcdClient:
         self._current = 0
         self._token: str | None = None
         self._closed = False
+
+    def config(self) -> dict[str, Any]:
+        """What ``from_config`` needs to connect the same way (for a helper process; holds the password)."""
+        ca_cert, cert_key, cert_cert = self._files
+        return {
+            "endpoints": ",".join(f"{'https' if ep.secure else 'http'}://{ep.target}" for ep in self.endpoints),
+            "timeout": self.timeout, "ca_cert": ca_cert, "cert_key": cert_key, "cert_cert": cert_cert,
+            "user": self._user, "password": self._password,
+        }
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> "EtcdClient":
+        return cls(config["endpoints"], timeout=config["timeout"], ca_cert=config.get("ca_cert"),
+                   cert_key=config.get("cert_key"), cert_cert=config.get("cert_cert"),
+                   user=config.get("user"), password=config.get("password"))
 
     # -- connection management -------------------------------------------------------------
     def _channel(self, index: int) -> grpc.Channel:
@@ -277,52 +294,99 @@ class EtcdClient:
             stub = self._stubs[(index, service)] = getattr(etcdrpc, service)(self._channel(index))
         return stub
 
-    def _metadata(self) -> tuple[tuple[str, str], ...] | None:
-        return (("token", self._token),) if self._token else None
+    def _metadata(self, *, require_leader: bool = False) -> tuple[tuple[str, str], ...] | None:
+        """The auth token, and for streams etcd's "require leader" flag: a member that loses its
+        leader then ends the stream instead of serving it from a store that no longer moves."""
+        metadata = (("token", self._token),) if self._token else ()
+        if require_leader:
+            metadata += (("hasleader", "true"),)
+        return metadata or None
 
     def _authenticate(self, index: int, timeout: float) -> None:
         stub = self._stub(index, "AuthStub")
         request = etcdrpc.AuthenticateRequest(name=self._user, password=self._password)
         self._token = stub.Authenticate(request, timeout=timeout).token
 
-    def _call(self, service: str, method: str, request: Any, timeout: float | None = None) -> Any:
-        """One unary call with failover; the only place gRPC errors of calls are caught."""
+    def _call(
+        self, service: str, method: str, request: Any, timeout: float | None = None, *, auth: bool = True
+    ) -> Any:
+        """One unary call, retried across the endpoints until it succeeds or its budget is spent.
+
+        The only place gRPC errors of calls are caught. What is retried, and for how long each
+        try may take, is ``rendezvous.retry``'s to say.
+        """
         budget = self.timeout if timeout is None else timeout
-        deadline = time.monotonic() + budget
+        started = time.monotonic()
+        deadline = started + budget
         count = len(self.endpoints)
-        failures: list[str] = []
-        start = self._current
-        for attempt in range(count):
-            index = (start + attempt) % count
+        failures: dict[str, str] = {}
+        index = self._current
+        attempt = 0
+        while True:
+            pause = retry.backoff(attempt, count)
+            if pause:
+                time.sleep(min(pause, max(deadline - time.monotonic(), 0.0)))
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
-            # Leave time for the endpoints after this one: a black-holed endpoint must not eat it all.
-            share = remaining if attempt == count - 1 else max(remaining / (count - attempt), min(remaining, 0.5))
+            share = retry.attempt_timeout(remaining, count, attempt)
+            attempt += 1
             try:
-                if self._user is not None and self._token is None:
+                if auth and self._user is not None and self._token is None:
                     self._authenticate(index, share)
                 stub = self._stub(index, service)
                 try:
-                    response = self._invoke(stub, method, request, share)
+                    response = self._invoke(stub, method, request, share, auth)
                 except grpc.RpcError as exc:
-                    if exc.code() != grpc.StatusCode.UNAUTHENTICATED or self._user is None:
+                    if exc.code() != grpc.StatusCode.UNAUTHENTICATED or self._user is None or not auth:
                         raise
                     # The auth token expired: get a new one and retry once on the same endpoint.
                     self._authenticate(index, max(deadline - time.monotonic(), 0.1))
-                    response = self._invoke(stub, method, request, max(deadline - time.monotonic(), 0.1))
+                    response = self._invoke(stub, method, request, max(deadline - time.monotonic(), 0.1), auth)
             except grpc.RpcError as exc:
-                if exc.code() in _UNREACHABLE:
-                    failures.append(f"{self.endpoints[index]} ({_describe(exc)})")
+                code, details = exc.code(), _details(exc)
+                if retry.is_retryable(code.name, details):
+                    failures[str(self.endpoints[index])] = retry.reason(code.name, details, share)
+                    index = (index + 1) % count
                     continue
                 raise map_rpc_error(exc, self.endpoints[index]) from exc
             self._current = index
             return response
-        tried = ", ".join(failures) if failures else ", ".join(map(str, self.endpoints))
-        raise RendezvousConnectionError(f"cannot reach etcd within {budget:g}s; tried {tried}")
+        self._current = index  # the next call starts where this one would have gone on
+        if not failures:
+            failures = {str(ep): "no time left to try" for ep in self.endpoints}
+        raise RendezvousConnectionError(retry.unreachable_message(failures, attempt, time.monotonic() - started))
 
-    def _invoke(self, stub: Any, method: str, request: Any, timeout: float) -> Any:
-        return getattr(stub, method)(request, timeout=timeout, metadata=self._metadata())
+    def wait_ready(self, key: str | bytes, timeout: float, report: Callable[[str], None] | None = None,
+                   every: float = 5.0) -> None:
+        """Block until etcd serves a linearizable read of ``key``, up to ``timeout`` seconds.
+
+        ``report`` gets a line now and then while it waits (``waiting for etcd at h:p (connection
+        refused), 52 s left``). Raises RendezvousConnectionError when the time is up.
+        """
+        started = time.monotonic()
+        deadline = started + timeout
+        next_report = started + min(1.0, every)
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                self._call("KVStub", "Range", etcdrpc.RangeRequest(key=_b(key)),
+                           timeout=max(min(remaining, max(self.timeout, 1.0)), 0.05))
+                return
+            except RendezvousConnectionError as exc:
+                now = time.monotonic()
+                if now >= deadline:
+                    raise RendezvousConnectionError(
+                        f"{exc} (waited {now - started:.0f} s for etcd; connect_timeout is {timeout:g} s)"
+                    ) from None
+                if report is not None and now >= next_report:
+                    where = str(exc).removeprefix("cannot reach etcd at ").split("; tried")[0]
+                    report(f"waiting for etcd at {where}, {deadline - now:.0f} s left")
+                    next_report = now + every
+                time.sleep(min(0.2, max(deadline - time.monotonic(), 0.0)))
+
+    def _invoke(self, stub: Any, method: str, request: Any, timeout: float, auth: bool = True) -> Any:
+        return getattr(stub, method)(request, timeout=timeout, metadata=self._metadata() if auth else None)
 
     def close(self) -> None:
         with self._lock:
@@ -405,7 +469,8 @@ class EtcdClient:
     def ensure_token(self) -> None:
         """Authenticate now if this client uses auth and holds no token (a blocking call)."""
         if self._user is not None and self._token is None:
-            self._call("MaintenanceStub", "Status", etcdrpc.StatusRequest())
+            request = etcdrpc.AuthenticateRequest(name=self._user, password=self._password)
+            self._token = self._call("AuthStub", "Authenticate", request, auth=False).token
 
     async def open_stream(self) -> tuple[Any, Endpoint, tuple[tuple[str, str], ...] | None]:
         """The grpc.aio channel, endpoint and auth metadata a stream should use now.
@@ -417,7 +482,7 @@ class EtcdClient:
             await asyncio.to_thread(self.ensure_token)
         index = self._current
         channel = self._open(self._stream_channels, index, grpc.aio)
-        return channel, self.endpoints[index], self._metadata()
+        return channel, self.endpoints[index], self._metadata(require_leader=True)
 
     def stream_failed(self, exc: BaseException, endpoint: Endpoint | None) -> None:
         """A stream opened on ``endpoint`` broke: forget an expired token, or move on from the endpoint."""
@@ -442,6 +507,10 @@ async def _close_stream_channels(channels: list[Any]) -> None:
 
 class _LeaseNotFound(RendezvousError):
     """etcd answered that a lease does not exist (it expired or was revoked)."""
+
+
+def _details(exc: grpc.RpcError) -> str:
+    return (exc.details() or "") if hasattr(exc, "details") else ""
 
 
 def _describe(exc: grpc.RpcError) -> str:

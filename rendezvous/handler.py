@@ -19,7 +19,8 @@ from .client import EtcdClient, op_put
 from .decide import Freeze, decide, frozen_state, joined
 from .errors import RendezvousClosedError, RendezvousError, RendezvousTimeoutError
 from .ports import free_port
-from .membership import JobKeys, JobMonitor, Session, Snapshot, advance_round, read_nodes, read_round
+from .membership import JobKeys, JobMonitor, Snapshot, advance_round, read_nodes, read_round
+from .session import Session
 from .settings import RendezvousSettings
 from .state import JobState, JobStatus, NodeInfo, Participant
 from .watch import KeyRange, Watch
@@ -94,10 +95,17 @@ class RendezvousHandler:
         self._info: RendezvousInfo | None = None
         self._forming: int | None = None  # the round next_rendezvous is waiting for
         self._last_call_start: float | None = None
+        # Called with (lease id, fence deadline) after every acknowledged lease renewal, from the
+        # stream loop's thread: the agent hands it to the process that enforces the deadline.
+        self.on_renew: Callable[[int, float], None] | None = None
 
     # -- the torch-shaped surface -----------------------------------------------------------------
     def get_backend(self) -> str:
         return self._backend.name
+
+    @property
+    def client(self) -> EtcdClient:
+        return self._client
 
     @property
     def run_id(self) -> str:
@@ -247,6 +255,23 @@ class RendezvousHandler:
                 return False
             monitor.next_event(remaining)
 
+    def wait_for_etcd(self, timeout: float | None = None, report: Callable[[str], None] | None = None) -> None:
+        """Block until etcd serves this job's keys, up to ``connect_timeout`` (RendezvousConnectionError after)."""
+        self._client.wait_ready(self._keys.state, self.settings.connect_timeout if timeout is None else timeout, report)
+
+    def fence_due(self) -> bool:
+        """This node went without a lease renewal past the renew deadline (now or since ``fence_handled``):
+        its workers must stop, since the lease may expire and the others may start a round without it."""
+        return self._session is not None and self._session.overdue()
+
+    def fence_handled(self) -> None:
+        if self._session is not None:
+            self._session.clear_overdue()
+
+    def silent_for(self) -> float:
+        """Seconds since the last acknowledged lease renewal was sent."""
+        return self._session.silent_for() if self._session is not None else 0.0
+
     def lease_lost(self) -> bool:
         """This agent's own lease ended (etcd unreachable past the TTL): it is no longer a member."""
         return self._session is not None and self._session.lost.is_set()
@@ -289,7 +314,10 @@ class RendezvousHandler:
         if not self._session_alive():
             if self._session is not None:
                 self._session.close(timeout=0.5)
-            self._session = Session(self._client, self.settings.lease_ttl)
+            self._session = Session(
+                self._client, self.settings.lease_ttl, renew_deadline=self.settings.fence_after,
+                interval=self.settings.renew_every, on_renew=self._renewed,
+            )
         info = NodeInfo(
             node=self.node_id, round=round_, addr=self.local_addr, local_world_size=self.local_world_size,
             master_port=free_port("0.0.0.0"), finished=finished,
@@ -302,6 +330,10 @@ class RendezvousHandler:
                 raise
             self._session.lost.set()
             return self._announce(round_, finished=finished)
+
+    def _renewed(self, lease_id: int, deadline: float) -> None:
+        if self.on_renew is not None:
+            self.on_renew(lease_id, deadline)
 
     def _coordinate(self, snapshot: Snapshot, target: int) -> float | None:
         """Decide the round. Returns None after a write, else when to look again (inf: on a change)."""

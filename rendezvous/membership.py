@@ -1,8 +1,7 @@
-"""Lease-held membership: an agent's session, its node key, and the view of who is alive.
+"""Lease-held membership: a job's node keys, and the view of who is alive.
 
-- ``Session`` is an etcd lease kept alive at TTL/3 by a task on the stream loop; ``lost`` is set when etcd says
-  the lease expired, ``done`` when it was closed. Closing revokes the lease, so the node key
-  vanishes at once and everyone watching hears it.
+- An agent's node key is written on its lease (``rendezvous.session.Session``), so it vanishes
+  when the agent's lease ends and everyone watching hears it.
 - ``JobKeys`` names a job's keys. ``read_nodes`` / ``read_round`` are the reads the rounds use.
 - ``JobMonitor`` follows a running round by watch (never by polling): which participants are gone,
   how many nodes wait to join, whether the job state moved on.
@@ -10,95 +9,19 @@
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
-import threading
 from dataclasses import dataclass
 from typing import Any
 
-import grpc
-import grpc.aio
 from etcd3 import etcdrpc
 
-from . import streams
 from .backend import job_key, unwrap_state
 from .client import EtcdClient, KeyValue, op_get, prefix_range_end
 from .decide import LiveNode, lost_participants, nodes_waiting
-from .errors import RendezvousError, RendezvousStateError
+from .errors import RendezvousStateError
 from .state import JobState, JobStatus, NodeInfo
 from .watch import EventType, KeyRange, Watch, WatchEvent
 
-__all__ = ["Session", "JobKeys", "Snapshot", "read_round", "apply_node_event", "advance_round", "read_nodes", "JobMonitor"]
-
-_RETRY = 0.1  # seconds before reopening a broken keep-alive stream
-
-
-class Session:
-    """An etcd lease kept alive every TTL/3 seconds by a task on the process's stream loop."""
-
-    def __init__(self, client: EtcdClient, ttl: int) -> None:
-        self._client = client
-        self.ttl = int(ttl)
-        self.lease_id = client.grant_lease(self.ttl)
-        self.done = threading.Event()
-        self.lost = threading.Event()
-        self._task = streams.submit(self._keep_alive())
-
-    @property
-    def alive(self) -> bool:
-        return not (self.done.is_set() or self.lost.is_set())
-
-    async def _keep_alive(self) -> None:
-        """One LeaseKeepAlive stream, a request every TTL/3; reopened (next endpoint) when it fails.
-
-        Only etcd saying the lease is gone (TTL 0) ends it: while etcd is unreachable it keeps
-        trying, since a restarted etcd (or a new leader) extends every lease it still holds.
-        """
-        interval = self.ttl / 3
-        request = etcdrpc.LeaseKeepAliveRequest(ID=self.lease_id)
-        call = None
-        delay, failures = interval, 0
-        try:
-            while True:
-                await asyncio.sleep(delay)
-                if self.done.is_set():
-                    return  # closed, or abandoned without a revoke (as a killed agent would)
-                endpoint = None
-                try:
-                    if call is None:
-                        channel, endpoint, metadata = await self._client.open_stream()
-                        call = etcdrpc.LeaseStub(channel).LeaseKeepAlive(metadata=metadata)
-                    await call.write(request)
-                    response = await asyncio.wait_for(call.read(), interval)
-                    if response is grpc.aio.EOF:
-                        raise ConnectionResetError("the keep-alive stream ended")
-                    if response.TTL <= 0:
-                        self.lost.set()
-                        return
-                    delay, failures = interval, 0
-                except Exception as exc:  # the stream broke (etcd away, token expired, ...): reopen it
-                    self._client.stream_failed(exc, endpoint)
-                    if call is not None:
-                        call.cancel()
-                        call = None
-                    delay = min(_RETRY * 2**failures, interval)
-                    failures += 1
-        finally:
-            if call is not None:
-                call.cancel()
-
-    def close(self, timeout: float = 2.0) -> None:
-        """Stop the keep-alive and revoke the lease (its keys are deleted at once)."""
-        if self.done.is_set():
-            return
-        self.done.set()
-        self._task.cancel()
-        try:
-            self._client.revoke_lease(self.lease_id, timeout=timeout)
-        except RendezvousError:
-            pass  # unreachable etcd: the lease expires by itself within its TTL
-        concurrent.futures.wait([self._task], timeout=timeout)
-
+__all__ = ["JobKeys", "Snapshot", "read_round", "apply_node_event", "advance_round", "read_nodes", "JobMonitor"]
 
 @dataclass(frozen=True)
 class JobKeys:

@@ -12,6 +12,7 @@ from typing import Mapping
 from .backend import DEFAULT_KEY_PREFIX, validate_run_id
 from .client import EtcdClient
 from .errors import RendezvousSettingsError
+from .session import default_renew_deadline, keep_alive_interval
 
 __all__ = ["RendezvousSettings", "parse_conf", "CONF_KEYS"]
 
@@ -21,7 +22,10 @@ CONF_KEYS: dict[str, tuple[str, type, str]] = {
     "last_call_timeout": ("last_call_timeout", float, "seconds to wait for more nodes once min_nodes joined (default 30)"),
     "close_timeout": ("close_timeout", float, "seconds to wait while marking the job closed (default 30)"),
     "read_timeout": ("read_timeout", float, "seconds each etcd request may take, failover included (default 5)"),
-    "lease_ttl": ("lease_ttl", int, "seconds a dead agent's node key outlives it (default 2; etcd's minimum is 2)"),
+    "lease_ttl": ("lease_ttl", int, "seconds a node cut off from etcd stays a member (default 5; etcd's minimum is 2)"),
+    "renew_deadline": ("renew_deadline", float, "seconds without a lease renewal after which a node stops its workers (default lease_ttl - 1)"),
+    "keep_alive_interval": ("keep_alive_interval", float, "seconds between lease renewals (default renew_deadline / 8, at most 1)"),
+    "connect_timeout": ("connect_timeout", float, "seconds an agent waits for etcd to answer at start and after losing it (default 60)"),
     "key_prefix": ("key_prefix", str, "etcd key prefix of all jobs (default /elastic)"),
     "protocol": ("protocol", str, "http or https"),
     "cacert": ("ca_cert", str, "CA certificate file for TLS"),
@@ -41,7 +45,10 @@ class RendezvousSettings:
     last_call_timeout: float = 30.0
     close_timeout: float = 30.0
     read_timeout: float = 5.0
-    lease_ttl: int = 2
+    lease_ttl: int = 5
+    renew_deadline: float | None = None  # None: lease_ttl - 1
+    keep_alive_interval: float | None = None  # None: renew_deadline / 8, at most 1 s
+    connect_timeout: float = 60.0
     key_prefix: str = DEFAULT_KEY_PREFIX
     protocol: str = "http"
     ca_cert: str | None = None
@@ -58,15 +65,41 @@ class RendezvousSettings:
             raise RendezvousSettingsError(
                 f"max_nodes ({self.max_nodes!r}) must be a whole number >= min_nodes ({self.min_nodes})"
             )
-        for name in ("join_timeout", "last_call_timeout", "close_timeout", "read_timeout"):
+        for name in ("join_timeout", "last_call_timeout", "close_timeout", "read_timeout", "connect_timeout"):
             value = getattr(self, name)
             lowest_ok = 0 if name == "last_call_timeout" else 1e-9
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not lowest_ok <= value < float("inf"):
                 raise RendezvousSettingsError(f"{name} must be a positive number of seconds, not {value!r}")
         if not _is_int(self.lease_ttl) or not 2 <= self.lease_ttl <= 3600:
             raise RendezvousSettingsError(f"lease_ttl must be whole seconds from 2 to 3600, not {self.lease_ttl!r}")
+        if self.renew_deadline is not None and not (
+            _is_number(self.renew_deadline) and 0.1 <= self.renew_deadline <= self.lease_ttl - 0.5
+        ):
+            raise RendezvousSettingsError(
+                f"renew_deadline must be from 0.1 s to lease_ttl - 0.5 ({self.lease_ttl - 0.5:g}) seconds, "
+                f"not {self.renew_deadline!r}: workers must be stopped before the lease can expire"
+            )
+        if self.keep_alive_interval is not None and not (
+            _is_number(self.keep_alive_interval) and 0.01 <= self.keep_alive_interval <= self.fence_after / 2
+        ):
+            raise RendezvousSettingsError(
+                f"keep_alive_interval must be from 0.01 s to half the renew deadline ({self.fence_after / 2:g} s), "
+                f"not {self.keep_alive_interval!r}"
+            )
         if self.protocol not in ("http", "https"):
             raise RendezvousSettingsError(f"protocol must be http or https, not {self.protocol!r}")
+
+    @property
+    def fence_after(self) -> float:
+        """The renew deadline in force: seconds without a renewal before this node stops its workers."""
+        return float(self.renew_deadline) if self.renew_deadline is not None else default_renew_deadline(self.lease_ttl)
+
+    @property
+    def renew_every(self) -> float:
+        """The keep-alive interval in force."""
+        if self.keep_alive_interval is not None:
+            return float(self.keep_alive_interval)
+        return keep_alive_interval(self.fence_after)
 
     @classmethod
     def from_conf(cls, run_id: str, min_nodes: int, max_nodes: int, conf: Mapping[str, str] | str = "") -> "RendezvousSettings":
@@ -98,6 +131,10 @@ class RendezvousSettings:
             endpoints, timeout=self.read_timeout, ca_cert=self.ca_cert, cert_key=self.cert_key,
             cert_cert=self.cert_cert, user=self.user, password=self.password,
         )
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
 
 
 def _is_int(value: object) -> bool:

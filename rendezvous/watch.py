@@ -2,8 +2,9 @@
 
 etcd delivers every change after a start revision, in order. ``Watch`` keeps one gRPC watch
 stream open on the process's stream loop and hands the events over through a queue; when the stream
-drops (etcd restarted, endpoint died) it opens a new one from the last revision it delivered + 1,
-on the next endpoint if need be, so no event is lost. If etcd compacted the history past that
+drops (etcd restarted, endpoint died) or goes silent (a frozen member, a cut link: a quiet stream is
+asked for progress, which a healthy member answers at once) it opens a new one from the last
+revision it delivered + 1, on the next endpoint if need be, so no event is lost. If etcd compacted the history past that
 revision, a ``RESYNC`` event tells the consumer to read the current state again.
 """
 
@@ -13,6 +14,7 @@ import asyncio
 import concurrent.futures
 import enum
 import queue
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +30,7 @@ __all__ = ["Watch", "WatchEvent", "EventType", "KeyRange"]
 
 _BACKOFF_START = 0.05
 _BACKOFF_MAX = 1.0
+_PROGRESS = etcdrpc.WatchRequest(progress_request=etcdrpc.WatchProgressRequest())
 
 
 class EventType(str, enum.Enum):
@@ -67,8 +70,12 @@ class Watch:
     """Events on one or more key ranges from ``start_revision`` on, over one gRPC stream.
 
     The stream is a task on the process's stream loop (``rendezvous.streams``); the consumer reads
-    the events from a queue in its own thread.
+    the events from a queue in its own thread. A stream quiet for ``PROBE_EVERY`` seconds is asked
+    for progress; one that stays silent for ``SILENCE`` seconds is reopened on the next endpoint.
     """
+
+    PROBE_EVERY = 1.0
+    SILENCE = 3.0
 
     def __init__(
         self, client: EtcdClient, key: str | bytes | KeyRange, *more: KeyRange, start_revision: int, prefix: bool = False
@@ -81,6 +88,7 @@ class Watch:
         self._events: queue.Queue[WatchEvent] = queue.Queue()
         self._closed = False
         self.reconnects = 0
+        self.silences = 0  # streams given up for silence
         try:
             client.ensure_token()  # a blocking call: here rather than on the loop
         except RendezvousError:
@@ -121,7 +129,8 @@ class Watch:
     async def _run(self) -> None:
         backoff = _BACKOFF_START
         while True:
-            endpoint = call = None
+            endpoint = call = prober = None
+            silent = False
             try:
                 channel, endpoint, metadata = await self._client.open_stream()
                 call = etcdrpc.WatchStub(channel).Watch(metadata=metadata)
@@ -129,34 +138,67 @@ class Watch:
                     await call.write(key_range.request(revision))
                 # The request side stays open: a half-closed stream ends the watch.
                 # etcd answers the create requests of a stream in the order they were sent.
+                heard = [time.monotonic()]
+                prober = asyncio.ensure_future(self._probe(call, heard))
                 index_of: dict[int, int] = {}
                 while True:
                     response = await call.read()
                     if response is grpc.aio.EOF:
                         break
+                    heard[0] = time.monotonic()
                     backoff = _BACKOFF_START
                     if response.created:
                         index_of[response.watch_id] = len(index_of)
-                    index = index_of.get(response.watch_id)
                     if response.compact_revision:
                         # The revisions we still needed are gone: start over from the oldest kept one.
                         self._next_revision = [response.compact_revision] * len(self._ranges)
                         self._events.put(WatchEvent(EventType.RESYNC, revision=response.compact_revision))
                         break
-                    if response.canceled or index is None:
+                    if response.canceled:
                         break
+                    index = index_of.get(response.watch_id)
+                    if index is None:
+                        continue  # a progress answer (watch id -1): the stream is alive, nothing changed
                     for event in response.events:
                         kind = EventType.DELETE if event.type == event.DELETE else EventType.PUT
                         kv = event.kv
                         self._events.put(WatchEvent(kind, kv.key, kv.value, kv.mod_revision, kv.create_revision))
                         self._next_revision[index] = kv.mod_revision + 1
+            except asyncio.CancelledError:
+                if prober is None or not prober.done() or not prober.result():
+                    raise  # the watch was closed
+                silent = True  # the prober gave up on a silent stream
             except grpc.RpcError as exc:
                 self._client.stream_failed(exc, endpoint)
             except Exception:  # a closed client, no token to be had now, ...: retry until closed
                 pass
             finally:
+                if prober is not None:
+                    prober.cancel()
                 if call is not None:
                     call.cancel()
+            if silent:
+                self.silences += 1
+                self._client.stream_failed(TimeoutError("the watch stream went silent"), endpoint)
+                backoff = _BACKOFF_START
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, _BACKOFF_MAX)
             self.reconnects += 1
+
+    async def _probe(self, call: Any, heard: list[float]) -> bool:
+        """Ask a quiet stream for progress; cancel it (True) when it stays silent past ``SILENCE``.
+
+        etcd answers a progress request at once on a healthy member, even when nothing changed;
+        a frozen member, a dead link or a member cut off from its leader does not.
+        """
+        while True:
+            await asyncio.sleep(self.PROBE_EVERY / 2)
+            quiet = time.monotonic() - heard[0]
+            if quiet >= self.SILENCE:
+                call.cancel()
+                return True
+            if quiet >= self.PROBE_EVERY:
+                try:
+                    await call.write(_PROGRESS)
+                except Exception:  # noqa: BLE001 -- the stream is ending; the reader sees why
+                    return False

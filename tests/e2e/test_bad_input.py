@@ -7,7 +7,7 @@ import pytest
 from .cli_helpers import PROBE, run, run_id
 
 ETCD = "127.0.0.1:1"  # nothing listens there; only reached by the unreachable-etcd case
-BASE = ["--rdzv-endpoint", ETCD, "--rdzv-id", "job", "--rdzv-conf", "read_timeout=1"]
+BASE = ["--rdzv-endpoint", ETCD, "--rdzv-id", "job", "--rdzv-conf", "read_timeout=1,connect_timeout=1"]
 
 CASES = [
     # (args, env, expected exit code, words the line must contain)
@@ -19,7 +19,7 @@ CASES = [
     (["--rdzv-backend", "c10d", *BASE, PROBE], {}, 2, "unknown --rdzv-backend 'c10d'"),
     (["--rdzv-endpoint", "localhost:http", "--rdzv-id", "j", PROBE], {}, 2, "port 'http' is not a number"),
     (["--rdzv-endpoint", "ftp://h:1", "--rdzv-id", "j", PROBE], {}, 2, "scheme 'ftp' is not supported"),
-    ([*BASE, PROBE], {}, 3, "cannot reach etcd within 1s"),
+    ([*BASE, PROBE], {}, 3, "cannot reach etcd at 127.0.0.1:1 (connection refused)"),
     ([*BASE, "no/such/train.py"], {}, 2, "training script 'no/such/train.py' does not exist"),
     ([*BASE[:4], "--rdzv-conf", "join_timeout", PROBE], {}, 2, "'join_timeout' is not key=value"),
     ([*BASE[:4], "--rdzv-conf", "bogus=1", PROBE], {}, 2, "unknown --rdzv-conf key 'bogus'"),

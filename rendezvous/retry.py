@@ -1,0 +1,107 @@
+"""When a failed etcd call is worth trying again, how long each try may take, and how to say why
+it failed. Pure functions: ``EtcdClient._call`` does the I/O.
+
+A call has one time budget (``read_timeout``). Within it, tries go round the endpoints; a pass over
+all of them is followed by a short backoff. The first pass splits the budget between the endpoints
+(so a frozen member cannot eat all of it); each later pass gives every try twice as long, so a
+slow link (a few hundred ms a round trip, a connection still being set up) still gets through.
+
+Retried: the endpoint is unreachable or silent (UNAVAILABLE, DEADLINE_EXCEEDED), and etcd's own
+"try again" answers -- no leader, leader changed, request timed out, too many requests -- which
+it sends while an election runs. Anything else (a refused password, a bad request) fails at once.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = [
+    "RETRYABLE_CODES",
+    "is_retryable",
+    "attempt_timeout",
+    "backoff",
+    "reason",
+    "unreachable_message",
+]
+
+# grpc.StatusCode names, so this module needs no gRPC import.
+RETRYABLE_CODES = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED"})
+_RETRYABLE_DETAILS = (
+    "no leader",
+    "leader changed",
+    "request timed out",
+    "too many requests",
+    "not capable",
+    "raft: stopped",
+    "server stopped",
+)
+
+_MIN_TRY = 0.5  # seconds: the shortest try, so that a slow but working endpoint can answer
+_BACKOFF_START = 0.05
+_BACKOFF_MAX = 1.0
+
+
+def is_retryable(code: str, details: str = "") -> bool:
+    """Whether a call that failed with gRPC status ``code`` (its name) may succeed if tried again."""
+    if code in RETRYABLE_CODES:
+        return True
+    text = (details or "").lower()
+    return any(marker in text for marker in _RETRYABLE_DETAILS)
+
+
+def attempt_timeout(remaining: float, endpoints: int, attempt: int) -> float:
+    """How long try number ``attempt`` (0-based) may take, with ``remaining`` seconds of budget left.
+
+    First pass: an equal share of what is left for each endpoint not yet tried (at least
+    ``_MIN_TRY``). Later passes: twice the previous pass's share, never more than what is left.
+    """
+    if remaining <= 0:
+        return 0.0
+    if endpoints <= 1:
+        return remaining
+    first_pass = attempt < endpoints
+    if first_pass:
+        share = remaining / (endpoints - attempt)
+    else:
+        share = remaining / endpoints * 2 ** (attempt // endpoints)
+    return min(remaining, max(share, _MIN_TRY))
+
+
+def backoff(attempt: int, endpoints: int) -> float:
+    """Seconds to wait before try ``attempt`` (0-based): none within a pass, growing between passes."""
+    if attempt == 0 or attempt % max(endpoints, 1):
+        return 0.0
+    passes = attempt // max(endpoints, 1)
+    return min(_BACKOFF_START * 2 ** (passes - 1), _BACKOFF_MAX)
+
+
+_REFUSED = re.compile(r"connection refused", re.IGNORECASE)
+
+
+def reason(code: str, details: str = "", waited: float | None = None) -> str:
+    """A few words for people: ``connection refused``, ``no answer within 1.2 s``, ``no leader``."""
+    text = (details or "").strip()
+    lowered = text.lower()
+    if _REFUSED.search(text):
+        return "connection refused"
+    if code == "DEADLINE_EXCEEDED":
+        return f"no answer within {waited:.1f} s" if waited is not None else "no answer"
+    for marker in _RETRYABLE_DETAILS:
+        if marker in lowered:
+            return marker
+    if "name resolution" in lowered or "dns" in lowered:
+        return "host name not found"
+    if "ssl" in lowered or "handshake" in lowered:
+        return "TLS handshake failed"
+    if "socket closed" in lowered or "connection reset" in lowered or "broken pipe" in lowered:
+        return "connection closed"
+    if code == "UNAVAILABLE":
+        return "unavailable"
+    return f"{code}: {text}" if text else code
+
+
+def unreachable_message(failures: dict[str, str], attempts: int, spent: float) -> str:
+    """The one line a RendezvousConnectionError says: where, why, and how long was really spent."""
+    where = ", ".join(f"{endpoint} ({why})" for endpoint, why in failures.items())
+    tries = "once" if attempts == 1 else f"{attempts} times"
+    return f"cannot reach etcd at {where}; tried {tries} over {spent:.1f} s"

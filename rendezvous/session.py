@@ -1,0 +1,183 @@
+"""An etcd lease kept alive, and the renew deadline that fences a node which cannot renew it.
+
+- The keep-alive is one LeaseKeepAlive stream, a task on the process's stream loop. It sends a
+  request every ``interval`` and waits for the answer only so long (``answer_wait``, a few round
+  trips, at least half a second): a member that is frozen, partitioned or between leaders gets no
+  longer than that before the stream moves to the next endpoint. Silence counts as failure, not
+  only errors.
+- ``lost`` is set when etcd answers that the lease is gone (TTL 0); ``done`` when it was closed.
+  Closing revokes the lease, so the node key vanishes at once and everyone watching hears it.
+- Fencing. etcd keeps the lease at least ``TTL`` seconds after it received the last renewal, and
+  so at least ``TTL`` after that renewal was *sent*. ``deadline`` is the send time of the last
+  acknowledged renewal plus ``renew_deadline`` (< TTL): past it, this node can no longer be sure
+  it is a member, and whoever runs workers for it must stop them before the lease can have expired
+  (Kubernetes' leader election counts its renew deadline the same way). ``on_renew(lease, deadline)``
+  is called after every acknowledged renewal so that a process other than this one can enforce it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+import time
+from typing import Callable
+
+import grpc.aio
+from etcd3 import etcdrpc
+
+from . import streams
+from .client import EtcdClient
+from .errors import RendezvousError
+
+__all__ = ["Session", "default_renew_deadline", "keep_alive_interval", "answer_wait"]
+
+_MIN_ANSWER_WAIT = 0.5  # seconds: the least time a keep-alive answer is waited for
+_RETRY = 0.05  # seconds before reopening a stream that failed at once (doubling, up to the interval)
+
+
+def default_renew_deadline(ttl: float) -> float:
+    """One second short of the TTL: time enough to kill the workers before the lease can expire."""
+    return ttl - 1.0
+
+
+def keep_alive_interval(renew_deadline: float) -> float:
+    """Renew often enough that a leader election (1-2 s) and a failover fit well inside the deadline."""
+    return max(min(renew_deadline / 8, 1.0), 0.05)
+
+
+def answer_wait(round_trip: float | None, failures: int, renew_deadline: float) -> float:
+    """How long to wait for a keep-alive answer before trying the next endpoint.
+
+    A few round trips of the last good answer (at least half a second), doubled for each silent
+    try in a row, so a slow link still gets answered; never more than half the renew deadline.
+    """
+    base = _MIN_ANSWER_WAIT if round_trip is None else max(_MIN_ANSWER_WAIT, 4 * round_trip)
+    return min(base * 2**failures, max(renew_deadline / 2, _MIN_ANSWER_WAIT))
+
+
+class Session:
+    """An etcd lease kept alive by a task on the stream loop, with a renew deadline."""
+
+    def __init__(
+        self,
+        client: EtcdClient,
+        ttl: int,
+        *,
+        renew_deadline: float | None = None,
+        interval: float | None = None,
+        on_renew: Callable[[int, float], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._client = client
+        self.ttl = int(ttl)
+        self.renew_deadline = float(renew_deadline) if renew_deadline is not None else default_renew_deadline(self.ttl)
+        if not 0 < self.renew_deadline < self.ttl:
+            raise ValueError(f"renew deadline {self.renew_deadline} must be between 0 and the lease TTL {self.ttl}")
+        self.interval = float(interval) if interval is not None else keep_alive_interval(self.renew_deadline)
+        self._on_renew = on_renew
+        self._clock = clock
+        self.done = threading.Event()
+        self.lost = threading.Event()
+        self.renewals = 0
+        self.failovers = 0
+        self._missed = False  # a renewal was acknowledged only after the deadline had passed
+        sent = clock()
+        self.lease_id = client.grant_lease(self.ttl)
+        self.deadline = sent + self.renew_deadline
+        self._notify()
+        self._task = streams.submit(self._keep_alive())
+
+    @property
+    def alive(self) -> bool:
+        return not (self.done.is_set() or self.lost.is_set())
+
+    def overdue(self) -> bool:
+        """The renew deadline passed without a renewal (now, or at some point since the last ``clear_overdue``)."""
+        return self._missed or self._clock() >= self.deadline
+
+    def clear_overdue(self) -> None:
+        """The fence was handled: forget that the deadline was missed (a live lease stays usable)."""
+        self._missed = False
+
+    def silent_for(self) -> float:
+        """Seconds since the last acknowledged renewal was sent."""
+        return self._clock() - (self.deadline - self.renew_deadline)
+
+    def _acknowledged(self, sent: float) -> None:
+        if self._clock() >= self.deadline:
+            self._missed = True
+        self.deadline = max(self.deadline, sent + self.renew_deadline)
+        self.renewals += 1
+        self._notify()
+
+    def _notify(self) -> None:
+        if self._on_renew is not None:
+            try:
+                self._on_renew(self.lease_id, self.deadline)
+            except Exception:  # noqa: BLE001 -- a broken observer must not end the keep-alive
+                pass
+
+    async def _keep_alive(self) -> None:
+        """Renew every ``interval``; on an error or on silence, reopen the stream on the next endpoint.
+
+        Only etcd saying the lease is gone (TTL 0) ends it: while etcd is unreachable it keeps
+        trying, since a new leader extends every lease it still holds.
+        """
+        request = etcdrpc.LeaseKeepAliveRequest(ID=self.lease_id)
+        call = endpoint = None
+        round_trip: float | None = None
+        failures = 0
+        next_send = self._clock() + self.interval
+        try:
+            while not self.done.is_set():
+                await asyncio.sleep(max(next_send - self._clock(), 0.0))
+                if self.done.is_set():
+                    return  # closed, or abandoned without a revoke (as a killed agent would)
+                sent = self._clock()
+                wait = answer_wait(round_trip, failures, self.renew_deadline)
+                try:
+                    if call is None:
+                        channel, endpoint, metadata = await asyncio.wait_for(self._client.open_stream(), wait)
+                        call = etcdrpc.LeaseStub(channel).LeaseKeepAlive(metadata=metadata)
+                    await asyncio.wait_for(call.write(request), wait)
+                    response = await asyncio.wait_for(call.read(), max(wait - (self._clock() - sent), 0.01))
+                    if response is grpc.aio.EOF:
+                        raise ConnectionResetError("the keep-alive stream ended")
+                except Exception as exc:  # an error or silence: move on to the next endpoint
+                    self._client.stream_failed(exc, endpoint)
+                    if call is not None:
+                        call.cancel()
+                    call = endpoint = None
+                    failures += 1
+                    self.failovers += 1
+                    quick = not isinstance(exc, asyncio.TimeoutError)
+                    next_send = self._clock() + (min(_RETRY * 2 ** min(failures, 8), self.interval) if quick else 0.0)
+                    continue
+                if response.TTL <= 0:
+                    self.lost.set()
+                    return
+                round_trip = self._clock() - sent
+                failures = 0
+                self._acknowledged(sent)
+                next_send = sent + self.interval
+        finally:
+            if call is not None:
+                call.cancel()
+
+    def close(self, timeout: float = 2.0) -> None:
+        """Stop the keep-alive and revoke the lease (its keys are deleted at once)."""
+        if self.done.is_set():
+            return
+        self.done.set()
+        self._task.cancel()
+        try:
+            self._client.revoke_lease(self.lease_id, timeout=timeout)
+        except RendezvousError:
+            pass  # unreachable etcd: the lease expires by itself within its TTL
+        concurrent.futures.wait([self._task], timeout=timeout)
+
+    def abandon(self) -> None:
+        """Stop renewing without revoking: the lease runs out by itself (as if this node died)."""
+        self.done.set()
+        self._task.cancel()
