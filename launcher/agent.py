@@ -205,7 +205,7 @@ class Agent:
             for i in range(n)
         ]
 
-    def _monitor(self, group: WorkerGroup) -> GroupStatus | None:
+    def _monitor(self, group: WorkerGroup) -> GroupStatus | str | None:
         """Until the workers end (their status) or the membership changes (None).
 
         Membership changes arrive by watch at once; the workers are looked at every monitor
@@ -213,22 +213,28 @@ class Agent:
         """
         started = time.monotonic()
         while True:
-            if self._fenced():
-                return FENCED
-            status = group.poll()
-            if status.state is GroupState.FAILED and self._fenced(settle=0.1):
-                return FENCED  # killed by the reaper's deadline, not a failure of their own
-            if status.state is not GroupState.RUNNING:
-                return status
+            outcome = self._outcome(group)
+            if outcome is FENCED or outcome.state is not GroupState.RUNNING:
+                return outcome
             interval = self.config.monitor_interval
             if time.monotonic() - started < 1.0:
                 interval = min(interval, 0.02)
             if self.handler.membership_changed(timeout=interval):
-                status = group.poll()
-                if status.state is not GroupState.RUNNING:
-                    return status
+                outcome = self._outcome(group)
+                if outcome is FENCED or outcome.state is not GroupState.RUNNING:
+                    return outcome
                 self.say(f"membership changed ({self._why_changed()}): re-rendezvous")
                 return None
+
+    def _outcome(self, group: WorkerGroup) -> GroupStatus | str:
+        """The group's status, or FENCED when the renew deadline passed -- checked before and after
+        looking at the workers, since workers the reaper killed look like workers that failed."""
+        if self._fenced():
+            return FENCED
+        status = group.poll()
+        if status.state is GroupState.FAILED and self._fenced(settle=0.1):
+            return FENCED
+        return status
 
     def _fenced(self, settle: float = 0.0) -> bool:
         """The renew deadline passed (the reaper killed the workers, or it is due now)."""

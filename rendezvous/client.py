@@ -370,8 +370,8 @@ class EtcdClient:
         while True:
             remaining = deadline - time.monotonic()
             try:
-                self._call("KVStub", "Range", etcdrpc.RangeRequest(key=_b(key)),
-                           timeout=max(min(remaining, max(self.timeout, 1.0)), 0.05))
+                # Short tries, so that a line can be said early; a connection being set up goes on between them.
+                self._call("KVStub", "Range", etcdrpc.RangeRequest(key=_b(key)), timeout=max(min(remaining, 1.5), 0.05))
                 return
             except RendezvousConnectionError as exc:
                 now = time.monotonic()

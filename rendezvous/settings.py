@@ -22,7 +22,7 @@ CONF_KEYS: dict[str, tuple[str, type, str]] = {
     "last_call_timeout": ("last_call_timeout", float, "seconds to wait for more nodes once min_nodes joined (default 30)"),
     "close_timeout": ("close_timeout", float, "seconds to wait while marking the job closed (default 30)"),
     "read_timeout": ("read_timeout", float, "seconds each etcd request may take, failover included (default 5)"),
-    "lease_ttl": ("lease_ttl", int, "seconds a node cut off from etcd stays a member (default 5; etcd's minimum is 2)"),
+    "lease_ttl": ("lease_ttl", int, "seconds a node cut off from etcd stays a member (default 15; etcd's minimum is 2)"),
     "renew_deadline": ("renew_deadline", float, "seconds without a lease renewal after which a node stops its workers (default lease_ttl - 1)"),
     "keep_alive_interval": ("keep_alive_interval", float, "seconds between lease renewals (default renew_deadline / 8, at most 1)"),
     "connect_timeout": ("connect_timeout", float, "seconds an agent waits for etcd to answer at start and after losing it (default 60)"),
@@ -45,7 +45,7 @@ class RendezvousSettings:
     last_call_timeout: float = 30.0
     close_timeout: float = 30.0
     read_timeout: float = 5.0
-    lease_ttl: int = 5
+    lease_ttl: int = 15
     renew_deadline: float | None = None  # None: lease_ttl - 1
     keep_alive_interval: float | None = None  # None: renew_deadline / 8, at most 1 s
     connect_timeout: float = 60.0

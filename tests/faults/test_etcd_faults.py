@@ -1,0 +1,167 @@
+"""etcd's faults under a running job: what etcd survives, the job survives untouched.
+
+Three real agents, one worker each, on a real 3-member etcd cluster with default settings
+(lease 15 s, renew deadline 14 s). Each scenario asserts the outcome and prints its figure.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import grpc
+import pytest
+from etcd3 import etcdrpc
+
+from rendezvous import EtcdClient
+
+from .helpers import DISTURBED, alive, leader_index, run_id, signal_member, wait_for, workers
+
+RUN = 16.0  # seconds each job's workers run
+
+
+def _start_job(cluster, agents, out, seconds=RUN, endpoints=None, conf="last_call_timeout=1"):
+    rid = run_id()
+    started = [agents(endpoints or cluster.endpoints, rid, "3", out, seconds, conf) for _ in range(3)]
+    wait_for(lambda: len(workers(out)) == 3, 30, "3 workers")
+    return started
+
+
+def _assert_untouched(started, out, what: str, began: float) -> None:
+    codes = [agent.wait(60) for agent in started]
+    outputs = [agent.output() for agent in started]
+    assert codes == [0, 0, 0], outputs
+    disturbed = [line for text in outputs for line in text.splitlines() if any(d in line for d in DISTURBED)]
+    assert not disturbed, disturbed
+    assert len(workers(out)) == 3, "a worker was restarted"
+    print(f"\n{what}: 0 worker restarts, job finished {time.monotonic() - began:.1f} s after the fault")
+
+
+def _freeze(cluster, index, seconds):
+    signal_member(cluster, index, signal.SIGSTOP)
+    time.sleep(seconds)
+    signal_member(cluster, index, signal.SIGCONT)
+
+
+def _kill_and_restart(cluster, index, down):
+    signal_member(cluster, index, signal.SIGKILL)
+    cluster.members[index].process.wait(5)
+    cluster.members[index].process = None
+    time.sleep(down)
+    cluster.start_member(index)
+
+
+SCENARIOS = {
+    "leader SIGKILLed, back after 3 s": lambda c: _kill_and_restart(c, leader_index(c), 3),
+    "leader SIGSTOPped for 10 s": lambda c: _freeze(c, leader_index(c), 10),
+    "a follower SIGKILLed, back after 3 s": lambda c: _kill_and_restart(c, (leader_index(c) + 1) % 3, 3),
+    "the member every agent lists first SIGSTOPped for 10 s": lambda c: _freeze(c, 0, 10),
+}
+
+
+@pytest.mark.parametrize("fault", list(SCENARIOS))
+def test_one_bad_member_of_three_costs_no_restart(cluster, agents, tmp_path, fault):
+    out = str(tmp_path)
+    started = _start_job(cluster, agents, out)
+    time.sleep(1.0)
+    leader = leader_index(cluster)
+    began = time.monotonic()
+    SCENARIOS[fault](cluster)
+    _assert_untouched(started, out, f"{fault} (leader was member {leader})", began)
+
+
+def test_compaction_and_defrag_during_a_run_cost_no_restart(cluster, agents, tmp_path):
+    out = str(tmp_path)
+    started = _start_job(cluster, agents, out, seconds=8)
+    began = time.monotonic()
+    client = EtcdClient(cluster.endpoints)
+    try:
+        for i in range(50):
+            client.put("/churn", str(i).encode())
+        revision = client.put("/churn", b"last")
+    finally:
+        client.close()
+    for index, member in enumerate(cluster.members):
+        with grpc.insecure_channel(f"{member.host}:{member.client_port}") as channel:
+            if index == 0:
+                etcdrpc.KVStub(channel).Compact(etcdrpc.CompactionRequest(revision=revision, physical=True), timeout=10)
+            etcdrpc.MaintenanceStub(channel).Defragment(etcdrpc.DefragmentRequest(), timeout=10)
+    _assert_untouched(started, out, f"compaction to revision {revision} and defrag of 3 members", began)
+
+
+def test_two_jobs_on_one_cluster_do_not_see_each_other(cluster, agents, tmp_path):
+    outs = [str(tmp_path / "a"), str(tmp_path / "b")]
+    for out in outs:
+        os.makedirs(out)
+    jobs = []
+    for out in outs:
+        rid = run_id()
+        jobs.append([agents(cluster.endpoints, rid, "2", out, 6, "last_call_timeout=1") for _ in range(2)])
+    for out in outs:
+        wait_for(lambda: len(workers(out)) == 2, 30, "2 workers of each job")
+    jobs[0][1].process.send_signal(signal.SIGKILL)  # job a loses a node; job b must not notice
+    codes_b = [agent.wait(60) for agent in jobs[1]]
+    assert codes_b == [0, 0], [a.output() for a in jobs[1]]
+    assert len(workers(outs[1])) == 2 and all(w["world_size"] == 2 for w in workers(outs[1]))
+    assert not any(d in a.output() for a in jobs[1] for d in DISTURBED)
+    text = jobs[0][0].output()
+    assert "left" in text, text
+    print(f"\ntwo jobs: job b untouched (2 workers), job a went on without its killed node")
+
+
+def test_a_whole_cluster_outage_shorter_than_the_renew_deadline_touches_nothing(cluster, agents, tmp_path):
+    out = str(tmp_path)
+    conf = "last_call_timeout=1,lease_ttl=8"  # renew deadline 7 s
+    started = _start_job(cluster, agents, out, seconds=12, conf=conf)
+    began = time.monotonic()
+    _kill_all(cluster)
+    time.sleep(2.0)
+    for index in range(3):
+        cluster.start_member(index, wait=False)
+    unavailable = _until_served(cluster) - began
+    assert unavailable < 7.0 - 1.0, f"etcd was away {unavailable:.1f}s: not shorter than the deadline"
+    _assert_untouched(started, out, f"whole cluster down, unavailable {unavailable:.1f} s (renew deadline 7 s)", began)
+
+
+def _kill_all(cluster) -> None:
+    """The whole cluster down at once (SIGKILL: no member outlives another by a graceful stop)."""
+    for index in range(3):
+        signal_member(cluster, index, signal.SIGKILL)
+    for member in cluster.members:
+        member.process.wait(5)
+        member.process = None
+
+
+def _until_served(cluster) -> float:
+    """When the restarted cluster answers a linearizable read again (monotonic time)."""
+    client = EtcdClient(cluster.endpoints, timeout=1.0)
+    try:
+        client.wait_ready("/probe", 30)
+        return time.monotonic()
+    finally:
+        client.close()
+
+
+def test_a_whole_cluster_outage_longer_than_the_renew_deadline_fences_and_the_job_resumes(cluster, agents, tmp_path):
+    out = str(tmp_path)
+    conf = "last_call_timeout=1,lease_ttl=5"  # renew deadline 4 s
+    started = _start_job(cluster, agents, out, seconds=14, conf=conf)
+    first = {w["pid"] for w in workers(out)}
+    down = time.time()
+    _kill_all(cluster)
+    wait_for(lambda: not any(alive(pid) for pid in first), 8, "the workers fenced")
+    fenced_after = time.time() - down
+    time.sleep(max(7 - (time.time() - down), 0))
+    for index in range(3):
+        cluster.start_member(index, wait=False)
+    codes = [agent.wait(60) for agent in started]
+    outputs = [agent.output() for agent in started]
+    assert codes == [0, 0, 0], outputs
+    assert all("no lease renewal from etcd" in text for text in outputs), outputs
+    assert fenced_after <= 4.0 + 0.5, f"workers stopped {fenced_after:.2f}s after the outage began"
+    second = [w for w in workers(out) if w["pid"] not in first]
+    assert len(second) == 3 and {w["restart"] for w in second} == {0}, second
+    resumed = min(w["created"] for w in second) - down
+    print(f"\nwhole cluster down 7 s: workers stopped {fenced_after:.1f} s after (deadline 4 s), "
+          f"job resumed {resumed:.1f} s after the outage began, no restart used")
