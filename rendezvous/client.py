@@ -371,7 +371,7 @@ class EtcdClient:
             remaining = deadline - time.monotonic()
             try:
                 # Short tries, so that a line can be said early; a connection being set up goes on between them.
-                self._call("KVStub", "Range", etcdrpc.RangeRequest(key=_b(key)), timeout=max(min(remaining, 1.5), 0.05))
+                self._call("KVStub", "Range", etcdrpc.RangeRequest(key=_b(key)), timeout=max(min(remaining, 2.0), 0.05))
                 return
             except RendezvousConnectionError as exc:
                 now = time.monotonic()

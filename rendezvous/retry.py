@@ -36,7 +36,7 @@ _RETRYABLE_DETAILS = (
     "server stopped",
 )
 
-_MIN_TRY = 0.5  # seconds: the shortest try, so that a slow but working endpoint can answer
+_MIN_TRY = 1.0  # seconds: the shortest try, so that a slow but working endpoint (a few 100 ms a round trip) can answer
 _BACKOFF_START = 0.05
 _BACKOFF_MAX = 1.0
 

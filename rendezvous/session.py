@@ -82,6 +82,7 @@ class Session:
         self.renewals = 0
         self.failovers = 0
         self._missed = False  # a renewal was acknowledged only after the deadline had passed
+        self._handled: float | None = None  # the missed deadline the last fence dealt with
         sent = clock()
         self.lease_id = client.grant_lease(self.ttl)
         self.deadline = sent + self.renew_deadline
@@ -93,19 +94,21 @@ class Session:
         return not (self.done.is_set() or self.lost.is_set())
 
     def overdue(self) -> bool:
-        """The renew deadline passed without a renewal (now, or at some point since the last ``clear_overdue``)."""
-        return self._missed or self._clock() >= self.deadline
+        """A renew deadline passed without a renewal (now, or since the last ``clear_overdue``)."""
+        return self._missed or (self._clock() >= self.deadline and self.deadline != self._handled)
 
     def clear_overdue(self) -> None:
-        """The fence was handled: forget that the deadline was missed (a live lease stays usable)."""
+        """The fence was handled: that missed deadline is forgotten, also when the renewal that
+        comes late for it is acknowledged later (a live lease stays usable)."""
         self._missed = False
+        self._handled = self.deadline
 
     def silent_for(self) -> float:
         """Seconds since the last acknowledged renewal was sent."""
         return self._clock() - (self.deadline - self.renew_deadline)
 
     def _acknowledged(self, sent: float) -> None:
-        if self._clock() >= self.deadline:
+        if self._clock() >= self.deadline and self.deadline != self._handled:
             self._missed = True
         self.deadline = max(self.deadline, sent + self.renew_deadline)
         self.renewals += 1

@@ -84,6 +84,12 @@ class Proxy:
 
     # -- one connection ------------------------------------------------------------------------
     async def _serve(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
+        try:
+            await self._forward(client_reader, client_writer)
+        except asyncio.CancelledError:
+            pass  # the proxy is closing
+
+    async def _forward(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
         self.connections += 1
         self._writers.add(client_writer)
         try:

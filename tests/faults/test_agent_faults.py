@@ -156,7 +156,7 @@ def test_a_slow_link_to_etcd_still_forms_the_round_and_finishes(via_proxies, age
         for proxy in own:
             proxy.slow(0.3)
         started.append(agents(endpoints, rid, "3", out, 6, "last_call_timeout=1"))
-    wait_for(lambda: len(workers(out)) == 3, 60, "3 workers over a slow link")
+    wait_for(lambda: len(workers(out)) == 3, 60, "3 workers over a slow link: " + repr([a.output() for a in started]))
     formed = min(w["created"] for w in workers(out)) - began
     codes = [agent.wait(90) for agent in started]
     outputs = [agent.output() for agent in started]

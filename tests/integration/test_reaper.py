@@ -1,0 +1,101 @@
+"""The reaper process for real: its dead man's switch, and the lease it revokes when the agent dies."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+from launcher.agent import _project_path
+from launcher.workers import Reaper
+from rendezvous import EtcdClient
+
+
+def _group() -> subprocess.Popen:
+    return subprocess.Popen(["sleep", "60"], start_new_session=True)
+
+
+def _gone_within(process: subprocess.Popen, seconds: float) -> float | None:
+    started = time.monotonic()
+    try:
+        process.wait(seconds)
+    except subprocess.TimeoutExpired:
+        return None
+    return time.monotonic() - started
+
+
+def test_the_reaper_kills_the_workers_when_the_fence_deadline_passes_and_says_so():
+    reaper = Reaper()
+    worker = _group()
+    try:
+        reaper.register(worker.pid)
+        reaper.arm(0, time.monotonic() + 0.3)
+        took = _gone_within(worker, 3)
+        assert took is not None and 0.2 <= took <= 1.0, took
+        deadline = time.monotonic() + 2
+        while not reaper.fired() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert reaper.fired()
+        reaper.clear()
+        assert not reaper.fired()
+    finally:
+        worker.kill()
+        reaper.close()
+
+
+def test_a_deadline_moved_on_in_time_kills_nothing():
+    reaper = Reaper()
+    worker = _group()
+    try:
+        reaper.register(worker.pid)
+        for _ in range(15):
+            reaper.arm(0, time.monotonic() + 0.3)
+            time.sleep(0.1)
+        assert worker.poll() is None and not reaper.fired()
+        assert _gone_within(worker, 3) is not None, "a deadline not moved on kills"
+    finally:
+        worker.kill()
+        reaper.close()
+
+
+def test_a_clean_close_neither_kills_unregistered_workers_nor_revokes(etcd_endpoints, key_prefix):
+    client = EtcdClient(etcd_endpoints)
+    reaper = Reaper()
+    worker = _group()
+    try:
+        lease = client.grant_lease(30)
+        client.put(f"{key_prefix}/node", b"x", lease=lease)
+        reaper.configure(client.config(), _project_path())
+        reaper.register(worker.pid)
+        reaper.unregister(worker.pid)
+        reaper.arm(lease, time.monotonic() + 60)
+        reaper.close()
+        assert worker.poll() is None
+        assert client.get(f"{key_prefix}/node") is not None
+        client.revoke_lease(lease)
+    finally:
+        worker.kill()
+        client.close()
+
+
+def test_when_the_agent_dies_the_reaper_kills_its_workers_and_revokes_its_lease_at_once(etcd_endpoints, key_prefix):
+    client = EtcdClient(etcd_endpoints)
+    reaper = Reaper()
+    worker = _group()
+    try:
+        lease = client.grant_lease(30)
+        client.put(f"{key_prefix}/node", b"x", lease=lease)
+        reaper.configure(client.config(), _project_path())
+        reaper.register(worker.pid)
+        reaper.arm(lease, time.monotonic() + 60)
+        died = time.monotonic()
+        reaper._process.stdin.close()  # what the agent's death does to the pipe
+        assert _gone_within(worker, 2) is not None
+        while client.get(f"{key_prefix}/node") is not None:
+            assert time.monotonic() - died < 3, "the lease was not revoked"
+            time.sleep(0.02)
+        print(f"\nlease revoked {time.monotonic() - died:.2f} s after the agent's pipe closed")
+        assert client.lease_ttl(lease) == -1
+    finally:
+        worker.kill()
+        reaper._process.wait(5)
+        client.close()

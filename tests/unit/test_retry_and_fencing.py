@@ -1,0 +1,146 @@
+"""The pure parts of fault handling: which etcd errors are retried, how long each try may take,
+how long a keep-alive answer is waited for, and the fencing settings."""
+
+from __future__ import annotations
+
+import pytest
+
+from rendezvous import retry
+from rendezvous.errors import RendezvousSettingsError
+from rendezvous.session import answer_wait, default_renew_deadline, keep_alive_interval
+from rendezvous.settings import RendezvousSettings
+
+
+@pytest.mark.parametrize("code, details", [
+    ("UNAVAILABLE", "failed to connect to all addresses; last error: Connection refused"),
+    ("DEADLINE_EXCEEDED", "Deadline Exceeded"),
+    ("UNAVAILABLE", "etcdserver: no leader"),
+    ("UNAVAILABLE", "etcdserver: leader changed"),
+    ("UNAVAILABLE", "etcdserver: request timed out"),
+    ("UNKNOWN", "etcdserver: request timed out, possibly due to previous leader failure"),
+    ("RESOURCE_EXHAUSTED", "etcdserver: too many requests"),
+])
+def test_unreachable_members_and_elections_are_retried(code, details):
+    assert retry.is_retryable(code, details)
+
+
+@pytest.mark.parametrize("code, details", [
+    ("INVALID_ARGUMENT", "etcdserver: authentication failed, invalid user ID or password"),
+    ("PERMISSION_DENIED", "etcdserver: permission denied"),
+    ("NOT_FOUND", "etcdserver: requested lease not found"),
+    ("FAILED_PRECONDITION", "etcdserver: mvcc: required revision has been compacted"),
+])
+def test_answers_that_will_not_change_are_not_retried(code, details):
+    assert not retry.is_retryable(code, details)
+
+
+def test_the_first_pass_shares_the_budget_so_a_frozen_member_cannot_eat_it():
+    assert retry.attempt_timeout(6.0, 3, 0) == pytest.approx(2.0)
+    assert retry.attempt_timeout(4.0, 3, 1) == pytest.approx(2.0)
+    assert retry.attempt_timeout(2.0, 3, 2) == pytest.approx(2.0)
+
+
+def test_later_passes_give_each_try_longer_but_never_more_than_is_left():
+    assert retry.attempt_timeout(3.0, 3, 3) == pytest.approx(2.0)
+    assert retry.attempt_timeout(3.0, 3, 6) == pytest.approx(3.0)
+    assert retry.attempt_timeout(0.2, 3, 0) == pytest.approx(0.2)
+    assert retry.attempt_timeout(0.0, 3, 0) == 0.0
+
+
+def test_a_lone_endpoint_gets_the_whole_budget_each_try():
+    assert retry.attempt_timeout(4.5, 1, 0) == 4.5
+
+
+def test_backoff_comes_between_passes_only_and_is_capped():
+    assert [retry.backoff(a, 3) for a in range(7)] == [0.0, 0.0, 0.0, 0.05, 0.0, 0.0, 0.1]
+    assert retry.backoff(300, 3) == 1.0
+
+
+def test_reasons_are_a_few_words():
+    assert retry.reason("UNAVAILABLE", "ipv4:127.0.0.1:1: Failed to connect to remote host: Connection refused") == "connection refused"
+    assert retry.reason("DEADLINE_EXCEEDED", "Deadline Exceeded", 1.25) == "no answer within 1.2 s"
+    assert retry.reason("UNAVAILABLE", "etcdserver: no leader") == "no leader"
+    assert retry.reason("UNAVAILABLE", "Socket closed") == "connection closed"
+
+
+def test_the_unreachable_message_says_where_why_and_how_long():
+    text = retry.unreachable_message({"h1:2379": "connection refused", "h2:2379": "no answer within 1.7 s"}, 9, 5.04)
+    assert text == "cannot reach etcd at h1:2379 (connection refused), h2:2379 (no answer within 1.7 s); tried 9 times over 5.0 s"
+
+
+def test_the_answer_wait_grows_with_silence_and_the_round_trip_but_stays_under_half_the_deadline():
+    assert answer_wait(None, 0, 14.0) == 0.5
+    assert answer_wait(0.01, 0, 14.0) == 0.5
+    assert answer_wait(0.6, 0, 14.0) == pytest.approx(2.4)
+    assert answer_wait(None, 3, 14.0) == 4.0
+    assert answer_wait(None, 10, 14.0) == 7.0
+    assert answer_wait(None, 10, 4.0) == 2.0
+
+
+def test_default_fencing_settings_renew_every_second_and_fence_a_second_before_the_ttl():
+    settings = RendezvousSettings(run_id="job")
+    assert (settings.lease_ttl, settings.fence_after, settings.renew_every) == (15, 14.0, 1.0)
+    assert default_renew_deadline(5) == 4.0 and keep_alive_interval(4.0) == 0.5
+    short = RendezvousSettings.from_conf("job", 1, 1, "lease_ttl=5,renew_deadline=3,keep_alive_interval=0.2,connect_timeout=9")
+    assert (short.fence_after, short.renew_every, short.connect_timeout) == (3.0, 0.2, 9.0)
+
+
+@pytest.mark.parametrize("conf, words", [
+    ("lease_ttl=5,renew_deadline=5", "renew_deadline must be from 0.1 s to lease_ttl - 0.5 (4.5)"),
+    ("renew_deadline=0", "renew_deadline must be"),
+    ("lease_ttl=5,keep_alive_interval=3", "keep_alive_interval must be from 0.01 s to half the renew deadline (2 s)"),
+    ("connect_timeout=0", "connect_timeout must be a positive number"),
+])
+def test_fencing_settings_that_cannot_be_safe_are_refused(conf, words):
+    with pytest.raises(RendezvousSettingsError, match=words.replace("(", r"\(").replace(")", r"\)")):
+        RendezvousSettings.from_conf("job", 1, 1, conf)
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _session(clock: _Clock):
+    from rendezvous.session import Session
+
+    session = Session.__new__(Session)  # the deadline bookkeeping only: no etcd, no keep-alive task
+    session.renew_deadline, session._clock, session._on_renew = 4.0, clock, None
+    session._missed, session._handled, session.renewals = False, None, 0
+    session.deadline = clock() + 4.0
+    return session
+
+
+def test_a_missed_renew_deadline_is_overdue_until_the_fence_is_handled():
+    clock = _Clock()
+    session = _session(clock)
+    clock.now += 3.9
+    assert not session.overdue()
+    clock.now += 0.2
+    assert session.overdue()
+    session.clear_overdue()
+    assert not session.overdue(), "handled: waiting for etcd is not a second fence"
+
+
+def test_the_late_renewal_of_a_handled_deadline_is_not_a_second_fence():
+    clock = _Clock()
+    session = _session(clock)
+    sent = clock.now
+    clock.now += 6.0
+    session.clear_overdue()
+    session._acknowledged(sent + 5.0)
+    assert not session.overdue()
+    assert session.deadline == sent + 9.0
+
+
+def test_a_renewal_acknowledged_after_an_unhandled_deadline_still_fences():
+    clock = _Clock()
+    session = _session(clock)
+    sent = clock.now
+    clock.now += 4.5  # a frozen process: the renewal's answer is read only now
+    session._acknowledged(sent + 3.0)
+    clock.now += 0.1
+    assert session.deadline > clock.now and session.overdue()
