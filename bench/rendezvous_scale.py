@@ -10,8 +10,10 @@ One process holding K participants holds K copies of a round of K participants: 
 Python's cyclic garbage collector scans again and again, a cost that K separate agents (K objects
 each) never pay. The main columns therefore time the round with the cyclic collector paused
 (reference counting still frees everything), for both systems alike; the "GC on" column times the
-same round with it running. Leases have a 10 s TTL here: K keep-alives every TTL/3 in one process
-would otherwise time the harness's loop, not the round.
+same round with it running. Leases have a 10 s TTL renewed every 3 s here, and a quiet watch asks
+etcd for progress every 3 s rather than every second: K keep-alives and K progress probes a second
+in one process would otherwise time the harness's loop, not the round (K separate agents pay one
+each).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from rendezvous import EtcdClient, EtcdServer  # noqa: E402
 from rendezvous.handler import RendezvousHandler  # noqa: E402
 from rendezvous.settings import RendezvousSettings  # noqa: E402
+from rendezvous.watch import Watch  # noqa: E402
 
 TIMEOUT = 120.0
 _runs = itertools.count()
@@ -63,7 +66,9 @@ def _run_threads(targets, keep_gc: bool = False) -> float:
 
 
 def ours(endpoints: str, k: int, keep_gc: bool = False) -> float:
-    settings = RendezvousSettings(run_id=f"scale-{k}-{next(_runs)}", min_nodes=k, max_nodes=k, join_timeout=TIMEOUT, lease_ttl=10)
+    settings = RendezvousSettings(run_id=f"scale-{k}-{next(_runs)}", min_nodes=k, max_nodes=k, join_timeout=TIMEOUT, lease_ttl=10,
+                                  keep_alive_interval=3.0)
+    Watch.PROBE_EVERY, Watch.SILENCE = 3.0, 9.0  # see the module docstring
     clients = [EtcdClient(endpoints, timeout=60) for _ in range(k)]
     handlers = [RendezvousHandler(c, settings, local_addr="127.0.0.1", node_id=f"n{i:05d}") for i, c in enumerate(clients)]
     try:

@@ -25,8 +25,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Iterator, Mapping
 
-from rendezvous.errors import RendezvousConnectionError, RendezvousError
+from rendezvous.errors import RendezvousClosedError, RendezvousConnectionError, RendezvousError
 from rendezvous.handler import Progress, RendezvousHandler, RendezvousInfo
+from rendezvous.state import JobState, JobStatus
 
 from .env import WorkerSpec
 from .errors import AgentStopped, JobRendezvousError, WorkerFailedError
@@ -86,8 +87,8 @@ class Agent:
         self.say = report or say
         self.environ = dict(os.environ if environ is None else environ)
         self.state = AgentState.INIT
-        self.restarts = 0
         self.attempt = 0
+        self._told_budget = False
         self.info: RendezvousInfo | None = None
 
     def run(self) -> int:
@@ -126,18 +127,24 @@ class Agent:
                     continue  # membership changed: a new round, no restart used
                 first = status.first_failure
                 assert first is not None
-                if self.restarts < self.config.max_restarts:
-                    self.restarts += 1
-                    self.say(
-                        f"worker rank {first.rank} failed ({describe_exit(first)}); "
-                        f"restarting the workers ({self.restarts}/{self.config.max_restarts})"
-                    )
+                what = f"rank {first.rank} on node {self.handler.node_id} failed ({describe_exit(first)})"
+                count, budget = self.info.restart_count, self.info.max_restarts
+                if count < budget:
+                    self.say(f"{what}; restarting the workers ({count + 1}/{budget})")
+                    self.handler.request_restart(what)
                     continue
                 self.state = AgentState.FAILED
-                self.say(failure_summary(status, self.handler.run_id, self.restarts, self.config.max_restarts))
-                self._close(f"rank {first.rank} failed ({describe_exit(first)}) and no restart was left")
-                raise WorkerFailedError(f"rank {first.rank} failed ({describe_exit(first)})")
-        except RendezvousError as exc:  # closed, timed out, unreachable, corrupt
+                self.say(failure_summary(status, self.handler.run_id, count, budget))
+                self._close(f"{what} and no restart was left ({count}/{budget})", failed=True)
+                raise WorkerFailedError(what)
+        except RendezvousClosedError as exc:
+            state = self._job_state()
+            if state is not None and state.failed:  # another node's worker failed with no restart left
+                self.state = AgentState.FAILED
+                self.say(f"the job failed: {state.reason}")
+                raise WorkerFailedError(state.reason) from exc
+            raise JobRendezvousError(str(exc)) from exc
+        except RendezvousError as exc:  # timed out, unreachable, corrupt
             raise JobRendezvousError(str(exc)) from exc
         finally:
             _ignore_stop_signals()
@@ -175,6 +182,12 @@ class Agent:
             f"global ranks {info.base_global_rank}..{info.base_global_rank + self.config.nproc_per_node - 1} "
             f"of {info.world_size}, master {info.master_addr}:{info.master_port}"
         )
+        if info.max_restarts != self.config.max_restarts and not self._told_budget:
+            self._told_budget = True
+            self.say(
+                f"--max-restarts {self.config.max_restarts} differs from the job's {info.max_restarts} "
+                "(the first agent's); following the job's"
+            )
         return info
 
     def _report_progress(self, done: threading.Event) -> None:
@@ -198,8 +211,8 @@ class Agent:
             WorkerSpec(
                 local_rank=i, local_world_size=n, base_global_rank=info.base_global_rank, world_size=info.world_size,
                 group_rank=info.group_rank, group_world_size=info.group_world_size, master_addr=info.master_addr,
-                master_port=info.master_port, run_id=info.run_id, restart_count=self.restarts,
-                max_restarts=self.config.max_restarts, role=self.config.role,
+                master_port=info.master_port, run_id=info.run_id, restart_count=info.restart_count,
+                max_restarts=info.max_restarts, role=self.config.role,
                 error_file=os.path.join(attempt_dir(self.config.logs.root, self.attempt, i), "error.json"),
             )
             for i in range(n)
@@ -223,7 +236,7 @@ class Agent:
                 outcome = self._outcome(group)
                 if outcome is FENCED or outcome.state is not GroupState.RUNNING:
                     return outcome
-                self.say(f"membership changed ({self._why_changed()}): re-rendezvous")
+                self.say(self._why_changed())
                 return None
 
     def _outcome(self, group: WorkerGroup) -> GroupStatus | str:
@@ -256,18 +269,35 @@ class Agent:
         self._reaper.clear()
 
     def _why_changed(self) -> str:
+        """One line with the facts: why this node's workers stop for a new round."""
         try:
+            state = self.handler.job_state()
+            failures = self.handler.failures_reported()
             lost = self.handler.lost_participants()
-            waiting = self.handler.num_nodes_waiting()
+            joining = self.handler.newcomers()
         except RendezvousError:
-            return "etcd unreachable"
+            return "etcd unreachable: re-rendezvous"
+        if state is not None and state.status is JobStatus.CLOSED:
+            return f"the job was closed ({state.reason})" if state.reason else "the job was closed"
+        if failures:
+            count, budget = self.info.restart_count, self.info.max_restarts
+            more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
+            if count < budget:
+                return f"{failures[0]}{more}; restarting the workers ({count + 1}/{budget})"
+            return f"{failures[0]}{more}; no restart left ({count}/{budget})"
         if self.handler.lease_lost():
-            return "this node's lease expired"
+            return "this node's lease expired: re-rendezvous"
         if lost:
-            return f"node{'s' if len(lost) > 1 else ''} {', '.join(lost)} left"
-        if waiting:
-            return f"{waiting} node{'s' if waiting > 1 else ''} waiting to join"
-        return "another node started a new round"
+            return f"node{'s' if len(lost) > 1 else ''} {', '.join(lost)} left: re-rendezvous"
+        if joining:
+            return f"node{'s' if len(joining) > 1 else ''} {', '.join(joining)} joined: re-rendezvous"
+        return "another node started a new round: re-rendezvous"
+
+    def _job_state(self) -> JobState | None:
+        try:
+            return self.handler.job_state()
+        except RendezvousError:
+            return None
 
     def _exit_barrier(self) -> None:
         """Say this node finished; when every participant has, close the job."""
@@ -278,9 +308,9 @@ class Agent:
         except RendezvousError as exc:
             self.say(f"workers succeeded; could not record it in etcd ({exc})")
 
-    def _close(self, reason: str) -> None:
+    def _close(self, reason: str, *, failed: bool = False) -> None:
         try:
-            self.handler.set_closed(reason)
+            self.handler.set_closed(reason, failed=failed)
         except RendezvousError as exc:
             self.say(f"could not mark the job closed: {exc}")
 

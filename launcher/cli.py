@@ -128,7 +128,8 @@ def elastic_run(**opts: Any) -> int:
                 client = settings.connect(opts["rdzv_endpoint"])
             try:
                 handler = RendezvousHandler(
-                    client, settings, local_addr=local_addr, local_world_size=nproc, node_id=node_id
+                    client, settings, local_addr=local_addr, local_world_size=nproc, node_id=node_id,
+                    max_restarts=opts["max_restarts"],
                 )
                 return Agent(config, handler).run()
             finally:
@@ -185,7 +186,8 @@ def render(view: JobView) -> str:
     """The job as a table: a header line, then one row a node."""
     lines = [
         f"job {view.run_id}: {view.status}, round {view.round}, world size {view.world_size}, "
-        f"master {view.master_addr or '-'}:{view.master_port or '-'} (nodes min {view.min_nodes}, max {view.max_nodes})"
+        f"master {view.master_addr or '-'}:{view.master_port or '-'} (nodes min {view.min_nodes}, max {view.max_nodes}), "
+        f"restarts {view.restarts}/{view.max_restarts}"
     ]
     if view.reason:
         lines.append(f"reason: {view.reason}")

@@ -20,6 +20,10 @@ __all__ = [
     "assign_ranks",
     "decide",
     "frozen_state",
+    "restart_count",
+    "job_budget",
+    "failures_reported",
+    "newcomers",
     "nodes_waiting",
     "lost_participants",
 ]
@@ -129,15 +133,50 @@ def decide(
 
 def frozen_state(
     run_id: str, round_: int, participants: tuple[Participant, ...], nodes: Sequence[LiveNode],
-    min_nodes: int, max_nodes: int,
+    min_nodes: int, max_nodes: int, restarts: int = 0, max_restarts: int = 0,
 ) -> JobState:
     """The RUNNING state of a frozen round: the master is group rank 0's node and port."""
     master = participants[0]
     port = next(n.info.master_port for n in nodes if n.info.node == master.node)
     return JobState(
         run_id=run_id, round=round_, status=JobStatus.RUNNING, min_nodes=min_nodes, max_nodes=max_nodes,
-        participants=participants, master_addr=master.addr, master_port=port,
+        participants=participants, master_addr=master.addr, master_port=port, restarts=restarts,
+        max_restarts=max_restarts,
     )
+
+
+def restart_count(state: JobState | None, nodes: Sequence[LiveNode], round_: int) -> int:
+    """The job's restart count for ``round_``: the count so far, plus one when a node that joins it
+    says its workers of the round before failed -- one per group restart, however many workers or
+    nodes failed at once. Membership changes (a node lost, a node joining) do not count.
+
+    ``state`` is the last state (the frozen round before, or ``round_`` forming, which carries the
+    count of the round before unchanged).
+    """
+    count = state.restarts if state is not None else 0
+    failed = any(n.info.round == round_ and n.info.failed_round == round_ - 1 > 0 for n in nodes)
+    return count + 1 if failed else count
+
+
+def job_budget(state: JobState | None, own: int) -> int:
+    """The job's --max-restarts: the one stored with it, or this agent's when the job is new."""
+    return state.max_restarts if state is not None else own
+
+
+def failures_reported(state: JobState | None, nodes: Sequence[LiveNode]) -> list[str]:
+    """What the nodes asking to restart the running round said failed (``rank 1 on node b failed (exit code 1)``)."""
+    if state is None or state.status is not JobStatus.RUNNING:
+        return []
+    return sorted(n.info.failure or f"a worker on node {n.info.node} failed" for n in nodes
+                  if n.info.failed_round == state.round and n.info.round > state.round)
+
+
+def newcomers(state: JobState | None, nodes: Sequence[LiveNode]) -> list[str]:
+    """Nodes asking to join after the running round that are not taking part in it."""
+    if state is None or state.status is not JobStatus.RUNNING:
+        return []
+    members = {p.node for p in state.participants}
+    return sorted(n.info.node for n in nodes if n.info.round > state.round and n.info.node not in members)
 
 
 def nodes_waiting(state: JobState | None, nodes: Sequence[LiveNode]) -> int:

@@ -16,7 +16,7 @@ from typing import Callable
 
 from .backend import EtcdRendezvousBackend
 from .client import EtcdClient, op_put
-from .decide import Freeze, decide, frozen_state, joined
+from .decide import Freeze, decide, frozen_state, job_budget, joined, restart_count
 from .errors import RendezvousClosedError, RendezvousError, RendezvousTimeoutError
 from .ports import free_port
 from .membership import JobKeys, JobMonitor, Snapshot, advance_round, read_nodes, read_round
@@ -40,6 +40,8 @@ class RendezvousInfo:
     master_addr: str
     master_port: int
     participants: tuple[Participant, ...]
+    restart_count: int = 0  # the job's restart count (TORCHELASTIC_RESTART_COUNT of every worker)
+    max_restarts: int = 0  # the job's budget (TORCHELASTIC_MAX_RESTARTS)
 
     @property
     def world_size(self) -> int:
@@ -78,6 +80,7 @@ class RendezvousHandler:
         local_addr: str | None = None,
         local_world_size: int = 1,
         node_id: str | None = None,
+        max_restarts: int = 0,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
@@ -88,6 +91,8 @@ class RendezvousHandler:
         self.node_id = node_id or default_node_id()
         self.local_addr = local_addr or socket.getfqdn()
         self.local_world_size = local_world_size
+        self.max_restarts = max_restarts  # this agent's; the job's is the first agent's, kept in the state
+        self._failure: tuple[int, str] | None = None  # (round, what failed): ask the next round for a restart
         self._clock = clock
         self._wall = wall_clock
         self._session: Session | None = None
@@ -183,8 +188,18 @@ class RendezvousHandler:
         state = self._backend_state()
         return state is not None and state.status is JobStatus.CLOSED
 
-    def set_closed(self, reason: str = "the job ended") -> None:
-        """Mark the job closed: every agent of it stops, and the run id cannot be joined again."""
+    def request_restart(self, failure: str) -> None:
+        """This node's workers of the current round failed: the next round it joins restarts the
+        group and advances the job's restart count (once, whichever nodes ask)."""
+        if self._info is None:
+            raise RendezvousError("request_restart() needs a completed round")
+        self._failure = (self._info.round, failure)
+
+    def set_closed(self, reason: str = "the job ended", *, failed: bool = False) -> None:
+        """Mark the job closed: every agent of it stops, and the run id cannot be joined again.
+
+        ``failed``: a worker failed with no restart left, so every agent exits as failed.
+        """
         deadline = self._clock() + self.settings.close_timeout
         while True:
             current = self._backend.get_state()
@@ -197,6 +212,8 @@ class RendezvousHandler:
                 min_nodes=self.settings.min_nodes, max_nodes=self.settings.max_nodes,
                 participants=state.participants if state else (), master_addr=state.master_addr if state else "",
                 master_port=state.master_port if state else 0, reason=reason,
+                restarts=state.restarts if state else 0, max_restarts=job_budget(state, self.max_restarts),
+                failed=failed,
             )
             result = self._backend.set_state(closed.encode(), token)
             if result is not None and result[2]:
@@ -206,19 +223,11 @@ class RendezvousHandler:
 
     def num_nodes_waiting(self) -> int:
         """Nodes that want to join and would fit: a reason for the agent to re-rendezvous."""
-        monitor = self._ensure_monitor()
-        if monitor is None:
-            return 0
-        monitor.poll()
-        return monitor.waiting
+        return self._watched("waiting", 0)
 
     def lost_participants(self) -> list[str]:
         """Participants of this node's round whose agent is gone (their lease ended)."""
-        monitor = self._ensure_monitor()
-        if monitor is None:
-            return []
-        monitor.poll()
-        return monitor.lost
+        return self._watched("lost", [])
 
     def membership_changed(self, timeout: float = 0.0) -> bool:
         """True as soon as a participant is gone, a node waits to join, or the job moved on.
@@ -272,6 +281,22 @@ class RendezvousHandler:
         """Seconds since the last acknowledged lease renewal was sent."""
         return self._session.silent_for() if self._session is not None else 0.0
 
+    def failures_reported(self) -> list[str]:
+        """What the nodes asking to restart this node's round said failed."""
+        return self._watched("failures", [])
+
+    def newcomers(self) -> list[str]:
+        """Nodes waiting to join that do not take part in this node's round."""
+        return self._watched("newcomers", [])
+
+    def job_state(self) -> JobState | None:
+        """The job's state as this node's monitor last saw it, else as etcd has it now."""
+        if self._monitor is not None:
+            self._monitor.poll()
+            if self._monitor.state is not None:
+                return self._monitor.state
+        return self._backend_state()
+
     def lease_lost(self) -> bool:
         """This agent's own lease ended (etcd unreachable past the TTL): it is no longer a member."""
         return self._session is not None and self._session.lost.is_set()
@@ -318,9 +343,11 @@ class RendezvousHandler:
                 self._client, self.settings.lease_ttl, renew_deadline=self.settings.fence_after,
                 interval=self.settings.renew_every, on_renew=self._renewed,
             )
+        failed_round, failure = self._failure or (0, "")
         info = NodeInfo(
             node=self.node_id, round=round_, addr=self.local_addr, local_world_size=self.local_world_size,
-            master_port=free_port("0.0.0.0"), finished=finished,
+            master_port=free_port("0.0.0.0"), finished=finished, failed_round=failed_round, failure=failure,
+            max_restarts=self.max_restarts,
         )
         put = op_put(self._keys.node(self.node_id), info.encode(), lease=self._session.lease_id)
         try:
@@ -348,7 +375,8 @@ class RendezvousHandler:
         if isinstance(decision, Freeze):
             frozen = frozen_state(
                 self.run_id, target, decision.participants, snapshot.nodes, self.settings.min_nodes,
-                self.settings.max_nodes,
+                self.settings.max_nodes, restarts=restart_count(state, snapshot.nodes, target),
+                max_restarts=job_budget(state, self.max_restarts),
             )
             self._backend.set_state(frozen.encode(), snapshot.token)
             return None
@@ -363,7 +391,8 @@ class RendezvousHandler:
                 run_id=self.run_id, round=target, status=JobStatus.JOINING, min_nodes=self.settings.min_nodes,
                 max_nodes=self.settings.max_nodes, participants=state.participants if state else (),
                 master_addr=state.master_addr if state else "", master_port=state.master_port if state else 0,
-                last_call_at=last_call_at,
+                last_call_at=last_call_at, restarts=state.restarts if state else 0,
+                max_restarts=job_budget(state, self.max_restarts),
             )
             self._backend.set_state(forming.encode(), snapshot.token)
             return None
@@ -386,8 +415,10 @@ class RendezvousHandler:
         self._info = RendezvousInfo(
             run_id=self.run_id, round=state.round, node=self.node_id, group_rank=me.group_rank,
             group_world_size=len(state.participants), master_addr=state.master_addr,
-            master_port=state.master_port, participants=state.participants,
+            master_port=state.master_port, participants=state.participants, restart_count=state.restarts,
+            max_restarts=state.max_restarts,
         )
+        self._failure = None
         return self._info
 
     def _count_joined(self, target: int) -> int:
@@ -413,6 +444,14 @@ class RendezvousHandler:
     def _backend_state(self) -> JobState | None:
         current = self._backend.get_state()
         return JobState.decode(current[0], f"job state at {self._keys.state}") if current else None
+
+    def _watched(self, name: str, default):
+        """What this node's monitor knows now about its round (``default`` before the first round)."""
+        monitor = self._ensure_monitor()
+        if monitor is None:
+            return default
+        monitor.poll()
+        return getattr(monitor, name)
 
     def _ensure_monitor(self) -> JobMonitor | None:
         if self._monitor is None and self._info is not None:

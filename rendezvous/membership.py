@@ -16,7 +16,7 @@ from etcd3 import etcdrpc
 
 from .backend import job_key, unwrap_state
 from .client import EtcdClient, KeyValue, op_get, prefix_range_end
-from .decide import LiveNode, lost_participants, nodes_waiting
+from .decide import LiveNode, failures_reported, lost_participants, newcomers, nodes_waiting
 from .errors import RendezvousStateError
 from .state import JobState, JobStatus, NodeInfo
 from .watch import EventType, KeyRange, Watch, WatchEvent
@@ -240,6 +240,14 @@ class JobMonitor:
     @property
     def waiting(self) -> int:
         return nodes_waiting(self._mine(), list(self._nodes.values()))
+
+    @property
+    def failures(self) -> list[str]:
+        return failures_reported(self._mine(), list(self._nodes.values()))
+
+    @property
+    def newcomers(self) -> list[str]:
+        return newcomers(self._mine(), list(self._nodes.values()))
 
     @property
     def moved_on(self) -> bool:

@@ -42,10 +42,15 @@ _BACKOFF_MAX = 1.0
 
 
 def is_retryable(code: str, details: str = "") -> bool:
-    """Whether a call that failed with gRPC status ``code`` (its name) may succeed if tried again."""
+    """Whether a call that failed with gRPC status ``code`` (its name) may succeed if tried again.
+
+    A failed TLS handshake (a wrong certificate or CA) will fail again: it is not retried.
+    """
+    text = (details or "").lower()
+    if "handshake failed" in text:
+        return False
     if code in RETRYABLE_CODES:
         return True
-    text = (details or "").lower()
     return any(marker in text for marker in _RETRYABLE_DETAILS)
 
 

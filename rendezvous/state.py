@@ -49,6 +49,9 @@ class JobState:
     master_port: int = 0
     last_call_at: float | None = None  # wall-clock time the coordinator freezes the forming round
     reason: str = ""  # why the job was closed
+    restarts: int = 0  # the job's restart count: group restarts caused by a worker failure, on any node
+    max_restarts: int = 0  # the job's --max-restarts budget (the first agent's value)
+    failed: bool = False  # closed because a worker failed with no restart left
     schema: int = SCHEMA_VERSION
 
     @property
@@ -106,6 +109,9 @@ class JobState:
             master_port=_typed(data, "master_port", int, where),
             last_call_at=last_call,
             reason=_typed(data, "reason", str, where),
+            restarts=_optional(data, "restarts", int, 0, where),
+            max_restarts=_optional(data, "max_restarts", int, 0, where),
+            failed=_optional(data, "failed", bool, False, where),
         )
 
 
@@ -145,6 +151,9 @@ class NodeInfo:
     local_world_size: int
     master_port: int  # a free port on this node, used if it becomes group rank 0
     finished: bool = False  # its workers of ``round`` all succeeded; it waits for the others
+    failed_round: int = 0  # its workers of this round failed: it asks for a restart (0: none)
+    failure: str = ""  # what failed, for the other nodes' one line: "rank 3 on node n1 failed (exit code 1)"
+    max_restarts: int = 0  # its own --max-restarts (the job's budget is the first agent's)
     schema: int = field(default=SCHEMA_VERSION)
 
     def encode(self) -> bytes:
@@ -163,7 +172,10 @@ class NodeInfo:
             addr=_typed(data, "addr", str, where),
             local_world_size=_typed(data, "local_world_size", int, where),
             master_port=_typed(data, "master_port", int, where),
-            finished=_typed(data, "finished", bool, where) if "finished" in data else False,
+            finished=_optional(data, "finished", bool, False, where),
+            failed_round=_optional(data, "failed_round", int, 0, where),
+            failure=_optional(data, "failure", str, "", where),
+            max_restarts=_optional(data, "max_restarts", int, 0, where),
         )
 
 
@@ -190,3 +202,8 @@ def _typed(data: Any, name: str, kind: type, where: str) -> Any:
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
         raise RendezvousStateError(f"{where} is malformed: {name!r} is not {kind.__name__}")
     return value
+
+
+def _optional(data: dict[str, Any], name: str, kind: type, default: Any, where: str) -> Any:
+    """A field added after schema 2 was first written: its default when absent, else checked as ``_typed``."""
+    return _typed(data, name, kind, where) if name in data else default

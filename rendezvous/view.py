@@ -34,6 +34,8 @@ class JobView:
     max_nodes: int
     nodes: tuple[NodeView, ...]
     reason: str = ""
+    restarts: int = 0  # the job's restart count (TORCHELASTIC_RESTART_COUNT of its workers)
+    max_restarts: int = 0  # the job's --max-restarts budget
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -78,5 +80,6 @@ def view_of(snapshot: Snapshot) -> JobView | None:
     return JobView(
         run_id=state.run_id, status=state.status.value, round=state.round, world_size=state.world_size,
         master_addr=state.master_addr, master_port=state.master_port, min_nodes=state.min_nodes,
-        max_nodes=state.max_nodes, nodes=tuple(views), reason=state.reason,
+        max_nodes=state.max_nodes, nodes=tuple(views), reason=state.reason, restarts=state.restarts,
+        max_restarts=state.max_restarts,
     )

@@ -33,5 +33,5 @@ def test_workers_run_on_through_five_seconds_without_etcd(own_etcd, tmp_path):
     assert len(seen) >= 20, "the workers kept working while etcd was down"
     code, output = finish(agent, timeout=30)
     assert code == 0, output
-    assert "membership changed" not in output and "restarting" not in output
+    assert "re-rendezvous" not in output and "restarting" not in output
     assert sorted(os.listdir(tmp_path)) == ["0-0.json", "0-1.json", "beat-0", "beat-1"]  # one attempt only

@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 import uuid
 
 import psutil
@@ -15,12 +14,16 @@ import psutil
 from rendezvous import EtcdClient
 from rendezvous.etcd_server import EtcdCluster
 
+from ..e2e.cli_helpers import wait_for
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 LIFE = os.path.join(HERE, "workers", "life.py")
 ELASTIC_RUN = os.path.join(os.path.dirname(sys.executable), "elastic-run")
 
 # No restart of its own making: these lines mean the job noticed something.
-DISTURBED = ("membership changed", "restarting the workers", "no lease renewal")
+__all__ = ["Agent", "DISTURBED", "alive", "leader_index", "member_endpoint", "run_id", "signal_member", "wait_for", "workers"]
+
+DISTURBED = ("re-rendezvous", "restarting the workers", "no lease renewal", "lease expired")
 
 
 def run_id() -> str:
@@ -73,16 +76,6 @@ def workers(out: str) -> list[dict]:
         with open(path) as handle:
             found.append(json.load(handle))
     return sorted(found, key=lambda w: w["created"])
-
-
-def wait_for(predicate, timeout: float, what: str, interval: float = 0.02):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def alive(pid: int) -> bool:

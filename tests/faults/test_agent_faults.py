@@ -51,7 +51,7 @@ def test_a_partitioned_agent_stops_its_workers_before_the_others_form_a_new_roun
     victim = agents(cut_endpoints, rid, "2:3", out, 22, FENCING)
     time.sleep(1.0)  # it joins first, so it coordinates and gets group rank 0: the master
     others = [agents(via_proxies()[0], rid, "2:3", out, 22, FENCING) for _ in range(2)]
-    wait_for(lambda: len(workers(out)) == 3, 30, "3 workers")
+    wait_for(lambda: len(workers(out)) == 3, 30, what="3 workers")
     first = workers(out)
     victim_worker = next(w for w in first if w["pid"] in _children(victim.pid))
     assert victim_worker["group_rank"] == 0, "the victim is group rank 0, the master"
@@ -59,8 +59,8 @@ def test_a_partitioned_agent_stops_its_workers_before_the_others_form_a_new_roun
     cut = time.time()
     for proxy in cut_proxies:
         proxy.cut()
-    wait_for(lambda: died, 10, "the partitioned node's worker to stop")
-    wait_for(lambda: any(w["world_size"] == 2 for w in workers(out)), 20, "a round of 2 without the victim")
+    wait_for(lambda: died, 10, what="the partitioned node's worker to stop")
+    wait_for(lambda: any(w["world_size"] == 2 for w in workers(out)), 20, what="a round of 2 without the victim")
     window, new_start = _split_brain(died[0], out, {w["pid"] for w in first}, 2)
     time.sleep(max(10 - (time.time() - cut), 0))
     for proxy in cut_proxies:
@@ -80,7 +80,7 @@ def test_a_frozen_agent_is_fenced_by_its_reaper(cluster, agents, tmp_path):
     out = str(tmp_path)
     rid = run_id()
     started = [agents(cluster.endpoints, rid, "2:3", out, 16, FENCING) for _ in range(3)]
-    wait_for(lambda: len(workers(out)) == 3, 30, "3 workers")
+    wait_for(lambda: len(workers(out)) == 3, 30, what="3 workers")
     first = workers(out)
     victim = started[0]
     victim_worker = next(w for w in first if w["pid"] in _children(victim.pid))
@@ -89,7 +89,7 @@ def test_a_frozen_agent_is_fenced_by_its_reaper(cluster, agents, tmp_path):
     victim.process.send_signal(signal.SIGSTOP)
     time.sleep(5)
     victim.process.send_signal(signal.SIGCONT)
-    wait_for(lambda: died, 5, "the frozen agent's worker to stop")
+    wait_for(lambda: died, 5, what="the frozen agent's worker to stop")
     codes = [agent.wait(60) for agent in started]
     assert codes == [0, 0, 0], [a.output() for a in started]
     stopped = died[0] - frozen
@@ -111,11 +111,11 @@ def test_a_killed_agent_is_announced_by_its_reaper_and_the_others_restart_at_onc
     out = str(tmp_path)
     rid = run_id()
     started = [agents(cluster.endpoints, rid, "2:3", out, 8, "last_call_timeout=1") for _ in range(3)]
-    wait_for(lambda: len(workers(out)) == 3, 30, "3 workers")
+    wait_for(lambda: len(workers(out)) == 3, 30, what="3 workers")
     first = workers(out)
     killed = time.time()
     started[2].process.send_signal(signal.SIGKILL)
-    wait_for(lambda: any(w["world_size"] == 2 for w in workers(out)), 10, "a round of 2")
+    wait_for(lambda: any(w["world_size"] == 2 for w in workers(out)), 10, what="a round of 2")
     restarted = min(w["created"] for w in workers(out) if w["world_size"] == 2) - killed
     codes = [agent.wait(60) for agent in started[:2]]
     assert codes == [0, 0], [a.output() for a in started[:2]]
@@ -156,7 +156,7 @@ def test_a_slow_link_to_etcd_still_forms_the_round_and_finishes(via_proxies, age
         for proxy in own:
             proxy.slow(0.3)
         started.append(agents(endpoints, rid, "3", out, 6, "last_call_timeout=1"))
-    wait_for(lambda: len(workers(out)) == 3, 60, "3 workers over a slow link: " + repr([a.output() for a in started]))
+    wait_for(lambda: len(workers(out)) == 3, 60, what="3 workers over a slow link")
     formed = min(w["created"] for w in workers(out)) - began
     codes = [agent.wait(90) for agent in started]
     outputs = [agent.output() for agent in started]

@@ -24,7 +24,7 @@ RUN = 16.0  # seconds each job's workers run
 def _start_job(cluster, agents, out, seconds=RUN, endpoints=None, conf="last_call_timeout=1"):
     rid = run_id()
     started = [agents(endpoints or cluster.endpoints, rid, "3", out, seconds, conf) for _ in range(3)]
-    wait_for(lambda: len(workers(out)) == 3, 30, "3 workers")
+    wait_for(lambda: len(workers(out)) == 3, 30, what="3 workers")
     return started
 
 
@@ -99,7 +99,7 @@ def test_two_jobs_on_one_cluster_do_not_see_each_other(cluster, agents, tmp_path
         rid = run_id()
         jobs.append([agents(cluster.endpoints, rid, "2", out, 6, "last_call_timeout=1") for _ in range(2)])
     for out in outs:
-        wait_for(lambda: len(workers(out)) == 2, 30, "2 workers of each job")
+        wait_for(lambda: len(workers(out)) == 2, 30, what="2 workers of each job")
     jobs[0][1].process.send_signal(signal.SIGKILL)  # job a loses a node; job b must not notice
     codes_b = [agent.wait(60) for agent in jobs[1]]
     assert codes_b == [0, 0], [a.output() for a in jobs[1]]
@@ -107,7 +107,7 @@ def test_two_jobs_on_one_cluster_do_not_see_each_other(cluster, agents, tmp_path
     assert not any(d in a.output() for a in jobs[1] for d in DISTURBED)
     text = jobs[0][0].output()
     assert "left" in text, text
-    print(f"\ntwo jobs: job b untouched (2 workers), job a went on without its killed node")
+    print("\ntwo jobs: job b untouched (2 workers), job a went on without its killed node")
 
 
 def test_a_whole_cluster_outage_shorter_than_the_renew_deadline_touches_nothing(cluster, agents, tmp_path):
@@ -150,7 +150,7 @@ def test_a_whole_cluster_outage_longer_than_the_renew_deadline_fences_and_the_jo
     first = {w["pid"] for w in workers(out)}
     down = time.time()
     _kill_all(cluster)
-    wait_for(lambda: not any(alive(pid) for pid in first), 8, "the workers fenced")
+    wait_for(lambda: not any(alive(pid) for pid in first), 8, what="the workers fenced")
     fenced_after = time.time() - down
     time.sleep(max(7 - (time.time() - down), 0))
     for index in range(3):

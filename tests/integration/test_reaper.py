@@ -23,6 +23,18 @@ def _gone_within(process: subprocess.Popen, seconds: float) -> float | None:
     return time.monotonic() - started
 
 
+def _armed(endpoints: str, key_prefix: str):
+    """A reaper that knows etcd and a lease holding ``<prefix>/node``, with one worker group registered."""
+    client = EtcdClient(endpoints)
+    reaper = Reaper()
+    worker = _group()
+    lease = client.grant_lease(30)
+    client.put(f"{key_prefix}/node", b"x", lease=lease)
+    reaper.configure(client.config(), _project_path())
+    reaper.register(worker.pid)
+    return client, reaper, worker, lease
+
+
 def test_the_reaper_kills_the_workers_when_the_fence_deadline_passes_and_says_so():
     reaper = Reaper()
     worker = _group()
@@ -58,14 +70,8 @@ def test_a_deadline_moved_on_in_time_kills_nothing():
 
 
 def test_a_clean_close_neither_kills_unregistered_workers_nor_revokes(etcd_endpoints, key_prefix):
-    client = EtcdClient(etcd_endpoints)
-    reaper = Reaper()
-    worker = _group()
+    client, reaper, worker, lease = _armed(etcd_endpoints, key_prefix)
     try:
-        lease = client.grant_lease(30)
-        client.put(f"{key_prefix}/node", b"x", lease=lease)
-        reaper.configure(client.config(), _project_path())
-        reaper.register(worker.pid)
         reaper.unregister(worker.pid)
         reaper.arm(lease, time.monotonic() + 60)
         reaper.close()
@@ -78,14 +84,8 @@ def test_a_clean_close_neither_kills_unregistered_workers_nor_revokes(etcd_endpo
 
 
 def test_when_the_agent_dies_the_reaper_kills_its_workers_and_revokes_its_lease_at_once(etcd_endpoints, key_prefix):
-    client = EtcdClient(etcd_endpoints)
-    reaper = Reaper()
-    worker = _group()
+    client, reaper, worker, lease = _armed(etcd_endpoints, key_prefix)
     try:
-        lease = client.grant_lease(30)
-        client.put(f"{key_prefix}/node", b"x", lease=lease)
-        reaper.configure(client.config(), _project_path())
-        reaper.register(worker.pid)
         reaper.arm(lease, time.monotonic() + 60)
         died = time.monotonic()
         reaper._process.stdin.close()  # what the agent's death does to the pipe

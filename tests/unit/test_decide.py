@@ -3,7 +3,8 @@
 import pytest
 
 from rendezvous.decide import (
-    Freeze, LiveNode, Wait, assign_ranks, coordinator, decide, frozen_state, lost_participants, nodes_waiting,
+    Freeze, LiveNode, Wait, assign_ranks, coordinator, decide, failures_reported, frozen_state, job_budget,
+    lost_participants, newcomers, nodes_waiting, restart_count,
 )
 from rendezvous.state import JobState, JobStatus, NodeInfo, Participant
 
@@ -134,3 +135,49 @@ def test_nothing_waits_and_nothing_is_lost_unless_a_round_runs(status):
     state = JobState("job", 1, status, 1, 4, (p("n0", 0),))
     assert nodes_waiting(state, [node("n5", 2)]) == 0
     assert lost_participants(state, set()) == []
+
+
+# -- one restart count per job --------------------------------------------------------------------
+def _asking(node: str, round_: int, revision: int, failed_round: int = 0, failure: str = "") -> LiveNode:
+    return LiveNode(NodeInfo(node, round_, "h", 1, 1, failed_round=failed_round, failure=failure), revision)
+
+
+def _running(round_: int, restarts: int, members=("a", "b")) -> JobState:
+    return JobState(
+        run_id="job", round=round_, status=JobStatus.RUNNING, min_nodes=1, max_nodes=4,
+        participants=tuple(Participant(n, i, "h", 1) for i, n in enumerate(members)),
+        master_addr="h", master_port=1, restarts=restarts, max_restarts=3,
+    )
+
+
+def test_a_failure_reported_for_the_round_before_advances_the_count_once():
+    state = _running(4, restarts=1)
+    nodes = [_asking("a", 5, 1, failed_round=4), _asking("b", 5, 2, failed_round=4)]
+    assert restart_count(state, nodes, 5) == 2
+
+
+def test_a_membership_change_leaves_the_count():
+    state = _running(4, restarts=1)
+    assert restart_count(state, [_asking("a", 5, 1), _asking("c", 5, 3)], 5) == 1
+
+
+def test_a_stale_failure_of_an_older_round_does_not_count_again():
+    state = _running(5, restarts=2)
+    assert restart_count(state, [_asking("a", 6, 1, failed_round=4)], 6) == 2
+
+
+def test_the_first_round_starts_at_zero_and_the_budget_is_the_first_agents():
+    assert restart_count(None, [_asking("a", 1, 1)], 1) == 0
+    assert job_budget(None, 7) == 7
+    assert job_budget(_running(1, 0), 7) == 3
+
+
+def test_others_learn_what_failed_and_who_joined():
+    state = _running(4, restarts=0)
+    nodes = [
+        _asking("a", 5, 1, failed_round=4, failure="rank 0 on node a failed (exit code 1)"),
+        _asking("b", 4, 2), _asking("c", 5, 3),
+    ]
+    assert failures_reported(state, nodes) == ["rank 0 on node a failed (exit code 1)"]
+    assert newcomers(state, nodes) == ["c"]
+    assert failures_reported(_running(5, 0), nodes) == []

@@ -29,6 +29,7 @@ def test_unreachable_members_and_elections_are_retried(code, details):
     ("PERMISSION_DENIED", "etcdserver: permission denied"),
     ("NOT_FOUND", "etcdserver: requested lease not found"),
     ("FAILED_PRECONDITION", "etcdserver: mvcc: required revision has been compacted"),
+    ("UNAVAILABLE", "failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:1: Ssl handshake failed"),
 ])
 def test_answers_that_will_not_change_are_not_retried(code, details):
     assert not retry.is_retryable(code, details)
