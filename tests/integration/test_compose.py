@@ -1,0 +1,89 @@
+"""The compose file's 3-member cluster, for real: up, healthy, a 2-agent job across its three
+endpoints, one member killed mid-run, the job finishes with no restart; then everything is removed.
+
+Skipped, with the reason, where no Docker engine answers or no compose is installed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+import uuid
+
+import pytest
+
+from rendezvous import EtcdClient
+
+from ..e2e.cli_helpers import finish, run_id, start, wait_for
+from ..etcd_fixture import ROOT, docker_client, etcd_image
+from ..faults.helpers import DISTURBED, LIFE, workers
+
+ENDPOINTS = ["127.0.0.1:23791", "127.0.0.1:23792", "127.0.0.1:23793"]
+
+
+def _compose_command() -> list[str] | None:
+    """``docker compose`` (v2) or ``docker-compose`` (v1), whichever works."""
+    if shutil.which("docker") and subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0:
+        return ["docker", "compose"]
+    if shutil.which("docker-compose"):
+        return ["docker-compose"]
+    return None
+
+
+@pytest.fixture
+def compose_cluster():
+    client = docker_client()
+    if client is None:
+        pytest.skip("no Docker engine answers")
+    command = _compose_command()
+    if command is None:
+        pytest.skip("neither `docker compose` nor `docker-compose` is installed")
+    try:
+        image = etcd_image(client)
+    finally:
+        client.close()
+    project = f"elastic-{uuid.uuid4().hex[:8]}"
+    env = {**os.environ, "ETCD_IMAGE": image.name}
+    base = [*command, "-p", project, "-f", str(ROOT / "docker-compose.yml")]
+
+    def compose(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+        return subprocess.run([*base, *args], env=env, capture_output=True, text=True, timeout=timeout)
+
+    try:
+        up = compose("up", "-d")
+        assert up.returncode == 0, up.stderr
+        for endpoint in ENDPOINTS:  # healthy: each member serves a linearizable read
+            member = EtcdClient(endpoint, timeout=5)
+            try:
+                member.wait_ready("/health", 60)
+            finally:
+                member.close()
+        print(f"\ncompose project {project} with {image.name} ({image.origin}): 3 members healthy")
+        yield compose
+    finally:
+        down = compose("down", "-v", "--remove-orphans")
+        assert down.returncode == 0, down.stderr
+
+
+def test_the_compose_cluster_carries_a_job_through_the_loss_of_a_member(compose_cluster, tmp_path):
+    out = str(tmp_path)
+    rdzv_id = run_id()
+    args = ["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-endpoint", ",".join(ENDPOINTS),
+            "--rdzv-id", rdzv_id, "--local-addr", "127.0.0.1", "--rdzv-conf", "last_call_timeout=1", LIFE, out, "10"]
+    agents = [start(args), start(args)]
+    try:
+        wait_for(lambda: len(workers(out)) == 2, 60, what="2 workers")
+        killed = compose_cluster("kill", "etcd-1")  # the member every agent lists first
+        assert killed.returncode == 0, killed.stderr
+        began = time.monotonic()
+        results = [finish(agent, timeout=90) for agent in agents]
+    finally:
+        for agent in agents:
+            if agent.poll() is None:
+                agent.kill()
+    assert [code for code, _ in results] == [0, 0], results
+    assert not [line for _, text in results for line in text.splitlines() if any(d in line for d in DISTURBED)]
+    assert len(workers(out)) == 2, "a worker was restarted"
+    print(f"\ncompose: etcd-1 killed mid-run; the job finished {time.monotonic() - began:.1f} s later with 0 restarts")
