@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import enum
+import json
 import os
 import signal
 import sys
@@ -25,17 +26,21 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Iterator, Mapping
 
-from rendezvous.errors import RendezvousClosedError, RendezvousConnectionError, RendezvousError
+from rendezvous.errors import RendezvousClosedError, RendezvousConnectionError, RendezvousCredentialsError, RendezvousError
 from rendezvous.handler import Progress, RendezvousHandler, RendezvousInfo
 from rendezvous.state import JobState, JobStatus
 
 from .env import WorkerSpec
-from .errors import AgentStopped, JobRendezvousError, WorkerFailedError
+from rendezvous.history import HistoryWriter
+
+from rendezvous.operate import OPERATOR
+
+from .errors import AgentStopped, JobClosedError, JobRendezvousError, WorkerFailedError
 from .logs import LogPump
 from .summary import describe_exit, failure_summary
 from .workers import GroupState, GroupStatus, LogSettings, Reaper, WorkerGroup, attempt_dir
 
-__all__ = ["AgentConfig", "Agent", "AgentState", "stop_on_signals", "progress_line", "say"]
+__all__ = ["AgentConfig", "Agent", "AgentState", "stop_on_signals", "progress_line", "say", "set_log_format"]
 
 
 class AgentState(str, enum.Enum):
@@ -97,8 +102,12 @@ class Agent:
         reaper = Reaper()
         self._reaper = reaper
         group = WorkerGroup(self.config.argv, self.config.logs, pump, reaper)
-        reaper.configure(self.handler.client.config(), _project_path())
+        history = HistoryWriter(self.handler.client, self.handler.job_root, self.handler.node_id, report=self.say)
+        self.history = self.handler.history = history
+        reaper.configure(self.handler.client.config(), _project_path(),
+                         history={"prefix": self.handler.job_root, "node": self.handler.node_id})
         self.handler.on_renew = reaper.arm
+        left = "the agent exited"
         try:
             while True:
                 self.info = self._rendezvous()
@@ -107,6 +116,7 @@ class Agent:
                     continue  # etcd went away right after the round: rejoin before starting anything
                 self.state = AgentState.RUNNING
                 reaper.clear()
+                reaper.note_round(self.info.round)
                 group.start(self._specs(self.info), self.attempt, self.environ)
                 status = self._monitor(group)
                 if status is FENCED:
@@ -118,6 +128,7 @@ class Agent:
                 if status is not None and status.state is GroupState.SUCCEEDED:
                     group.stop(self.config.stop_grace)
                     self.state = AgentState.SUCCEEDED
+                    left = "finished: its workers succeeded"
                     self._exit_barrier()
                     return 0
                 group.stop(self.config.stop_grace)
@@ -127,6 +138,7 @@ class Agent:
                     continue  # membership changed: a new round, no restart used
                 first = status.first_failure
                 assert first is not None
+                self._record_failures(status)
                 what = f"rank {first.rank} on node {self.handler.node_id} failed ({describe_exit(first)})"
                 count, budget = self.info.restart_count, self.info.max_restarts
                 if count < budget:
@@ -143,9 +155,15 @@ class Agent:
                 self.state = AgentState.FAILED
                 self.say(f"the job failed: {state.reason}")
                 raise WorkerFailedError(state.reason) from exc
+            if state is not None and state.closed_by == OPERATOR:
+                left = f"the job was closed by an operator ({state.reason})"
+                raise JobClosedError(f"the job was closed by an operator: {state.reason}") from exc
             raise JobRendezvousError(str(exc)) from exc
         except RendezvousError as exc:  # timed out, unreachable, corrupt
             raise JobRendezvousError(str(exc)) from exc
+        except AgentStopped as exc:
+            left = f"stopped by {signal.Signals(exc.signum).name}"
+            raise
         finally:
             _ignore_stop_signals()
             group.stop(self.config.stop_grace)
@@ -154,6 +172,9 @@ class Agent:
                 self.handler.shutdown()
             except RendezvousError:
                 pass  # etcd is away: our lease expires by itself
+            if self.info is not None:
+                history.record("node_left", self.info.round, reason=left)
+            history.close()
             pump.close()
             reaper.close()
 
@@ -171,6 +192,8 @@ class Agent:
                 try:
                     info = self.handler.next_rendezvous()
                     break
+                except RendezvousCredentialsError:
+                    raise
                 except RendezvousConnectionError as exc:
                     self.say(f"lost etcd while joining a round: {exc}")
                     self.handler.wait_for_etcd(report=self.say)
@@ -259,8 +282,18 @@ class Agent:
                 return False
             time.sleep(0.01)
 
+    def _record_failures(self, status: GroupStatus) -> None:
+        for failure in status.failures:
+            message = failure.error.message.strip().splitlines()[0] if failure.error and failure.error.message.strip() else None
+            self.history.record(
+                "worker_failed", self.info.round, rank=failure.rank, host=failure.host,
+                exit_code=None if failure.exitcode < 0 else failure.exitcode, signal=failure.signal_name, message=message,
+            )
+
     def _after_fence(self) -> None:
         silent = self.handler.silent_for()
+        self.history.record("node_left", self.info.round if self.info else 0,
+                            reason=f"fenced: no lease renewal for {silent:.1f} s; it rejoins")
         self.say(
             f"no lease renewal from etcd for {silent:.1f} s (renew deadline {self.handler.settings.fence_after:g} s): "
             "stopped the workers so that no stale rank runs on; rejoining when etcd answers"
@@ -279,6 +312,8 @@ class Agent:
             return "etcd unreachable: re-rendezvous"
         if state is not None and state.status is JobStatus.CLOSED:
             return f"the job was closed ({state.reason})" if state.reason else "the job was closed"
+        if state is not None and state.status is JobStatus.JOINING and state.reason:
+            return f"{state.reason}: re-rendezvous"
         if failures:
             count, budget = self.info.restart_count, self.info.max_restarts
             more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
@@ -309,6 +344,7 @@ class Agent:
             self.say(f"workers succeeded; could not record it in etcd ({exc})")
 
     def _close(self, reason: str, *, failed: bool = False) -> None:
+        self.history.record("job_closed", self.info.round if self.info else 0, reason=reason, failed=failed, by="agent")
         try:
             self.handler.set_closed(reason, failed=failed)
         except RendezvousError as exc:
@@ -322,10 +358,23 @@ def _project_path() -> list[str]:
     return [os.path.dirname(os.path.dirname(os.path.abspath(rendezvous.__file__)))]
 
 
-def say(message: str) -> None:
-    """Print an agent message: each line prefixed ``elastic-run:``, on stderr."""
-    for line in message.splitlines() or [""]:
-        sys.stderr.write(f"elastic-run: {line}\n")
+_LOG_FORMAT = ["text"]
+
+
+def set_log_format(name: str) -> None:
+    """``text``: ``elastic-run: ...`` lines; ``json``: one JSON object a message, for log shippers."""
+    _LOG_FORMAT[0] = name
+
+
+def say(message: str, level: str = "info") -> None:
+    """Print an agent message on stderr: each line prefixed ``elastic-run:``, or one JSON object
+    (``{"time", "level", "source", "message"}``) with ``--log-format json``. Workers' lines are not touched."""
+    if _LOG_FORMAT[0] == "json":
+        record = {"time": round(time.time(), 3), "level": level, "source": "elastic-run", "message": message}
+        sys.stderr.write(json.dumps(record) + "\n")
+    else:
+        for line in message.splitlines() or [""]:
+            sys.stderr.write(f"elastic-run: {line}\n")
     sys.stderr.flush()
 
 

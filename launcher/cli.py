@@ -6,7 +6,6 @@ line on stderr naming what was wrong and exit code 2; see launcher/errors.py for
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -17,22 +16,17 @@ from typing import Any, Callable, NoReturn, Sequence
 
 import click
 
-from rendezvous.backend import job_key
-from rendezvous.client import EtcdClient
 from rendezvous.errors import RendezvousError, RendezvousSettingsError
 from rendezvous.handler import RendezvousHandler, default_node_id
-from rendezvous.membership import JobKeys, read_round
 from rendezvous.settings import RendezvousSettings
-from rendezvous.view import JobView, get_state, view_of
-from rendezvous.watch import KeyRange, Watch
 
-from .agent import Agent, AgentConfig, say, stop_on_signals
+from .agent import Agent, AgentConfig, say, set_log_format, stop_on_signals
 from .errors import EXIT_USAGE, LauncherError, UsageError
 from .logs import parse_ranks_filter, parse_std
 from .options import parse_nnodes, parse_nproc_per_node, parse_rdzv_backend, worker_argv
 from .workers import LogSettings
 
-__all__ = ["elastic_run", "elastic_ctl", "run_main", "ctl_main"]
+__all__ = ["elastic_run", "run_main", "ctl_main"]
 
 _CONTEXT = {"help_option_names": ["-h", "--help"], "allow_interspersed_args": False, "max_content_width": 100}
 
@@ -76,10 +70,13 @@ def _option(*names: str, env: str, **kwargs: Any) -> Callable:
 @_option("--master-port", env="MASTER_PORT", type=int, default=None, help="Static rendezvous only: ignored.")
 @_option("--stop-grace", env="STOP_GRACE", type=click.FloatRange(min=0), default=10.0, show_default=True,
          help="Seconds between SIGTERM and SIGKILL when stopping workers.")
+@click.option("--log-format", envvar="ELASTIC_LOG_FORMAT", type=click.Choice(["text", "json"]), default="text",
+              show_default=True, help="The agent's own lines: text, or one JSON object each (workers' lines untouched).")
 @click.argument("script")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 def elastic_run(**opts: Any) -> int:
     """Launch SCRIPT on this node as one agent of an elastic job (torchrun's options)."""
+    set_log_format(opts["log_format"])
     backend = parse_rdzv_backend(opts["rdzv_backend"])
     assert backend == "etcd-v3"
     nodes = parse_nnodes(opts["nnodes"])
@@ -155,104 +152,6 @@ def _log_root(log_dir: str | None, run_id: str, node_id: str) -> tuple[str, bool
     return root, False
 
 
-# -- elastic-ctl -----------------------------------------------------------------------------------
-_CTL_OPTIONS = [
-    click.option("--rdzv-endpoint", "--rdzv_endpoint", envvar="PET_RDZV_ENDPOINT", required=True,
-                 help="etcd endpoints, host:port[,...]."),
-    click.option("--rdzv-id", "--rdzv_id", envvar="PET_RDZV_ID", required=True, help="The job id."),
-    click.option("--rdzv-conf", "--rdzv_conf", envvar="PET_RDZV_CONF", default="",
-                 help="key_prefix, read_timeout, TLS and user settings, key=value,..."),
-    click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table."),
-]
-
-
-def _ctl_options(func: Callable) -> Callable:
-    for option in reversed(_CTL_OPTIONS):
-        func = option(func)
-    return func
-
-
-@click.group("elastic-ctl", context_settings={"help_option_names": ["-h", "--help"]})
-def elastic_ctl() -> None:
-    """Look at elastic jobs in etcd (read-only)."""
-
-
-def _ctl_client(endpoint: str, run_id: str, conf: str) -> tuple[EtcdClient, JobKeys]:
-    settings = RendezvousSettings.from_conf(run_id, 1, 1, conf)
-    return settings.connect(endpoint), JobKeys(settings.key_prefix, run_id)
-
-
-def render(view: JobView) -> str:
-    """The job as a table: a header line, then one row a node."""
-    lines = [
-        f"job {view.run_id}: {view.status}, round {view.round}, world size {view.world_size}, "
-        f"master {view.master_addr or '-'}:{view.master_port or '-'} (nodes min {view.min_nodes}, max {view.max_nodes}), "
-        f"restarts {view.restarts}/{view.max_restarts}"
-    ]
-    if view.reason:
-        lines.append(f"reason: {view.reason}")
-    rows = [("NODE", "GROUP RANK", "ADDRESS", "WORKERS", "ALIVE")]
-    for node in view.nodes:
-        alive = ("finished" if node.finished else "yes") if node.alive else "no"
-        rows.append((node.node, "-" if node.group_rank is None else str(node.group_rank), node.addr,
-                     str(node.local_world_size), alive))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines += ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
-    return "\n".join(lines)
-
-
-def _show(view: JobView, as_json: bool) -> None:
-    click.echo(json.dumps(view.as_dict(), sort_keys=True) if as_json else render(view))
-
-
-@elastic_ctl.command("status")
-@_ctl_options
-def ctl_status(rdzv_endpoint: str, rdzv_id: str, rdzv_conf: str, as_json: bool) -> int:
-    """Print the job's rendezvous state: status, round, and every node."""
-    client, keys = _ctl_client(rdzv_endpoint, rdzv_id, rdzv_conf)
-    with client:
-        view = get_state(client, rdzv_id, key_prefix=keys.prefix)
-    if view is None:
-        raise LauncherError(f"no job '{rdzv_id}' at {rdzv_endpoint} (under {keys.prefix})")
-    _show(view, as_json)
-    return 0
-
-
-@elastic_ctl.command("watch")
-@_ctl_options
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="Stop after this many seconds (default: until the job closes or Ctrl-C).")
-def ctl_watch(rdzv_endpoint: str, rdzv_id: str, rdzv_conf: str, as_json: bool, timeout: float | None) -> int:
-    """Print the job's state now and again each time it changes, until the job is closed."""
-    import time
-
-    client, keys = _ctl_client(rdzv_endpoint, rdzv_id, rdzv_conf)
-    deadline = None if timeout is None else time.monotonic() + timeout
-    with client:
-        snapshot = read_round(client, keys, all_nodes=True)
-        shown = None
-        with Watch(client, KeyRange(job_key(keys.prefix, rdzv_id, ""), prefix=True),
-                   start_revision=snapshot.revision + 1) as watch:
-            while True:
-                view = view_of(snapshot)
-                if view != shown:
-                    if view is None:
-                        click.echo(f"no job '{rdzv_id}' yet; waiting")
-                    else:
-                        _show(view, as_json)
-                        if not as_json:
-                            click.echo("")
-                    shown = view
-                if view is not None and view.status == "closed":
-                    return 0
-                wait = 1.0 if deadline is None else min(1.0, deadline - time.monotonic())
-                if wait <= 0:
-                    return 0
-                if watch.get(timeout=wait) is not None:
-                    watch.drain()
-                    snapshot = read_round(client, keys, all_nodes=True)
-
-
 # -- entry points: one line per error, distinct exit codes, never a traceback ----------------------
 def _entry(command: click.Command, prog: str, argv: Sequence[str] | None) -> NoReturn:
     try:
@@ -260,24 +159,32 @@ def _entry(command: click.Command, prog: str, argv: Sequence[str] | None) -> NoR
     except click.exceptions.Exit as exc:
         code = exc.exit_code
     except click.ClickException as exc:
-        sys.stderr.write(f"{prog}: error: {' '.join(exc.format_message().split())}\n")
+        _error(prog, f"error: {' '.join(exc.format_message().split())}")
         code = EXIT_USAGE
     except click.Abort:
         code = 128 + signal.SIGINT
     except (UsageError, RendezvousSettingsError) as exc:
-        sys.stderr.write(f"{prog}: error: {exc}\n")
+        _error(prog, f"error: {exc}")
         code = EXIT_USAGE
     except LauncherError as exc:
         if str(exc):
-            sys.stderr.write(f"{prog}: {exc}\n")
+            _error(prog, str(exc))
         code = exc.exit_code
     except RendezvousError as exc:
-        sys.stderr.write(f"{prog}: {exc}\n")
+        _error(prog, str(exc))
         code = 3
     except KeyboardInterrupt:
         code = 128 + signal.SIGINT
     sys.stdout.flush()
     raise SystemExit(code if isinstance(code, int) else 0)
+
+
+def _error(prog: str, line: str) -> None:
+    """The one line of a failed command (a JSON object under elastic-run's --log-format json)."""
+    if prog == "elastic-run":
+        say(line, level="error")
+    else:
+        sys.stderr.write(f"{prog}: {line}\n")
 
 
 def run_main(argv: Sequence[str] | None = None, early_etcd: Any = None) -> NoReturn:
@@ -290,4 +197,6 @@ def run_main(argv: Sequence[str] | None = None, early_etcd: Any = None) -> NoRet
 
 
 def ctl_main(argv: Sequence[str] | None = None) -> NoReturn:
+    from .ctl import elastic_ctl
+
     _entry(elastic_ctl, "elastic-ctl", argv)

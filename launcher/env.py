@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
+from rendezvous.credentials import without_credentials
+
 __all__ = ["WorkerSpec", "worker_env", "EXPORTED"]
 
 EXPORTED = (
@@ -49,7 +51,7 @@ def worker_env(spec: WorkerSpec, inherited: Mapping[str, str]) -> dict[str, str]
         raise ValueError(f"local rank {spec.local_rank} is outside 0..{spec.local_world_size - 1}")
     if not 0 <= spec.rank < spec.world_size:
         raise ValueError(f"rank {spec.rank} is outside 0..{spec.world_size - 1}")
-    env = dict(inherited)
+    env = without_credentials(inherited)  # the etcd password and TLS keys are the agent's, not the workers'
     env.update(
         RANK=str(spec.rank),
         LOCAL_RANK=str(spec.local_rank),

@@ -4,6 +4,7 @@
     ├── UsageError          bad command line or settings          exit 2
     ├── WorkerFailedError   workers failed and no restart is left  exit 1
     ├── JobRendezvousError  the rendezvous could not be completed  exit 3
+    ├── JobClosedError      an operator closed the job              exit 4
     └── AgentStopped        SIGTERM / SIGINT / SIGHUP              exit 128 + signal
 """
 
@@ -12,14 +13,15 @@ from __future__ import annotations
 import signal
 
 __all__ = [
-    "EXIT_OK", "EXIT_WORKER_FAILED", "EXIT_USAGE", "EXIT_RENDEZVOUS",
-    "LauncherError", "UsageError", "WorkerFailedError", "JobRendezvousError", "AgentStopped",
+    "EXIT_OK", "EXIT_WORKER_FAILED", "EXIT_USAGE", "EXIT_RENDEZVOUS", "EXIT_CLOSED",
+    "LauncherError", "UsageError", "WorkerFailedError", "JobRendezvousError", "JobClosedError", "AgentStopped",
 ]
 
 EXIT_OK = 0
 EXIT_WORKER_FAILED = 1
 EXIT_USAGE = 2
 EXIT_RENDEZVOUS = 3
+EXIT_CLOSED = 4
 
 
 class LauncherError(Exception):
@@ -36,6 +38,12 @@ class WorkerFailedError(LauncherError):
 
 class JobRendezvousError(LauncherError):
     exit_code = EXIT_RENDEZVOUS
+
+
+class JobClosedError(LauncherError):
+    """An operator closed the job (``elastic-ctl close``): the workers were stopped gracefully."""
+
+    exit_code = EXIT_CLOSED
 
 
 class AgentStopped(LauncherError):

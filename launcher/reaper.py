@@ -36,6 +36,7 @@ class Reaper:
         self.groups: set[int] = set()
         self.deadline: float | None = None
         self.lease = 0
+        self.round = 0
         self.config: dict | None = None
 
     def handle(self, line: str) -> None:
@@ -49,6 +50,8 @@ class Reaper:
                 pass
         elif kind == "L" and value.isdigit():
             self.lease = int(value)
+        elif kind == "R" and value.isdigit():
+            self.round = int(value)
         elif kind == "C":
             try:
                 self.config = json.loads(value)
@@ -88,10 +91,23 @@ class Reaper:
             client = EtcdClient.from_config({**self.config["client"], "timeout": _REVOKE_BUDGET})
             try:
                 client.revoke_lease(self.lease)
+                self.record_death(client)
             finally:
                 client.close()
         except Exception:  # noqa: BLE001 -- nothing to report to: the lease then expires by its TTL
             pass
+
+
+    def record_death(self, client) -> None:
+        """A node_left record in the job's history, as the agent's own HistoryWriter would write it."""
+        where = (self.config or {}).get("history")
+        if not where:
+            return
+        from rendezvous.history import Event
+
+        event = Event(time.time(), self.round, where["node"], "node_left",
+                      {"reason": "the agent died; its reaper killed the workers and revoked the lease"})
+        client.put(event.key(where["prefix"]), event.encode())
 
 
 def main() -> None:

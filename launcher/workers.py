@@ -118,9 +118,12 @@ class Reaper:
     def unregister(self, pgid: int) -> None:
         self._send(f"-{pgid}")
 
-    def configure(self, client_config: dict, sys_path: Sequence[str]) -> None:
-        """How to reach etcd to revoke the lease once this process is gone."""
-        self._send("C" + json.dumps({"client": client_config, "sys_path": list(sys_path)}))
+    def configure(self, client_config: dict, sys_path: Sequence[str], history: dict | None = None) -> None:
+        """How to reach etcd to revoke the lease once this process is gone (and where to record that)."""
+        self._send("C" + json.dumps({"client": client_config, "sys_path": list(sys_path), "history": history}))
+
+    def note_round(self, round_: int) -> None:
+        self._send(f"R{round_}")
 
     def arm(self, lease_id: int, deadline: float) -> None:
         """The lease to revoke after this process dies, and the time its workers must be gone by."""

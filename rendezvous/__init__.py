@@ -11,7 +11,8 @@ import importlib
 _WHERE = {
     "DEFAULT_KEY_PREFIX": "backend", "EtcdRendezvousBackend": "backend", "Token": "backend",
     "EtcdClient": "client", "Endpoint": "client", "parse_endpoints": "client",
-    "RendezvousClosedError": "errors", "RendezvousConnectionError": "errors", "RendezvousError": "errors",
+    "RendezvousClosedError": "errors", "RendezvousConnectionError": "errors", "RendezvousCredentialsError": "errors",
+    "RendezvousError": "errors",
     "RendezvousSettingsError": "errors", "RendezvousStateError": "errors", "RendezvousTimeoutError": "errors",
     "EtcdCluster": "etcd_server", "EtcdServer": "etcd_server",
 }

@@ -26,7 +26,7 @@ import grpc.aio
 from etcd3 import etcdrpc
 
 from . import retry, streams
-from .errors import RendezvousConnectionError, RendezvousError, RendezvousSettingsError
+from .errors import RendezvousConnectionError, RendezvousCredentialsError, RendezvousError, RendezvousSettingsError
 
 __all__ = [
     "DEFAULT_PORT",
@@ -373,6 +373,8 @@ class EtcdClient:
                 # Short tries, so that a line can be said early; a connection being set up goes on between them.
                 self._call("KVStub", "Range", etcdrpc.RangeRequest(key=_b(key)), timeout=max(min(remaining, 2.0), 0.05))
                 return
+            except RendezvousCredentialsError:
+                raise  # a refused password does not get better by waiting
             except RendezvousConnectionError as exc:
                 now = time.monotonic()
                 if now >= deadline:
@@ -418,9 +420,9 @@ class EtcdClient:
         response = self._call("KVStub", "Range", etcdrpc.RangeRequest(key=_b(key)))
         return KeyValue.from_proto(response.kvs[0]) if response.kvs else None
 
-    def get_prefix(self, prefix: str | bytes, *, keys_only: bool = False) -> tuple[list[KeyValue], int]:
-        """All keys under ``prefix`` in key order, and the store revision they were read at."""
-        request = etcdrpc.RangeRequest(key=_b(prefix), range_end=prefix_range_end(prefix), keys_only=keys_only)
+    def get_prefix(self, prefix: str | bytes, *, keys_only: bool = False, limit: int = 0) -> tuple[list[KeyValue], int]:
+        """All keys under ``prefix`` in key order (the first ``limit``, if given), and the store revision they were read at."""
+        request = etcdrpc.RangeRequest(key=_b(prefix), range_end=prefix_range_end(prefix), keys_only=keys_only, limit=limit)
         response = self._call("KVStub", "Range", request)
         return [KeyValue.from_proto(kv) for kv in response.kvs], response.header.revision
 
@@ -440,10 +442,11 @@ class EtcdClient:
             request.range_end = prefix_range_end(key)
         return int(self._call("KVStub", "DeleteRange", request).deleted)
 
-    def txn(self, compare: Iterable[Any], success: Iterable[Any] = (), failure: Iterable[Any] = ()) -> Any:
+    def txn(self, compare: Iterable[Any], success: Iterable[Any] = (), failure: Iterable[Any] = (),
+            timeout: float | None = None) -> Any:
         """One etcd transaction; returns the raw TxnResponse (``succeeded``, ``responses``, ``header``)."""
         request = etcdrpc.TxnRequest(compare=list(compare), success=list(success), failure=list(failure))
-        return self._call("KVStub", "Txn", request)
+        return self._call("KVStub", "Txn", request, timeout=timeout)
 
     # -- leases --------------------------------------------------------------------------------
     def grant_lease(self, ttl: int) -> int:
@@ -527,11 +530,11 @@ def map_rpc_error(exc: grpc.RpcError, endpoint: Endpoint | None = None) -> Rende
     if code in _UNREACHABLE:
         return RendezvousConnectionError(f"cannot reach {where}: {_describe(exc)}")
     if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
-        return RendezvousConnectionError(f"{where} refused the credentials: {details or code.name}")
+        return RendezvousCredentialsError(f"{where} refused the credentials: {details or code.name}")
     if code == grpc.StatusCode.INVALID_ARGUMENT and "user name is empty" in details:
-        return RendezvousConnectionError(f"{where} refused the credentials: it requires a user and password")
+        return RendezvousCredentialsError(f"{where} refused the credentials: it requires a user and password")
     if code == grpc.StatusCode.INVALID_ARGUMENT and "authentication failed" in details:
-        return RendezvousConnectionError(f"{where} refused the credentials: {details}")
+        return RendezvousCredentialsError(f"{where} refused the credentials: {details}")
     if code == grpc.StatusCode.NOT_FOUND and "lease not found" in details:
         return _LeaseNotFound(f"{where}: {details}")
     return RendezvousError(f"{where} failed: {_describe(exc)}")

@@ -5,6 +5,7 @@ never see a ``grpc.RpcError`` or an ``etcd3`` exception::
 
     RendezvousError
     ├── RendezvousConnectionError   etcd could not be reached (or answered too late)
+    │   └── RendezvousCredentialsError  etcd refused the user, password or certificate
     ├── RendezvousStateError        a value read from etcd is not what we wrote
     ├── RendezvousClosedError       the job was closed; a new run id starts fresh
     ├── RendezvousTimeoutError      a bounded wait ran out (join, last call, store get)
@@ -18,6 +19,7 @@ from __future__ import annotations
 __all__ = [
     "RendezvousError",
     "RendezvousConnectionError",
+    "RendezvousCredentialsError",
     "RendezvousStateError",
     "RendezvousClosedError",
     "RendezvousTimeoutError",
@@ -31,6 +33,10 @@ class RendezvousError(Exception):
 
 class RendezvousConnectionError(RendezvousError):
     """Raised when no etcd endpoint answered within the configured timeout."""
+
+
+class RendezvousCredentialsError(RendezvousConnectionError):
+    """Raised when etcd refuses the credentials: waiting will not help."""
 
 
 class RendezvousStateError(RendezvousError):

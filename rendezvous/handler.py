@@ -17,6 +17,7 @@ from typing import Callable
 from .backend import EtcdRendezvousBackend
 from .client import EtcdClient, op_put
 from .decide import Freeze, decide, frozen_state, job_budget, joined, restart_count
+from .history import HistoryWriter
 from .errors import RendezvousClosedError, RendezvousError, RendezvousTimeoutError
 from .ports import free_port
 from .membership import JobKeys, JobMonitor, Snapshot, advance_round, read_nodes, read_round
@@ -103,6 +104,8 @@ class RendezvousHandler:
         # Called with (lease id, fence deadline) after every acknowledged lease renewal, from the
         # stream loop's thread: the agent hands it to the process that enforces the deadline.
         self.on_renew: Callable[[int, float], None] | None = None
+        self.history: HistoryWriter | None = None  # where the coordinator records the rounds it froze
+        self._joining_since = clock()
 
     # -- the torch-shaped surface -----------------------------------------------------------------
     def get_backend(self) -> str:
@@ -111,6 +114,11 @@ class RendezvousHandler:
     @property
     def client(self) -> EtcdClient:
         return self._client
+
+    @property
+    def job_root(self) -> str:
+        """``<prefix>/<run_id>/``: every key of the job is under it."""
+        return self._keys.root
 
     @property
     def run_id(self) -> str:
@@ -128,6 +136,7 @@ class RendezvousHandler:
         RendezvousConnectionError (etcd unreachable), RendezvousStateError (corrupt state).
         """
         self._stop_monitor()
+        self._joining_since = self._clock()
         deadline = self._clock() + self.settings.join_timeout
         snapshot = read_round(self._client, self._keys, all_nodes=False)
         self._raise_if_closed(snapshot.state)
@@ -358,6 +367,23 @@ class RendezvousHandler:
             self._session.lost.set()
             return self._announce(round_, finished=finished)
 
+    def _record_freeze(self, before: JobState | None, frozen: JobState) -> None:
+        """The coordinator's history of a round it froze: who joined, who left, a restart, the round."""
+        if self.history is None:
+            return
+        previous = {p.node for p in before.participants} if before is not None else set()
+        now = {p.node for p in frozen.participants}
+        for node in sorted(now - previous):
+            self.history.record("node_joined", frozen.round, node=node)
+        for node in sorted(previous - now):
+            self.history.record("node_left", frozen.round, node=node, reason="not in the new round (its lease ended)")
+        if before is not None and frozen.restarts > before.restarts:
+            self.history.record("group_restarted", frozen.round, restart_count=frozen.restarts,
+                                max_restarts=frozen.max_restarts)
+        self.history.record("round_frozen", frozen.round, world_size=frozen.world_size,
+                            nodes=[p.node for p in frozen.participants],
+                            formed_in=round(self._clock() - self._joining_since, 3))
+
     def _renewed(self, lease_id: int, deadline: float) -> None:
         if self.on_renew is not None:
             self.on_renew(lease_id, deadline)
@@ -378,7 +404,8 @@ class RendezvousHandler:
                 self.settings.max_nodes, restarts=restart_count(state, snapshot.nodes, target),
                 max_restarts=job_budget(state, self.max_restarts),
             )
-            self._backend.set_state(frozen.encode(), snapshot.token)
+            if self._backend.set_state(frozen.encode(), snapshot.token)[2]:
+                self._record_freeze(state, frozen)
             return None
         self._last_call_start = decision.last_call_start
         last_call_at = None

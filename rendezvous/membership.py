@@ -29,6 +29,11 @@ class JobKeys:
     run_id: str
 
     @property
+    def root(self) -> str:
+        """``<prefix>/<run_id>/``: every key of the job is under it."""
+        return job_key(self.prefix, self.run_id, "")
+
+    @property
     def state(self) -> str:
         return job_key(self.prefix, self.run_id, "state")
 

@@ -6,11 +6,13 @@ close_timeout, read_timeout; cacert, cert, key, protocol for etcd TLS).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import os
+from dataclasses import dataclass, field, replace
 from typing import Mapping
 
 from .backend import DEFAULT_KEY_PREFIX, validate_run_id
 from .client import EtcdClient
+from . import credentials
 from .errors import RendezvousSettingsError
 from .session import default_renew_deadline, keep_alive_interval
 
@@ -55,7 +57,7 @@ class RendezvousSettings:
     cert_cert: str | None = None
     cert_key: str | None = None
     user: str | None = None
-    password: str | None = None
+    password: str | None = field(default=None, repr=False)  # never printed
 
     def __post_init__(self) -> None:
         validate_run_id(self.run_id)
@@ -102,10 +104,15 @@ class RendezvousSettings:
         return keep_alive_interval(self.fence_after)
 
     @classmethod
-    def from_conf(cls, run_id: str, min_nodes: int, max_nodes: int, conf: Mapping[str, str] | str = "") -> "RendezvousSettings":
-        """Settings from ``--rdzv-conf`` entries (a ``k=v,...`` string or a mapping of strings)."""
+    def from_conf(
+        cls, run_id: str, min_nodes: int, max_nodes: int, conf: Mapping[str, str] | str = "",
+        environ: Mapping[str, str] | None = None,
+    ) -> "RendezvousSettings":
+        """Settings from ``--rdzv-conf`` entries (a ``k=v,...`` string or a mapping of strings), with
+        etcd credentials the conf does not give taken from ``environ`` (``ELASTIC_ETCD_*``;
+        ``os.environ`` by default, ``{}`` for none)."""
         entries = parse_conf(conf) if isinstance(conf, str) else dict(conf)
-        values: dict[str, object] = {}
+        values: dict[str, object] = dict(credentials.from_environ(os.environ if environ is None else environ))
         for key, text in entries.items():
             if key not in CONF_KEYS:
                 known = ", ".join(sorted(CONF_KEYS))

@@ -52,6 +52,7 @@ class JobState:
     restarts: int = 0  # the job's restart count: group restarts caused by a worker failure, on any node
     max_restarts: int = 0  # the job's --max-restarts budget (the first agent's value)
     failed: bool = False  # closed because a worker failed with no restart left
+    closed_by: str = ""  # "operator" when elastic-ctl closed it
     schema: int = SCHEMA_VERSION
 
     @property
@@ -112,6 +113,7 @@ class JobState:
             restarts=_optional(data, "restarts", int, 0, where),
             max_restarts=_optional(data, "max_restarts", int, 0, where),
             failed=_optional(data, "failed", bool, False, where),
+            closed_by=_optional(data, "closed_by", str, "", where),
         )
 
 

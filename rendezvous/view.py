@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from . import credentials
 from .backend import DEFAULT_KEY_PREFIX
 from .client import EtcdClient
 from .membership import JobKeys, Snapshot, read_round
@@ -49,9 +51,12 @@ def get_state(
     """The job's state as etcd holds it now, or None when there is no such job.
 
     ``endpoint`` is ``host:port[,...]`` (or an EtcdClient); ``client_options`` go to EtcdClient
-    (ca_cert, cert_key, cert_cert, user, password). Never writes to etcd.
+    (ca_cert, cert_key, cert_cert, user, password), and those not given come from the
+    ``ELASTIC_ETCD_*`` environment variables (``rendezvous.credentials``). Never writes to etcd.
     """
     own = not isinstance(endpoint, EtcdClient)
+    if own:
+        client_options = {**credentials.from_environ(os.environ), **client_options}
     client = EtcdClient(endpoint, timeout=timeout, **client_options) if own else endpoint
     try:
         snapshot = read_round(client, JobKeys(key_prefix, run_id), all_nodes=True)

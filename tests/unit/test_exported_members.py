@@ -9,7 +9,7 @@ MODULES = [
     "rendezvous.decide", "rendezvous.settings", "rendezvous.membership", "rendezvous.handler",
     "rendezvous.watch", "rendezvous.etcd_server", "rendezvous.lifeline", "rendezvous.view", "rendezvous.kvstore", "rendezvous.ports", "elastic",
     "elastic.jobstate", "elastic.worker", "elastic.record", "launcher.env", "launcher.errors", "launcher.errorfile",
-    "launcher.logs", "launcher.workers", "launcher.summary", "launcher.agent", "launcher.options", "launcher.cli",
+    "launcher.logs", "launcher.workers", "launcher.summary", "launcher.agent", "launcher.options", "launcher.cli", "launcher.ctl",
 ]
 
 

@@ -102,3 +102,32 @@ def test_encode_refuses_ranks_that_are_not_0_to_n():
     state = JobState("job", 1, JobStatus.RUNNING, 1, 3, (Participant("a", 0, "h", 1), Participant("b", 2, "h", 1)))
     with pytest.raises(RendezvousStateError, match="group ranks"):
         state.encode()
+
+
+def test_credentials_come_from_the_environment_and_the_conf_wins():
+    environ = {"ELASTIC_ETCD_USER": "env-user", "ELASTIC_ETCD_PASSWORD": "env-pw", "ELASTIC_ETCD_CACERT": "/ca.pem"}
+    settings = RendezvousSettings.from_conf("job", 1, 1, "", environ=environ)
+    assert (settings.user, settings.password, settings.ca_cert) == ("env-user", "env-pw", "/ca.pem")
+    settings = RendezvousSettings.from_conf("job", 1, 1, "user=conf-user,password=conf-pw", environ=environ)
+    assert (settings.user, settings.password) == ("conf-user", "conf-pw")
+    assert "conf-pw" not in repr(settings) and "env-pw" not in repr(settings)
+
+
+def test_both_password_variables_at_once_are_refused(tmp_path):
+    path = tmp_path / "pw"
+    path.write_text("from-file\n")
+    environ = {"ELASTIC_ETCD_PASSWORD_FILE": str(path)}
+    assert RendezvousSettings.from_conf("job", 1, 1, "", environ=environ).password == "from-file"
+    with pytest.raises(RendezvousSettingsError, match="not both"):
+        RendezvousSettings.from_conf("job", 1, 1, "", environ={**environ, "ELASTIC_ETCD_PASSWORD": "x"})
+
+
+def test_workers_never_get_the_credential_variables():
+    from launcher.env import WorkerSpec, worker_env
+
+    spec = WorkerSpec(local_rank=0, local_world_size=1, base_global_rank=0, world_size=1, group_rank=0,
+                      group_world_size=1, master_addr="h", master_port=1, run_id="job", restart_count=0,
+                      max_restarts=0, role="default", error_file="/tmp/e.json")
+    env = worker_env(spec, {"ELASTIC_ETCD_PASSWORD": "pw", "ELASTIC_ETCD_PASSWORD_FILE": "/pw", "ELASTIC_ETCD_KEY": "/k",
+                            "HOME": "/root"})
+    assert not [name for name in env if name.startswith("ELASTIC_ETCD_")] and env["HOME"] == "/root"

@@ -1,0 +1,98 @@
+"""etcd credentials from the environment, a least-privilege role, and a password that is never shown:
+not in ps, not in the workers' environment, not in an error line."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+from etcd3 import etcdrpc
+from etcd3.etcdrpc import auth_pb2
+
+from rendezvous import EtcdClient, EtcdServer
+from rendezvous.client import prefix_range_end
+
+from .cli_helpers import PROBE, agent_args, finish, records, run, run_id, start, wait_for
+
+ROOT_PASSWORD = "root-Secr3t-pw"
+PASSWORD = "trainer-Secr3t-pw"
+
+
+@pytest.fixture(scope="module")
+def auth_etcd():
+    """etcd with auth on: root, and a user whose role may only read and write keys under /elastic/."""
+    with EtcdServer() as server:
+        admin = EtcdClient(server.endpoints, timeout=5)
+        call = admin._call
+        call("AuthStub", "UserAdd", etcdrpc.AuthUserAddRequest(name="root", password=ROOT_PASSWORD))
+        call("AuthStub", "UserGrantRole", etcdrpc.AuthUserGrantRoleRequest(user="root", role="root"))
+        call("AuthStub", "RoleAdd", etcdrpc.AuthRoleAddRequest(name="elastic-job"))
+        permission = auth_pb2.Permission(permType=auth_pb2.Permission.READWRITE, key=b"/elastic/",
+                                        range_end=prefix_range_end(b"/elastic/"))
+        call("AuthStub", "RoleGrantPermission", etcdrpc.AuthRoleGrantPermissionRequest(name="elastic-job", perm=permission))
+        call("AuthStub", "UserAdd", etcdrpc.AuthUserAddRequest(name="trainer", password=PASSWORD))
+        call("AuthStub", "UserGrantRole", etcdrpc.AuthUserGrantRoleRequest(user="trainer", role="elastic-job"))
+        call("AuthStub", "AuthEnable", etcdrpc.AuthEnableRequest())
+        admin.close()
+        yield server.endpoints
+
+
+@pytest.fixture
+def password_file(tmp_path):
+    path = tmp_path / "etcd-password"
+    path.write_text(PASSWORD + "\n")
+    os.chmod(path, 0o600)
+    return str(path)
+
+
+def test_a_prefix_only_role_runs_a_job_and_elastic_ctl_with_credentials_from_the_environment(auth_etcd, password_file, tmp_path):
+    env = {"ELASTIC_ETCD_USER": "trainer", "ELASTIC_ETCD_PASSWORD_FILE": password_file}
+    out = tmp_path / "out"
+    out.mkdir()
+    rdzv_id = run_id()
+    agents = [start(agent_args(auth_etcd, rdzv_id, "2", nproc=1) + [PROBE, str(out), "--run", "3"], env=env)
+              for _ in range(2)]
+    try:
+        wait_for(lambda: len(records(str(out), 0)) == 2, 30, what="2 workers")
+        shown = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+        status = run(["status", "--rdzv-endpoint", auth_etcd, "--rdzv-id", rdzv_id], env=env, tool_name="elastic-ctl")
+        results = [finish(agent, timeout=60) for agent in agents]
+    finally:
+        for agent in agents:
+            if agent.poll() is None:
+                agent.kill()
+    assert [code for code, _ in results] == [0, 0], results
+    assert status.returncode == 0 and f"job {rdzv_id}: running" in status.stdout, status.stderr
+    assert PASSWORD not in shown, "the password shows in ps"
+    for record in records(str(out), 0).values():
+        assert not [name for name in record["env"] if name.startswith("ELASTIC_ETCD_")], "credentials reached a worker"
+        assert not [name for name, value in record["env"].items() if PASSWORD in value]
+    for _, output in results:
+        assert PASSWORD not in output
+    anonymous = run(["status", "--rdzv-endpoint", auth_etcd, "--rdzv-id", rdzv_id, "--rdzv-conf", "read_timeout=2"],
+                    tool_name="elastic-ctl")
+    assert anonymous.returncode == 3 and "refused the credentials" in anonymous.stderr
+
+
+def test_the_conf_wins_over_the_environment(auth_etcd, password_file):
+    env = {"ELASTIC_ETCD_USER": "trainer", "ELASTIC_ETCD_PASSWORD": "wrong-pw-from-env"}
+    result = run(["status", "--rdzv-endpoint", auth_etcd, "--rdzv-id", "none-such",
+                  "--rdzv-conf", f"user=trainer,password={PASSWORD}"], env=env, tool_name="elastic-ctl")
+    assert result.returncode == 1 and "no job 'none-such'" in result.stderr, result.stderr
+
+
+def test_a_wrong_password_is_one_line_and_exit_3_and_is_not_echoed(auth_etcd, tmp_path):
+    wrong = "Wr0ng-pw-xyz"
+    env = {"ELASTIC_ETCD_USER": "trainer", "ELASTIC_ETCD_PASSWORD": wrong}
+    result = run(agent_args(auth_etcd, run_id(), "1", nproc=1, conf="connect_timeout=2") + [PROBE, str(tmp_path)], env=env)
+    assert result.returncode == 3, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "refused the credentials" in lines[0], lines
+    assert wrong not in result.stderr + result.stdout and "Traceback" not in result.stderr
+
+
+def test_a_password_file_that_cannot_be_read_is_a_usage_error(auth_etcd, tmp_path):
+    env = {"ELASTIC_ETCD_USER": "trainer", "ELASTIC_ETCD_PASSWORD_FILE": str(tmp_path / "missing")}
+    result = run(agent_args(auth_etcd, run_id(), "1", nproc=1) + [PROBE, str(tmp_path)], env=env)
+    assert result.returncode == 2 and "ELASTIC_ETCD_PASSWORD_FILE=" in result.stderr and "cannot be read" in result.stderr

@@ -1,0 +1,111 @@
+"""Operating a job from anywhere: its history in etcd, and elastic-ctl close / restart / reset."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+
+from .cli_helpers import finish, run, run_id, start, wait_for
+from .test_restart_count import COUNTED, _by_restart, _seen
+
+
+def _agent(endpoints, rdzv_id, out, nnodes="2", fail="", run_for=60, extra=()):
+    return start(["--nnodes", nnodes, "--nproc-per-node", "1", "--max-restarts", "2", "--stop-grace", "2",
+                  "--rdzv-endpoint", endpoints, "--rdzv-id", rdzv_id, "--local-addr", "127.0.0.1",
+                  "--rdzv-conf", "last_call_timeout=1", *extra, COUNTED, out, "--fail", fail, "--run", str(run_for)])
+
+
+def _ctl(*args, endpoints, rdzv_id):
+    return run([*args, "--rdzv-endpoint", endpoints, "--rdzv-id", rdzv_id], tool_name="elastic-ctl")
+
+
+def test_history_shows_a_failure_a_node_loss_and_an_operator_close_in_order(etcd_endpoints, tmp_path):
+    out = str(tmp_path)
+    rdzv_id = run_id()
+    agents = [_agent(etcd_endpoints, rdzv_id, out, nnodes="2:3", fail="1@0")]
+    time.sleep(0.5)
+    agents += [_agent(etcd_endpoints, rdzv_id, out, nnodes="2:3", fail="1@0") for _ in range(2)]
+    try:
+        wait_for(lambda: len(_by_restart(out).get(1, {})) == 3, 30, what="the group restarted after rank 1 failed")
+        agents[2].send_signal(signal.SIGKILL)
+        wait_for(lambda: any(r["world_size"] == 2 for r in _seen(out)), 20, what="a round of 2 after the kill")
+        closed = _ctl("close", "--reason", "maintenance window", endpoints=etcd_endpoints, rdzv_id=rdzv_id)
+        asked = time.monotonic()
+        results = [finish(agent, timeout=30) for agent in agents[:2]]
+        stopped_in = time.monotonic() - asked
+    finally:
+        for agent in agents:
+            if agent.poll() is None:
+                agent.kill()
+    assert closed.returncode == 0 and closed.stdout.startswith(f"closed job {rdzv_id} at round "), closed
+    assert [code for code, _ in results] == [4, 4], results
+    assert all("the job was closed by an operator: maintenance window" in text for _, text in results)
+    assert stopped_in <= 2 + 2, f"close took {stopped_in:.1f}s to stop the job (stop grace 2 s)"
+    table = _ctl("history", endpoints=etcd_endpoints, rdzv_id=rdzv_id)
+    print("\n" + table.stdout)
+    events = json.loads(_ctl("history", "--json", endpoints=etcd_endpoints, rdzv_id=rdzv_id).stdout)
+    kinds = [e["kind"] for e in events]
+    first = {kind: kinds.index(kind) for kind in reversed(kinds)}
+    assert first["round_frozen"] < first["worker_failed"] < first["group_restarted"] < first["node_left"] < first["job_closed"], kinds
+    failed = next(e for e in events if e["kind"] == "worker_failed")
+    assert (failed["rank"], failed["exit_code"]) == (1, 1) and failed["host"]
+    assert {"time", "round", "node", "kind"} <= set(failed) and "signal" not in failed
+    died = [e for e in events if e["kind"] == "node_left" and "the agent died" in e.get("reason", "")]
+    assert died, "the killed agent's reaper recorded its death"
+    close = next(e for e in events if e["kind"] == "job_closed")
+    assert (close["reason"], close["by"]) == ("maintenance window", "operator")
+    status = _ctl("status", endpoints=etcd_endpoints, rdzv_id=rdzv_id)
+    assert "closed" in status.stdout and "reason: maintenance window" in status.stdout
+
+
+def test_restart_starts_a_new_round_without_using_a_restart(etcd_endpoints, tmp_path):
+    out = str(tmp_path)
+    rdzv_id = run_id()
+    agents = [_agent(etcd_endpoints, rdzv_id, out, run_for=4) for _ in range(2)]
+    try:
+        wait_for(lambda: len(_seen(out)) == 2, 30, what="2 workers")
+        asked = _ctl("restart", "--reason", "take in the spare", endpoints=etcd_endpoints, rdzv_id=rdzv_id)
+        wait_for(lambda: len(_seen(out)) == 4, 30, what="the workers of the new round")
+        results = [finish(agent, timeout=30) for agent in agents]
+    finally:
+        for agent in agents:
+            if agent.poll() is None:
+                agent.kill()
+    assert asked.returncode == 0 and "round 2 is forming (take in the spare); the restart count stays 0" in asked.stdout
+    assert [code for code, _ in results] == [0, 0], results
+    assert {r["restart"] for r in _seen(out)} == {0}
+    assert all("take in the spare: re-rendezvous" in text for _, text in results)
+
+
+def test_reset_is_refused_while_nodes_live_and_frees_the_id_after(etcd_endpoints, tmp_path):
+    out = str(tmp_path)
+    rdzv_id = run_id()
+    agent = _agent(etcd_endpoints, rdzv_id, out, nnodes="1", run_for=3)
+    wait_for(lambda: len(_seen(out)) == 1, 30, what="the worker")
+    refused = _ctl("reset", endpoints=etcd_endpoints, rdzv_id=rdzv_id)
+    assert refused.returncode == 1 and "has 1 live node: stop it first, or reset with --force" in refused.stderr
+    assert finish(agent, timeout=30)[0] == 0
+    again = run(["--nnodes", "1", "--rdzv-endpoint", etcd_endpoints, "--rdzv-id", rdzv_id, COUNTED, out])
+    assert again.returncode == 3 and "is closed" in again.stderr
+    done = _ctl("reset", endpoints=etcd_endpoints, rdzv_id=rdzv_id)
+    assert done.returncode == 0 and done.stdout.startswith(f"reset job {rdzv_id}: deleted its "), done
+    assert run(["--nnodes", "1", "--rdzv-endpoint", etcd_endpoints, "--rdzv-id", rdzv_id, COUNTED, out]).returncode == 0
+
+
+def test_write_commands_on_a_job_that_does_not_exist_say_so_and_exit_1(etcd_endpoints):
+    for args in (["close", "--reason", "x"], ["restart"], ["reset"], ["history"]):
+        result = _ctl(*args, endpoints=etcd_endpoints, rdzv_id="no-such-job")
+        assert result.returncode == 1, (args, result)
+        assert result.stderr.strip() == f"elastic-ctl: no job 'no-such-job' at {etcd_endpoints} (under /elastic)"
+
+
+def test_log_format_json_makes_every_agent_line_a_json_object_and_leaves_worker_lines(etcd_endpoints, tmp_path):
+    result = run(["--log-format", "json", "--nnodes", "1", "--max-restarts", "1", "--rdzv-endpoint", etcd_endpoints,
+                  "--rdzv-id", run_id(), "--local-addr", "127.0.0.1", COUNTED, str(tmp_path), "--fail", "0@0"])
+    assert result.returncode == 0, result.stderr
+    agent_lines = [line for line in result.stderr.splitlines() if not line.startswith("[")]
+    records = [json.loads(line) for line in agent_lines]
+    assert records and all(set(r) == {"time", "level", "source", "message"} for r in records)
+    assert any("restarting the workers (1/1)" in r["message"] for r in records)
+    assert "planned failure of rank 0 at restart 0" in result.stderr  # the worker's own line, as it wrote it
