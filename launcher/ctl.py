@@ -191,11 +191,22 @@ def _print_events(events: list[Event], as_json: bool, header: bool) -> None:
         click.echo(line)
 
 
-def _operator_writer(client: EtcdClient, keys: JobKeys) -> HistoryWriter:
+def _write(endpoint: str, run_id: str, conf: str, action: Callable[[EtcdClient, JobKeys, HistoryWriter], Any]) -> Any:
+    """Run an operator's write with a history writer of its own; a missing or refusing job is one line, exit 1."""
     import getpass
     import socket
 
-    return HistoryWriter(client, keys.root, f"elastic-ctl@{getpass.getuser()}@{socket.gethostname()}")
+    client, keys = _ctl_client(endpoint, run_id, conf)
+    with client:
+        history = HistoryWriter(client, keys.root, f"elastic-ctl@{getpass.getuser()}@{socket.gethostname()}")
+        try:
+            return action(client, keys, history)
+        except JobNotFound:
+            raise _missing(run_id, endpoint, keys) from None
+        except JobRefused as exc:
+            raise LauncherError(str(exc)) from None
+        finally:
+            history.close()
 
 
 @elastic_ctl.command("close")
@@ -203,15 +214,7 @@ def _operator_writer(client: EtcdClient, keys: JobKeys) -> HistoryWriter:
 @click.option("--reason", required=True, help="Why: shown by status and history, and by every agent.")
 def ctl_close(rdzv_endpoint: str, rdzv_id: str, rdzv_conf: str, reason: str) -> int:
     """Close the job: every agent stops its workers (SIGTERM, SIGKILL after --stop-grace) and exits 4."""
-    client, keys = _ctl_client(rdzv_endpoint, rdzv_id, rdzv_conf)
-    with client:
-        history = _operator_writer(client, keys)
-        try:
-            before, after = close_job(client, keys, reason, history)
-        except JobNotFound:
-            raise _missing(rdzv_id, rdzv_endpoint, keys) from None
-        finally:
-            history.close()
+    before, after = _write(rdzv_endpoint, rdzv_id, rdzv_conf, lambda c, k, h: close_job(c, k, reason, h))
     if after is before:
         click.echo(f"job {rdzv_id} was already closed ({before.reason})")
     else:
@@ -224,17 +227,7 @@ def ctl_close(rdzv_endpoint: str, rdzv_id: str, rdzv_conf: str, reason: str) -> 
 @click.option("--reason", default="an operator asked for a new round", show_default=True, help="Why.")
 def ctl_restart(rdzv_endpoint: str, rdzv_id: str, rdzv_conf: str, reason: str) -> int:
     """Start a new round now (e.g. to take in waiting nodes), without using a --max-restarts restart."""
-    client, keys = _ctl_client(rdzv_endpoint, rdzv_id, rdzv_conf)
-    with client:
-        history = _operator_writer(client, keys)
-        try:
-            before, after = request_round(client, keys, reason, history)
-        except JobNotFound:
-            raise _missing(rdzv_id, rdzv_endpoint, keys) from None
-        except JobRefused as exc:
-            raise LauncherError(str(exc)) from None
-        finally:
-            history.close()
+    before, after = _write(rdzv_endpoint, rdzv_id, rdzv_conf, lambda c, k, h: request_round(c, k, reason, h))
     if after is before:
         click.echo(f"job {rdzv_id} is already forming round {before.round}")
     else:
@@ -247,13 +240,10 @@ def ctl_restart(rdzv_endpoint: str, rdzv_id: str, rdzv_conf: str, reason: str) -
 @click.option("--force", is_flag=True, help="Even while nodes are alive (they then start the job afresh).")
 def ctl_reset(rdzv_endpoint: str, rdzv_id: str, rdzv_conf: str, force: bool) -> int:
     """Delete a finished or closed job's keys, so its id can be used again."""
-    client, keys = _ctl_client(rdzv_endpoint, rdzv_id, rdzv_conf)
-    with client:
-        try:
-            deleted = reset_job(client, keys, force=force)
-        except JobNotFound:
-            raise _missing(rdzv_id, rdzv_endpoint, keys) from None
-        except JobRefused as exc:
-            raise LauncherError(str(exc)) from None
-    click.echo(f"reset job {rdzv_id}: deleted its {deleted} keys under {keys.root}")
+    deleted = _write(rdzv_endpoint, rdzv_id, rdzv_conf, lambda c, k, h: reset_job(c, k, force=force))
+    click.echo(f"reset job {rdzv_id}: deleted its {deleted} keys under {_ctl_client_root(rdzv_id, rdzv_conf)}")
     return 0
+
+
+def _ctl_client_root(run_id: str, conf: str) -> str:
+    return JobKeys(RendezvousSettings.from_conf(run_id, 1, 1, conf).key_prefix, run_id).root

@@ -10,7 +10,7 @@ import pytest
 from etcd3 import etcdrpc
 from etcd3.etcdrpc import auth_pb2
 
-from rendezvous import EtcdClient, EtcdServer
+from rendezvous import EtcdClient, EtcdServer, RendezvousCredentialsError
 from rendezvous.client import prefix_range_end
 
 from .cli_helpers import PROBE, agent_args, finish, records, run, run_id, start, wait_for
@@ -96,3 +96,14 @@ def test_a_password_file_that_cannot_be_read_is_a_usage_error(auth_etcd, tmp_pat
     env = {"ELASTIC_ETCD_USER": "trainer", "ELASTIC_ETCD_PASSWORD_FILE": str(tmp_path / "missing")}
     result = run(agent_args(auth_etcd, run_id(), "1", nproc=1) + [PROBE, str(tmp_path)], env=env)
     assert result.returncode == 2 and "ELASTIC_ETCD_PASSWORD_FILE=" in result.stderr and "cannot be read" in result.stderr
+
+
+def test_the_library_view_takes_credentials_from_the_environment(auth_etcd, monkeypatch):
+    import elastic
+
+    monkeypatch.setenv("ELASTIC_ETCD_USER", "trainer")
+    monkeypatch.setenv("ELASTIC_ETCD_PASSWORD", PASSWORD)
+    assert elastic.get_state(auth_etcd, "no-job-here") is None  # read with the role's rights, no error
+    monkeypatch.setenv("ELASTIC_ETCD_PASSWORD", "wrong")
+    with pytest.raises(RendezvousCredentialsError, match="refused the credentials"):
+        elastic.get_state(auth_etcd, "no-job-here")

@@ -1,0 +1,43 @@
+"""The job's history in etcd: bounded, time-ordered, and never in the way of a round."""
+
+from __future__ import annotations
+
+import time
+
+from rendezvous import EtcdClient
+from rendezvous.etcd_server import free_port
+from rendezvous.history import Event, HistoryWriter, read_history
+
+
+def test_the_newest_records_are_kept_in_time_order(etcd_client, key_prefix):
+    root = f"{key_prefix}/job/"
+    writer = HistoryWriter(etcd_client, root, "n1", limit=10)
+    for i in range(25):
+        writer.record("round_frozen", i, world_size=i)
+    writer.close(timeout=10)
+    events, _ = read_history(etcd_client, root)
+    assert [e.round for e in events] == list(range(15, 25))
+    assert all(a.time <= b.time for a, b in zip(events, events[1:]))
+    assert events[-1].as_dict() == {"time": events[-1].time, "round": 24, "node": "n1", "kind": "round_frozen", "world_size": 24}
+
+
+def test_records_that_are_not_ours_are_skipped(etcd_client, key_prefix):
+    root = f"{key_prefix}/job/"
+    etcd_client.put(f"{root}history/00000000000000000001-x", b"not json")
+    good = Event(time.time(), 3, "n2", "node_joined")
+    etcd_client.put(good.key(root), good.encode())
+    events, _ = read_history(etcd_client, root)
+    assert [(e.round, e.node, e.kind) for e in events] == [(3, "n2", "node_joined")]
+
+
+def test_recording_never_blocks_and_a_failed_write_is_said_once():
+    said: list[str] = []
+    client = EtcdClient(f"127.0.0.1:{free_port()}", timeout=0.5)
+    writer = HistoryWriter(client, "/elastic/job/", "n1", report=said.append)
+    started = time.monotonic()
+    for i in range(3):
+        writer.record("worker_failed", 1, rank=i)
+    assert time.monotonic() - started < 0.05, "record() waited for etcd"
+    writer.close(timeout=15)
+    client.close()
+    assert len(said) == 1 and "could not write the job's history in etcd" in said[0], said
