@@ -123,7 +123,7 @@ class EtcdKVStore:
                 if event is None:
                     missing = [n for n, k in zip(names, keys) if k not in found]
                     raise RendezvousTimeoutError(
-                        f"store wait timed out after {timeout:g}s for key{'s' if len(missing) > 1 else ''} "
+                        f"timeout after {timeout:g}s waiting for store key{'s' if len(missing) > 1 else ''} "
                         f"{', '.join(map(repr, missing))}"
                     )
                 if event.type is EventType.RESYNC:

@@ -8,22 +8,87 @@ through the entry point ``etcd-v3`` in group ``torchrun.handlers`` (see pyprojec
 That uses torch's own DynamicRendezvousHandler over ``EtcdRendezvousBackend`` and the store below.
 Note that torch's handler pickles its own state into the backend (and unpickles it on read): that
 is torch's handler, not etcd-elastic's rounds, which keep JSON only.
+
+Errors cross into torch as torch's own classes. torch's handler catches only its own
+``RendezvousError`` family (its keep-alive thread, ``shutdown()``), and c10d callers catch
+``DistError``s, so what this module hands to torch -- the backend and the store -- translates the
+project's errors at this boundary (``TorchBackend``, ``EtcdStore``), keeping their messages. The
+project's error tree does not subclass torch's: ``rendezvous`` never imports torch, and an
+agent must not pay for importing it.
 """
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from datetime import timedelta
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch.distributed as dist
+from torch.distributed.elastic.rendezvous import api as torch_rdzv
+from torch.distributed.elastic.rendezvous.dynamic_rendezvous import RendezvousBackend
 
+from . import errors
 from .backend import EtcdRendezvousBackend
 from .client import EtcdClient
-from .errors import RendezvousTimeoutError
 from .kvstore import EtcdKVStore
 from .settings import CONF_KEYS, RendezvousSettings
 
-__all__ = ["EtcdStore", "create_handler", "handler_creator"]
+__all__ = ["EtcdStore", "TorchBackend", "torch_error", "create_handler", "handler_creator"]
+
+# The project's error -> torch's, most specific first.
+_RENDEZVOUS_ERRORS = (
+    (errors.RendezvousConnectionError, torch_rdzv.RendezvousConnectionError),
+    (errors.RendezvousStateError, torch_rdzv.RendezvousStateError),
+    (errors.RendezvousClosedError, torch_rdzv.RendezvousClosedError),
+    (errors.RendezvousTimeoutError, torch_rdzv.RendezvousTimeoutError),
+    (errors.RendezvousError, torch_rdzv.RendezvousError),
+)
+
+
+def torch_error(exc: errors.RendezvousError) -> Exception:
+    """torch's rendezvous error for one of the project's, with the same message."""
+    for ours, theirs in _RENDEZVOUS_ERRORS:
+        if isinstance(exc, ours):
+            return theirs(str(exc))
+    return torch_rdzv.RendezvousError(str(exc))
+
+
+@contextmanager
+def _as_torch() -> Iterator[None]:
+    try:
+        yield
+    except errors.RendezvousError as exc:
+        raise torch_error(exc) from exc
+
+
+@contextmanager
+def _as_c10d() -> Iterator[None]:
+    """Store errors as c10d's: unreachable etcd is DistNetworkError, a timeout or anything else DistStoreError."""
+    try:
+        yield
+    except errors.RendezvousConnectionError as exc:
+        raise dist.DistNetworkError(str(exc)) from None
+    except errors.RendezvousError as exc:
+        raise dist.DistStoreError(str(exc)) from None
+
+
+class TorchBackend(RendezvousBackend):
+    """``EtcdRendezvousBackend`` as torch's RendezvousBackend: same contract, torch's error classes."""
+
+    def __init__(self, backend: EtcdRendezvousBackend) -> None:
+        self._backend = backend
+
+    @property
+    def name(self) -> str:
+        return self._backend.name
+
+    def get_state(self) -> Any:
+        with _as_torch():
+            return self._backend.get_state()
+
+    def set_state(self, state: bytes, token: Any = None) -> Any:
+        with _as_torch():
+            return self._backend.set_state(state, token)
 
 
 class EtcdStore(dist.Store):
@@ -39,49 +104,51 @@ class EtcdStore(dist.Store):
         return (override if override is not None else self.timeout).total_seconds()
 
     def set(self, key: str, value: bytes | str) -> None:
-        self._kv.set(key, value)
+        with _as_c10d():
+            self._kv.set(key, value)
 
     def get(self, key: str) -> bytes:
-        try:
+        with _as_c10d():
             return self._kv.get(key, self._seconds())
-        except RendezvousTimeoutError as exc:
-            raise dist.DistStoreError(str(exc)) from None
 
     def add(self, key: str, value: int) -> int:
-        return self._kv.add(key, value)
+        with _as_c10d():
+            return self._kv.add(key, value)
 
     def compare_set(self, key: str, expected_value: bytes | str, desired_value: bytes | str) -> bytes:
-        return self._kv.compare_set(key, expected_value, desired_value)
+        with _as_c10d():
+            return self._kv.compare_set(key, expected_value, desired_value)
 
     def append(self, key: str, value: bytes | str) -> None:
-        self._kv.append(key, value)
+        with _as_c10d():
+            self._kv.append(key, value)
 
     def multi_get(self, keys: list[str]) -> list[bytes]:
-        try:
+        with _as_c10d():
             return self._kv.multi_get(keys, self._seconds())
-        except RendezvousTimeoutError as exc:
-            raise dist.DistStoreError(str(exc)) from None
 
     def multi_set(self, keys: list[str], values: list[bytes | str]) -> None:
-        self._kv.multi_set(keys, values)
+        with _as_c10d():
+            self._kv.multi_set(keys, values)
 
     def has_extended_api(self) -> bool:
         return True
 
     def wait(self, keys: list[str], override_timeout: timedelta | None = None) -> None:
-        try:
+        with _as_c10d():
             self._kv.wait(keys, self._seconds(override_timeout))
-        except RendezvousTimeoutError as exc:
-            raise dist.DistStoreError(str(exc)) from None
 
     def check(self, keys: list[str]) -> bool:
-        return self._kv.check(keys)
+        with _as_c10d():
+            return self._kv.check(keys)
 
     def delete_key(self, key: str) -> bool:
-        return self._kv.delete_key(key)
+        with _as_c10d():
+            return self._kv.delete_key(key)
 
     def num_keys(self) -> int:
-        return self._kv.num_keys()
+        with _as_c10d():
+            return self._kv.num_keys()
 
 
 def create_handler(params: Any) -> Any:
@@ -93,12 +160,16 @@ def create_handler(params: Any) -> Any:
     """
     from torch.distributed.elastic.rendezvous.dynamic_rendezvous import create_handler as torch_create_handler
 
-    ours = {k: str(v) for k, v in params.config.items() if k in CONF_KEYS and k not in ("join_timeout", "last_call_timeout", "close_timeout")}
+    ours = {k: str(v) for k, v in params.config.items() if k in CONF_KEYS and k not in _TORCHS}
     settings = RendezvousSettings.from_conf(params.run_id, params.min_nodes, params.max_nodes, ours)
     client = settings.connect(params.endpoint)
-    backend = EtcdRendezvousBackend(client, params.run_id, settings.key_prefix)
+    backend = TorchBackend(EtcdRendezvousBackend(client, params.run_id, settings.key_prefix))
     store = EtcdStore(client, params.run_id, key_prefix=settings.key_prefix)
     return torch_create_handler(store, backend, params)
+
+
+# Keys whose meaning on this path is torch's handler's (keep_alive_interval is its heartbeat period).
+_TORCHS = ("join_timeout", "last_call_timeout", "close_timeout", "keep_alive_interval")
 
 
 def handler_creator() -> Callable[[Any], Any]:

@@ -42,6 +42,7 @@ def test_history_shows_a_failure_a_node_loss_and_an_operator_close_in_order(etcd
     assert [code for code, _ in results] == [4, 4], results
     assert all("the job was closed by an operator: maintenance window" in text for _, text in results)
     assert stopped_in <= 2 + 2, f"close took {stopped_in:.1f}s to stop the job (stop grace 2 s)"
+    print(f"\nelastic-ctl close: both agents exited 4, {stopped_in:.2f} s after the close (stop grace 2 s)")
     table = _ctl("history", endpoints=etcd_endpoints, rdzv_id=rdzv_id)
     print("\n" + table.stdout)
     events = json.loads(_ctl("history", "--json", endpoints=etcd_endpoints, rdzv_id=rdzv_id).stdout)
@@ -109,3 +110,28 @@ def test_log_format_json_makes_every_agent_line_a_json_object_and_leaves_worker_
     assert records and all(set(r) == {"time", "level", "source", "message"} for r in records)
     assert any("restarting the workers (1/1)" in r["message"] for r in records)
     assert "planned failure of rank 0 at restart 0" in result.stderr  # the worker's own line, as it wrote it
+
+
+def test_history_follow_prints_new_records_until_the_job_closes(etcd_endpoints, tmp_path):
+    import subprocess
+
+    from .cli_helpers import tool
+
+    out = str(tmp_path)
+    rdzv_id = run_id()
+    agent = _agent(etcd_endpoints, rdzv_id, out, nnodes="1")
+    try:
+        wait_for(lambda: len(_seen(out)) == 1, 30, what="the worker")
+        follow = subprocess.Popen([tool("elastic-ctl"), "history", "--follow", "--json", "--timeout", "30",
+                                   "--rdzv-endpoint", etcd_endpoints, "--rdzv-id", rdzv_id],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(1.0)
+        _ctl("close", "--reason", "done for today", endpoints=etcd_endpoints, rdzv_id=rdzv_id)
+        printed, errors = follow.communicate(timeout=20)
+        assert finish(agent, timeout=30)[0] == 4
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+    assert follow.returncode == 0, errors
+    kinds = [json.loads(line)["kind"] for line in printed.splitlines()]
+    assert kinds[0] == "node_joined" and kinds[-1] == "job_closed", kinds
