@@ -30,8 +30,8 @@ def test_history_shows_a_failure_a_node_loss_and_an_operator_close_in_order(etcd
         wait_for(lambda: len(_by_restart(out).get(1, {})) == 3, 30, what="the group restarted after rank 1 failed")
         agents[2].send_signal(signal.SIGKILL)
         wait_for(lambda: any(r["world_size"] == 2 for r in _seen(out)), 20, what="a round of 2 after the kill")
-        closed = _ctl("close", "--reason", "maintenance window", endpoints=etcd_endpoints, rdzv_id=rdzv_id)
         asked = time.monotonic()
+        closed = _ctl("close", "--reason", "maintenance window", endpoints=etcd_endpoints, rdzv_id=rdzv_id)
         results = [finish(agent, timeout=30) for agent in agents[:2]]
         stopped_in = time.monotonic() - asked
     finally:
@@ -42,7 +42,7 @@ def test_history_shows_a_failure_a_node_loss_and_an_operator_close_in_order(etcd
     assert [code for code, _ in results] == [4, 4], results
     assert all("the job was closed by an operator: maintenance window" in text for _, text in results)
     assert stopped_in <= 2 + 2, f"close took {stopped_in:.1f}s to stop the job (stop grace 2 s)"
-    print(f"\nelastic-ctl close: both agents exited 4, {stopped_in:.2f} s after the close (stop grace 2 s)")
+    print(f"\nelastic-ctl close: both agents exited 4, {stopped_in:.2f} s after the command started (stop grace 2 s)")
     table = _ctl("history", endpoints=etcd_endpoints, rdzv_id=rdzv_id)
     print("\n" + table.stdout)
     events = json.loads(_ctl("history", "--json", endpoints=etcd_endpoints, rdzv_id=rdzv_id).stdout)
