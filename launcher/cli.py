@@ -21,6 +21,7 @@ from rendezvous.handler import RendezvousHandler, default_node_id
 from rendezvous.settings import RendezvousSettings
 
 from .agent import Agent, AgentConfig, say, set_log_format, stop_on_signals
+from .env import OMP_WARNING
 from .errors import EXIT_USAGE, LauncherError, UsageError
 from .logs import parse_ranks_filter, parse_std
 from .options import parse_nnodes, parse_nproc_per_node, parse_rdzv_backend, worker_argv
@@ -81,6 +82,8 @@ def elastic_run(**opts: Any) -> int:
     assert backend == "etcd-v3"
     nodes = parse_nnodes(opts["nnodes"])
     nproc = parse_nproc_per_node(opts["nproc_per_node"])
+    if nproc > 1 and "OMP_NUM_THREADS" not in os.environ:
+        say(OMP_WARNING)  # as torchrun: the workers get OMP_NUM_THREADS=1
     argv = worker_argv(
         opts["script"], opts["script_args"], module=opts["module"], no_python=opts["no_python"], run_path=opts["run_path"]
     )

@@ -7,14 +7,21 @@ from typing import Mapping
 
 from rendezvous.credentials import without_credentials
 
-__all__ = ["WorkerSpec", "worker_env", "EXPORTED"]
+__all__ = ["WorkerSpec", "worker_env", "EXPORTED", "OMP_WARNING"]
 
 EXPORTED = (
     "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
     "ROLE_NAME", "ROLE_RANK", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID",
     "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_USE_AGENT_STORE",
-    "TORCHELASTIC_ERROR_FILE", "OMP_NUM_THREADS",
+    "TORCHELASTIC_ERROR_FILE", "TORCH_NCCL_ASYNC_ERROR_HANDLING",
 )
+# Also OMP_NUM_THREADS=1 when a node runs more than one worker and the user has not set it.
+
+OMP_WARNING = (
+    "Setting OMP_NUM_THREADS environment variable for each process to be 1 in default, to avoid your "
+    "system being overloaded, please further tune the variable for optimal performance in your "
+    "application as needed."
+)  # torchrun's words, said once by the agent when it applies the rule
 
 
 @dataclass(frozen=True)
@@ -44,8 +51,9 @@ def worker_env(spec: WorkerSpec, inherited: Mapping[str, str]) -> dict[str, str]
     """The environment of one worker: the user's own, plus the torchelastic variables.
 
     With one role per job (as torchrun), ROLE_RANK and ROLE_WORLD_SIZE equal RANK and WORLD_SIZE.
-    OMP_NUM_THREADS is 1 unless the user set it. TORCHELASTIC_USE_AGENT_STORE is False: workers
-    create their own store at MASTER_ADDR:MASTER_PORT (rank 0 hosts it).
+    As torchrun: OMP_NUM_THREADS is 1 when the node runs more than one worker and the user has not
+    set it; TORCH_NCCL_ASYNC_ERROR_HANDLING is 1 unless set. TORCHELASTIC_USE_AGENT_STORE is False:
+    workers create their own store at MASTER_ADDR:MASTER_PORT (rank 0 hosts it).
     """
     if not 0 <= spec.local_rank < spec.local_world_size:
         raise ValueError(f"local rank {spec.local_rank} is outside 0..{spec.local_world_size - 1}")
@@ -70,5 +78,7 @@ def worker_env(spec: WorkerSpec, inherited: Mapping[str, str]) -> dict[str, str]
         TORCHELASTIC_USE_AGENT_STORE="False",
         TORCHELASTIC_ERROR_FILE=spec.error_file,
     )
-    env.setdefault("OMP_NUM_THREADS", "1")
+    env.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
+    if spec.local_world_size > 1:
+        env.setdefault("OMP_NUM_THREADS", "1")
     return env

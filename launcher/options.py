@@ -36,11 +36,29 @@ def parse_nnodes(text: str) -> NodeRange:
     return NodeRange(low, high)
 
 
-def _gpu_count() -> int:
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        return len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])
-    return len(glob.glob("/proc/driver/nvidia/gpus/*"))
+def _cpu_count() -> int:
+    """CPUs this process may run on (its affinity mask: taskset, cgroups), as torchrun counts them."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0)) or 1
+    return os.cpu_count() or 1
+
+
+def _gpu_count(installed: int | None = None, visible: str | None = None) -> int:
+    """GPUs that exist and are visible: CUDA_VISIBLE_DEVICES counts up to its first entry that is
+    not an installed device (as CUDA does), never more than are installed. No torch import."""
+    if installed is None:
+        installed = len(glob.glob("/proc/driver/nvidia/gpus/*"))
+    if visible is None:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return installed
+    count = 0
+    for entry in (e.strip() for e in visible.split(",")):
+        valid = entry.isdigit() and int(entry) < installed or entry.startswith(("GPU-", "MIG-"))
+        if not valid:
+            break
+        count += 1
+    return min(count, installed)
 
 
 def parse_nproc_per_node(text: str) -> int:
@@ -51,14 +69,14 @@ def parse_nproc_per_node(text: str) -> int:
             raise UsageError(f"--nproc-per-node must be at least 1, not {text!r}")
         return int(value)
     if value == "cpu":
-        return os.cpu_count() or 1
+        return _cpu_count()
     if value == "gpu":
         count = _gpu_count()
         if count == 0:
             raise UsageError("--nproc-per-node gpu: no GPU is visible on this node")
         return count
     if value == "auto":
-        return _gpu_count() or os.cpu_count() or 1
+        return _gpu_count() or _cpu_count()
     raise UsageError(f"--nproc-per-node must be a number, cpu, gpu or auto, not {text!r}")
 
 

@@ -30,13 +30,24 @@ def test_bad_nnodes(text):
         parse_nnodes(text)
 
 
+def test_gpus_are_the_installed_ones_that_cuda_visible_devices_shows():
+    from launcher.options import _gpu_count
+
+    assert _gpu_count(4, None) == 4
+    assert _gpu_count(4, "0,1") == 2
+    assert _gpu_count(2, "0,1,2") == 2, "CUDA stops at the first device that does not exist"
+    assert _gpu_count(0, "0,1,2") == 0
+    assert _gpu_count(4, "1,-1,2") == 1 and _gpu_count(4, "") == 0
+    assert _gpu_count(2, "GPU-aaaa,GPU-bbbb,GPU-cccc") == 2
+
+
 def test_nproc_per_node(monkeypatch):
     assert parse_nproc_per_node("3") == 3
-    assert parse_nproc_per_node("cpu") == os.cpu_count()
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
-    assert parse_nproc_per_node("gpu") == 2 and parse_nproc_per_node("auto") == 2
+    assert parse_nproc_per_node("cpu") == len(os.sched_getaffinity(0))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2")  # this machine has no GPU: nothing is visible
+    assert parse_nproc_per_node("auto") == len(os.sched_getaffinity(0))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    assert parse_nproc_per_node("auto") == os.cpu_count()
+    assert parse_nproc_per_node("auto") == len(os.sched_getaffinity(0))
     with pytest.raises(UsageError, match="no GPU"):
         parse_nproc_per_node("gpu")
     for bad in ("0", "many", "-2"):

@@ -19,9 +19,15 @@ def test_worker_env_exports_what_torchrun_exports():
         "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500", "TORCHELASTIC_RUN_ID": "job",
         "TORCHELASTIC_RESTART_COUNT": "3", "TORCHELASTIC_MAX_RESTARTS": "5",
         "TORCHELASTIC_USE_AGENT_STORE": "False", "TORCHELASTIC_ERROR_FILE": "/tmp/err.json",
-        "OMP_NUM_THREADS": "1",
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
     }
-    assert env["PATH"] == "/bin"
+    assert env["PATH"] == "/bin" and env["OMP_NUM_THREADS"] == "1"
+
+
+def test_worker_env_follows_torchruns_omp_and_nccl_rules():
+    single = spec(local_rank=0, local_world_size=1, base_global_rank=4)
+    assert "OMP_NUM_THREADS" not in worker_env(single, {}), "torchrun sets it only for more than one worker"
+    assert worker_env(spec(), {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "0"})["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "0"
 
 
 def test_worker_env_keeps_the_users_omp_num_threads():

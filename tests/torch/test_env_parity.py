@@ -1,0 +1,55 @@
+"""The workers' environment and the counting of --nproc-per-node, side by side with real torchrun."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from ..e2e.cli_helpers import tool
+
+DUMP = "import json, os, sys; json.dump(dict(os.environ), open(os.path.join(sys.argv[1], os.environ['RANK'] + '.json'), 'w'))"
+# Not compared: TORCHELASTIC_USE_AGENT_STORE, True under torchrun's c10d rendezvous (its agent's TCPStore
+# is shared) and False here by design (workers create their own store at MASTER_ADDR:MASTER_PORT);
+# the README's "Coming from torchrun" says so. RUN_ID, MASTER_PORT and paths differ by nature.
+COMPARED = ("OMP_NUM_THREADS", "TORCH_NCCL_ASYNC_ERROR_HANDLING", "LOCAL_WORLD_SIZE", "WORLD_SIZE", "RANK", "LOCAL_RANK",
+            "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "TORCHELASTIC_RESTART_COUNT",
+            "TORCHELASTIC_MAX_RESTARTS", "ROLE_NAME")
+
+
+def _launch(launcher: list[str], tmp_path, name: str, nproc: str, env: dict, prefix: list[str] = ()) -> tuple[dict, str]:
+    """Run ``launcher --standalone`` with a script that dumps each worker's environment; (rank -> env, stderr)."""
+    out = tmp_path / name
+    out.mkdir()
+    script = tmp_path / "dump.py"
+    script.write_text(DUMP)
+    base = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "TORCH_NCCL_ASYNC_ERROR_HANDLING")}
+    result = subprocess.run([*prefix, *launcher, "--standalone", "--nproc-per-node", nproc, str(script), str(out)],
+                            capture_output=True, text=True, timeout=120, env={**base, **env}, stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, result.stderr
+    return {p.stem: json.loads(p.read_text()) for p in out.glob("*.json")}, result.stderr
+
+
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
+
+
+@pytest.mark.parametrize("nproc, env", [("1", {}), ("2", {}), ("2", {"OMP_NUM_THREADS": "3", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "0"})])
+def test_the_worker_environment_matches_torchruns(tmp_path, nproc, env):
+    theirs, their_err = _launch(TORCHRUN, tmp_path, "torchrun", nproc, env)
+    ours, our_err = _launch([tool("elastic-run")], tmp_path, "ours", nproc, env)
+    assert sorted(ours) == sorted(theirs)
+    for rank in theirs:
+        assert {k: ours[rank].get(k) for k in COMPARED} == {k: theirs[rank].get(k) for k in COMPARED}, rank
+    warned = "Setting OMP_NUM_THREADS environment variable for each process to be 1"
+    assert (warned in our_err) == (warned in their_err)
+
+
+def test_auto_counts_the_cpus_this_process_may_run_on_as_torchrun(tmp_path):
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs at least 2 CPUs to restrict one away")
+    theirs, _ = _launch(TORCHRUN, tmp_path, "torchrun", "auto", {}, prefix=["taskset", "-c", "0"])
+    ours, _ = _launch([tool("elastic-run")], tmp_path, "ours", "auto", {}, prefix=["taskset", "-c", "0"])
+    assert len(ours) == len(theirs) == 1
