@@ -104,7 +104,7 @@ def elastic_run(**opts: Any) -> int:
         run_id = opts["rdzv_id"]
     if opts["master_addr"] or opts["master_port"] or opts["node_rank"]:
         say("--node-rank/--master-addr/--master-port belong to static rendezvous and are ignored")
-    settings = RendezvousSettings.from_conf(run_id, nodes.min_nodes, nodes.max_nodes, opts["rdzv_conf"])
+    settings = RendezvousSettings.from_conf(run_id, nodes.min_nodes, nodes.max_nodes, opts["rdzv_conf"], warn=say)
     local_addr = opts["local_addr"] or ("127.0.0.1" if standalone else None)
     node_id = default_node_id()
     log_root, temporary = _log_root(opts["log_dir"], run_id, node_id)

@@ -49,7 +49,7 @@ def elastic_ctl() -> None:
 
 
 def _ctl_client(endpoint: str, run_id: str, conf: str) -> tuple[EtcdClient, JobKeys]:
-    settings = RendezvousSettings.from_conf(run_id, 1, 1, conf)
+    settings = RendezvousSettings.from_conf(run_id, 1, 1, conf, warn=lambda line: click.echo(f"elastic-ctl: {line}", err=True))
     return settings.connect(endpoint), JobKeys(settings.key_prefix, run_id)
 
 

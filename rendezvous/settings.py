@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field, replace
-from typing import Mapping
+from typing import Callable, Mapping
 
 from .backend import DEFAULT_KEY_PREFIX, validate_run_id
 from .client import EtcdClient
@@ -16,7 +16,7 @@ from . import credentials
 from .errors import RendezvousSettingsError
 from .session import default_renew_deadline, keep_alive_interval
 
-__all__ = ["RendezvousSettings", "parse_conf", "CONF_KEYS"]
+__all__ = ["RendezvousSettings", "parse_conf", "CONF_KEYS", "TORCH_ALIASES", "TORCH_IGNORED"]
 
 # key -> (attribute, kind, help)
 CONF_KEYS: dict[str, tuple[str, type, str]] = {
@@ -36,6 +36,18 @@ CONF_KEYS: dict[str, tuple[str, type, str]] = {
     "user": ("user", str, "etcd user name"),
     "password": ("password", str, "etcd password"),
 }
+
+
+# torch's names (its rendezvous handlers' params) for the same settings.
+TORCH_ALIASES = {
+    "timeout": "join_timeout",
+    "etcd_prefix": "key_prefix",
+    "ca_cert": "cacert",
+    "ssl_cert": "cert",
+    "ssl_cert_key": "key",
+}
+# torch's keys that mean nothing for etcd rounds: accepted, and ignored (the lease does their work).
+TORCH_IGNORED = ("heartbeat", "keep_alive_max_attempt", "is_host", "store_type", "rank", "use_libuv", "local_addr")
 
 
 @dataclass(frozen=True)
@@ -106,17 +118,27 @@ class RendezvousSettings:
     @classmethod
     def from_conf(
         cls, run_id: str, min_nodes: int, max_nodes: int, conf: Mapping[str, str] | str = "",
-        environ: Mapping[str, str] | None = None,
+        environ: Mapping[str, str] | None = None, warn: Callable[[str], None] | None = None,
     ) -> "RendezvousSettings":
         """Settings from ``--rdzv-conf`` entries (a ``k=v,...`` string or a mapping of strings), with
         etcd credentials the conf does not give taken from ``environ`` (``ELASTIC_ETCD_*``;
-        ``os.environ`` by default, ``{}`` for none)."""
+        ``os.environ`` by default, ``{}`` for none).
+
+        torch's key names are accepted (``TORCH_ALIASES``, ``TORCH_IGNORED``). An unknown key is
+        an error, or with ``warn`` one line given to it (the CLI's torchrun behaviour)."""
         entries = parse_conf(conf) if isinstance(conf, str) else dict(conf)
         values: dict[str, object] = dict(credentials.from_environ(os.environ if environ is None else environ))
+        unknown = sorted(k for k in entries if k not in CONF_KEYS and k not in TORCH_ALIASES and k not in TORCH_IGNORED)
+        if unknown:
+            known = ", ".join(sorted([*CONF_KEYS, *TORCH_ALIASES, *TORCH_IGNORED]))
+            line = f"unknown --rdzv-conf key{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; known keys: {known}"
+            if warn is None:
+                raise RendezvousSettingsError(line)
+            warn(f"ignoring {line}")  # as torchrun, which ignores keys it does not read
         for key, text in entries.items():
+            key = TORCH_ALIASES.get(key, key)
             if key not in CONF_KEYS:
-                known = ", ".join(sorted(CONF_KEYS))
-                raise RendezvousSettingsError(f"unknown --rdzv-conf key {key!r}; known keys: {known}")
+                continue  # torch's keys with no meaning here, and unknown ones already said
             attribute, kind, _ = CONF_KEYS[key]
             try:
                 values[attribute] = kind(text)
@@ -153,6 +175,9 @@ def parse_conf(text: str) -> dict[str, str]:
     entries: dict[str, str] = {}
     if not text or not text.strip():
         return entries
+    text = text.strip()
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        text = text[1:-1]  # one pair of quotes, as torch's own tests pass the whole conf
     for item in text.split(","):
         item = item.strip()
         if not item:

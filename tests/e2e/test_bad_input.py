@@ -22,7 +22,7 @@ CASES = [
     ([*BASE, PROBE], {}, 3, "cannot reach etcd at 127.0.0.1:1 (connection refused)"),
     ([*BASE, "no/such/train.py"], {}, 2, "training script 'no/such/train.py' does not exist"),
     ([*BASE[:4], "--rdzv-conf", "join_timeout", PROBE], {}, 2, "'join_timeout' is not key=value"),
-    ([*BASE[:4], "--rdzv-conf", "bogus=1", PROBE], {}, 2, "unknown --rdzv-conf key 'bogus'"),
+    ([*BASE[:4], "--rdzv-conf", "join_timeout=5,read_timeout=x", PROBE], {}, 2, "read_timeout='x': expected a number"),
     ([*BASE[:4], "--rdzv-conf", "join_timeout=soon", PROBE], {}, 2, "join_timeout='soon': expected a number"),
     ([*BASE[:4], "--rdzv-conf", "lease_ttl=1", PROBE], {}, 2, "lease_ttl must be whole seconds from 2"),
     (["--max-restarts", "-1", *BASE, PROBE], {}, 2, "--max-restarts"),

@@ -53,3 +53,17 @@ def test_auto_counts_the_cpus_this_process_may_run_on_as_torchrun(tmp_path):
     theirs, _ = _launch(TORCHRUN, tmp_path, "torchrun", "auto", {}, prefix=["taskset", "-c", "0"])
     ours, _ = _launch([tool("elastic-run")], tmp_path, "ours", "auto", {}, prefix=["taskset", "-c", "0"])
     assert len(ours) == len(theirs) == 1
+
+
+@pytest.mark.parametrize("conf", ["bogus=1", "'join_timeout=5,last_call_timeout=1,timeout=5'"])
+def test_rdzv_conf_strings_torchrun_runs_with_elastic_run_runs_with(tmp_path, conf):
+    script = tmp_path / "ok.py"
+    script.write_text("print('ok')")
+    results = {}
+    for name, launcher in (("torchrun", TORCHRUN), ("ours", [tool("elastic-run")])):
+        results[name] = subprocess.run([*launcher, "--standalone", "--nproc-per-node", "1", f"--rdzv-conf={conf}", str(script)],
+                                       capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert results["torchrun"].returncode == 0, results["torchrun"].stderr
+    assert results["ours"].returncode == 0, results["ours"].stderr
+    warned = [line for line in results["ours"].stderr.splitlines() if "unknown --rdzv-conf key" in line]
+    assert len(warned) == (1 if conf == "bogus=1" else 0), results["ours"].stderr

@@ -131,3 +131,19 @@ def test_workers_never_get_the_credential_variables():
     env = worker_env(spec, {"ELASTIC_ETCD_PASSWORD": "pw", "ELASTIC_ETCD_PASSWORD_FILE": "/pw", "ELASTIC_ETCD_KEY": "/k",
                             "HOME": "/root"})
     assert not [name for name in env if name.startswith("ELASTIC_ETCD_")] and env["HOME"] == "/root"
+
+
+def test_torchs_conf_keys_and_its_quoted_form_are_accepted():
+    conf = "'join_timeout=5,last_call_timeout=1,timeout=7,etcd_prefix=/t,ssl_cert=/c.pem,heartbeat=9,is_host=1,rank=0'"
+    settings = RendezvousSettings.from_conf("job", 1, 2, conf, environ={})
+    assert (settings.join_timeout, settings.last_call_timeout, settings.key_prefix, settings.cert_cert) == (7.0, 1.0, "/t", "/c.pem")
+    assert parse_conf('"a=1,b=2"') == {"a": "1", "b": "2"}
+
+
+def test_an_unknown_key_is_an_error_for_the_library_and_one_warning_for_the_cli():
+    with pytest.raises(RendezvousSettingsError, match="unknown --rdzv-conf key 'bogus'; known keys: .*timeout"):
+        RendezvousSettings.from_conf("job", 1, 1, "bogus=1", environ={})
+    said: list[str] = []
+    settings = RendezvousSettings.from_conf("job", 1, 1, "bogus=1,zap=2,join_timeout=3", environ={}, warn=said.append)
+    assert settings.join_timeout == 3.0
+    assert len(said) == 1 and said[0].startswith("ignoring unknown --rdzv-conf keys 'bogus', 'zap'; known keys: ")
