@@ -78,8 +78,16 @@ def _option(*names: str, env: str, **kwargs: Any) -> Callable:
 def elastic_run(**opts: Any) -> int:
     """Launch SCRIPT on this node as one agent of an elastic job (torchrun's options)."""
     set_log_format(opts["log_format"])
-    backend = parse_rdzv_backend(opts["rdzv_backend"])
-    assert backend == "etcd-v3"
+    standalone = opts["standalone"]
+    if standalone:  # as torchrun: --standalone overrides the rendezvous options, saying so
+        given = [f"--rdzv-{name.split('_')[1]}" for name in ("rdzv_backend", "rdzv_endpoint", "rdzv_id")
+                 if opts[name] not in (None, "", "etcd-v3", "none")]
+        if given:
+            say(f"--standalone: ignoring {', '.join(given)}; a local etcd is started for this job")
+    else:
+        if str(opts["rdzv_backend"]).strip().lower() == "etcd-v2":
+            say("--rdzv-backend etcd-v2: using etcd's v3 API (etcd 3.6 removed v2)")
+        parse_rdzv_backend(opts["rdzv_backend"])
     nodes = parse_nnodes(opts["nnodes"])
     nproc = parse_nproc_per_node(opts["nproc_per_node"])
     if nproc > 1 and "OMP_NUM_THREADS" not in os.environ:
@@ -90,12 +98,11 @@ def elastic_run(**opts: Any) -> int:
     redirects = parse_std(opts["redirects"], "--redirects")
     tee = parse_std(opts["tee"], "--tee")
     ranks_filter = parse_ranks_filter(opts["local_ranks_filter"])
-    standalone = opts["standalone"]
     if standalone:
         if nodes.max_nodes != 1:
             say("--standalone runs one node; ignoring --nnodes")
         nodes = parse_nnodes("1")
-        run_id = opts["rdzv_id"] if opts["rdzv_id"] not in (None, "none") else f"standalone-{uuid.uuid4().hex[:12]}"
+        run_id = f"standalone-{uuid.uuid4().hex[:12]}"
     else:
         if not opts["rdzv_endpoint"]:
             raise UsageError("--rdzv-endpoint is required (host:port of etcd), or use --standalone")

@@ -13,7 +13,12 @@ from .errors import UsageError
 
 __all__ = ["NodeRange", "parse_nnodes", "parse_nproc_per_node", "worker_argv", "RDZV_BACKENDS", "parse_rdzv_backend"]
 
-RDZV_BACKENDS = {"etcd-v3": "etcd-v3", "etcd": "etcd-v3", "etcd_v3": "etcd-v3"}
+RDZV_BACKENDS = {"etcd-v3": "etcd-v3", "etcd": "etcd-v3", "etcd_v3": "etcd-v3", "etcd-v2": "etcd-v3"}
+# torchrun's backends that need no etcd: the line that names what to use instead.
+_NOT_HERE = {
+    "c10d": "c10d keeps the rendezvous in a TCPStore on one node; use --standalone for one node, or --rdzv-endpoint an etcd",
+    "static": "static rendezvous needs --node-rank/--master-addr on every node; use --standalone for one node, or --rdzv-endpoint an etcd",
+}
 
 
 @dataclass(frozen=True)
@@ -81,9 +86,13 @@ def parse_nproc_per_node(text: str) -> int:
 
 
 def parse_rdzv_backend(name: str) -> str:
-    backend = RDZV_BACKENDS.get(str(name).strip().lower())
+    """``etcd-v3`` for every name of it (``etcd``, and ``etcd-v2``, which runs on the v3 API);
+    a one-line error for torchrun's other backends, naming the alternative."""
+    key = str(name).strip().lower()
+    backend = RDZV_BACKENDS.get(key)
     if backend is None:
-        raise UsageError(f"unknown --rdzv-backend {name!r}; elastic-run supports etcd-v3 (alias: etcd)")
+        hint = _NOT_HERE.get(key, "elastic-run supports etcd-v3 (aliases: etcd, etcd-v2)")
+        raise UsageError(f"unknown --rdzv-backend {name!r}: {hint}")
     return backend
 
 

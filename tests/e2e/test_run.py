@@ -104,13 +104,15 @@ def test_worker_without_error_file_gets_a_clear_note(tmp_path):
 
 def test_logs_tee_redirect_and_rank_filter(tmp_path):
     logs = tmp_path / "logs"
-    result = run(["--standalone", "--rdzv-id", "logjob", "--nproc-per-node", "3", "--log-dir", str(logs),
+    result = run(["--standalone", "--nproc-per-node", "3", "--log-dir", str(logs),
                   "--tee", "3", "--redirects", "2:1", "--local-ranks-filter", "0,2", PROBE, str(tmp_path)])
     assert result.returncode == 0, result.stderr
     assert "[rank0]:worker rank 0 of 3" in result.stdout
     assert "[rank1]:" not in result.stdout  # filtered
     assert "[rank2]:" not in result.stdout  # stdout redirected to its file only
-    (node_dir,) = (logs / "logjob").iterdir()
+    (job_dir,) = logs.iterdir()
+    assert job_dir.name.startswith("standalone-")
+    (node_dir,) = job_dir.iterdir()
     for rank in range(3):
         text = (node_dir / "attempt_0" / str(rank) / "stdout.log").read_text()
         assert f"worker rank {rank} of 3 restart 0" in text
@@ -218,3 +220,10 @@ def test_elastic_ctl_status_shows_a_running_job(etcd_endpoints, tmp_path):
         finish(agent)
     missing = run(["status", "--rdzv-endpoint", etcd_endpoints, "--rdzv-id", "no-such-job"], tool_name="elastic-ctl")
     assert missing.returncode == 1 and missing.stderr.strip() == f"elastic-ctl: no job 'no-such-job' at {etcd_endpoints} (under /elastic)"
+
+
+def test_etcd_v2_is_an_alias_that_runs_on_the_v3_api(etcd_endpoints, tmp_path):
+    result = run(["--rdzv-backend", "etcd-v2", "--rdzv-endpoint", etcd_endpoints, "--rdzv-id", run_id(),
+                  "--local-addr", "127.0.0.1", PROBE, str(tmp_path)])
+    assert result.returncode == 0, result.stderr
+    assert "--rdzv-backend etcd-v2: using etcd's v3 API (etcd 3.6 removed v2)" in result.stderr

@@ -67,3 +67,14 @@ def test_rdzv_conf_strings_torchrun_runs_with_elastic_run_runs_with(tmp_path, co
     assert results["ours"].returncode == 0, results["ours"].stderr
     warned = [line for line in results["ours"].stderr.splitlines() if "unknown --rdzv-conf key" in line]
     assert len(warned) == (1 if conf == "bogus=1" else 0), results["ours"].stderr
+
+
+def test_standalone_ignores_the_rendezvous_options_as_torchrun_does(tmp_path):
+    script = tmp_path / "ok.py"
+    script.write_text("print('ok')")
+    args = ["--standalone", "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:1", "--rdzv-id", "mine", str(script)]
+    theirs = subprocess.run([*TORCHRUN, *args], capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    ours = subprocess.run([tool("elastic-run"), *args], capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert theirs.returncode == ours.returncode == 0, (theirs.stderr, ours.stderr)
+    lines = [line for line in ours.stderr.splitlines() if "--standalone: ignoring" in line]
+    assert lines == ["elastic-run: --standalone: ignoring --rdzv-backend, --rdzv-endpoint, --rdzv-id; a local etcd is started for this job"]
