@@ -24,8 +24,6 @@ from datetime import timedelta
 from typing import Any, Callable, Iterator
 
 import torch.distributed as dist
-from torch.distributed.elastic.rendezvous import api as torch_rdzv
-from torch.distributed.elastic.rendezvous.dynamic_rendezvous import RendezvousBackend
 
 from . import errors
 from .backend import EtcdRendezvousBackend
@@ -35,22 +33,26 @@ from .settings import CONF_KEYS, RendezvousSettings
 
 __all__ = ["EtcdStore", "TorchBackend", "torch_error", "create_handler", "handler_creator"]
 
-# The project's error -> torch's, most specific first.
+# The project's error -> the name of torch's, most specific first. torch's rendezvous package is
+# imported only when needed: importing it loads torchrun's handler entry points, this module's
+# among them, so importing it here at module level would be circular.
 _RENDEZVOUS_ERRORS = (
-    (errors.RendezvousConnectionError, torch_rdzv.RendezvousConnectionError),
-    (errors.RendezvousStateError, torch_rdzv.RendezvousStateError),
-    (errors.RendezvousClosedError, torch_rdzv.RendezvousClosedError),
-    (errors.RendezvousTimeoutError, torch_rdzv.RendezvousTimeoutError),
-    (errors.RendezvousError, torch_rdzv.RendezvousError),
+    (errors.RendezvousConnectionError, "RendezvousConnectionError"),
+    (errors.RendezvousStateError, "RendezvousStateError"),
+    (errors.RendezvousClosedError, "RendezvousClosedError"),
+    (errors.RendezvousTimeoutError, "RendezvousTimeoutError"),
+    (errors.RendezvousError, "RendezvousError"),
 )
 
 
 def torch_error(exc: errors.RendezvousError) -> Exception:
     """torch's rendezvous error for one of the project's, with the same message."""
+    from torch.distributed.elastic.rendezvous import api
+
     for ours, theirs in _RENDEZVOUS_ERRORS:
         if isinstance(exc, ours):
-            return theirs(str(exc))
-    return torch_rdzv.RendezvousError(str(exc))
+            return getattr(api, theirs)(str(exc))
+    return api.RendezvousError(str(exc))
 
 
 @contextmanager
@@ -72,8 +74,9 @@ def _as_c10d() -> Iterator[None]:
         raise dist.DistStoreError(str(exc)) from None
 
 
-class TorchBackend(RendezvousBackend):
-    """``EtcdRendezvousBackend`` as torch's RendezvousBackend: same contract, torch's error classes."""
+class TorchBackend:
+    """``EtcdRendezvousBackend`` as torch's RendezvousBackend: same contract, torch's error classes
+    (registered as a virtual subclass of torch's ABC by ``create_handler``)."""
 
     def __init__(self, backend: EtcdRendezvousBackend) -> None:
         self._backend = backend
@@ -98,7 +101,18 @@ class EtcdStore(dist.Store):
                  timeout: timedelta = timedelta(seconds=300)) -> None:
         super().__init__()
         self._kv = EtcdKVStore(client, run_id, key_prefix=key_prefix)
+        self._where = (client, run_id, key_prefix)
+        self._clones: list[EtcdStore] = []
         self.set_timeout(timeout)
+
+    def clone(self) -> "EtcdStore":
+        """A store on the same keys, for another thread (torch calls this in ``split_group``,
+        ``shrink_group`` and its Python-store path). torch holds the clone as a C++ reference that
+        does not keep the Python object alive, so this store does."""
+        client, run_id, key_prefix = self._where
+        twin = EtcdStore(client, run_id, key_prefix=key_prefix, timeout=self.timeout)
+        self._clones.append(twin)
+        return twin
 
     def _seconds(self, override: timedelta | None = None) -> float:
         return (override if override is not None else self.timeout).total_seconds()
@@ -158,7 +172,10 @@ def create_handler(params: Any) -> Any:
     user, password) configure the etcd connection; torch's own keys (join_timeout,
     last_call_timeout, close_timeout, heartbeat, keep_alive_*) go to torch's handler.
     """
+    from torch.distributed.elastic.rendezvous.dynamic_rendezvous import RendezvousBackend
     from torch.distributed.elastic.rendezvous.dynamic_rendezvous import create_handler as torch_create_handler
+
+    RendezvousBackend.register(TorchBackend)
 
     ours = {k: str(v) for k, v in params.config.items() if k in CONF_KEYS and k not in _TORCHS}
     settings = RendezvousSettings.from_conf(params.run_id, params.min_nodes, params.max_nodes, ours)

@@ -91,3 +91,17 @@ def test_store_errors_are_c10d_errors_and_a_timeout_says_timeout(own_etcd):
     with pytest.raises(dist.DistNetworkError, match="cannot reach etcd"):
         store.set("k", b"v")
     client.close()
+
+
+def test_clone_is_a_store_on_the_same_keys_usable_from_another_thread(own_etcd):
+    import gc
+
+    store = EtcdStore(EtcdClient(own_etcd.endpoints), "plugin-clone")
+    prefixed = dist.PrefixStore("pfx", store)
+    twin = prefixed.clone()  # torch's C++ PrefixStore clones the EtcdStore beneath it
+    gc.collect()
+    done = threading.Thread(target=lambda: twin.set("a", "from another thread"))
+    done.start()
+    done.join(10)
+    assert prefixed.get("a") == store.get("pfx/a") == b"from another thread"
+    assert isinstance(store.clone(), EtcdStore)
