@@ -55,6 +55,15 @@ def records(out: str, restart: int | None = None) -> dict[int, dict]:
     return found
 
 
+def json_records(directory: str, pattern: str, order_by: str) -> list[dict]:
+    """The JSON files matching ``pattern`` in ``directory``, loaded, in ``order_by`` order."""
+    found = []
+    for path in glob.glob(os.path.join(directory, pattern)):
+        with open(path) as handle:
+            found.append(json.load(handle))
+    return sorted(found, key=lambda record: record[order_by])
+
+
 def wait_for(predicate, timeout: float, interval: float = 0.05, what: str = "condition"):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -3,12 +3,11 @@ whichever node's worker failed, and --max-restarts is the job's budget, not each
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import time
 
-from .cli_helpers import HERE, finish, run, run_id, start, wait_for
+from .cli_helpers import HERE, finish, json_records, run, run_id, start, wait_for
 
 COUNTED = os.path.join(HERE, "workers", "counted.py")
 
@@ -20,11 +19,7 @@ def _agent(endpoints, rdzv_id, out, *, nnodes="2", max_restarts=2, fail="", run_
 
 
 def _seen(out: str) -> list[dict]:
-    found = []
-    for path in glob.glob(os.path.join(out, "*.json")):
-        with open(path) as handle:
-            found.append(json.load(handle))
-    return sorted(found, key=lambda r: r["at"])
+    return json_records(out, "*.json", "at")
 
 
 def _by_restart(out: str) -> dict[int, dict[int, int]]:

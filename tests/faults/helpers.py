@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import glob
-import json
 import os
 import subprocess
 import sys
@@ -14,7 +12,7 @@ import psutil
 from rendezvous import EtcdClient
 from rendezvous.etcd_server import EtcdCluster
 
-from ..e2e.cli_helpers import wait_for
+from ..e2e.cli_helpers import json_records, wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LIFE = os.path.join(HERE, "workers", "life.py")
@@ -71,11 +69,7 @@ class Agent:
 
 def workers(out: str) -> list[dict]:
     """Every worker process the job started, in the order they started."""
-    found = []
-    for path in glob.glob(os.path.join(out, "w-*.json")):
-        with open(path) as handle:
-            found.append(json.load(handle))
-    return sorted(found, key=lambda w: w["created"])
+    return json_records(out, "w-*.json", "created")
 
 
 def alive(pid: int) -> bool:
