@@ -356,7 +356,6 @@ class RendezvousHandler:
         info = NodeInfo(
             node=self.node_id, round=round_, addr=self.local_addr, local_world_size=self.local_world_size,
             master_port=free_port("0.0.0.0"), finished=finished, failed_round=failed_round, failure=failure,
-            max_restarts=self.max_restarts,
         )
         put = op_put(self._keys.node(self.node_id), info.encode(), lease=self._session.lease_id)
         try:

@@ -79,8 +79,6 @@ class Session:
         self._clock = clock
         self.done = threading.Event()
         self.lost = threading.Event()
-        self.renewals = 0
-        self.failovers = 0
         self._missed = False  # a renewal was acknowledged only after the deadline had passed
         self._handled: float | None = None  # the missed deadline the last fence dealt with
         sent = clock()
@@ -111,7 +109,6 @@ class Session:
         if self._clock() >= self.deadline and self.deadline != self._handled:
             self._missed = True
         self.deadline = max(self.deadline, sent + self.renew_deadline)
-        self.renewals += 1
         self._notify()
 
     def _notify(self) -> None:
@@ -153,7 +150,6 @@ class Session:
                         call.cancel()
                     call = endpoint = None
                     failures += 1
-                    self.failovers += 1
                     quick = not isinstance(exc, asyncio.TimeoutError)
                     next_send = self._clock() + (min(_RETRY * 2 ** min(failures, 8), self.interval) if quick else 0.0)
                     continue
@@ -179,8 +175,3 @@ class Session:
         except RendezvousError:
             pass  # unreachable etcd: the lease expires by itself within its TTL
         concurrent.futures.wait([self._task], timeout=timeout)
-
-    def abandon(self) -> None:
-        """Stop renewing without revoking: the lease runs out by itself (as if this node died)."""
-        self.done.set()
-        self._task.cancel()

@@ -155,7 +155,6 @@ class NodeInfo:
     finished: bool = False  # its workers of ``round`` all succeeded; it waits for the others
     failed_round: int = 0  # its workers of this round failed: it asks for a restart (0: none)
     failure: str = ""  # what failed, for the other nodes' one line: "rank 3 on node n1 failed (exit code 1)"
-    max_restarts: int = 0  # its own --max-restarts (the job's budget is the first agent's)
     schema: int = field(default=SCHEMA_VERSION)
 
     def encode(self) -> bytes:
@@ -177,7 +176,6 @@ class NodeInfo:
             finished=_optional(data, "finished", bool, False, where),
             failed_round=_optional(data, "failed_round", int, 0, where),
             failure=_optional(data, "failure", str, "", where),
-            max_restarts=_optional(data, "max_restarts", int, 0, where),
         )
 
 

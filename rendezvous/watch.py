@@ -88,7 +88,6 @@ class Watch:
         self._events: queue.Queue[WatchEvent] = queue.Queue()
         self._closed = False
         self.reconnects = 0
-        self.silences = 0  # streams given up for silence
         try:
             client.ensure_token()  # a blocking call: here rather than on the loop
         except RendezvousError:
@@ -178,7 +177,6 @@ class Watch:
                 if call is not None:
                     call.cancel()
             if silent:
-                self.silences += 1
                 self._client.stream_failed(TimeoutError("the watch stream went silent"), endpoint)
                 backoff = _BACKOFF_START
             await asyncio.sleep(backoff)

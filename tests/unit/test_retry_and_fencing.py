@@ -110,7 +110,7 @@ def _session(clock: _Clock):
 
     session = Session.__new__(Session)  # the deadline bookkeeping only: no etcd, no keep-alive task
     session.renew_deadline, session._clock, session._on_renew = 4.0, clock, None
-    session._missed, session._handled, session.renewals = False, None, 0
+    session._missed, session._handled = False, None
     session.deadline = clock() + 4.0
     return session
 
