@@ -355,7 +355,7 @@ class EtcdClient:
         self._current = index  # the next call starts where this one would have gone on
         if not failures:
             failures = {str(ep): "no time left to try" for ep in self.endpoints}
-        raise RendezvousConnectionError(retry.unreachable_message(failures, attempt, time.monotonic() - started))
+        raise _Unreachable(failures, attempt, time.monotonic() - started)
 
     def wait_ready(self, key: str | bytes, timeout: float, report: Callable[[str], None] | None = None,
                    every: float = 5.0) -> None:
@@ -382,7 +382,7 @@ class EtcdClient:
                         f"{exc} (waited {now - started:.0f} s for etcd; connect_timeout is {timeout:g} s)"
                     ) from None
                 if report is not None and now >= next_report:
-                    where = str(exc).removeprefix("cannot reach etcd at ").split("; tried")[0]
+                    where = exc.where if isinstance(exc, _Unreachable) else str(exc)
                     report(f"waiting for etcd at {where}, {deadline - now:.0f} s left")
                     next_report = now + every
                 time.sleep(min(0.2, max(deadline - time.monotonic(), 0.0)))
@@ -508,6 +508,14 @@ async def _close_stream_channels(channels: list[Any]) -> None:
         await channel.close()
 
 
+class _Unreachable(RendezvousConnectionError):
+    """No endpoint answered within a call's budget; ``where`` says which were tried and why."""
+
+    def __init__(self, failures: dict[str, str], attempts: int, spent: float) -> None:
+        super().__init__(retry.unreachable_message(failures, attempts, spent))
+        self.where = retry.where(failures)
+
+
 class _LeaseNotFound(RendezvousError):
     """etcd answered that a lease does not exist (it expired or was revoked)."""
 
@@ -517,7 +525,7 @@ def _details(exc: grpc.RpcError) -> str:
 
 
 def _describe(exc: grpc.RpcError) -> str:
-    details = exc.details() if hasattr(exc, "details") else None
+    details = _details(exc)
     code = exc.code().name if hasattr(exc, "code") else "ERROR"
     return f"{code}: {details}" if details else code
 
@@ -526,7 +534,7 @@ def map_rpc_error(exc: grpc.RpcError, endpoint: Endpoint | None = None) -> Rende
     """Map a gRPC error to the rendezvous error tree."""
     code = exc.code()
     where = f"etcd at {endpoint}" if endpoint else "etcd"
-    details = (exc.details() or "") if hasattr(exc, "details") else ""
+    details = _details(exc)
     if code in _UNREACHABLE:
         return RendezvousConnectionError(f"cannot reach {where}: {_describe(exc)}")
     if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):

@@ -21,6 +21,7 @@ __all__ = [
     "attempt_timeout",
     "backoff",
     "reason",
+    "where",
     "unreachable_message",
 ]
 
@@ -105,8 +106,12 @@ def reason(code: str, details: str = "", waited: float | None = None) -> str:
     return f"{code}: {text}" if text else code
 
 
+def where(failures: dict[str, str]) -> str:
+    """``h1:2379 (connection refused), h2:2379 (no answer within 1.7 s)``"""
+    return ", ".join(f"{endpoint} ({why})" for endpoint, why in failures.items())
+
+
 def unreachable_message(failures: dict[str, str], attempts: int, spent: float) -> str:
     """The one line a RendezvousConnectionError says: where, why, and how long was really spent."""
-    where = ", ".join(f"{endpoint} ({why})" for endpoint, why in failures.items())
     tries = "once" if attempts == 1 else f"{attempts} times"
-    return f"cannot reach etcd at {where}; tried {tries} over {spent:.1f} s"
+    return f"cannot reach etcd at {where(failures)}; tried {tries} over {spent:.1f} s"
