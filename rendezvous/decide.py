@@ -6,7 +6,7 @@ with made-up node lists and an injected clock.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 from .state import JobState, JobStatus, NodeInfo, Participant
@@ -20,6 +20,7 @@ __all__ = [
     "assign_ranks",
     "decide",
     "frozen_state",
+    "closed_state",
     "restart_count",
     "job_budget",
     "failures_reported",
@@ -143,6 +144,13 @@ def frozen_state(
         participants=participants, master_addr=master.addr, master_port=port, restarts=restarts,
         max_restarts=max_restarts,
     )
+
+
+def closed_state(state: JobState, reason: str, **changes: object) -> JobState:
+    """``state`` closed for ``reason``: the round, its participants, master and restart count stay
+    as they were, so ``status`` and ``history`` still show the last round (``changes`` on top:
+    ``failed``, ``closed_by``, ...)."""
+    return replace(state, status=JobStatus.CLOSED, reason=reason, last_call_at=None, **changes)
 
 
 def restart_count(state: JobState | None, nodes: Sequence[LiveNode], round_: int) -> int:

@@ -16,7 +16,7 @@ from typing import Callable
 
 from .backend import EtcdRendezvousBackend
 from .client import EtcdClient, op_put
-from .decide import Freeze, decide, frozen_state, job_budget, joined, restart_count
+from .decide import Freeze, closed_state, decide, frozen_state, job_budget, joined, restart_count
 from .history import HistoryWriter
 from .errors import RendezvousClosedError, RendezvousError, RendezvousTimeoutError
 from .ports import free_port
@@ -216,14 +216,11 @@ class RendezvousHandler:
             state = JobState.decode(current[0]) if current else None
             if state is not None and state.status is JobStatus.CLOSED:
                 return
-            closed = JobState(
-                run_id=self.run_id, round=state.round if state else 0, status=JobStatus.CLOSED,
-                min_nodes=self.settings.min_nodes, max_nodes=self.settings.max_nodes,
-                participants=state.participants if state else (), master_addr=state.master_addr if state else "",
-                master_port=state.master_port if state else 0, reason=reason,
-                restarts=state.restarts if state else 0, max_restarts=job_budget(state, self.max_restarts),
-                failed=failed,
-            )
+            if state is None:  # closed before any round was written
+                state = JobState(run_id=self.run_id, round=0, status=JobStatus.JOINING, min_nodes=self.settings.min_nodes,
+                                 max_nodes=self.settings.max_nodes, max_restarts=self.max_restarts)
+            closed = closed_state(state, reason, failed=failed, min_nodes=self.settings.min_nodes,
+                                  max_nodes=self.settings.max_nodes)
             result = self._backend.set_state(closed.encode(), token)
             if result is not None and result[2]:
                 return

@@ -7,6 +7,7 @@ from dataclasses import replace
 
 from .backend import EtcdRendezvousBackend
 from .client import EtcdClient
+from .decide import closed_state
 from .errors import RendezvousError
 from .history import HistoryWriter
 from .membership import JobKeys
@@ -28,7 +29,7 @@ class JobRefused(RendezvousError):
 
 def closed_by_operator(state: JobState, reason: str) -> JobState:
     """The job closed by an operator: every agent stops its workers and exits (exit code 4)."""
-    return replace(state, status=JobStatus.CLOSED, reason=reason, closed_by=OPERATOR, last_call_at=None)
+    return closed_state(state, reason, closed_by=OPERATOR)
 
 
 def new_round(state: JobState, reason: str) -> JobState:
