@@ -240,10 +240,6 @@ def ctl_restart(rdzv_endpoint: str, rdzv_id: str, rdzv_conf: str, reason: str) -
 @click.option("--force", is_flag=True, help="Even while nodes are alive (they then start the job afresh).")
 def ctl_reset(rdzv_endpoint: str, rdzv_id: str, rdzv_conf: str, force: bool) -> int:
     """Delete a finished or closed job's keys, so its id can be used again."""
-    deleted = _write(rdzv_endpoint, rdzv_id, rdzv_conf, lambda c, k, h: reset_job(c, k, force=force))
-    click.echo(f"reset job {rdzv_id}: deleted its {deleted} keys under {_ctl_client_root(rdzv_id, rdzv_conf)}")
+    deleted, root = _write(rdzv_endpoint, rdzv_id, rdzv_conf, lambda c, k, h: (reset_job(c, k, force=force), k.root))
+    click.echo(f"reset job {rdzv_id}: deleted its {deleted} keys under {root}")
     return 0
-
-
-def _ctl_client_root(run_id: str, conf: str) -> str:
-    return JobKeys(RendezvousSettings.from_conf(run_id, 1, 1, conf).key_prefix, run_id).root

@@ -89,8 +89,10 @@ def test_reset_is_refused_while_nodes_live_and_frees_the_id_after(etcd_endpoints
     assert finish(agent, timeout=30)[0] == 0
     again = run(["--nnodes", "1", "--rdzv-endpoint", etcd_endpoints, "--rdzv-id", rdzv_id, COUNTED, out])
     assert again.returncode == 3 and "is closed" in again.stderr
-    done = _ctl("reset", endpoints=etcd_endpoints, rdzv_id=rdzv_id)
+    done = _ctl("reset", "--rdzv-conf", "bogus=1", endpoints=etcd_endpoints, rdzv_id=rdzv_id)
     assert done.returncode == 0 and done.stdout.startswith(f"reset job {rdzv_id}: deleted its "), done
+    assert done.stdout.rstrip().endswith(f"under /elastic/{rdzv_id}/")
+    assert done.stderr.count("ignoring unknown --rdzv-conf key 'bogus'") == 1, done.stderr
     assert run(["--nnodes", "1", "--rdzv-endpoint", etcd_endpoints, "--rdzv-id", rdzv_id, COUNTED, out]).returncode == 0
 
 
