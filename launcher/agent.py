@@ -352,10 +352,13 @@ class Agent:
 
 
 def _project_path() -> list[str]:
-    """Where the ``rendezvous`` package is imported from, for the reaper (``python -I`` ignores PYTHONPATH)."""
+    """Where the reaper imports the etcd client from if it has to revoke the lease: the directory of
+    the ``rendezvous`` package, then this process's own path (the reaper starts with ``python -I -S``,
+    without site-packages or PYTHONPATH, so that starting it costs the agent nothing more)."""
     import rendezvous
 
-    return [os.path.dirname(os.path.dirname(os.path.abspath(rendezvous.__file__)))]
+    paths = [os.path.dirname(os.path.dirname(os.path.abspath(rendezvous.__file__))), *sys.path]
+    return list(dict.fromkeys(p for p in paths if p))
 
 
 _LOG_FORMAT = ["text"]

@@ -16,7 +16,8 @@ The agent starts it with a pipe on its stdin and a pipe from its stdout, and wri
   gets SIGKILL (grandchildren in the same group included), and then the lease is revoked so the
   other nodes hear at once that this one is gone. Only then is the etcd client imported.
 
-Run by path with ``python -I``: nothing from the project is imported until the lease is revoked.
+Run by path with ``python -I -S``: standard library only until the lease is revoked; then the agent's
+import path (``sys_path`` in the config) is added and the project's etcd client imported.
 """
 
 from __future__ import annotations

@@ -94,7 +94,7 @@ class Reaper:
 
     def __init__(self) -> None:
         self._process = subprocess.Popen(
-            [sys.executable, "-I", _REAPER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            [sys.executable, "-I", "-S", _REAPER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True,
         )
         os.set_blocking(self._process.stdout.fileno(), False)
