@@ -78,3 +78,12 @@ def test_standalone_ignores_the_rendezvous_options_as_torchrun_does(tmp_path):
     assert theirs.returncode == ours.returncode == 0, (theirs.stderr, ours.stderr)
     lines = [line for line in ours.stderr.splitlines() if "--standalone: ignoring" in line]
     assert lines == ["elastic-run: --standalone: ignoring --rdzv-backend, --rdzv-endpoint, --rdzv-id; a local etcd is started for this job"]
+
+
+def test_auto_counts_only_gpus_that_exist_as_torchrun(tmp_path):
+    if os.path.exists("/proc/driver/nvidia/gpus"):
+        pytest.skip("this machine has GPUs: the case is a GPU-less one")
+    env = {"CUDA_VISIBLE_DEVICES": "0,1,2"}
+    theirs, _ = _launch(TORCHRUN, tmp_path, "torchrun", "auto", env)
+    ours, _ = _launch([tool("elastic-run")], tmp_path, "ours", "auto", env)
+    assert len(ours) == len(theirs) == len(os.sched_getaffinity(0))
