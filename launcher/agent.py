@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Iterator, Mapping
 
 from rendezvous.errors import RendezvousClosedError, RendezvousConnectionError, RendezvousCredentialsError, RendezvousError
@@ -31,14 +31,14 @@ from rendezvous.handler import Progress, RendezvousHandler, RendezvousInfo
 from rendezvous.state import JobState, JobStatus
 
 from .env import WorkerSpec
-from rendezvous.history import HistoryWriter
+from rendezvous.history import Event, HistoryWriter
 
 from rendezvous.operate import OPERATOR
 
 from .errors import AgentStopped, JobClosedError, JobRendezvousError, WorkerFailedError
-from .logs import LogPump
+from .logs import Layout, LogPump, LogSettings
 from .summary import describe_exit, failure_summary
-from .workers import GroupState, GroupStatus, LogSettings, Reaper, WorkerGroup, attempt_dir
+from .workers import GroupState, GroupStatus, Reaper, WorkerGroup
 
 __all__ = ["AgentConfig", "Agent", "AgentState", "stop_on_signals", "progress_line", "say", "set_log_format"]
 
@@ -60,7 +60,10 @@ class AgentConfig:
     max_restarts: int = 0
     monitor_interval: float = 0.1
     role: str = "default"
-    stop_grace: float = 10.0  # seconds between SIGTERM and SIGKILL when stopping workers
+    stop_grace: float = 30.0  # seconds between SIGTERM and SIGKILL when stopping workers (--shutdown-timeout)
+    virtual_local_rank: bool = False  # LOCAL_RANK=0 and one CUDA device per worker
+    event_log_handler: str = "null"  # torchrun's --event-log-handler: null, or console (a JSON line per event)
+    cpu_binding: Mapping[int, tuple[str, ...]] = field(default_factory=dict)  # command before a local rank's (--numa-binding)
     exit_barrier_timeout: float = 300.0  # how long a finished node waits for the others
 
 
@@ -102,12 +105,14 @@ class Agent:
         reaper = Reaper()
         self._reaper = reaper
         group = WorkerGroup(self.config.argv, self.config.logs, pump, reaper)
-        history = HistoryWriter(self.handler.client, self.handler.job_root, self.handler.node_id, report=self.say)
+        echo = console_event if self.config.event_log_handler == "console" else None
+        history = HistoryWriter(self.handler.client, self.handler.job_root, self.handler.node_id, report=self.say, echo=echo)
         self.history = self.handler.history = history
         reaper.configure(self.handler.client.config(), _project_path(),
                          history={"prefix": self.handler.job_root, "node": self.handler.node_id})
         self.handler.on_renew = reaper.arm
         left = "the agent exited"
+        stop_with = signal.SIGTERM
         try:
             while True:
                 self.info = self._rendezvous()
@@ -117,7 +122,11 @@ class Agent:
                 self.state = AgentState.RUNNING
                 reaper.clear()
                 reaper.note_round(self.info.round)
-                group.start(self._specs(self.info), self.attempt, self.environ)
+                layout = self.config.logs.layout(
+                    self.attempt, role=self.config.role, base_rank=self.info.base_global_rank,
+                    nproc=self.config.nproc_per_node, run_id=self.info.run_id, restart_count=self.info.restart_count,
+                )
+                group.start(self._specs(self.info, layout), layout, self.environ, self.config.cpu_binding)
                 status = self._monitor(group)
                 if status is FENCED:
                     group.stop(0.0)  # now: the lease may expire in under a second
@@ -163,10 +172,11 @@ class Agent:
             raise JobRendezvousError(str(exc)) from exc
         except AgentStopped as exc:
             left = f"stopped by {signal.Signals(exc.signum).name}"
+            stop_with = exc.signum  # as torchrun: the workers get the signal the agent got
             raise
         finally:
             _ignore_stop_signals()
-            group.stop(self.config.stop_grace)
+            group.stop(self.config.stop_grace, stop_with)
             self.handler.on_renew = None
             try:
                 self.handler.shutdown()
@@ -228,15 +238,15 @@ class Agent:
                 self.say(line)
                 shown = line
 
-    def _specs(self, info: RendezvousInfo) -> list[WorkerSpec]:
+    def _specs(self, info: RendezvousInfo, layout: Layout) -> list[WorkerSpec]:
         n = self.config.nproc_per_node
         return [
             WorkerSpec(
                 local_rank=i, local_world_size=n, base_global_rank=info.base_global_rank, world_size=info.world_size,
                 group_rank=info.group_rank, group_world_size=info.group_world_size, master_addr=info.master_addr,
                 master_port=info.master_port, run_id=info.run_id, restart_count=info.restart_count,
-                max_restarts=info.max_restarts, role=self.config.role,
-                error_file=os.path.join(attempt_dir(self.config.logs.root, self.attempt, i), "error.json"),
+                max_restarts=info.max_restarts, role=self.config.role, error_file=layout.ranks[i].error_file,
+                virtual_local_rank=self.config.virtual_local_rank,
             )
             for i in range(n)
         ]
@@ -381,25 +391,37 @@ def say(message: str, level: str = "info") -> None:
     sys.stderr.flush()
 
 
-_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+def console_event(event: Event) -> None:
+    """One event as torch's console event handler prints it: a JSON object on stderr."""
+    record = {
+        "name": f"elastic.{event.kind}", "source": "AGENT", "timestamp": int(event.time * 1000),
+        "metadata": {"run_round": event.round, "node": event.node, **event.details},
+    }
+    sys.stderr.write(json.dumps(record, default=str) + "\n")
+    sys.stderr.flush()
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)  # torchrun's --signals-to-handle
+_handled: list[int] = list(STOP_SIGNALS)
 
 
 def _ignore_stop_signals() -> None:
     if threading.current_thread() is threading.main_thread():
-        for signum in _STOP_SIGNALS:
+        for signum in _handled:
             signal.signal(signum, signal.SIG_IGN)
 
 
 @contextmanager
-def stop_on_signals() -> Iterator[None]:
-    """Turn SIGTERM / SIGINT / SIGHUP into AgentStopped in the main thread (once)."""
-    previous = {signum: signal.getsignal(signum) for signum in _STOP_SIGNALS}
+def stop_on_signals(signals: tuple[int, ...] = STOP_SIGNALS) -> Iterator[None]:
+    """Turn each of ``signals`` into AgentStopped in the main thread (once)."""
+    previous = {signum: signal.getsignal(signum) for signum in signals}
+    _handled[:] = signals
 
     def handle(signum: int, frame: object) -> None:
         _ignore_stop_signals()
         raise AgentStopped(signum)
 
-    for signum in _STOP_SIGNALS:
+    for signum in signals:
         signal.signal(signum, handle)
     try:
         yield

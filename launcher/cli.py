@@ -23,22 +23,27 @@ from rendezvous.settings import RendezvousSettings
 from .agent import Agent, AgentConfig, say, set_log_format, stop_on_signals
 from .env import OMP_WARNING
 from .errors import EXIT_USAGE, LauncherError, UsageError
-from .logs import parse_ranks_filter, parse_std
-from .options import parse_nnodes, parse_nproc_per_node, parse_rdzv_backend, worker_argv
-from .workers import LogSettings
+from .logs import LogSettings, parse_filters, parse_ranks_filter, parse_std
+from .logs_specs import load_logs_specs
+from .numa import MODES as NUMA_MODES
+from .numa import binding_commands, read_topology
+from .options import (
+    expand_abbreviations, parse_nnodes, parse_nproc_per_node, parse_rdzv_backend, parse_signals, worker_argv,
+)
 
 __all__ = ["elastic_run", "run_main", "ctl_main"]
 
 _CONTEXT = {"help_option_names": ["-h", "--help"], "allow_interspersed_args": False, "max_content_width": 100}
 
 
-def _option(*names: str, env: str, **kwargs: Any) -> Callable:
-    """A torchrun option: both spellings (--a-b and --a_b), and PET_<NAME> from the environment."""
+def _option(*names: str, env: str | None, **kwargs: Any) -> Callable:
+    """A torchrun option: both spellings (--a-b and --a_b), and PET_<NAME> from the environment
+    (for the options torchrun reads it for)."""
     spelled = list(names)
     for name in names:
         if name.startswith("--") and "-" in name[2:]:
             spelled.append("--" + name[2:].replace("-", "_"))
-    return click.option(*spelled, envvar=f"PET_{env}", show_envvar=False, **kwargs)
+    return click.option(*spelled, envvar=f"PET_{env}" if env else None, show_envvar=False, **kwargs)
 
 
 @click.command("elastic-run", context_settings=_CONTEXT)
@@ -57,20 +62,36 @@ def _option(*names: str, env: str, **kwargs: Any) -> Callable:
          show_default=True, help="Seconds between worker checks.")
 @_option("--start-method", env="START_METHOD", type=click.Choice(["spawn", "fork", "forkserver"]), default="spawn",
          help="Accepted for torchrun compatibility; workers are always new processes.")
+@_option("--event-log-handler", env="EVENT_LOG_HANDLER", type=click.Choice(["null", "console"]), default="null",
+         show_default=True, help="Where the agent's events go: null, or console (one JSON object per event, on stderr).")
 @_option("--role", env="ROLE", default="default", show_default=True, help="ROLE_NAME of the workers.")
 @_option("-m", "--module", env="MODULE", is_flag=True, help="Run SCRIPT as a module (python -m).")
 @_option("--no-python", env="NO_PYTHON", is_flag=True, help="Run SCRIPT as a program, not with python.")
 @_option("--run-path", env="RUN_PATH", is_flag=True, help="Run SCRIPT with runpy.run_path.")
 @_option("--log-dir", env="LOG_DIR", default=None, help="Directory for per-attempt, per-rank logs and error files.")
-@_option("-r", "--redirects", env="REDIRECTS", default="0", help="Send output to log files only: 0-3 or LOCAL_RANK:0-3,...")
-@_option("-t", "--tee", env="TEE", default="0", help="Copy output to log files: 0-3 or LOCAL_RANK:0-3,...")
+@_option("-r", "--redirects", env="REDIRECTS", default="0",
+         help="Send output to log files only: 0-3 or LOCAL_RANK:0-3,... (--tee still shows it).")
+@_option("-t", "--tee", env="TEE", default="0",
+         help="Copy output to log files and to the console, prefixed: 0-3 or LOCAL_RANK:0-3,...")
 @_option("--local-ranks-filter", env="LOCAL_RANKS_FILTER", default="", help="Show only these local ranks, e.g. 0,2.")
+@_option("--duplicate-stdout-filters", env="DUPLICATE_STDOUT_FILTERS", default="",
+         help="Copy teed stdout lines containing any of these (a,b; ,, is a comma) to attempt_<n>/filtered_stdout.log.")
+@_option("--duplicate-stderr-filters", env="DUPLICATE_STDERR_FILTERS", default="",
+         help="The same for stderr, to attempt_<n>/filtered_stderr.log.")
 @_option("--local-addr", env="LOCAL_ADDR", default=None, help="This node's address as the others reach it.")
 @_option("--node-rank", env="NODE_RANK", type=int, default=0, help="Static rendezvous only: ignored.")
 @_option("--master-addr", env="MASTER_ADDR", default=None, help="Static rendezvous only: ignored.")
 @_option("--master-port", env="MASTER_PORT", type=int, default=None, help="Static rendezvous only: ignored.")
-@_option("--stop-grace", env="STOP_GRACE", type=click.FloatRange(min=0), default=10.0, show_default=True,
-         help="Seconds between SIGTERM and SIGKILL when stopping workers.")
+@_option("--logs-specs", env=None, default=None,
+         help="A LogsSpecs class from the torchrun.logs_specs entry points; default: the built-in layout.")
+@_option("--numa-binding", env=None, type=click.Choice(list(NUMA_MODES)), default=None,
+         help="Bind each worker to the CPUs near its GPU (or its share of the NUMA nodes).")
+@_option("--signals-to-handle", env="SIGNALS_TO_HANDLE", default="SIGTERM,SIGINT,SIGHUP,SIGQUIT", show_default=True,
+         help="Signals that stop the job gracefully; the workers get the same signal.")
+@_option("--shutdown-timeout", "--stop-grace", "stop_grace", env="SHUTDOWN_TIMEOUT", type=click.FloatRange(min=0),
+         default=None, help="Seconds between the stop signal and SIGKILL [default: $TORCH_ELASTIC_SHUTDOWN_TIMEOUT or 30].")
+@_option("--virtual-local-rank", env="VIRTUAL_LOCAL_RANK", is_flag=True,
+         help="LOCAL_RANK=0 for every worker, each seeing only its own CUDA device.")
 @click.option("--log-format", envvar="ELASTIC_LOG_FORMAT", type=click.Choice(["text", "json"]), default="text",
               show_default=True, help="The agent's own lines: text, or one JSON object each (workers' lines untouched).")
 @click.argument("script")
@@ -98,6 +119,16 @@ def elastic_run(**opts: Any) -> int:
     redirects = parse_std(opts["redirects"], "--redirects")
     tee = parse_std(opts["tee"], "--tee")
     ranks_filter = parse_ranks_filter(opts["local_ranks_filter"])
+    signals = parse_signals(opts["signals_to_handle"])
+    stop_grace = _shutdown_timeout(opts["stop_grace"])
+    if opts["virtual_local_rank"]:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        if visible is not None and len(visible.split(",")) < nproc:
+            raise UsageError(f"--virtual-local-rank: CUDA_VISIBLE_DEVICES={visible} names fewer devices than "
+                             f"--nproc-per-node {nproc}")
+    cpu_binding, numa_line = binding_commands(opts["numa_binding"], nproc, read_topology())
+    if numa_line:
+        say(numa_line)
     if standalone:
         if nodes.max_nodes != 1:
             say("--standalone runs one node; ignoring --nnodes")
@@ -115,16 +146,24 @@ def elastic_run(**opts: Any) -> int:
     local_addr = opts["local_addr"] or ("127.0.0.1" if standalone else None)
     node_id = default_node_id()
     log_root, temporary = _log_root(opts["log_dir"], run_id, node_id)
+    custom_logs = load_logs_specs(opts["logs_specs"], opts["log_dir"], redirects, tee, ranks_filter)
     config = AgentConfig(
         argv=tuple(argv), nproc_per_node=nproc, max_restarts=opts["max_restarts"],
-        monitor_interval=opts["monitor_interval"], role=opts["role"], stop_grace=opts["stop_grace"],
-        logs=LogSettings(log_root, redirects, tee, ranks_filter),
+        monitor_interval=opts["monitor_interval"], role=opts["role"], stop_grace=stop_grace,
+        logs=LogSettings(
+            log_root, redirects, tee, ranks_filter, os.environ.get("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE") or None,
+            parse_filters(opts["duplicate_stdout_filters"]), parse_filters(opts["duplicate_stderr_filters"]),
+            custom_logs,
+        ),
+        virtual_local_rank=opts["virtual_local_rank"], event_log_handler=opts["event_log_handler"],
+        cpu_binding=cpu_binding,
     )
+    os.environ["TORCHELASTIC_SIGNALS_TO_HANDLE"] = opts["signals_to_handle"]  # as torchrun: workers inherit it
     if temporary and (redirects or tee):
         say(f"log files go to {log_root} (set --log-dir to choose)")
     server = None
     try:
-        with stop_on_signals():
+        with stop_on_signals(signals):
             if standalone:
                 from rendezvous.etcd_server import EtcdServer
 
@@ -148,6 +187,20 @@ def elastic_run(**opts: Any) -> int:
             shutil.rmtree(log_root, ignore_errors=True)
 
 
+def _shutdown_timeout(value: float | None) -> float:
+    """--shutdown-timeout, else TORCH_ELASTIC_SHUTDOWN_TIMEOUT, else 30 s (torchrun's rule)."""
+    if value is not None:
+        return value
+    text = os.environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "30")
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not seconds >= 0:
+        raise UsageError(f"TORCH_ELASTIC_SHUTDOWN_TIMEOUT must be a number of seconds >= 0, not {text!r}")
+    return seconds
+
+
 _EARLY: list[Any] = [None]  # an etcd started by launcher.main before the imports, for --standalone
 
 
@@ -163,9 +216,25 @@ def _log_root(log_dir: str | None, run_id: str, node_id: str) -> tuple[str, bool
 
 
 # -- entry points: one line per error, distinct exit codes, never a traceback ----------------------
+def _spellings(command: click.Command) -> tuple[dict[str, str], set[str]]:
+    """Every option spelling of ``command`` -> its parameter name; and the spellings that take a value."""
+    names: dict[str, str] = {"--help": "help", "-h": "help"}
+    takes_value: set[str] = set()
+    for param in command.params:
+        if isinstance(param, click.Option):
+            for spelling in param.opts:
+                names[spelling] = param.name or spelling
+                if not param.is_flag:
+                    takes_value.add(spelling)
+    return names, takes_value
+
+
 def _entry(command: click.Command, prog: str, argv: Sequence[str] | None) -> NoReturn:
     try:
-        code = command.main(args=list(argv) if argv is not None else None, prog_name=prog, standalone_mode=False)
+        args = list(argv) if argv is not None else sys.argv[1:]
+        if command is elastic_run:  # argparse's unique-prefix abbreviations, as torchrun takes them
+            args = expand_abbreviations(args, *_spellings(command))
+        code = command.main(args=args, prog_name=prog, standalone_mode=False)
     except click.exceptions.Exit as exc:
         code = exc.exit_code
     except click.ClickException as exc:

@@ -7,7 +7,7 @@ from typing import Mapping
 
 from rendezvous.credentials import without_credentials
 
-__all__ = ["WorkerSpec", "worker_env", "EXPORTED", "OMP_WARNING"]
+__all__ = ["WorkerSpec", "worker_env", "virtual_device", "EXPORTED", "OMP_WARNING"]
 
 EXPORTED = (
     "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
@@ -41,10 +41,22 @@ class WorkerSpec:
     max_restarts: int
     error_file: str
     role: str = "default"
+    virtual_local_rank: bool = False  # torchrun's --virtual-local-rank
 
     @property
     def rank(self) -> int:
         return self.base_global_rank + self.local_rank
+
+
+def virtual_device(local_rank: int, visible: str | None) -> str:
+    """--virtual-local-rank: the one device a worker sees (as its device 0): its entry of the
+    agent's CUDA_VISIBLE_DEVICES, or its local rank when that is unset."""
+    if visible is None:
+        return str(local_rank)
+    devices = visible.split(",")
+    if local_rank >= len(devices):
+        raise ValueError(f"local rank {local_rank} has no device in CUDA_VISIBLE_DEVICES={visible}")
+    return devices[local_rank].strip()
 
 
 def worker_env(spec: WorkerSpec, inherited: Mapping[str, str]) -> dict[str, str]:
@@ -78,6 +90,8 @@ def worker_env(spec: WorkerSpec, inherited: Mapping[str, str]) -> dict[str, str]
         TORCHELASTIC_USE_AGENT_STORE="False",
         TORCHELASTIC_ERROR_FILE=spec.error_file,
     )
+    if spec.virtual_local_rank:
+        env.update(LOCAL_RANK="0", CUDA_VISIBLE_DEVICES=virtual_device(spec.local_rank, inherited.get("CUDA_VISIBLE_DEVICES")))
     env.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
     if spec.local_world_size > 1:
         env.setdefault("OMP_NUM_THREADS", "1")

@@ -11,7 +11,10 @@ from typing import Sequence
 
 from .errors import UsageError
 
-__all__ = ["NodeRange", "parse_nnodes", "parse_nproc_per_node", "worker_argv", "RDZV_BACKENDS", "parse_rdzv_backend"]
+__all__ = [
+    "NodeRange", "parse_nnodes", "parse_nproc_per_node", "parse_signals", "expand_abbreviations", "worker_argv",
+    "RDZV_BACKENDS", "parse_rdzv_backend",
+]
 
 RDZV_BACKENDS = {"etcd-v3": "etcd-v3", "etcd": "etcd-v3", "etcd_v3": "etcd-v3", "etcd-v2": "etcd-v3"}
 # torchrun's backends that need no etcd: the line that names what to use instead.
@@ -66,8 +69,25 @@ def _gpu_count(installed: int | None = None, visible: str | None = None) -> int:
     return min(count, installed)
 
 
+def _xpu_count(root: str = "/sys/class/drm") -> int:
+    """Intel GPUs (XPUs) that exist: DRM cards of vendor 0x8086 driven by i915 or xe. No torch import."""
+    count = 0
+    for card in glob.glob(os.path.join(root, "card[0-9]*")):
+        if "-" in os.path.basename(card):
+            continue  # a connector (card0-DP-1), not a device
+        try:
+            with open(os.path.join(card, "device", "vendor")) as handle:
+                vendor = handle.read().strip()
+            driver = os.path.basename(os.readlink(os.path.join(card, "device", "driver")))
+        except OSError:
+            continue
+        count += vendor == "0x8086" and driver in ("i915", "xe")
+    return count
+
+
 def parse_nproc_per_node(text: str) -> int:
-    """A positive number, ``cpu`` (one per CPU), ``gpu`` (one per visible GPU) or ``auto`` (GPUs, else CPUs)."""
+    """A positive number, ``cpu`` (one per CPU), ``gpu`` (one per visible GPU), ``xpu`` (one per
+    Intel GPU) or ``auto`` (GPUs, else XPUs, else CPUs)."""
     value = str(text).strip().lower()
     if value.isdigit():
         if int(value) < 1:
@@ -80,9 +100,61 @@ def parse_nproc_per_node(text: str) -> int:
         if count == 0:
             raise UsageError("--nproc-per-node gpu: no GPU is visible on this node")
         return count
+    if value == "xpu":
+        count = _xpu_count()
+        if count == 0:
+            raise UsageError("--nproc-per-node xpu: no XPU is visible on this node")
+        return count
     if value == "auto":
-        return _gpu_count() or _cpu_count()
-    raise UsageError(f"--nproc-per-node must be a number, cpu, gpu or auto, not {text!r}")
+        return _gpu_count() or _xpu_count() or _cpu_count()
+    raise UsageError(f"--nproc-per-node must be a number, cpu, gpu, xpu or auto, not {text!r}")
+
+
+def parse_signals(text: str) -> tuple[int, ...]:
+    """``--signals-to-handle``: signal names, comma-separated (``SIGTERM,SIGUSR1``), that stop the job
+    gracefully. Each must exist and be catchable."""
+    import signal
+
+    found = []
+    for name in (part.strip() for part in str(text).split(",")):
+        number = getattr(signal, name, None) if name.startswith("SIG") and not name.startswith("SIG_") else None
+        if not isinstance(number, signal.Signals) or number in (signal.SIGKILL, signal.SIGSTOP):
+            raise UsageError(
+                f"--signals-to-handle {text!r}: {name!r} is not a signal that can be handled (e.g. SIGTERM,SIGUSR1)"
+            )
+        if number not in found:
+            found.append(number)
+    return tuple(found)
+
+
+def expand_abbreviations(argv: Sequence[str], options: dict[str, str], takes_value: set[str]) -> list[str]:
+    """argparse's unique-prefix abbreviations of long options, before the script (``--nproc 2``,
+    ``--redirect=3``). ``options`` maps every spelling to its option's name; spellings of one option
+    count as one. Ambiguous: one error naming the candidates; unknown: left for the parser to refuse."""
+    out = list(argv)
+    i = 0
+    while i < len(out):
+        token = out[i]
+        if token == "--" or not token.startswith("-") or token == "-":
+            break  # the script: everything after it is its own
+        if not token.startswith("--"):
+            short = token[:2]
+            i += 2 if short in takes_value and len(token) == 2 else 1
+            continue
+        name, eq, value = token.partition("=")
+        if name not in options:
+            matches: dict[str, str] = {}
+            for spelling, option in options.items():
+                if spelling.startswith(name) and spelling.startswith("--"):
+                    matches.setdefault(option, spelling)
+            if len(matches) > 1:
+                candidates = ", ".join(sorted({s for s, o in options.items() if o in matches and s.startswith(name)}))
+                raise UsageError(f"ambiguous option: {name} could match {candidates}")
+            if len(matches) == 1:
+                name = next(iter(matches.values()))
+                out[i] = name + eq + value
+        i += 2 if name in takes_value and not eq else 1
+    return out
 
 
 def parse_rdzv_backend(name: str) -> str:

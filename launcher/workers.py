@@ -30,7 +30,7 @@ from rendezvous.lifeline import die_with_parent
 
 from .env import WorkerSpec, worker_env
 from .errorfile import ErrorRecord, read_error
-from .logs import STDERR, STDOUT, LogPump, Std, plan_stream
+from .logs import Layout, LogPump, LogSettings, StreamPlan, attempt_dir
 
 __all__ = ["GroupState", "WorkerFailure", "GroupStatus", "Reaper", "WorkerGroup", "attempt_dir", "LogSettings"]
 
@@ -74,18 +74,6 @@ class GroupStatus:
         if not self.failures:
             return None
         return min(self.failures, key=lambda f: (f.error.timestamp if f.error and f.error.timestamp else int(f.at), f.at, f.rank))
-
-
-@dataclass(frozen=True)
-class LogSettings:
-    root: str  # per-job log directory; attempt_<n>/<local rank>/ under it
-    redirects: dict[int, int] | int = Std.NONE
-    tee: dict[int, int] | int = Std.NONE
-    ranks_filter: frozenset[int] | None = None
-
-
-def attempt_dir(root: str, attempt: int, local_rank: int) -> str:
-    return os.path.join(root, f"attempt_{attempt}", str(local_rank))
 
 
 class Reaper:
@@ -182,30 +170,39 @@ class WorkerGroup:
         self._lifeline = lifeline
         self._workers: list[_Worker] = []
         self._host = socket.gethostname()
+        self._duplicates: list[BinaryIO] = []
 
     @property
     def pids(self) -> list[int]:
         return [w.process.pid for w in self._workers]
 
-    def start(self, specs: Sequence[WorkerSpec], attempt: int, inherited: Mapping[str, str]) -> None:
-        """Start one worker per spec. Must be called from the main thread (parent-death signals)."""
+    def start(self, specs: Sequence[WorkerSpec], layout: Layout, inherited: Mapping[str, str],
+              wrap: Mapping[int, Sequence[str]] | None = None) -> None:
+        """Start one worker per spec, its output as ``layout`` says; ``wrap`` puts a command in front
+        of a local rank's (CPU binding). Must be called from the main thread (parent-death signals)."""
         if self._workers:
             raise RuntimeError("the worker group is already running")
-        argv = die_with_parent(self.argv, "KILL") if self._lifeline else self.argv
+        self._close_duplicates()
+        duplicates = {
+            which: open(path, "ab") for which, path in (("out", layout.filtered_stdout), ("err", layout.filtered_stderr)) if path
+        }
+        self._duplicates = list(duplicates.values())
         for spec in specs:
-            directory = attempt_dir(self.logs.root, attempt, spec.local_rank)
-            os.makedirs(directory, exist_ok=True)
-            if os.path.exists(spec.error_file):
+            logs = layout.ranks[spec.local_rank]
+            if os.path.isfile(spec.error_file):
                 os.unlink(spec.error_file)
-            stdout, out_read, out_file = self._stream(spec, STDOUT, directory)
-            stderr, err_read, err_file = self._stream(spec, STDERR, directory)
+            out = self._stream(logs.stdout, self._out)
+            err = self._stream(logs.stderr, self._err)
+            argv = [*(wrap or {}).get(spec.local_rank, ()), *self.argv]
+            if self._lifeline:
+                argv = die_with_parent(argv, "KILL")
             try:
                 process = subprocess.Popen(
-                    argv, env=worker_env(spec, inherited), stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
+                    argv, env=worker_env(spec, inherited), stdin=subprocess.DEVNULL, stdout=out[0], stderr=err[0],
                     start_new_session=True, close_fds=True,
                 )
             finally:
-                for target in (stdout, stderr):
+                for target in (out[0], err[0]):
                     if isinstance(target, int) and target >= 0:
                         os.close(target)
                     elif hasattr(target, "close"):
@@ -213,22 +210,34 @@ class WorkerGroup:
             if self._reaper is not None:
                 self._reaper.register(process.pid)
             self._workers.append(_Worker(spec, process))
-            prefix = f"[rank{spec.rank}]:"
-            if out_read is not None:
-                self._pump.add(out_read, prefix, self._out, out_file)
-            if err_read is not None:
-                self._pump.add(err_read, prefix, self._err, err_file)
+            for (_, read_end, file), plan, console, which, needles in (
+                (out, logs.stdout, self._out, "out", layout.stdout_filters),
+                (err, logs.stderr, self._err, "err", layout.stderr_filters),
+            ):
+                if read_end is None:
+                    continue
+                duplicate = (duplicates[which], needles) if which in duplicates and plan.prefixed and plan.console else None
+                self._pump.add(read_end, logs.prefix if plan.prefixed else "", console if plan.console else None,
+                               file, duplicate)
 
-    def _stream(self, spec: WorkerSpec, which: int, directory: str):
+    def _stream(self, plan: StreamPlan, console: BinaryIO):
         """(what the worker writes to, read end for the pump or None, log file for the pump or None)."""
-        plan = plan_stream(spec.local_rank, which, self.logs.redirects, self.logs.tee, self.logs.ranks_filter)
-        path = os.path.join(directory, "stdout.log" if which == STDOUT else "stderr.log")
+        if plan.console and plan.file is None and not plan.prefixed:
+            try:  # verbatim to the console: the worker writes to it directly, as under torchrun
+                return os.dup(console.fileno()), None, None
+            except (AttributeError, OSError, ValueError):
+                pass  # not a real file (a test's buffer): copied by the pump, unchanged
         if plan.console:
             read_end, write_end = os.pipe()
-            return write_end, read_end, open(path, "wb") if plan.file else None
+            return write_end, read_end, open(plan.file, "wb") if plan.file else None
         if plan.file:
-            return open(path, "wb"), None, None
+            return open(plan.file, "wb"), None, None
         return subprocess.DEVNULL, None, None
+
+    def _close_duplicates(self) -> None:
+        for handle in self._duplicates:
+            handle.close()
+        self._duplicates = []
 
     def poll(self) -> GroupStatus:
         if not self._workers:
@@ -252,8 +261,9 @@ class WorkerGroup:
             return GroupStatus(GroupState.FAILED, tuple(failures))
         return GroupStatus(GroupState.RUNNING if running else GroupState.SUCCEEDED)
 
-    def stop(self, grace: float = 10.0) -> None:
-        """SIGTERM every worker's process group, wait up to ``grace`` s, then SIGKILL what is left."""
+    def stop(self, grace: float = 30.0, signum: int = signal.SIGTERM) -> None:
+        """``signum`` (SIGTERM) to every worker's process group, wait up to ``grace`` s, then SIGKILL
+        what is left."""
         workers, self._workers = self._workers, []
         if not workers:
             return
@@ -262,7 +272,7 @@ class WorkerGroup:
         stray: list[psutil.Process] = []
         for worker in workers:
             stray += _descendants(worker.process.pid)
-            _signal_group(worker.process.pid, signal.SIGTERM)
+            _signal_group(worker.process.pid, signum)
         deadline = time.monotonic() + grace
         for worker in workers:
             try:
@@ -284,6 +294,7 @@ class WorkerGroup:
             if self._reaper is not None:
                 self._reaper.unregister(worker.process.pid)
         self._pump.drain(timeout=1.0)
+        self._close_duplicates()
 
 
 def _signal_group(pgid: int, signum: int) -> None:

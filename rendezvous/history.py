@@ -93,7 +93,8 @@ class HistoryWriter:
     """Writes a node's history records in the background; never raises, never blocks the caller."""
 
     def __init__(self, client: EtcdClient, job_prefix: str, node: str, *, limit: int = DEFAULT_LIMIT,
-                 report: Callable[[str], None] | None = None, clock: Callable[[], float] = time.time) -> None:
+                 report: Callable[[str], None] | None = None, clock: Callable[[], float] = time.time,
+                 echo: Callable[[Event], None] | None = None) -> None:
         self._client = client
         self._job_prefix = job_prefix
         self._prefix = history_prefix(job_prefix)
@@ -101,6 +102,7 @@ class HistoryWriter:
         self.limit = limit
         self._report = report
         self._clock = clock
+        self._echo = echo  # also hands each record to this, as it is queued (--event-log-handler console)
         self._queue: queue.Queue[Event | None] = queue.Queue()
         self._failed_once = False
         self._count: int | None = None
@@ -110,7 +112,13 @@ class HistoryWriter:
     def record(self, kind: str, round_: int, *, node: str | None = None, **details: Any) -> None:
         """Queue a record about ``node`` (default: this writer's node); details that are None are left out."""
         cleaned = {k: v for k, v in details.items() if v is not None}
-        self._queue.put(Event(self._clock(), round_, node or self.node, kind, cleaned))
+        event = Event(self._clock(), round_, node or self.node, kind, cleaned)
+        self._queue.put(event)
+        if self._echo is not None:
+            try:
+                self._echo(event)
+            except Exception:  # noqa: BLE001 -- as the write itself: never worth an agent
+                pass
 
     def close(self, timeout: float = 3.0) -> None:
         """Write what is queued (within ``timeout``) and stop."""
