@@ -111,8 +111,6 @@ def elastic_run(**opts: Any) -> int:
         parse_rdzv_backend(opts["rdzv_backend"])
     nodes = parse_nnodes(opts["nnodes"])
     nproc = parse_nproc_per_node(opts["nproc_per_node"])
-    if nproc > 1 and "OMP_NUM_THREADS" not in os.environ:
-        say(OMP_WARNING)  # as torchrun: the workers get OMP_NUM_THREADS=1
     argv = worker_argv(
         opts["script"], opts["script_args"], module=opts["module"], no_python=opts["no_python"], run_path=opts["run_path"]
     )
@@ -127,8 +125,6 @@ def elastic_run(**opts: Any) -> int:
             raise UsageError(f"--virtual-local-rank: CUDA_VISIBLE_DEVICES={visible} names fewer devices than "
                              f"--nproc-per-node {nproc}")
     cpu_binding, numa_line = binding_commands(opts["numa_binding"], nproc, read_topology())
-    if numa_line:
-        say(numa_line)
     if standalone:
         if nodes.max_nodes != 1:
             say("--standalone runs one node; ignoring --nnodes")
@@ -147,6 +143,10 @@ def elastic_run(**opts: Any) -> int:
     node_id = default_node_id()
     log_root, temporary = _log_root(opts["log_dir"], run_id, node_id)
     custom_logs = load_logs_specs(opts["logs_specs"], opts["log_dir"], redirects, tee, ranks_filter)
+    if nproc > 1 and "OMP_NUM_THREADS" not in os.environ:
+        say(OMP_WARNING)  # as torchrun: the workers get OMP_NUM_THREADS=1
+    if numa_line:
+        say(numa_line)
     config = AgentConfig(
         argv=tuple(argv), nproc_per_node=nproc, max_restarts=opts["max_restarts"],
         monitor_interval=opts["monitor_interval"], role=opts["role"], stop_grace=stop_grace,

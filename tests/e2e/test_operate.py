@@ -107,7 +107,8 @@ def test_log_format_json_makes_every_agent_line_a_json_object_and_leaves_worker_
     result = run(["--log-format", "json", "--nnodes", "1", "--max-restarts", "1", "--rdzv-endpoint", etcd_endpoints,
                   "--rdzv-id", run_id(), "--local-addr", "127.0.0.1", COUNTED, str(tmp_path), "--fail", "0@0"])
     assert result.returncode == 0, result.stderr
-    agent_lines = [line for line in result.stderr.splitlines() if not line.startswith("[")]
+    agent_lines = [line for line in result.stderr.splitlines() if line.startswith("{")]
+    assert "elastic-run:" not in result.stderr
     records = [json.loads(line) for line in agent_lines]
     assert records and all(set(r) == {"time", "level", "source", "message"} for r in records)
     assert any("restarting the workers (1/1)" in r["message"] for r in records)

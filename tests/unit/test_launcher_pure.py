@@ -12,8 +12,13 @@ import elastic
 from launcher.agent import progress_line
 from launcher.errorfile import read_error, write_error
 from launcher.errors import UsageError
-from launcher.logs import STDERR, STDOUT, parse_ranks_filter, parse_std, plan_stream
-from launcher.options import NodeRange, parse_nnodes, parse_nproc_per_node, parse_rdzv_backend, worker_argv
+from launcher.env import virtual_device
+from launcher.logs import (
+    STDOUT, StreamPlan, _Source, line_prefix, parse_filters, parse_ranks_filter, parse_std, plan_stream,
+)
+from launcher.options import (
+    NodeRange, expand_abbreviations, parse_nnodes, parse_nproc_per_node, parse_rdzv_backend, parse_signals, worker_argv,
+)
 from launcher.summary import failure_summary
 from launcher.workers import GroupState, GroupStatus, WorkerFailure
 from rendezvous.handler import Progress
@@ -82,16 +87,101 @@ def test_redirect_and_tee_values():
     assert parse_ranks_filter("0, 2") == frozenset({0, 2}) and parse_ranks_filter("") is None
 
 
-def test_stream_routing():
-    # redirect: file only; tee: console and file; filter: hides from the console only
-    assert plan_stream(0, STDOUT, 1, 0, None) == plan_stream(0, STDOUT, 3, 0, None)
-    assert plan_stream(0, STDOUT, 1, 0, None).console is False and plan_stream(0, STDOUT, 1, 0, None).file
-    assert plan_stream(0, STDERR, 1, 0, None).console and not plan_stream(0, STDERR, 1, 0, None).file
-    teed = plan_stream(1, STDERR, 0, {1: 2}, None)
-    assert teed.console and teed.file
-    assert not plan_stream(2, STDERR, 0, {1: 2}, None).file
-    hidden = plan_stream(3, STDOUT, 0, 3, frozenset({0}))
-    assert not hidden.console and hidden.file
+@pytest.mark.parametrize("redirects,tee,shown,expected", [
+    (0, 0, None, StreamPlan(console=True, prefixed=False, file=None)),  # verbatim, as torchrun
+    (1, 0, None, StreamPlan(console=False, prefixed=False, file="f")),  # redirected: file only
+    (0, 1, None, StreamPlan(console=True, prefixed=True, file="f")),  # teed: file and console, prefixed
+    (3, 3, None, StreamPlan(console=True, prefixed=True, file="f")),  # tee wins over redirects
+    (2, 0, None, StreamPlan(console=True, prefixed=False, file=None)),  # stderr redirected, stdout not
+    (0, 0, frozenset({1}), StreamPlan(console=False, prefixed=False, file=None)),  # filtered out: nowhere
+    (0, 1, frozenset({1}), StreamPlan(console=False, prefixed=True, file="f")),  # filtered: file still written
+    ({0: 1}, {1: 1}, None, StreamPlan(console=False, prefixed=False, file="f")),  # per local rank
+])
+def test_stream_routing_is_torchs(redirects, tee, shown, expected):
+    assert plan_stream(0, STDOUT, redirects, tee, shown, "f") == expected
+
+
+def test_prefixes_and_filters():
+    assert line_prefix(None, "default", 5, 1) == "[default1]:"
+    assert line_prefix("[${role_name}:${rank}/${local_rank}] ", "trainer", 5, 1) == "[trainer:5/1] "
+    assert line_prefix("${unknown}|${rank}", "r", 2, 0) == "${unknown}|2"  # torch's safe_substitute
+    assert parse_filters("") == () and parse_filters("apple,orange") == ("apple", "orange")
+    assert parse_filters("a,,b,c") == ("a,b", "c")  # torchrun: a double comma is a comma
+
+
+def test_a_teed_source_copies_matching_lines_with_their_prefix(tmp_path):
+    import io
+
+    read_end, write_end = os.pipe()
+    class Kept(io.BytesIO):
+        def close(self):  # the source closes its log file at the end; keep what it got
+            self.kept = self.getvalue()
+            super().close()
+
+    console, log, duplicate = io.BytesIO(), Kept(), io.BytesIO()
+    source = _Source(read_end, b"[default0]:", console, log, (duplicate, (b"loss",)))
+    source.feed(b"step 1 loss=3\nstep 2")
+    source.feed(b" no\npartial loss")
+    os.close(write_end)
+    source.finish()
+    assert log.kept == b"step 1 loss=3\nstep 2 no\npartial loss"
+    assert console.getvalue() == b"[default0]:step 1 loss=3\n[default0]:step 2 no\n[default0]:partial loss\n"
+    assert duplicate.getvalue() == b"[default0]:step 1 loss=3\n[default0]:partial loss\n"
+
+
+def test_a_verbatim_source_passes_partial_lines_through_unchanged():
+    import io
+
+    read_end, write_end = os.pipe()
+    console = io.BytesIO()
+    source = _Source(read_end, b"", console, None)
+    source.feed(b"10%\r")
+    assert console.getvalue() == b"10%\r"  # a progress bar is shown as it is drawn
+    source.feed(b"20%\rdone\n")
+    os.close(write_end)
+    source.finish()
+    assert console.getvalue() == b"10%\r20%\rdone\n"
+
+
+OPTIONS = {"--nnodes": "nnodes", "--nproc-per-node": "nproc", "--nproc_per_node": "nproc", "--no-python": "np",
+           "--no_python": "np", "--redirects": "redirects", "-r": "redirects", "-m": "module", "--module": "module",
+           "--rdzv-id": "rdzv_id", "--rdzv-conf": "rdzv_conf", "--help": "help"}
+VALUED = {"--nnodes", "--nproc-per-node", "--nproc_per_node", "--redirects", "-r", "--rdzv-id", "--rdzv-conf"}
+
+
+@pytest.mark.parametrize("argv,expected", [
+    (["--nproc", "2", "s.py"], ["--nproc-per-node", "2", "s.py"]),  # both spellings of one option: unique
+    (["--redirect=3", "s.py"], ["--redirects=3", "s.py"]),
+    (["--nn", "1", "--rdzv-i", "x", "s.py", "--nproc", "7"], ["--nnodes", "1", "--rdzv-id", "x", "s.py", "--nproc", "7"]),
+    (["-r", "--nproc", "s.py"], ["-r", "--nproc", "s.py"]),  # a value that looks like an option stays a value
+    (["-m", "--he"], ["-m", "--help"]),
+    (["--nothing", "s.py"], ["--nothing", "s.py"]),  # unknown: the parser refuses it
+    (["--", "--nproc"], ["--", "--nproc"]),
+])
+def test_unique_prefixes_expand_as_argparse_does(argv, expected):
+    assert expand_abbreviations(argv, OPTIONS, VALUED) == expected
+
+
+@pytest.mark.parametrize("argv,named", [(["--n", "2", "s.py"], "--nnodes, --no-python"), (["--rdzv", "x", "s.py"], "--rdzv-conf, --rdzv-id")])
+def test_an_ambiguous_prefix_is_one_error_naming_the_candidates(argv, named):
+    with pytest.raises(UsageError, match=f"ambiguous option: {argv[0]} could match {named}"):
+        expand_abbreviations(argv, OPTIONS, VALUED)
+
+
+def test_signals_to_handle():
+    import signal
+
+    assert parse_signals("SIGTERM, SIGUSR1,SIGTERM") == (signal.SIGTERM, signal.SIGUSR1)
+    for bad in ("SIGKILL", "SIGNOPE", "TERM", "", "SIG_IGN"):
+        with pytest.raises(UsageError, match="--signals-to-handle"):
+            parse_signals(bad)
+
+
+def test_virtual_local_rank_gives_each_worker_one_device_as_torch():
+    assert virtual_device(1, None) == "1"
+    assert virtual_device(1, "4, 6,7") == "6"
+    with pytest.raises(ValueError):
+        virtual_device(3, "4,6")
 
 
 def test_error_file_round_trip_in_torchs_layout(tmp_path):
@@ -176,3 +266,41 @@ def test_worker_env_view(monkeypatch):
     assert view.use_agent_store is False and view.error_file == "/e.json" and view.master_port == 29500
     with pytest.raises(elastic.NotLaunchedError, match="RANK='x' is not a number"):
         elastic.WorkerEnv.from_environ({**env, "RANK": "x"})
+
+
+def _two_socket_machine(gpu_nodes=()):
+    from launcher.numa import Topology
+
+    # 2 sockets x 1 NUMA node each, 4 cores x 2 threads per node; sibling of cpu c is c + 16;
+    # two last-level caches per node (cores 0-1 and 2-3 of each node)
+    nodes = {0: frozenset([0, 1, 2, 3, 16, 17, 18, 19]), 1: frozenset([4, 5, 6, 7, 20, 21, 22, 23])}
+    cpus = sorted(set().union(*nodes.values()))
+    socket_of = {c: 0 if c in nodes[0] else 1 for c in cpus}
+    core_of = {c: c % 16 for c in cpus}
+    cache_of = {c: (c % 16) // 2 * 2 for c in cpus}
+    return Topology(nodes, socket_of, core_of, cache_of, tuple(gpu_nodes))
+
+
+def test_numa_modes_pick_torchs_cpus():
+    from launcher.numa import binding_commands, cpus_for
+
+    machine = _two_socket_machine(gpu_nodes=(0, 0, 1, 1))
+    assert cpus_for("node", 2, 4, machine) == machine.nodes[1]  # GPU 2 sits on node 1
+    assert cpus_for("socket", 0, 4, machine) == machine.nodes[0]
+    # exclusive: node 0's 4 physical cores split between its 2 workers, with their siblings
+    assert cpus_for("exclusive", 0, 4, machine) == frozenset([0, 1, 16, 17])
+    assert cpus_for("exclusive", 1, 4, machine) == frozenset([2, 3, 18, 19])
+    assert cpus_for("core-complex", 3, 4, machine) == frozenset([6, 7, 22, 23])
+    commands, line = binding_commands("node", 2, _two_socket_machine())  # no GPU: round robin over nodes
+    assert commands == {0: ("taskset", "-c", "0-3,16-19"), 1: ("taskset", "-c", "4-7,20-23")} and line is None
+
+
+def test_numa_binding_on_one_node_is_a_no_op_said_once():
+    from launcher.numa import Topology, binding_commands
+
+    commands, line = binding_commands("exclusive", 2, Topology({0: frozenset([0, 1])}))
+    assert commands == {} and line == "--numa-binding exclusive: this machine has one NUMA node; the workers are not bound"
+    with pytest.raises(UsageError, match="physical cores"):
+        from launcher.numa import cpus_for
+
+        cpus_for("exclusive", 0, 9, _two_socket_machine())
