@@ -11,7 +11,7 @@ import time
 from typing import Callable, Iterable, Sequence
 
 from .backend import job_key
-from .client import EtcdClient, compare_created, compare_mod_revision, compare_value, op_get, op_put
+from .client import EtcdClient, compare_created, compare_mod_revision, compare_value, op_delete, op_get, op_put
 from .errors import RendezvousStateError, RendezvousTimeoutError
 from .watch import EventType, KeyRange, Watch
 
@@ -27,12 +27,14 @@ def _bytes(value: bytes | str | Iterable[int]) -> bytes:
 
 
 class EtcdKVStore:
-    """set / get / add / compare_set / wait / check / delete_key / num_keys, shared by every process
+    """set / get / add / compare_set / wait / check / delete_key / num_keys / list_keys and FIFO queues,
+    shared by every process
     that opens the same (prefix, run id)."""
 
     def __init__(self, client: EtcdClient, run_id: str, *, key_prefix: str = "/elastic", timeout: float = 300.0) -> None:
         self.client = client
         self.root = job_key(key_prefix, run_id, "store") + "/"
+        self.queues = job_key(key_prefix, run_id, "queues") + "/"  # apart: queues are not keys (num_keys, list_keys)
         self.timeout = float(timeout)
 
     def key(self, name: str | bytes) -> str:
@@ -108,6 +110,54 @@ class EtcdKVStore:
     def wait(self, names: Sequence[str], timeout: float | None = None) -> None:
         """Return once every key in ``names`` exists; RendezvousTimeoutError after ``timeout`` seconds."""
         self._wait_values(names, self.timeout if timeout is None else timeout)
+
+    def list_keys(self) -> list[str]:
+        kvs, _ = self.client.get_prefix(self.root, keys_only=True)
+        return [kv.key.decode(errors="replace")[len(self.root):] for kv in kvs]
+
+    # -- queues: FIFO by a per-queue sequence number (keys sort by it) -------------------------------
+    def _items(self, name: str) -> str:
+        return f"{self.queues}{name}/items/"
+
+    def queue_push(self, name: str, value: bytes | str) -> None:
+        counter = f"{self.queues}{name}/seq"
+        while True:
+            current = self.client.get(counter)
+            try:
+                seq = 1 if current is None else int(current.value) + 1
+            except ValueError:
+                raise RendezvousStateError(f"store queue {name!r} has a corrupt counter: {current.value[:40]!r}") from None
+            guard = compare_created(counter, 0) if current is None else compare_mod_revision(counter, current.mod_revision)
+            item = op_put(f"{self._items(name)}{seq:020d}", _bytes(value))
+            if self.client.txn([guard], [op_put(counter, str(seq).encode()), item]).succeeded:
+                return
+
+    def queue_len(self, name: str) -> int:
+        return self.client.count_prefix(self._items(name))
+
+    def queue_pop(self, name: str, block: bool = True, timeout: float | None = None) -> bytes | None:
+        """The oldest item of queue ``name``, removed. Empty: None when not ``block``, else wait for
+        one (RendezvousTimeoutError after ``timeout`` seconds)."""
+        prefix = self._items(name)
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        while True:
+            kvs, revision = self.client.get_prefix(prefix, limit=1)
+            if kvs:
+                head = kvs[0]
+                if self.client.txn([compare_mod_revision(head.key, head.mod_revision)], [op_delete(head.key)]).succeeded:
+                    return head.value
+                continue  # another consumer took it
+            if not block:
+                return None
+            with Watch(self.client, KeyRange(prefix, prefix=True), start_revision=revision + 1) as watch:
+                while True:
+                    remaining = deadline - time.monotonic()
+                    event = watch.get(timeout=remaining) if remaining > 0 else None
+                    if event is None:
+                        raise RendezvousTimeoutError(f"timeout after {timeout if timeout is not None else self.timeout:g}s "
+                                                     f"waiting for an item in store queue {name!r}")
+                    if event.type in (EventType.PUT, EventType.RESYNC):
+                        break
 
     def _wait_values(self, names: Sequence[str], timeout: float) -> list[bytes]:
         keys = [self.key(n) for n in names]

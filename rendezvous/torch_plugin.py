@@ -164,6 +164,27 @@ class EtcdStore(dist.Store):
         with _as_c10d():
             return self._kv.num_keys()
 
+    def list_keys(self) -> list[str]:
+        with _as_c10d():
+            return self._kv.list_keys()
+
+    # Queues, as torch's TCPStore and HashStore have them. torch's C++ PrefixStore does not forward
+    # these to a Python store, so they work on this store itself, not through a PrefixStore over it.
+    def queue_push(self, key: str, value: bytes | str) -> None:
+        with _as_c10d():
+            self._kv.queue_push(key, value)
+
+    def queue_pop(self, key: str, block: bool = True) -> bytes:
+        with _as_c10d():
+            value = self._kv.queue_pop(key, block, self._seconds())
+        if value is None:
+            raise dist.QueueEmptyError(f"store queue {key!r} is empty")
+        return value
+
+    def queue_len(self, key: str) -> int:
+        with _as_c10d():
+            return self._kv.queue_len(key)
+
 
 def create_handler(params: Any) -> Any:
     """torchrun's handler creator: torch's DynamicRendezvousHandler over our backend and store.

@@ -100,6 +100,76 @@ def test_get_and_wait_time_out(make_store):
     store.wait(["a", "b"], timedelta(seconds=0.3))
 
 
+def test_torchs_set_get_sequence_and_key_count(make_store):
+    """torch's StoreTestBase set/get case: adds and sets mixed, 5 keys, a key with a leading dash."""
+    store = make_store()
+    for amount in (1, 2, 3):
+        store.add("key", amount)
+    store.set("key0", "value0")
+    store.add("key3", 1)
+    store.set("key1", "value1")
+    store.add("key3", 2)
+    store.set("key2", "value2")
+    for amount in (3, 4, 5, 6):
+        store.add("key3", amount)
+    assert store.num_keys() == 5
+    assert [store.get(k) for k in ("key", "key0", "key1", "key2", "key3")] == [b"6", b"value0", b"value1", b"value2", b"21"]
+    store.set("-key3", "7")
+    assert store.get("-key3") == b"7"
+    store.delete_key("-key3")
+    assert store.num_keys() == 5
+    assert sorted(store.list_keys()) == ["key", "key0", "key1", "key2", "key3"]
+
+
+def test_a_simple_wait_times_out_with_the_word_timeout(make_store):
+    store = make_store()
+    with pytest.raises(RuntimeError, match="[t -i]imeout"):  # torch's own check of every store
+        store.wait(["bad_key"], timedelta(seconds=0.25))
+    store.add("good_key", 1)
+    store.wait(["good_key"])
+
+
+def test_queues_are_fifo_across_clients_and_a_pop_waits_for_a_push(make_store):
+    producer, consumer = make_store(), make_store(timeout=5)
+    with pytest.raises(dist.QueueEmptyError):
+        consumer.queue_pop("q", False)
+    for item in ("a", b"b", "c"):
+        producer.queue_push("q", item)
+    assert consumer.queue_len("q") == 3 and producer.num_keys() == 0  # queues are not keys, as in torch's stores
+    assert [consumer.queue_pop("q") for _ in range(3)] == [b"a", b"b", b"c"]
+    threading.Timer(0.3, lambda: producer.queue_push("q", "late")).start()
+    started = time.monotonic()
+    assert consumer.queue_pop("q") == b"late"
+    assert 0.2 < time.monotonic() - started < 5
+    consumer.set_timeout(timedelta(seconds=0.3))
+    with pytest.raises(dist.DistStoreError, match="timeout"):
+        consumer.queue_pop("empty")
+
+
+def test_concurrent_consumers_each_get_an_item_once(make_store):
+    producer = make_store()
+    for i in range(20):
+        producer.queue_push("work", str(i))
+    taken: list[bytes] = []
+    lock = threading.Lock()
+
+    def consume(store):
+        while True:
+            try:
+                item = store.queue_pop("work", False)
+            except dist.QueueEmptyError:
+                return
+            with lock:
+                taken.append(item)
+
+    threads = [threading.Thread(target=consume, args=(make_store(),)) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert sorted(taken, key=int) == [str(i).encode() for i in range(20)]
+
+
 def test_append_and_multi_get_set(make_store):
     store = make_store()
     store.append("log", "a")
