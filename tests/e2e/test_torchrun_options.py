@@ -1,0 +1,91 @@
+"""torchrun 2.13's options that act on the agent: --signals-to-handle, --event-log-handler,
+--logs-specs with a class from the torchrun.logs_specs entry points."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import textwrap
+import time
+
+import pytest
+
+from .cli_helpers import HERE, PROBE, records, run, tool, wait_for
+
+SIGNALLED = os.path.join(HERE, "workers", "signalled.py")
+
+
+def test_a_signal_named_in_signals_to_handle_stops_the_job_and_reaches_the_workers(tmp_path):
+    agent = subprocess.Popen(
+        [tool("elastic-run"), "--standalone", "--nproc-per-node", "2", "--signals-to-handle", "SIGTERM,SIGUSR1",
+         "--shutdown-timeout", "5", SIGNALLED, str(tmp_path)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+    )
+    try:
+        wait_for(lambda: all((tmp_path / f"{r}.ready").exists() for r in (0, 1)), 30, what="both workers ready")
+        started = time.monotonic()
+        agent.send_signal(signal.SIGUSR1)
+        _, err = agent.communicate(timeout=20)
+    finally:
+        agent.kill()
+    assert agent.returncode == 128 + signal.SIGUSR1, err
+    assert [(tmp_path / f"{r}.signal").read_text() for r in (0, 1)] == ["SIGUSR1", "SIGUSR1"]
+    print(f"\nSIGUSR1 to the agent: both workers got SIGUSR1; agent exit {agent.returncode} "
+          f"{time.monotonic() - started:.2f} s after the signal")
+
+
+def test_event_log_handler_console_prints_each_event_as_a_json_object(tmp_path):
+    result = run(["--standalone", "--event-log-handler", "console", "--nproc-per-node", "1", PROBE, str(tmp_path)])
+    assert result.returncode == 0, result.stderr
+    events = [json.loads(line) for line in result.stderr.splitlines() if line.startswith("{")]
+    names = [e["name"] for e in events]
+    assert "elastic.node_joined" in names and "elastic.round_frozen" in names and "elastic.node_left" in names
+    assert all(e["source"] == "AGENT" and isinstance(e["timestamp"], int) and "run_round" in e["metadata"] for e in events)
+    quiet = run(["--standalone", "--nproc-per-node", "1", PROBE, str(tmp_path)])  # null: none
+    assert not [line for line in quiet.stderr.splitlines() if line.startswith("{")]
+
+
+@pytest.fixture
+def logs_specs_plugin(tmp_path, monkeypatch):
+    """A LogsSpecs class registered as entry point ``flat`` of group torchrun.logs_specs."""
+    pytest.importorskip("torch")
+    site = tmp_path / "site"
+    package = site / "flatlogs"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(textwrap.dedent('''
+        import os
+        from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
+
+
+        class FlatLogs(DefaultLogsSpecs):
+            """torch's default layout, plus a marker file naming each attempt it was asked about."""
+
+            def reify(self, envs):
+                dest = super().reify(envs)
+                with open(os.path.join(self.root_log_dir, "asked"), "a") as handle:
+                    handle.write(envs[0]["TORCHELASTIC_RESTART_COUNT"] + "\\n")
+                return dest
+    '''))
+    info = site / "flatlogs-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: flatlogs\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[torchrun.logs_specs]\nflat = flatlogs:FlatLogs\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]))
+    return site
+
+
+def test_logs_specs_uses_the_named_entry_points_layout(tmp_path, logs_specs_plugin):
+    logs = tmp_path / "logs"
+    result = run(["--standalone", "--nproc-per-node", "2", "--logs-specs", "flat", "--log-dir", str(logs),
+                  "--redirects", "3", PROBE, str(tmp_path)], env={"PYTHONPATH": os.environ["PYTHONPATH"]})
+    assert result.returncode == 0, result.stderr
+    assert "worker rank" not in result.stdout  # redirected by the class's own rules
+    (asked,) = logs.rglob("asked")
+    assert asked.read_text() == "0\n"
+    for rank in (0, 1):  # torch's DefaultLogsSpecs layout: <log dir>/<run id>_<random>/attempt_0/<rank>/
+        (out,) = logs.rglob(f"attempt_0/{rank}/stdout.log")
+        assert f"worker rank {rank} of 2" in out.read_text()
+    for rank, record in records(str(tmp_path)).items():  # the error file the class chose, exported to the worker
+        assert record["env"]["TORCHELASTIC_ERROR_FILE"] == str(next(logs.rglob(f"attempt_0/{rank}")) / "error.json")
