@@ -234,3 +234,25 @@ def test_virtual_local_rank_gives_the_same_environment(tmp_path, etcd_endpoints)
         keys = ("LOCAL_RANK", "CUDA_VISIBLE_DEVICES", "RANK", "TORCHELASTIC_SIGNALS_TO_HANDLE")
         assert {k: mine.get(k) for k in keys} == {k: torchs.get(k) for k in keys}
     assert json.loads((ours.dir / "1.json").read_text())["CUDA_VISIBLE_DEVICES"] == "5"
+
+
+def test_every_torchrun_option_spelling_and_pet_variable_is_elastic_runs():
+    """torchrun 2.13's parser, read option by option: each spelling is one of elastic-run's, and
+    each PET_<NAME> variable torchrun reads, elastic-run reads for the same option."""
+    from torch.distributed.argparse_util import check_env, env
+    from torch.distributed.run import get_args_parser
+
+    from launcher.cli import _spellings, elastic_run
+
+    ours, _ = _spellings(elastic_run)
+    by_name = {p.name: p for p in elastic_run.params}
+    checked = 0
+    for action in get_args_parser()._actions:
+        for spelling in action.option_strings:
+            assert spelling in ours, f"torchrun's {spelling} is not an elastic-run option"
+            checked += 1
+        if isinstance(action, (env, check_env)):
+            variable = f"PET_{action.dest.upper()}"
+            param = by_name[ours[action.option_strings[0]]]
+            assert param.envvar == variable, (action.option_strings, param.envvar)
+    print(f"\n{checked} torchrun option spellings, every one accepted by elastic-run")
