@@ -10,7 +10,8 @@
   The reaper enforces the same deadline, so a frozen or hung agent's workers are stopped too.
 - When every local worker succeeded the agent says so in its node key and waits (up to the exit
   barrier timeout) for the other nodes; when all have, the job is marked closed.
-- SIGTERM / SIGINT / SIGHUP stop the workers gracefully and leave the job open for the others.
+- the signals of --signals-to-handle (SIGTERM, SIGINT, SIGHUP, SIGQUIT) stop the workers with the same
+  signal and leave the job open for the others.
 """
 
 from __future__ import annotations

@@ -213,7 +213,7 @@ def _write(endpoint: str, run_id: str, conf: str, action: Callable[[EtcdClient, 
 @_ctl_options
 @click.option("--reason", required=True, help="Why: shown by status and history, and by every agent.")
 def ctl_close(rdzv_endpoint: str, rdzv_id: str, rdzv_conf: str, reason: str) -> int:
-    """Close the job: every agent stops its workers (SIGTERM, SIGKILL after --stop-grace) and exits 4."""
+    """Close the job: every agent stops its workers (SIGTERM, SIGKILL after its --shutdown-timeout) and exits 4."""
     before, after = _write(rdzv_endpoint, rdzv_id, rdzv_conf, lambda c, k, h: close_job(c, k, reason, h))
     if after is before:
         click.echo(f"job {rdzv_id} was already closed ({before.reason})")

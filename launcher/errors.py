@@ -5,7 +5,7 @@
     ├── WorkerFailedError   workers failed and no restart is left  exit 1
     ├── JobRendezvousError  the rendezvous could not be completed  exit 3
     ├── JobClosedError      an operator closed the job              exit 4
-    └── AgentStopped        SIGTERM / SIGINT / SIGHUP              exit 128 + signal
+    └── AgentStopped        a signal of --signals-to-handle        exit 128 + signal
 """
 
 from __future__ import annotations
