@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import glob
 import os
+import shutil
 from dataclasses import dataclass, field
 
 from .errors import UsageError
@@ -146,5 +147,7 @@ def binding_commands(mode: str | None, nproc: int, topology: Topology) -> tuple[
         raise UsageError(f"--numa-binding must be one of {', '.join(MODES)}, not {mode!r}")
     if len(topology.nodes) < 2:
         return {}, f"--numa-binding {mode}: this machine has one NUMA node; the workers are not bound"
+    if shutil.which("taskset") is None:
+        raise UsageError(f"--numa-binding {mode}: binding needs the taskset command (util-linux), not found on PATH")
     commands = {r: ("taskset", "-c", _ranges(cpus_for(mode, r, nproc, topology))) for r in range(nproc)}
     return commands, None
