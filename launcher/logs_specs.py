@@ -56,7 +56,10 @@ def _plan(target: str, tailed: dict[int, str], rank: int) -> StreamPlan:
 def custom_layout(settings: LogSettings, attempt: int, *, role: str, base_rank: int, nproc: int, run_id: str,
                   restart_count: int) -> Layout:
     envs = {r: {"TORCHELASTIC_RUN_ID": run_id, "TORCHELASTIC_RESTART_COUNT": str(attempt)} for r in range(nproc)}
-    dest = settings.custom.reify(envs)
+    try:
+        dest = settings.custom.reify(envs)
+    except Exception as exc:  # a third party's class: one line naming it, never a traceback
+        raise UsageError(f"--logs-specs {type(settings.custom).__name__}.reify failed: {type(exc).__name__}: {exc}") from None
     ranks = {}
     for r in range(nproc):
         error_file = dest.error_files.get(r) or envs[r].get("TORCHELASTIC_ERROR_FILE") or os.devnull
