@@ -105,7 +105,7 @@ class Agent:
         pump = LogPump()
         reaper = Reaper()
         self._reaper = reaper
-        group = WorkerGroup(self.config.argv, self.config.logs, pump, reaper)
+        group = WorkerGroup(self.config.argv, pump, reaper)
         echo = console_event if self.config.event_log_handler == "console" else None
         history = HistoryWriter(self.handler.client, self.handler.job_root, self.handler.node_id, report=self.say, echo=echo)
         self.history = self.handler.history = history

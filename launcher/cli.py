@@ -21,12 +21,12 @@ from rendezvous.handler import RendezvousHandler, default_node_id
 from rendezvous.settings import RendezvousSettings
 
 from .agent import Agent, AgentConfig, say, set_log_format, stop_on_signals
-from .env import OMP_WARNING
+from .env import OMP_WARNING, virtual_device
 from .errors import EXIT_USAGE, LauncherError, UsageError
 from .logs import LogSettings, parse_filters, parse_ranks_filter, parse_std
 from .logs_specs import load_logs_specs
 from .numa import MODES as NUMA_MODES
-from .numa import binding_commands, read_topology
+from .numa import binding_commands
 from .options import (
     expand_abbreviations, parse_nnodes, parse_nproc_per_node, parse_rdzv_backend, parse_signals, worker_argv,
 )
@@ -121,10 +121,12 @@ def elastic_run(**opts: Any) -> int:
     stop_grace = _shutdown_timeout(opts["stop_grace"])
     if opts["virtual_local_rank"]:
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-        if visible is not None and len(visible.split(",")) < nproc:
+        try:  # the last local rank has a device, so every one has (the rule workers are started by)
+            virtual_device(nproc - 1, visible)
+        except ValueError:
             raise UsageError(f"--virtual-local-rank: CUDA_VISIBLE_DEVICES={visible} names fewer devices than "
-                             f"--nproc-per-node {nproc}")
-    cpu_binding, numa_line = binding_commands(opts["numa_binding"], nproc, read_topology())
+                             f"--nproc-per-node {nproc}") from None
+    cpu_binding, numa_line = binding_commands(opts["numa_binding"], nproc)
     if standalone:
         if nodes.max_nodes != 1:
             say("--standalone runs one node; ignoring --nnodes")

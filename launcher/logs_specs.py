@@ -11,7 +11,6 @@ imported only on that path: such a class is a subclass of torch's.
 from __future__ import annotations
 
 import os
-from importlib.metadata import entry_points
 from typing import Any
 
 from .errors import UsageError
@@ -26,6 +25,8 @@ def load_logs_specs(name: str | None, log_dir: str | None, redirects: Any, tee: 
     """None for ``default``; else an instance of the class the entry point names."""
     if name is None or name == "default":
         return None
+    from importlib.metadata import entry_points  # only here: it costs every agent start ~20 ms otherwise
+
     found = {ep.name: ep for ep in entry_points(group=GROUP)}
     if name not in found:
         known = ", ".join(sorted({"default", *found})) or "default"

@@ -139,12 +139,16 @@ def _ranges(cpus: frozenset[int]) -> str:
     return ",".join(out)
 
 
-def binding_commands(mode: str | None, nproc: int, topology: Topology) -> tuple[dict[int, tuple[str, ...]], str | None]:
-    """(the command in front of each local rank's, a line to say or None). No mode: no binding."""
+def binding_commands(mode: str | None, nproc: int, topology: Topology | None = None,
+                     ) -> tuple[dict[int, tuple[str, ...]], str | None]:
+    """(the command in front of each local rank's, a line to say or None). No mode: no binding, and
+    sysfs is not read (``topology`` None: this machine's, read only when a mode asks for it)."""
     if mode is None:
         return {}, None
     if mode not in MODES:
         raise UsageError(f"--numa-binding must be one of {', '.join(MODES)}, not {mode!r}")
+    if topology is None:
+        topology = read_topology()
     if len(topology.nodes) < 2:
         return {}, f"--numa-binding {mode}: this machine has one NUMA node; the workers are not bound"
     if shutil.which("taskset") is None:

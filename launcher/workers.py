@@ -30,9 +30,9 @@ from rendezvous.lifeline import die_with_parent
 
 from .env import WorkerSpec, worker_env
 from .errorfile import ErrorRecord, read_error
-from .logs import Layout, LogPump, LogSettings, StreamPlan, attempt_dir
+from .logs import Layout, LogPump, StreamPlan
 
-__all__ = ["GroupState", "WorkerFailure", "GroupStatus", "Reaper", "WorkerGroup", "attempt_dir", "LogSettings"]
+__all__ = ["GroupState", "WorkerFailure", "GroupStatus", "Reaper", "WorkerGroup"]
 
 _REAPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reaper.py")
 
@@ -158,11 +158,10 @@ class WorkerGroup:
     """One attempt's local workers: one process per local rank, all running ``argv``."""
 
     def __init__(
-        self, argv: Sequence[str], logs: LogSettings, pump: LogPump, reaper: Reaper | None, *,
+        self, argv: Sequence[str], pump: LogPump, reaper: Reaper | None, *,
         console_out: BinaryIO | None = None, console_err: BinaryIO | None = None, lifeline: bool = True,
     ) -> None:
         self.argv = list(argv)
-        self.logs = logs
         self._pump = pump
         self._reaper = reaper
         self._out = console_out if console_out is not None else sys.stdout.buffer

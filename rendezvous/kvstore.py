@@ -8,7 +8,7 @@ counters (``add``) are decimal strings, as torch's TCPStore keeps them, updated 
 from __future__ import annotations
 
 import time
-from typing import Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from .backend import job_key
 from .client import EtcdClient, compare_created, compare_mod_revision, compare_value, op_delete, op_get, op_put
@@ -28,8 +28,7 @@ def _bytes(value: bytes | str | Iterable[int]) -> bytes:
 
 class EtcdKVStore:
     """set / get / add / compare_set / wait / check / delete_key / num_keys / list_keys and FIFO queues,
-    shared by every process
-    that opens the same (prefix, run id)."""
+    shared by every process that opens the same (prefix, run id)."""
 
     def __init__(self, client: EtcdClient, run_id: str, *, key_prefix: str = "/elastic", timeout: float = 300.0) -> None:
         self.client = client
@@ -50,14 +49,15 @@ class EtcdKVStore:
         if names:
             self.client.txn([], [op_put(self.key(n), _bytes(v)) for n, v in zip(names, values)])
 
-    def _update(self, name: str, change: Callable[[bytes | None], bytes]) -> bytes:
-        """Replace the value at ``name`` (None when absent) by ``change(value)``, by compare-and-swap."""
-        key = self.key(name)
+    def _update(self, key: str, change: Callable[[bytes | None], bytes],
+                also: Callable[[bytes], list[Any]] = lambda value: []) -> bytes:
+        """Replace the value at ``key`` (None when absent) by ``change(value)``, by compare-and-swap,
+        with the operations ``also(new value)`` in the same transaction."""
         while True:
             current = self.client.get(key)
             guard = compare_created(key, 0) if current is None else compare_mod_revision(key, current.mod_revision)
             value = change(None if current is None else current.value)
-            if self.client.txn([guard], [op_put(key, value)]).succeeded:
+            if self.client.txn([guard], [op_put(key, value), *also(value)]).succeeded:
                 return value
 
     def add(self, name: str, amount: int) -> int:
@@ -70,10 +70,10 @@ class EtcdKVStore:
                 raise RendezvousStateError(f"store key {name!r} does not hold a number: {current[:40]!r}") from None
             return str(base + int(amount)).encode()
 
-        return int(self._update(name, added))
+        return int(self._update(self.key(name), added))
 
     def append(self, name: str, value: bytes | str) -> None:
-        self._update(name, lambda current: (current or b"") + _bytes(value))
+        self._update(self.key(name), lambda current: (current or b"") + _bytes(value))
 
     def compare_set(self, name: str, expected: bytes | str, desired: bytes | str) -> bytes:
         """Set ``desired`` if the value is ``expected`` (or the key is absent and ``expected`` is empty).
@@ -120,17 +120,17 @@ class EtcdKVStore:
         return f"{self.queues}{name}/items/"
 
     def queue_push(self, name: str, value: bytes | str) -> None:
-        counter = f"{self.queues}{name}/seq"
-        while True:
-            current = self.client.get(counter)
+        """The item goes in under the queue's next sequence number, in the transaction that takes it."""
+
+        def next_seq(current: bytes | None) -> bytes:
             try:
-                seq = 1 if current is None else int(current.value) + 1
+                return str(1 if current is None else int(current) + 1).encode()
             except ValueError:
-                raise RendezvousStateError(f"store queue {name!r} has a corrupt counter: {current.value[:40]!r}") from None
-            guard = compare_created(counter, 0) if current is None else compare_mod_revision(counter, current.mod_revision)
-            item = op_put(f"{self._items(name)}{seq:020d}", _bytes(value))
-            if self.client.txn([guard], [op_put(counter, str(seq).encode()), item]).succeeded:
-                return
+                raise RendezvousStateError(f"store queue {name!r} has a corrupt counter: {current[:40]!r}") from None
+
+        item = _bytes(value)
+        self._update(f"{self.queues}{name}/seq", next_seq,
+                     also=lambda seq: [op_put(f"{self._items(name)}{int(seq):020d}", item)])
 
     def queue_len(self, name: str) -> int:
         return self.client.count_prefix(self._items(name))
