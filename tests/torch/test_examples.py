@@ -80,8 +80,15 @@ def test_torchrun_understands_elastic_record():
     result = subprocess.run([torchrun, "--standalone", "--nproc-per-node", "1", os.path.join(WORKERS, "elastic_record.py")],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode != 0
-    assert "raised under elastic.record" in result.stderr
-    assert "elastic_record.py" in result.stderr
+    # torchrun's root-cause block (ChildFailedError), not the worker's own uncaught traceback: it names
+    # the error file elastic.record wrote and prints the traceback it read from there.
+    root = result.stderr[result.stderr.index("Root Cause (first observed failure):"):]
+    error_file = re.search(r"error_file: (.*)", root).group(1).strip()
+    assert error_file != "<N/A>", root
+    assert error_file.endswith("error.json"), root
+    block = root[root.index("traceback : "):]
+    assert block.startswith("traceback : Traceback (most recent call last):"), root
+    assert 'elastic_record.py", line' in block and "KeyError: 'raised under elastic.record'" in block, root
 
 
 def test_torchrun_with_the_etcd_v3_plugin_runs_allreduce(etcd_endpoints):
