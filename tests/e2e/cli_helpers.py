@@ -79,6 +79,9 @@ def finish(process: subprocess.Popen, timeout: float = 30) -> tuple[int, str]:
         output, _ = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         process.kill()
-        output, _ = process.communicate()
+        try:
+            output, _ = process.communicate(timeout=10)
+        except subprocess.TimeoutExpired:  # orphans still hold the pipe: that is a finding too
+            output = "(its output pipe is still held open by processes it left behind)"
         raise AssertionError(f"agent did not exit within {timeout}s:\n{output}")
     return process.returncode, output

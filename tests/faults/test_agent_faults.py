@@ -63,6 +63,7 @@ def test_a_partitioned_agent_stops_its_workers_before_the_others_form_a_new_roun
     wait_for(lambda: any(w["world_size"] == 2 for w in workers(out)), 20, what="a round of 2 without the victim")
     window, new_start = _split_brain(died[0], out, {w["pid"] for w in first}, 2)
     time.sleep(max(10 - (time.time() - cut), 0))
+    assert any(alive(w["pid"]) for w in workers(out) if w["world_size"] == 2), "the job ended during the partition"
     for proxy in cut_proxies:
         proxy.heal()
     codes = [agent.wait(60) for agent in [victim, *others]]

@@ -130,20 +130,22 @@ def test_two_jobs_on_one_cluster_do_not_see_each_other(cluster, agents, tmp_path
     outs = [str(tmp_path / "a"), str(tmp_path / "b")]
     for out in outs:
         os.makedirs(out)
-    jobs = []
-    for out in outs:
-        rid = run_id()
-        jobs.append([agents(cluster.endpoints, rid, "2", out, 6, "last_call_timeout=1") for _ in range(2)])
-    for out in outs:
-        wait_for(lambda: len(workers(out)) == 2, 30, what="2 workers of each job")
-    jobs[0][1].process.send_signal(signal.SIGKILL)  # job a loses a node; job b must not notice
-    codes_b = [agent.wait(60) for agent in jobs[1]]
-    assert codes_b == [0, 0], [a.output() for a in jobs[1]]
+    rids = [run_id(), run_id()]
+    # job a can go on without one of its three nodes (2:3); job b has two and must not notice
+    job_a = [agents(cluster.endpoints, rids[0], "2:3", outs[0], 10, "last_call_timeout=1") for _ in range(3)]
+    job_b = [agents(cluster.endpoints, rids[1], "2", outs[1], 10, "last_call_timeout=1") for _ in range(2)]
+    wait_for(lambda: len(workers(outs[0])) == 3, 30, what="3 workers of job a")
+    wait_for(lambda: len(workers(outs[1])) == 2, 30, what="2 workers of job b")
+    job_a[2].process.send_signal(signal.SIGKILL)
+    wait_for(lambda: any(w["world_size"] == 2 for w in workers(outs[0])), 10, what="job a's round of 2")
+    codes_a = [agent.wait(60) for agent in job_a[:2]]
+    codes_b = [agent.wait(60) for agent in job_b]
+    assert codes_a == [0, 0], [a.output() for a in job_a[:2]]
+    assert codes_b == [0, 0], [a.output() for a in job_b]
     assert len(workers(outs[1])) == 2 and all(w["world_size"] == 2 for w in workers(outs[1]))
-    assert not any(d in a.output() for a in jobs[1] for d in DISTURBED)
-    text = jobs[0][0].output()
-    assert "left" in text, text
-    print("\ntwo jobs: job b untouched (2 workers), job a went on without its killed node")
+    assert not any(d in a.output() for a in job_b for d in DISTURBED)
+    assert all("left: re-rendezvous" in a.output() for a in job_a[:2])
+    print("\ntwo jobs: job b untouched (2 workers), job a went on as world 2 without its killed node")
 
 
 def test_a_whole_cluster_outage_shorter_than_the_renew_deadline_touches_nothing(cluster, agents, tmp_path):
