@@ -36,6 +36,46 @@ def test_a_signal_named_in_signals_to_handle_stops_the_job_and_reaches_the_worke
           f"{time.monotonic() - started:.2f} s after the signal")
 
 
+@pytest.mark.parametrize("how", [["--shutdown-timeout", "2"], {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "2"}],
+                         ids=["option", "environment"])
+def test_workers_that_ignore_the_stop_signal_are_killed_after_the_shutdown_timeout(tmp_path, how):
+    import psutil
+
+    options, env = (how, {}) if isinstance(how, list) else ([], how)
+    agent = subprocess.Popen(
+        [tool("elastic-run"), "--standalone", "--nproc-per-node", "2", *options, SIGNALLED, str(tmp_path), "--stay"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+        env={**{k: v for k, v in os.environ.items() if k != "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"}, **env},
+    )
+    try:
+        wait_for(lambda: all((tmp_path / f"{r}.ready").exists() for r in (0, 1)), 30, what="both workers ready")
+        pids = [int((tmp_path / f"{r}.ready").read_text()) for r in (0, 1)]
+        workers = [psutil.Process(pid) for pid in pids]
+        started = time.monotonic()
+        agent.send_signal(signal.SIGTERM)
+        wait_for(lambda: all((tmp_path / f"{r}.signal").exists() for r in (0, 1)), 5, what="SIGTERM to reach both")
+        _, alive = psutil.wait_procs(workers, timeout=10)
+        killed_after = time.monotonic() - started
+        _, err = agent.communicate(timeout=20)
+    finally:
+        agent.kill()
+    assert not alive, "a worker that ignores SIGTERM outlived the shutdown timeout"
+    assert [(tmp_path / f"{r}.signal").read_text() for r in (0, 1)] == ["SIGTERM", "SIGTERM"]
+    assert 2.0 <= killed_after <= 3.5, f"SIGKILL came {killed_after:.2f} s after SIGTERM (timeout 2 s)"
+    assert agent.returncode == 128 + signal.SIGTERM, err
+    print(f"\nworkers that ignore SIGTERM: SIGKILLed {killed_after:.2f} s after it (shutdown timeout 2 s, {how})")
+
+
+def test_the_shutdown_timeout_is_30_s_unless_set_as_torchrun(monkeypatch):
+    from launcher.cli import _shutdown_timeout
+
+    monkeypatch.delenv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", raising=False)
+    assert _shutdown_timeout(None) == 30.0
+    monkeypatch.setenv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "7")
+    assert _shutdown_timeout(None) == 7.0
+    assert _shutdown_timeout(3.0) == 3.0
+
+
 def test_event_log_handler_console_prints_each_event_as_a_json_object(tmp_path):
     result = run(["--standalone", "--event-log-handler", "console", "--nproc-per-node", "1", PROBE, str(tmp_path)])
     assert result.returncode == 0, result.stderr
