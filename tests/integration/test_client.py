@@ -40,6 +40,20 @@ def test_unreachable_etcd_is_retried_for_the_whole_timeout_and_the_error_says_ho
     assert tries >= 4 and "over 1.0 s" in message
 
 
+def test_waiting_for_etcd_says_so_every_5_s_and_the_error_names_connect_timeout():
+    said: list[tuple[float, str]] = []
+    client = EtcdClient(f"127.0.0.1:{free_port()}", timeout=1)
+    started = time.monotonic()
+    try:
+        with pytest.raises(RendezvousConnectionError, match=r"waited 9 s for etcd; connect_timeout is 9 s"):
+            client.wait_ready("/k", 9, report=lambda line: said.append((time.monotonic() - started, line)))
+    finally:
+        client.close()
+    # the first line once the first try (up to 2 s) failed, then one every 5 s
+    assert len(said) == 2 and said[0][0] <= 2.5 and 5.0 <= said[1][0] - said[0][0] <= 5.5, said
+    assert all(line.startswith("waiting for etcd at 127.0.0.1:") for _, line in said), said
+
+
 def test_black_holed_etcd_raises_connection_error_within_the_timeout():
     # A listening socket that never speaks gRPC: the call can only end by its deadline.
     with socket.socket() as silent:

@@ -6,6 +6,7 @@ import time
 
 from rendezvous import EtcdClient
 from rendezvous.etcd_server import free_port
+from rendezvous.client import op_put
 from rendezvous.history import Event, HistoryWriter, read_history
 
 
@@ -41,3 +42,19 @@ def test_recording_never_blocks_and_a_failed_write_is_said_once():
     writer.close(timeout=15)
     client.close()
     assert len(said) == 1 and "could not write the job's history in etcd" in said[0], said
+
+
+def test_the_agents_writer_keeps_the_newest_1000_records(etcd_client, key_prefix):
+    root = f"{key_prefix}/job/"
+    old = [Event(1_000_000 + i, 1, "old", "round_frozen") for i in range(1000)]
+    for start in range(0, len(old), 100):
+        ops = [op_put(e.key(root), e.encode()) for e in old[start:start + 100]]
+        etcd_client.txn([], ops)
+    writer = HistoryWriter(etcd_client, root, "n1")  # the agent's: the default limit
+    for i in range(5):
+        writer.record("round_frozen", 2, world_size=i)
+    writer.close(timeout=10)
+    events, _ = read_history(etcd_client, root)
+    assert len(events) == 1000
+    assert [e.time for e in events[:995]] == [e.time for e in old[5:]]  # the 5 oldest went
+    assert [e.node for e in events[995:]] == ["n1"] * 5
