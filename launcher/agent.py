@@ -37,7 +37,7 @@ from rendezvous.history import Event, HistoryWriter
 from rendezvous.operate import OPERATOR
 
 from .errors import AgentStopped, JobClosedError, JobRendezvousError, WorkerFailedError
-from .logs import Layout, LogPump, LogSettings
+from .output import Layout, LayoutStrategy, LogPump
 from .summary import describe_exit, failure_summary
 from .workers import GroupState, GroupStatus, Reaper, WorkerGroup
 
@@ -57,7 +57,7 @@ class AgentState(str, enum.Enum):
 class AgentConfig:
     argv: tuple[str, ...]  # the worker command line
     nproc_per_node: int
-    logs: LogSettings
+    logs: LayoutStrategy  # the built-in layout or a torch LogsSpecs: the CLI picks
     max_restarts: int = 0
     monitor_interval: float = 0.1
     role: str = "default"

@@ -23,8 +23,8 @@ from rendezvous.settings import RendezvousSettings
 from .agent import Agent, AgentConfig, say, set_log_format, stop_on_signals
 from .env import OMP_WARNING, virtual_device
 from .errors import EXIT_USAGE, LauncherError, UsageError
-from .logs import LogSettings, parse_filters, parse_ranks_filter, parse_std
-from .logs_specs import load_logs_specs
+from .output import DefaultLayout, TorchLogsSpecsLayout, load_logs_specs
+from .output.plan import parse_filters, parse_ranks_filter, parse_std
 from .numa import MODES as NUMA_MODES
 from .numa import binding_commands
 from .options import (
@@ -152,11 +152,7 @@ def elastic_run(**opts: Any) -> int:
     config = AgentConfig(
         argv=tuple(argv), nproc_per_node=nproc, max_restarts=opts["max_restarts"],
         monitor_interval=opts["monitor_interval"], role=opts["role"], stop_grace=stop_grace,
-        logs=LogSettings(
-            log_root, redirects, tee, ranks_filter, os.environ.get("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE") or None,
-            parse_filters(opts["duplicate_stdout_filters"]), parse_filters(opts["duplicate_stderr_filters"]),
-            custom_logs,
-        ),
+        logs=_output_layout(opts, custom_logs, log_root, redirects, tee, ranks_filter),
         virtual_local_rank=opts["virtual_local_rank"], event_log_handler=opts["event_log_handler"],
         cpu_binding=cpu_binding,
     )
@@ -187,6 +183,15 @@ def elastic_run(**opts: Any) -> int:
             server.stop()
         if temporary and not (redirects or tee):
             shutil.rmtree(log_root, ignore_errors=True)
+
+
+def _output_layout(opts: dict, custom: Any, log_root: str, redirects: Any, tee: Any, ranks_filter: Any):
+    """The output strategy: the torch LogsSpecs --logs-specs names, else the built-in layout."""
+    template = os.environ.get("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE") or None
+    filters = parse_filters(opts["duplicate_stdout_filters"]), parse_filters(opts["duplicate_stderr_filters"])
+    if custom is not None:
+        return TorchLogsSpecsLayout(custom, template, *filters)
+    return DefaultLayout(log_root, redirects, tee, ranks_filter, template, *filters)
 
 
 def _shutdown_timeout(value: float | None) -> float:

@@ -30,7 +30,7 @@ from rendezvous.lifeline import die_with_parent
 
 from .env import WorkerSpec, worker_env
 from .errorfile import ErrorRecord, read_error
-from .logs import Layout, LogPump, StreamPlan
+from .output import Layout, LogPump, StreamPlan
 
 __all__ = ["GroupState", "WorkerFailure", "GroupStatus", "Reaper", "WorkerGroup"]
 

@@ -9,7 +9,8 @@ MODULES = [
     "rendezvous.decide", "rendezvous.settings", "rendezvous.membership", "rendezvous.handler",
     "rendezvous.watch", "rendezvous.etcd_server", "rendezvous.lifeline", "rendezvous.view", "rendezvous.kvstore", "rendezvous.ports", "elastic",
     "elastic.jobstate", "elastic.worker", "elastic.record", "launcher.env", "launcher.errors", "launcher.errorfile",
-    "launcher.logs", "launcher.workers", "launcher.summary", "launcher.agent", "launcher.options", "launcher.cli", "launcher.ctl",
+    "launcher.output", "launcher.output.plan", "launcher.output.default", "launcher.output.torch_specs",
+    "launcher.output.pump", "launcher.workers", "launcher.summary", "launcher.agent", "launcher.options", "launcher.cli", "launcher.ctl",
 ]
 
 
@@ -40,23 +41,23 @@ def test_no_module_imports_torch_or_pickle():
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "False"
     root = Path(__file__).resolve().parents[2]
-    for path in list((root / "rendezvous").glob("*.py")) + list((root / "elastic").glob("*.py")) + list((root / "launcher").glob("*.py")):
+    for path in list((root / "rendezvous").rglob("*.py")) + list((root / "elastic").rglob("*.py")) + list((root / "launcher").rglob("*.py")):
         text = path.read_text()
         assert "import pickle" not in text and "pickle.loads" not in text, path
 
 
 def test_only_the_torch_plugin_imports_torch():
-    """And launcher/logs_specs.py, inside the function that builds a torch LogsSpecs named by
+    """And launcher/output/torch_specs.py, inside the function that builds a torch LogsSpecs named by
     --logs-specs (such a class is torch's); the agent never imports it otherwise."""
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
     for package in ("rendezvous", "launcher", "elastic"):
-        for path in (root / package).glob("*.py"):
+        for path in (root / package).rglob("*.py"):
             if path.name == "torch_plugin.py":
                 continue
             text = path.read_text()
-            if path.name == "logs_specs.py":
+            if path.name == "torch_specs.py":
                 assert not any(line.startswith(("import torch", "from torch")) for line in text.splitlines()), path
                 continue
             assert "import torch" not in text and "from torch" not in text, path

@@ -13,9 +13,10 @@ from launcher.agent import progress_line
 from launcher.errorfile import read_error, write_error
 from launcher.errors import UsageError
 from launcher.env import virtual_device
-from launcher.logs import (
-    STDOUT, StreamPlan, _Source, line_prefix, parse_filters, parse_ranks_filter, parse_std, plan_stream,
+from launcher.output.plan import (
+    STDOUT, StreamPlan, line_prefix, parse_filters, parse_ranks_filter, parse_std, plan_stream,
 )
+from launcher.output.pump import _Source
 from launcher.options import (
     NodeRange, expand_abbreviations, parse_nnodes, parse_nproc_per_node, parse_rdzv_backend, parse_signals, worker_argv,
 )
