@@ -17,31 +17,29 @@
 from __future__ import annotations
 
 import enum
-import json
 import os
 import signal
 import sys
 import threading
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Mapping
+from typing import Callable, Mapping
 
 from rendezvous.errors import RendezvousClosedError, RendezvousConnectionError, RendezvousCredentialsError, RendezvousError
-from rendezvous.handler import Progress, RendezvousHandler, RendezvousInfo
+from rendezvous.handler import RendezvousHandler, RendezvousInfo
+from rendezvous.history import HistoryWriter
+from rendezvous.operate import OPERATOR
 from rendezvous.state import JobState, JobStatus
 
+from .console import console_event, progress_line, say
 from .env import WorkerSpec
-from rendezvous.history import Event, HistoryWriter
-
-from rendezvous.operate import OPERATOR
-
-from .errors import AgentStopped, JobClosedError, JobRendezvousError, WorkerFailedError
+from .errors import AgentStopped, JobClosedError, JobRendezvousError, LauncherError, WorkerFailedError
 from .output import Layout, LayoutStrategy, LogPump
+from .signals import ignore_stop_signals
 from .summary import describe_exit, failure_summary
 from .workers import GroupState, GroupStatus, Reaper, WorkerGroup
 
-__all__ = ["AgentConfig", "Agent", "AgentState", "stop_on_signals", "progress_line", "say", "set_log_format"]
+__all__ = ["AgentConfig", "Agent", "AgentState", "RoundOutcome", "RoundResult"]
 
 
 class AgentState(str, enum.Enum):
@@ -68,20 +66,27 @@ class AgentConfig:
     exit_barrier_timeout: float = 300.0  # how long a finished node waits for the others
 
 
-def progress_line(progress: Progress) -> str:
-    """``round 1: 2/4 nodes joined (min 3, max 4), last call in 4 s``"""
-    line = (
-        f"round {progress.round}: {progress.nodes_joined}/{progress.max_nodes} nodes joined "
-        f"(min {progress.min_nodes}, max {progress.max_nodes})"
-    )
-    if progress.last_call_in is not None:
-        line += f", last call in {progress.last_call_in:.0f} s"
-    elif progress.nodes_joined < progress.min_nodes:
-        line += f", waiting for {progress.min_nodes - progress.nodes_joined} more"
-    return line
+class RoundOutcome(str, enum.Enum):
+    """How one round of this node's workers ended."""
+
+    SUCCEEDED = "succeeded"  # every local worker exited 0
+    FAILED = "failed"  # a local worker failed
+    MEMBERSHIP_CHANGED = "membership changed"  # a node left or waits, or another node started a new round
+    FENCED = "fenced"  # no lease renewal within the renew deadline: the workers had to stop
 
 
-FENCED = "fenced"  # what _monitor returns when the workers had to stop for want of a lease renewal
+@dataclass(frozen=True)
+class RoundResult:
+    outcome: RoundOutcome
+    status: GroupStatus | None = None  # the workers' status when they ended (SUCCEEDED, FAILED)
+
+
+@dataclass
+class _Departure:
+    """What this node's history and workers are told when the agent leaves."""
+
+    reason: str = "the agent exited"
+    signum: int = signal.SIGTERM  # the workers get the signal the agent got, as under torchrun
 
 
 class Agent:
@@ -102,94 +107,112 @@ class Agent:
 
     def run(self) -> int:
         """Run until the job succeeds (returns 0); raises a LauncherError otherwise."""
-        pump = LogPump()
-        reaper = Reaper()
-        self._reaper = reaper
-        group = WorkerGroup(self.config.argv, pump, reaper)
-        echo = console_event if self.config.event_log_handler == "console" else None
-        history = HistoryWriter(self.handler.client, self.handler.job_root, self.handler.node_id, report=self.say, echo=echo)
-        self.history = self.handler.history = history
-        reaper.configure(self.handler.client.config(), _project_path(),
-                         history={"prefix": self.handler.job_root, "node": self.handler.node_id})
-        self.handler.on_renew = reaper.arm
-        left = "the agent exited"
-        stop_with = signal.SIGTERM
+        self._open()
         try:
-            while True:
-                self.info = self._rendezvous()
-                if self._fenced():
-                    self._after_fence()
-                    continue  # etcd went away right after the round: rejoin before starting anything
-                self.state = AgentState.RUNNING
-                reaper.clear()
-                reaper.note_round(self.info.round)
-                layout = self.config.logs.layout(
-                    self.attempt, role=self.config.role, base_rank=self.info.base_global_rank,
-                    nproc=self.config.nproc_per_node, run_id=self.info.run_id, restart_count=self.info.restart_count,
-                )
-                group.start(self._specs(self.info, layout), layout, self.environ, self.config.cpu_binding)
-                status = self._monitor(group)
-                if status is FENCED:
-                    group.stop(0.0)  # now: the lease may expire in under a second
-                    self.state = AgentState.RESTARTING
-                    self.attempt += 1
-                    self._after_fence()
-                    continue
-                if status is not None and status.state is GroupState.SUCCEEDED:
-                    group.stop(self.config.stop_grace)
-                    self.state = AgentState.SUCCEEDED
-                    left = "finished: its workers succeeded"
-                    self._exit_barrier()
-                    return 0
-                group.stop(self.config.stop_grace)
-                self.state = AgentState.RESTARTING
-                self.attempt += 1
-                if status is None:
-                    continue  # membership changed: a new round, no restart used
-                first = status.first_failure
-                assert first is not None
-                self._record_failures(status)
-                what = f"rank {first.rank} on node {self.handler.node_id} failed ({describe_exit(first)})"
-                count, budget = self.info.restart_count, self.info.max_restarts
-                if count < budget:
-                    self.say(f"{what}; restarting the workers ({count + 1}/{budget})")
-                    self.handler.request_restart(what)
-                    continue
-                self.state = AgentState.FAILED
-                self.say(failure_summary(status, self.handler.run_id, count, budget))
-                self._close(f"{what} and no restart was left ({count}/{budget})", failed=True)
-                raise WorkerFailedError(what)
+            return self._invoke_run()
         except RendezvousClosedError as exc:
-            state = self._job_state()
-            if state is not None and state.failed:  # another node's worker failed with no restart left
-                self.state = AgentState.FAILED
-                self.say(f"the job failed: {state.reason}")
-                raise WorkerFailedError(state.reason) from exc
-            if state is not None and state.closed_by == OPERATOR:
-                left = f"the job was closed by an operator ({state.reason})"
-                raise JobClosedError(f"the job was closed by an operator: {state.reason}") from exc
-            raise JobRendezvousError(str(exc)) from exc
+            raise self._closed_error(exc) from exc
         except RendezvousError as exc:  # timed out, unreachable, corrupt
             raise JobRendezvousError(str(exc)) from exc
         except AgentStopped as exc:
-            left = f"stopped by {signal.Signals(exc.signum).name}"
-            stop_with = exc.signum  # as torchrun: the workers get the signal the agent got
+            self._departure = _Departure(f"stopped by {signal.Signals(exc.signum).name}", exc.signum)
             raise
         finally:
-            _ignore_stop_signals()
-            group.stop(self.config.stop_grace, stop_with)
-            self.handler.on_renew = None
-            try:
-                self.handler.shutdown()
-            except RendezvousError:
-                pass  # etcd is away: our lease expires by itself
-            if self.info is not None:
-                history.record("node_left", self.info.round, reason=left)
-            history.close()
-            pump.close()
-            reaper.close()
+            self._close_down()
+
+    def _invoke_run(self) -> int:
+        """Rendezvous, run the workers, and decide what the round's outcome asks for."""
+        while True:
+            self.info = self._rendezvous()
+            if self._fenced():
+                self._after_fence()
+                continue  # etcd went away right after the round: rejoin before starting anything
+            result = self._run_round()
+            if result.outcome is RoundOutcome.SUCCEEDED:
+                self._departure = _Departure("finished: its workers succeeded")
+                self._exit_barrier()
+                return 0
+            self.state = AgentState.RESTARTING
+            self.attempt += 1
+            if result.outcome is RoundOutcome.FENCED:
+                self._after_fence()
+            elif result.outcome is RoundOutcome.FAILED:
+                self._restart_or_fail(result.status)
 
     # -- the steps ------------------------------------------------------------------------------
+    def _open(self) -> None:
+        """The agent's helpers: the log pump, the reaper, the worker group, the history writer."""
+        self._pump = LogPump()
+        self._reaper = Reaper()
+        self._group = WorkerGroup(self.config.argv, self._pump, self._reaper)
+        echo = console_event if self.config.event_log_handler == "console" else None
+        self.history = HistoryWriter(self.handler.client, self.handler.job_root, self.handler.node_id,
+                                     report=self.say, echo=echo)
+        self.handler.history = self.history
+        self._reaper.configure(self.handler.client.config(), _project_path(),
+                               history={"prefix": self.handler.job_root, "node": self.handler.node_id})
+        self.handler.on_renew = self._reaper.arm
+        self._departure = _Departure()
+
+    def _close_down(self) -> None:
+        """Stop the workers (with the signal that stopped the agent), leave the round, close the helpers."""
+        ignore_stop_signals()
+        self._group.stop(self.config.stop_grace, self._departure.signum)
+        self.handler.on_renew = None
+        try:
+            self.handler.shutdown()
+        except RendezvousError:
+            pass  # etcd is away: our lease expires by itself
+        if self.info is not None:
+            self.history.record("node_left", self.info.round, reason=self._departure.reason)
+        self.history.close()
+        self._pump.close()
+        self._reaper.close()
+
+    def _run_round(self) -> RoundResult:
+        """Start this round's workers and watch them until they end or the round does; stop them."""
+        self.state = AgentState.RUNNING
+        self._reaper.clear()
+        self._reaper.note_round(self.info.round)
+        layout = self.config.logs.layout(
+            self.attempt, role=self.config.role, base_rank=self.info.base_global_rank,
+            nproc=self.config.nproc_per_node, run_id=self.info.run_id, restart_count=self.info.restart_count,
+        )
+        self._group.start(self._specs(self.info, layout), layout, self.environ, self.config.cpu_binding)
+        result = self._monitor(self._group)
+        # fenced: now, the lease may expire in under a second; else with the grace period
+        self._group.stop(0.0 if result.outcome is RoundOutcome.FENCED else self.config.stop_grace)
+        if result.outcome is RoundOutcome.SUCCEEDED:
+            self.state = AgentState.SUCCEEDED
+        return result
+
+    def _restart_or_fail(self, status: GroupStatus) -> None:
+        """A local worker failed: ask the job for a restart while its budget lasts, else close it failed."""
+        first = status.first_failure
+        self._record_failures(status)
+        what = f"rank {first.rank} on node {self.handler.node_id} failed ({describe_exit(first)})"
+        count, budget = self.info.restart_count, self.info.max_restarts
+        if count < budget:
+            self.say(f"{what}; restarting the workers ({count + 1}/{budget})")
+            self.handler.request_restart(what)
+            return
+        self.state = AgentState.FAILED
+        self.say(failure_summary(status, self.handler.run_id, count, budget))
+        self._close(f"{what} and no restart was left ({count}/{budget})", failed=True)
+        raise WorkerFailedError(what)
+
+    def _closed_error(self, exc: RendezvousClosedError) -> LauncherError:
+        """The job was closed under this node: by a failure elsewhere, by an operator, or before it joined."""
+        state = self._job_state()
+        if state is not None and state.failed:  # another node's worker failed with no restart left
+            self.state = AgentState.FAILED
+            self.say(f"the job failed: {state.reason}")
+            return WorkerFailedError(state.reason)
+        if state is not None and state.closed_by == OPERATOR:
+            self._departure = _Departure(f"the job was closed by an operator ({state.reason})")
+            return JobClosedError(f"the job was closed by an operator: {state.reason}")
+        return JobRendezvousError(str(exc))
+
     def _rendezvous(self) -> RendezvousInfo:
         """The next round; etcd out of reach is waited for (connect_timeout), then tried again."""
         self.state = AgentState.RENDEZVOUS
@@ -252,36 +275,40 @@ class Agent:
             for i in range(n)
         ]
 
-    def _monitor(self, group: WorkerGroup) -> GroupStatus | str | None:
-        """Until the workers end (their status) or the membership changes (None).
+    def _monitor(self, group: WorkerGroup) -> RoundResult:
+        """Until the workers end or the membership changes.
 
         Membership changes arrive by watch at once; the workers are looked at every monitor
         interval, and more often during the first second (short jobs end sooner).
         """
         started = time.monotonic()
         while True:
-            outcome = self._outcome(group)
-            if outcome is FENCED or outcome.state is not GroupState.RUNNING:
-                return outcome
+            result = self._outcome(group)
+            if result is not None:
+                return result
             interval = self.config.monitor_interval
             if time.monotonic() - started < 1.0:
                 interval = min(interval, 0.02)
             if self.handler.membership_changed(timeout=interval):
-                outcome = self._outcome(group)
-                if outcome is FENCED or outcome.state is not GroupState.RUNNING:
-                    return outcome
+                result = self._outcome(group)
+                if result is not None:
+                    return result
                 self.say(self._why_changed())
-                return None
+                return RoundResult(RoundOutcome.MEMBERSHIP_CHANGED)
 
-    def _outcome(self, group: WorkerGroup) -> GroupStatus | str:
-        """The group's status, or FENCED when the renew deadline passed -- checked before and after
+    def _outcome(self, group: WorkerGroup) -> RoundResult | None:
+        """How the round ended, or None while the workers run. Fencing is checked before and after
         looking at the workers, since workers the reaper killed look like workers that failed."""
         if self._fenced():
-            return FENCED
+            return RoundResult(RoundOutcome.FENCED)
         status = group.poll()
         if status.state is GroupState.FAILED and self._fenced(settle=0.1):
-            return FENCED
-        return status
+            return RoundResult(RoundOutcome.FENCED)
+        if status.state is GroupState.SUCCEEDED:
+            return RoundResult(RoundOutcome.SUCCEEDED, status)
+        if status.state is GroupState.FAILED:
+            return RoundResult(RoundOutcome.FAILED, status)
+        return None
 
     def _fenced(self, settle: float = 0.0) -> bool:
         """The renew deadline passed (the reaper killed the workers, or it is due now)."""
@@ -370,62 +397,3 @@ def _project_path() -> list[str]:
 
     paths = [os.path.dirname(os.path.dirname(os.path.abspath(rendezvous.__file__))), *sys.path]
     return list(dict.fromkeys(p for p in paths if p))
-
-
-_LOG_FORMAT = ["text"]
-
-
-def set_log_format(name: str) -> None:
-    """``text``: ``elastic-run: ...`` lines; ``json``: one JSON object a message, for log shippers."""
-    _LOG_FORMAT[0] = name
-
-
-def say(message: str, level: str = "info") -> None:
-    """Print an agent message on stderr: each line prefixed ``elastic-run:``, or one JSON object
-    (``{"time", "level", "source", "message"}``) with ``--log-format json``. Workers' lines are not touched."""
-    if _LOG_FORMAT[0] == "json":
-        record = {"time": round(time.time(), 3), "level": level, "source": "elastic-run", "message": message}
-        sys.stderr.write(json.dumps(record) + "\n")
-    else:
-        for line in message.splitlines() or [""]:
-            sys.stderr.write(f"elastic-run: {line}\n")
-    sys.stderr.flush()
-
-
-def console_event(event: Event) -> None:
-    """One event as torch's console event handler prints it: a JSON object on stderr."""
-    record = {
-        "name": f"elastic.{event.kind}", "source": "AGENT", "timestamp": int(event.time * 1000),
-        "metadata": {"run_round": event.round, "node": event.node, **event.details},
-    }
-    sys.stderr.write(json.dumps(record, default=str) + "\n")
-    sys.stderr.flush()
-
-
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)  # torchrun's --signals-to-handle
-_handled: list[int] = list(STOP_SIGNALS)
-
-
-def _ignore_stop_signals() -> None:
-    if threading.current_thread() is threading.main_thread():
-        for signum in _handled:
-            signal.signal(signum, signal.SIG_IGN)
-
-
-@contextmanager
-def stop_on_signals(signals: tuple[int, ...] = STOP_SIGNALS) -> Iterator[None]:
-    """Turn each of ``signals`` into AgentStopped in the main thread (once)."""
-    previous = {signum: signal.getsignal(signum) for signum in signals}
-    _handled[:] = signals
-
-    def handle(signum: int, frame: object) -> None:
-        _ignore_stop_signals()
-        raise AgentStopped(signum)
-
-    for signum in signals:
-        signal.signal(signum, handle)
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)

@@ -20,7 +20,9 @@ from rendezvous.errors import RendezvousError, RendezvousSettingsError
 from rendezvous.handler import RendezvousHandler, default_node_id
 from rendezvous.settings import RendezvousSettings
 
-from .agent import Agent, AgentConfig, say, set_log_format, stop_on_signals
+from .agent import Agent, AgentConfig
+from .console import say, set_log_format
+from .signals import stop_on_signals
 from .env import OMP_WARNING, virtual_device
 from .errors import EXIT_USAGE, LauncherError, UsageError
 from .output import DefaultLayout, TorchLogsSpecsLayout, load_logs_specs

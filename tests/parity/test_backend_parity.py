@@ -18,7 +18,7 @@ import time
 import uuid
 
 import pytest
-from torch.distributed.elastic.rendezvous import RendezvousParameters, RendezvousStateError, RendezvousTimeoutError
+from torch.distributed.elastic.rendezvous import RendezvousParameters, RendezvousStateError
 
 from rendezvous import EtcdRendezvousBackend
 from rendezvous.torch_plugin import TorchBackend, create_handler

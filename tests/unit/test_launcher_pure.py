@@ -9,7 +9,7 @@ import sys
 import pytest
 
 import elastic
-from launcher.agent import progress_line
+from launcher.console import progress_line
 from launcher.errorfile import read_error, write_error
 from launcher.errors import UsageError
 from launcher.env import virtual_device

@@ -1,0 +1,52 @@
+"""The signals that stop an agent (torchrun's ``--signals-to-handle``): each becomes ``AgentStopped``
+in the main thread, once; the agent then ignores them while it stops its workers with the same
+signal."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from contextlib import contextmanager
+from typing import Iterator
+
+from .errors import AgentStopped
+
+__all__ = ["STOP_SIGNALS", "stop_on_signals", "ignore_stop_signals"]
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)  # torchrun's --signals-to-handle
+
+
+class _Handled:
+    """The signals the process turns into AgentStopped now."""
+
+    def __init__(self) -> None:
+        self.signals: tuple[int, ...] = STOP_SIGNALS
+
+
+_handled = _Handled()
+
+
+def ignore_stop_signals() -> None:
+    """From now on the stop signals are ignored (the agent is already stopping)."""
+    if threading.current_thread() is threading.main_thread():
+        for signum in _handled.signals:
+            signal.signal(signum, signal.SIG_IGN)
+
+
+@contextmanager
+def stop_on_signals(signals: tuple[int, ...] = STOP_SIGNALS) -> Iterator[None]:
+    """Turn each of ``signals`` into AgentStopped in the main thread (once)."""
+    previous = {signum: signal.getsignal(signum) for signum in signals}
+    _handled.signals = tuple(signals)
+
+    def handle(signum: int, frame: object) -> None:
+        ignore_stop_signals()
+        raise AgentStopped(signum)
+
+    for signum in signals:
+        signal.signal(signum, handle)
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
