@@ -7,7 +7,6 @@ line on stderr naming what was wrong and exit code 2; see launcher/errors.py for
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import sys
 import tempfile
@@ -17,12 +16,12 @@ from typing import Any, Callable, NoReturn, Sequence
 import click
 
 from rendezvous.errors import RendezvousError, RendezvousSettingsError
-from rendezvous.handler import RendezvousHandler, default_node_id
+from rendezvous.handler import default_node_id
 from rendezvous.settings import RendezvousSettings
 
-from .agent import Agent, AgentConfig
+from .agent import AgentConfig
 from .console import say, set_log_format
-from .signals import stop_on_signals
+from .launch import LaunchPlan, launch
 from .env import OMP_WARNING, virtual_device
 from .errors import EXIT_USAGE, LauncherError, UsageError
 from .output import DefaultLayout, TorchLogsSpecsLayout, load_logs_specs
@@ -30,10 +29,10 @@ from .output.plan import parse_filters, parse_ranks_filter, parse_std
 from .numa import MODES as NUMA_MODES
 from .numa import binding_commands
 from .options import (
-    expand_abbreviations, parse_nnodes, parse_nproc_per_node, parse_rdzv_backend, parse_signals, worker_argv,
+    NodeRange, expand_abbreviations, parse_nnodes, parse_nproc_per_node, parse_rdzv_backend, parse_signals, worker_argv,
 )
 
-__all__ = ["elastic_run", "run_main", "ctl_main"]
+__all__ = ["elastic_run", "plan_from_options", "run_main", "ctl_main"]
 
 _CONTEXT = {"help_option_names": ["-h", "--help"], "allow_interspersed_args": False, "max_content_width": 100}
 
@@ -101,56 +100,41 @@ def _option(*names: str, env: str | None, **kwargs: Any) -> Callable:
 def elastic_run(**opts: Any) -> int:
     """Launch SCRIPT on this node as one agent of an elastic job (torchrun's options)."""
     set_log_format(opts["log_format"])
-    standalone = opts["standalone"]
-    if standalone:  # as torchrun: --standalone overrides the rendezvous options, saying so
-        given = [f"--rdzv-{name.split('_')[1]}" for name in ("rdzv_backend", "rdzv_endpoint", "rdzv_id")
-                 if opts[name] not in (None, "", "etcd-v3", "none")]
-        if given:
-            say(f"--standalone: ignoring {', '.join(given)}; a local etcd is started for this job")
-    else:
-        if str(opts["rdzv_backend"]).strip().lower() == "etcd-v2":
-            say("--rdzv-backend etcd-v2: using etcd's v3 API (etcd 3.6 removed v2)")
-        parse_rdzv_backend(opts["rdzv_backend"])
+    plan = plan_from_options(opts)
+    early, _EARLY[0] = _EARLY[0], None  # launch() uses it or stops it
+    return launch(plan, early_etcd=early)
+
+
+def plan_from_options(opts: dict[str, Any]) -> LaunchPlan:
+    """elastic-run's options -> a validated LaunchPlan (a UsageError names the first bad option).
+
+    Lines torchrun says while parsing (ignored options) are said here; its warnings about the run
+    (OMP_NUM_THREADS, NUMA, where the logs go) are the plan's notes, said when it launches.
+    """
+    endpoint = _rendezvous_endpoint(opts)
     nodes = parse_nnodes(opts["nnodes"])
     nproc = parse_nproc_per_node(opts["nproc_per_node"])
     argv = worker_argv(
         opts["script"], opts["script_args"], module=opts["module"], no_python=opts["no_python"], run_path=opts["run_path"]
     )
-    redirects = parse_std(opts["redirects"], "--redirects")
-    tee = parse_std(opts["tee"], "--tee")
+    redirects, tee = parse_std(opts["redirects"], "--redirects"), parse_std(opts["tee"], "--tee")
     ranks_filter = parse_ranks_filter(opts["local_ranks_filter"])
     signals = parse_signals(opts["signals_to_handle"])
     stop_grace = _shutdown_timeout(opts["stop_grace"])
     if opts["virtual_local_rank"]:
-        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-        try:  # the last local rank has a device, so every one has (the rule workers are started by)
-            virtual_device(nproc - 1, visible)
-        except ValueError:
-            raise UsageError(f"--virtual-local-rank: CUDA_VISIBLE_DEVICES={visible} names fewer devices than "
-                             f"--nproc-per-node {nproc}") from None
+        _check_virtual_devices(nproc)
     cpu_binding, numa_line = binding_commands(opts["numa_binding"], nproc)
-    if standalone:
-        if nodes.max_nodes != 1:
-            say("--standalone runs one node; ignoring --nnodes")
-        nodes = parse_nnodes("1")
-        run_id = f"standalone-{uuid.uuid4().hex[:12]}"
-    else:
-        if not opts["rdzv_endpoint"]:
-            raise UsageError("--rdzv-endpoint is required (host:port of etcd), or use --standalone")
-        if opts["rdzv_id"] in (None, ""):
-            raise UsageError("--rdzv-id is required: the same job id on every node")
-        run_id = opts["rdzv_id"]
+    nodes, run_id = _job_identity(opts, nodes, standalone=endpoint is None)
     if opts["master_addr"] or opts["master_port"] or opts["node_rank"]:
         say("--node-rank/--master-addr/--master-port belong to static rendezvous and are ignored")
     settings = RendezvousSettings.from_conf(run_id, nodes.min_nodes, nodes.max_nodes, opts["rdzv_conf"], warn=say)
-    local_addr = opts["local_addr"] or ("127.0.0.1" if standalone else None)
     node_id = default_node_id()
     log_root, temporary = _log_root(opts["log_dir"], run_id, node_id)
     custom_logs = load_logs_specs(opts["logs_specs"], opts["log_dir"], redirects, tee, ranks_filter)
-    if nproc > 1 and "OMP_NUM_THREADS" not in os.environ:
-        say(OMP_WARNING)  # as torchrun: the workers get OMP_NUM_THREADS=1
-    if numa_line:
-        say(numa_line)
+    keep_files = bool(redirects or tee)
+    notes = [OMP_WARNING] if nproc > 1 and "OMP_NUM_THREADS" not in os.environ else []  # as torchrun
+    notes += [numa_line] if numa_line else []
+    notes += [f"log files go to {log_root} (set --log-dir to choose)"] if temporary and keep_files else []
     config = AgentConfig(
         argv=tuple(argv), nproc_per_node=nproc, max_restarts=opts["max_restarts"],
         monitor_interval=opts["monitor_interval"], role=opts["role"], stop_grace=stop_grace,
@@ -158,33 +142,48 @@ def elastic_run(**opts: Any) -> int:
         virtual_local_rank=opts["virtual_local_rank"], event_log_handler=opts["event_log_handler"],
         cpu_binding=cpu_binding,
     )
-    os.environ["TORCHELASTIC_SIGNALS_TO_HANDLE"] = opts["signals_to_handle"]  # as torchrun: workers inherit it
-    if temporary and (redirects or tee):
-        say(f"log files go to {log_root} (set --log-dir to choose)")
-    server = None
-    try:
-        with stop_on_signals(signals):
-            if standalone:
-                from rendezvous.etcd_server import EtcdServer
+    return LaunchPlan(
+        config, settings, endpoint, node_id, local_addr=opts["local_addr"] or ("127.0.0.1" if endpoint is None else None),
+        signals=signals, exported=(("TORCHELASTIC_SIGNALS_TO_HANDLE", opts["signals_to_handle"]),),
+        log_root=log_root, remove_logs=temporary and not keep_files, notes=tuple(notes),
+    )
 
-                server, _EARLY[0] = _EARLY[0], None
-                server = server.ready() if server is not None else EtcdServer().start()
-                client = settings.with_(protocol="http").connect(server.endpoints)  # the local etcd speaks http
-            else:
-                client = settings.connect(opts["rdzv_endpoint"])
-            try:
-                handler = RendezvousHandler(
-                    client, settings, local_addr=local_addr, local_world_size=nproc, node_id=node_id,
-                    max_restarts=opts["max_restarts"],
-                )
-                return Agent(config, handler).run()
-            finally:
-                client.close()
-    finally:
-        if server is not None:
-            server.stop()
-        if temporary and not (redirects or tee):
-            shutil.rmtree(log_root, ignore_errors=True)
+
+def _rendezvous_endpoint(opts: dict[str, Any]) -> str | None:
+    """etcd's endpoint, or None for --standalone (which overrides the rendezvous options, saying so)."""
+    if opts["standalone"]:
+        given = [f"--rdzv-{name.split('_')[1]}" for name in ("rdzv_backend", "rdzv_endpoint", "rdzv_id")
+                 if opts[name] not in (None, "", "etcd-v3", "none")]
+        if given:
+            say(f"--standalone: ignoring {', '.join(given)}; a local etcd is started for this job")
+        return None
+    if str(opts["rdzv_backend"]).strip().lower() == "etcd-v2":
+        say("--rdzv-backend etcd-v2: using etcd's v3 API (etcd 3.6 removed v2)")
+    parse_rdzv_backend(opts["rdzv_backend"])
+    return opts["rdzv_endpoint"] or ""
+
+
+def _job_identity(opts: dict[str, Any], nodes: NodeRange, *, standalone: bool) -> tuple[NodeRange, str]:
+    """(the node range, the job id): one node and a fresh id for --standalone; else both required."""
+    if standalone:
+        if nodes.max_nodes != 1:
+            say("--standalone runs one node; ignoring --nnodes")
+        return parse_nnodes("1"), f"standalone-{uuid.uuid4().hex[:12]}"
+    if not opts["rdzv_endpoint"]:
+        raise UsageError("--rdzv-endpoint is required (host:port of etcd), or use --standalone")
+    if opts["rdzv_id"] in (None, ""):
+        raise UsageError("--rdzv-id is required: the same job id on every node")
+    return nodes, opts["rdzv_id"]
+
+
+def _check_virtual_devices(nproc: int) -> None:
+    """--virtual-local-rank: the last local rank has a device, so every one has (the rule workers are started by)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    try:
+        virtual_device(nproc - 1, visible)
+    except ValueError:
+        raise UsageError(f"--virtual-local-rank: CUDA_VISIBLE_DEVICES={visible} names fewer devices than "
+                         f"--nproc-per-node {nproc}") from None
 
 
 def _output_layout(opts: dict, custom: Any, log_root: str, redirects: Any, tee: Any, ranks_filter: Any):

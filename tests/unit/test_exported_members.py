@@ -10,7 +10,7 @@ MODULES = [
     "rendezvous.watch", "rendezvous.etcd_server", "rendezvous.lifeline", "rendezvous.view", "rendezvous.kvstore", "rendezvous.ports", "elastic",
     "elastic.jobstate", "elastic.worker", "elastic.record", "launcher.env", "launcher.errors", "launcher.errorfile",
     "launcher.output", "launcher.output.plan", "launcher.output.default", "launcher.output.torch_specs",
-    "launcher.output.pump", "launcher.workers", "launcher.summary", "launcher.agent", "launcher.options", "launcher.cli", "launcher.ctl",
+    "launcher.output.pump", "launcher.workers", "launcher.summary", "launcher.agent", "launcher.console", "launcher.signals", "launcher.launch", "launcher.options", "launcher.cli", "launcher.ctl",
 ]
 
 

@@ -1,0 +1,76 @@
+"""One node's launch: a ``LaunchPlan`` (everything decided from the options, validated) and
+``launch(plan)``, which runs it -- the local etcd for ``--standalone``, the etcd client, the
+rendezvous handler and the agent -- and cleans up. The CLI builds the plan from its options; a
+Python caller can build one too and call the same ``launch``."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from rendezvous.handler import RendezvousHandler
+from rendezvous.settings import RendezvousSettings
+
+from .agent import Agent, AgentConfig
+from .console import say
+from .signals import STOP_SIGNALS, stop_on_signals
+
+__all__ = ["LaunchPlan", "launch"]
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """What one node runs, decided and validated before anything starts."""
+
+    config: AgentConfig
+    settings: RendezvousSettings
+    endpoint: str | None  # host:port[,...] of etcd; None: start a local one (--standalone)
+    node_id: str
+    local_addr: str | None = None
+    signals: tuple[int, ...] = STOP_SIGNALS  # the signals that stop the agent (--signals-to-handle)
+    exported: tuple[tuple[str, str], ...] = ()  # variables set in the agent's environment, which workers inherit
+    log_root: str = ""
+    remove_logs: bool = False  # the log root is a temporary directory with no file worth keeping
+    notes: tuple[str, ...] = ()  # lines said once the plan stands (warnings torchrun also gives)
+
+    @property
+    def standalone(self) -> bool:
+        return self.endpoint is None
+
+
+def launch(plan: LaunchPlan, *, early_etcd: Any = None, report: Callable[[str], None] = say) -> int:
+    """Run the plan's agent to the end: 0 when the job succeeded, else a LauncherError is raised.
+
+    ``early_etcd`` is a local etcd already starting (``launcher.main`` starts it before the heavy
+    imports); it is used for a standalone plan, and stopped at the end either way.
+    """
+    for line in plan.notes:
+        report(line)
+    for name, value in plan.exported:
+        os.environ[name] = value  # as torchrun: the workers inherit it
+    server = None
+    try:
+        with stop_on_signals(plan.signals):
+            if plan.standalone:
+                from rendezvous.etcd_server import EtcdServer
+
+                server, early_etcd = (early_etcd.ready() if early_etcd is not None else EtcdServer().start()), None
+                client = plan.settings.with_(protocol="http").connect(server.endpoints)  # the local etcd speaks http
+            else:
+                client = plan.settings.connect(plan.endpoint)
+            try:
+                handler = RendezvousHandler(
+                    client, plan.settings, local_addr=plan.local_addr, local_world_size=plan.config.nproc_per_node,
+                    node_id=plan.node_id, max_restarts=plan.config.max_restarts,
+                )
+                return Agent(plan.config, handler, report=report).run()
+            finally:
+                client.close()
+    finally:
+        for unused in (early_etcd, server):
+            if unused is not None:
+                unused.stop()
+        if plan.remove_logs:
+            shutil.rmtree(plan.log_root, ignore_errors=True)
