@@ -17,7 +17,8 @@ import click
 
 from rendezvous.client import EtcdClient
 from rendezvous.history import Event, HistoryWriter, history_prefix, read_history
-from rendezvous.membership import JobKeys, read_round
+from rendezvous.keys import JobKeys
+from rendezvous.membership import read_round
 from rendezvous.operate import JobNotFound, JobRefused, close_job, request_round, reset_job
 from rendezvous.settings import RendezvousSettings
 from rendezvous.view import JobView, get_state, view_of

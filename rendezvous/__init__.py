@@ -9,11 +9,11 @@ from __future__ import annotations
 import importlib
 
 _WHERE = {
-    "DEFAULT_KEY_PREFIX": "backend", "EtcdRendezvousBackend": "backend", "Token": "backend",
-    "EtcdClient": "client", "Endpoint": "client", "parse_endpoints": "client",
+    "DEFAULT_KEY_PREFIX": "keys", "EtcdRendezvousBackend": "backend", "Token": "backend",
+    "EtcdClient": "client", "Endpoint": "endpoints", "parse_endpoints": "endpoints",
     "RendezvousClosedError": "errors", "RendezvousConnectionError": "errors", "RendezvousCredentialsError": "errors",
     "RendezvousError": "errors",
-    "RendezvousSettingsError": "errors", "RendezvousStateError": "errors", "RendezvousTimeoutError": "errors",
+    "RendezvousSettingsError": "errors", "LeaseNotFoundError": "errors", "RendezvousStateError": "errors", "RendezvousTimeoutError": "errors",
     "EtcdCluster": "etcd_server", "EtcdServer": "etcd_server",
 }
 

@@ -4,56 +4,23 @@ The backend knows bytes and a token, nothing else (the handler decides what the 
 token is the etcd ``mod_revision`` of the state key as last seen. Every write is one etcd
 transaction: ``If(revision compare) Then(Put) Else(Get)``, so a lost race costs one round trip.
 
-The stored value is the state behind a one-line header (``elastic-state/1``) so that a value that
-is not ours -- garbage written by hand, another tool's key -- is refused with RendezvousStateError
-instead of being handed to the handler. Nothing read from etcd is ever unpickled.
+The stored value is framed as ``rendezvous.keys`` says (a value that is not ours is refused with
+RendezvousStateError instead of being handed to the handler). Nothing read from etcd is ever unpickled.
 """
 
 from __future__ import annotations
 
 from typing import Any, Optional, Tuple
 
-from .client import EtcdClient, KeyValue, compare_created, compare_mod_revision, op_get, op_put
-from .errors import RendezvousSettingsError, RendezvousStateError  # noqa: F401 (documented raise)
+from .client import EtcdClient
+from .txn import KeyValue, compare_created, compare_mod_revision, op_get, op_put
+from .errors import RendezvousStateError  # noqa: F401 (documented raise)
+from .keys import DEFAULT_KEY_PREFIX, frame_state, job_key, unwrap_state, validate_run_id
 
-__all__ = [
-    "EtcdRendezvousBackend", "Token", "DEFAULT_KEY_PREFIX", "STATE_HEADER", "job_key", "unwrap_state", "validate_run_id",
-]
-
-DEFAULT_KEY_PREFIX = "/elastic"
-STATE_HEADER = b"elastic-state/1\n"
+__all__ = ["EtcdRendezvousBackend", "Token"]
 
 Token = int
 """An etcd mod_revision: positive, and different after every write."""
-
-
-def validate_run_id(run_id: str) -> str:
-    """A run id is a non-empty key segment: no '/', no whitespace, no control characters."""
-    if not isinstance(run_id, str) or not run_id:
-        raise RendezvousSettingsError("the run id must be a non-empty string")
-    if "/" in run_id or any(ch.isspace() or ord(ch) < 32 for ch in run_id):
-        raise RendezvousSettingsError(f"run id {run_id!r} may not contain '/', spaces or control characters")
-    if len(run_id) > 200:
-        raise RendezvousSettingsError(f"run id is {len(run_id)} characters long; at most 200 are allowed")
-    return run_id
-
-
-def job_key(key_prefix: str, run_id: str, *parts: str) -> str:
-    """``<prefix>/<run_id>/<parts...>`` with the prefix normalised (one leading '/', none trailing)."""
-    if not isinstance(key_prefix, str):
-        raise RendezvousSettingsError("the key prefix must be a string")
-    prefix = "/" + key_prefix.strip("/") if key_prefix.strip("/") else ""
-    return "/".join([prefix, validate_run_id(run_id), *parts])
-
-
-def unwrap_state(key: str, value: bytes) -> bytes:
-    """The state inside a stored value; RendezvousStateError when the value is not ours."""
-    if not value.startswith(STATE_HEADER):
-        raise RendezvousStateError(
-            f"the value under {key} is not etcd-elastic state (it starts with {value[:40]!r}); "
-            f"delete the key or use another run id"
-        )
-    return value[len(STATE_HEADER):]
 
 
 def _valid_token(token: Any) -> bool:
@@ -114,7 +81,7 @@ class EtcdRendezvousBackend:
         else:
             current = self.get_state()
             return None if current is None else (current[0], current[1], False)
-        response = self._client.txn([guard], [op_put(self._key, STATE_HEADER + bytes(state))], [op_get(self._key)])
+        response = self._client.txn([guard], [op_put(self._key, frame_state(state))], [op_get(self._key)])
         if response.succeeded:
             return bytes(state), response.header.revision, True
         kvs = response.responses[0].response_range.kvs

@@ -15,10 +15,8 @@ connection error then names every endpoint tried, why each failed, and the time 
 from __future__ import annotations
 
 import asyncio
-import re
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
 import grpc
@@ -26,26 +24,14 @@ import grpc.aio
 from etcd3 import etcdrpc
 
 from . import retry, streams
-from .errors import RendezvousConnectionError, RendezvousCredentialsError, RendezvousError, RendezvousSettingsError
+from .endpoints import Endpoint, parse_endpoints
+from .errors import (
+    LeaseNotFoundError, RendezvousConnectionError, RendezvousCredentialsError, RendezvousError, RendezvousSettingsError,
+)
+from .txn import KeyValue, _b, prefix_range_end
 
-__all__ = [
-    "DEFAULT_PORT",
-    "DEFAULT_TIMEOUT",
-    "Endpoint",
-    "KeyValue",
-    "EtcdClient",
-    "parse_endpoints",
-    "compare_created",
-    "compare_mod_revision",
-    "compare_value",
-    "compare_lease",
-    "op_put",
-    "op_get",
-    "op_delete",
-    "prefix_range_end",
-]
+__all__ = ["DEFAULT_TIMEOUT", "EtcdClient", "map_rpc_error"]
 
-DEFAULT_PORT = 2379
 DEFAULT_TIMEOUT = 5.0
 
 # gRPC retries a dead endpoint with exponential backoff up to two minutes by default; an etcd member
@@ -63,137 +49,6 @@ _CHANNEL_OPTIONS = [
 
 # Codes that mean "this endpoint cannot serve us now": try the next one.
 _UNREACHABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
-
-_HOST_PORT = re.compile(r"^(?:\[(?P<v6>[0-9a-fA-F:.]+)\]|(?P<host>[A-Za-z0-9_.\-]+))(?::(?P<port>[^:]*))?$")
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    """One etcd client URL: host, port, and whether it speaks TLS."""
-
-    host: str
-    port: int = DEFAULT_PORT
-    secure: bool = False
-
-    @property
-    def target(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{host}:{self.port}"
-
-    def __str__(self) -> str:
-        return self.target
-
-
-def parse_endpoints(text: str, default_port: int = DEFAULT_PORT) -> tuple[Endpoint, ...]:
-    """Parse ``host[:port][,host[:port]...]`` (an ``http://`` or ``https://`` scheme is allowed).
-
-    Raises RendezvousSettingsError naming the offending entry.
-    """
-    if not isinstance(text, str) or not text.strip():
-        raise RendezvousSettingsError("etcd endpoint is empty; expected host:port[,host:port...]")
-    endpoints = []
-    for raw in text.split(","):
-        item = raw.strip()
-        secure = False
-        scheme = re.match(r"^([A-Za-z][A-Za-z0-9+.\-]*)://", item)
-        if scheme:
-            name = scheme.group(1).lower()
-            if name not in ("http", "https"):
-                raise RendezvousSettingsError(
-                    f"etcd endpoint {item!r}: scheme {name!r} is not supported (use http or https)"
-                )
-            secure = name == "https"
-            item = item[scheme.end():].rstrip("/")
-        match = _HOST_PORT.match(item)
-        if not item or match is None:
-            raise RendezvousSettingsError(f"etcd endpoint {raw.strip()!r} is not host[:port]")
-        host = match.group("v6") or match.group("host")
-        port_text = match.group("port")
-        if port_text is None:
-            port = default_port
-        elif port_text.isdigit() and 0 < int(port_text) < 65536:
-            port = int(port_text)
-        else:
-            raise RendezvousSettingsError(
-                f"etcd endpoint {raw.strip()!r}: port {port_text!r} is not a number from 1 to 65535"
-            )
-        endpoints.append(Endpoint(host, port, secure))
-    return tuple(endpoints)
-
-
-@dataclass(frozen=True)
-class KeyValue:
-    """A key as etcd stores it, with the revisions the CAS logic compares against."""
-
-    key: bytes
-    value: bytes
-    create_revision: int
-    mod_revision: int
-    version: int
-    lease: int
-
-    @classmethod
-    def from_proto(cls, kv: Any) -> "KeyValue":
-        return cls(kv.key, kv.value, kv.create_revision, kv.mod_revision, kv.version, kv.lease)
-
-
-def _b(value: str | bytes) -> bytes:
-    return value.encode() if isinstance(value, str) else value
-
-
-def prefix_range_end(prefix: str | bytes) -> bytes:
-    """The exclusive end of the key range that holds every key starting with ``prefix``."""
-    raw = bytearray(_b(prefix))
-    while raw:
-        if raw[-1] < 0xFF:
-            raw[-1] += 1
-            return bytes(raw)
-        raw.pop()
-    return b"\0"
-
-
-# Transaction building blocks, as etcd's concurrency recipes write them.
-def compare_created(key: str | bytes, revision: int = 0) -> Any:
-    """``create_revision(key) == revision``; revision 0 means "the key does not exist"."""
-    return etcdrpc.Compare(
-        key=_b(key), result=etcdrpc.Compare.EQUAL, target=etcdrpc.Compare.CREATE, create_revision=revision
-    )
-
-
-def compare_mod_revision(key: str | bytes, revision: int) -> Any:
-    """``mod_revision(key) == revision``: nobody wrote the key since we read it."""
-    return etcdrpc.Compare(
-        key=_b(key), result=etcdrpc.Compare.EQUAL, target=etcdrpc.Compare.MOD, mod_revision=revision
-    )
-
-
-def compare_value(key: str | bytes, value: bytes) -> Any:
-    """``value(key) == value`` (false when the key does not exist)."""
-    return etcdrpc.Compare(key=_b(key), result=etcdrpc.Compare.EQUAL, target=etcdrpc.Compare.VALUE, value=value)
-
-
-def compare_lease(key: str | bytes, lease: int) -> Any:
-    """``lease(key) == lease``: the key is still held by this lease."""
-    return etcdrpc.Compare(key=_b(key), result=etcdrpc.Compare.EQUAL, target=etcdrpc.Compare.LEASE, lease=lease)
-
-
-def op_put(key: str | bytes, value: bytes, lease: int = 0) -> Any:
-    return etcdrpc.RequestOp(request_put=etcdrpc.PutRequest(key=_b(key), value=value, lease=lease))
-
-
-def op_get(key: str | bytes, prefix: bool = False) -> Any:
-    request = etcdrpc.RangeRequest(key=_b(key))
-    if prefix:
-        request.range_end = prefix_range_end(key)
-    return etcdrpc.RequestOp(request_range=request)
-
-
-def op_delete(key: str | bytes, prefix: bool = False) -> Any:
-    request = etcdrpc.DeleteRangeRequest(key=_b(key))
-    if prefix:
-        request.range_end = prefix_range_end(key)
-    return etcdrpc.RequestOp(request_delete_range=request)
-
 
 def _read_file(path: str | None, what: str) -> bytes | None:
     if path is None:
@@ -459,7 +314,7 @@ class EtcdClient:
         """Revoke a lease (its keys are deleted at once); False when it had already expired."""
         try:
             self._call("LeaseStub", "LeaseRevoke", etcdrpc.LeaseRevokeRequest(ID=lease_id), timeout=timeout)
-        except _LeaseNotFound:
+        except LeaseNotFoundError:
             return False
         return True
 
@@ -516,10 +371,6 @@ class _Unreachable(RendezvousConnectionError):
         self.where = retry.where(failures)
 
 
-class _LeaseNotFound(RendezvousError):
-    """etcd answered that a lease does not exist (it expired or was revoked)."""
-
-
 def _details(exc: grpc.RpcError) -> str:
     return (exc.details() or "") if hasattr(exc, "details") else ""
 
@@ -544,5 +395,5 @@ def map_rpc_error(exc: grpc.RpcError, endpoint: Endpoint | None = None) -> Rende
     if code == grpc.StatusCode.INVALID_ARGUMENT and "authentication failed" in details:
         return RendezvousCredentialsError(f"{where} refused the credentials: {details}")
     if code == grpc.StatusCode.NOT_FOUND and "lease not found" in details:
-        return _LeaseNotFound(f"{where}: {details}")
+        return LeaseNotFoundError(f"{where}: {details}")
     return RendezvousError(f"{where} failed: {_describe(exc)}")

@@ -7,6 +7,7 @@ never see a ``grpc.RpcError`` or an ``etcd3`` exception::
     ├── RendezvousConnectionError   etcd could not be reached (or answered too late)
     │   └── RendezvousCredentialsError  etcd refused the user, password or certificate
     ├── RendezvousStateError        a value read from etcd is not what we wrote
+    ├── LeaseNotFoundError          etcd has no such lease (it expired or was revoked)
     ├── RendezvousClosedError       the job was closed; a new run id starts fresh
     ├── RendezvousTimeoutError      a bounded wait ran out (join, last call, store get)
     └── RendezvousSettingsError     a setting or an endpoint string is invalid
@@ -21,6 +22,7 @@ __all__ = [
     "RendezvousConnectionError",
     "RendezvousCredentialsError",
     "RendezvousStateError",
+    "LeaseNotFoundError",
     "RendezvousClosedError",
     "RendezvousTimeoutError",
     "RendezvousSettingsError",
@@ -53,3 +55,7 @@ class RendezvousTimeoutError(RendezvousError):
 
 class RendezvousSettingsError(RendezvousError, ValueError):
     """Raised when a setting, an endpoint string or a --rdzv-conf entry is invalid."""
+
+
+class LeaseNotFoundError(RendezvousError):
+    """etcd has no such lease: it expired or was revoked, so keys cannot be written on it."""

@@ -15,12 +15,13 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .backend import EtcdRendezvousBackend
-from .client import EtcdClient, op_put
+from .client import EtcdClient
+from .txn import op_put
 from .decide import Freeze, closed_state, decide, frozen_state, job_budget, joined, restart_count
 from .history import HistoryWriter
-from .errors import RendezvousClosedError, RendezvousError, RendezvousTimeoutError
+from .errors import LeaseNotFoundError, RendezvousClosedError, RendezvousError, RendezvousTimeoutError
 from .ports import free_port
-from .membership import JobKeys, JobMonitor, Snapshot, advance_round, read_nodes, read_round
+from .membership import JobKeys, JobMonitor, Snapshot, apply_round_events, read_nodes, read_round
 from .session import Session
 from .settings import RendezvousSettings
 from .state import JobState, JobStatus, NodeInfo, Participant
@@ -167,7 +168,7 @@ class RendezvousHandler:
                 if not self._session_alive():
                     current = self._announce(target)
                     continue
-                coordinating = snapshot.first_node == self.node_id
+                coordinating = snapshot.coordinator == self.node_id
                 read_all = coordinating
                 if coordinating and not snapshot.all_nodes:
                     continue  # the coordinator reads every node before deciding
@@ -180,14 +181,14 @@ class RendezvousHandler:
                 now = self._clock()
                 if now >= deadline:
                     raise self._timeout(target)
-                leader = "" if coordinating else snapshot.first_node or ""
+                leader = "" if coordinating else snapshot.coordinator or ""
                 if watch is None or watching != leader:
                     if watch is not None:
                         watch.close()
                     watch, watching = self._watch_round(snapshot.revision, leader), leader
                 event = watch.get(timeout=max(until - now, 0.0))
                 # What the watch carried is enough, unless the coordinator changed or history was lost.
-                current = snapshot if event is None else advance_round(self._keys, snapshot, [event, *watch.drain()])
+                current = snapshot if event is None else apply_round_events(self._keys, snapshot, [event, *watch.drain()])
         finally:
             self._forming = None
             if watch is not None:
@@ -357,9 +358,7 @@ class RendezvousHandler:
         put = op_put(self._keys.node(self.node_id), info.encode(), lease=self._session.lease_id)
         try:
             return read_round(self._client, self._keys, all_nodes=False, put=put)
-        except RendezvousError as exc:
-            if "lease not found" not in str(exc):
-                raise
+        except LeaseNotFoundError:
             self._session.lost.set()
             return self._announce(round_, finished=finished)
 

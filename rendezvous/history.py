@@ -25,7 +25,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .client import EtcdClient, op_delete, op_put
+from .keys import history_prefix
+from .client import EtcdClient
+from .txn import op_delete, op_put
 from .errors import RendezvousError, RendezvousStateError
 
 __all__ = ["Event", "HistoryWriter", "read_history", "history_prefix", "DEFAULT_LIMIT"]
@@ -33,11 +35,6 @@ __all__ = ["Event", "HistoryWriter", "read_history", "history_prefix", "DEFAULT_
 DEFAULT_LIMIT = 1000
 SCHEMA = 1
 _WRITE_BUDGET = 2.0
-
-
-def history_prefix(job_prefix: str) -> str:
-    """``<prefix>/<run_id>/history/`` from ``<prefix>/<run_id>/``."""
-    return job_prefix.rstrip("/") + "/history/"
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,9 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Iterable, Sequence
 
-from .backend import job_key
-from .client import EtcdClient, compare_created, compare_mod_revision, compare_value, op_delete, op_get, op_put
+from .keys import JobKeys
+from .client import EtcdClient
+from .txn import compare_created, compare_mod_revision, compare_value, op_delete, op_get, op_put
 from .errors import RendezvousStateError, RendezvousTimeoutError
 from .watch import EventType, KeyRange, Watch
 
@@ -32,8 +33,9 @@ class EtcdKVStore:
 
     def __init__(self, client: EtcdClient, run_id: str, *, key_prefix: str = "/elastic", timeout: float = 300.0) -> None:
         self.client = client
-        self.root = job_key(key_prefix, run_id, "store") + "/"
-        self.queues = job_key(key_prefix, run_id, "queues") + "/"  # apart: queues are not keys (num_keys, list_keys)
+        keys = JobKeys(key_prefix, run_id)
+        self.root = keys.store
+        self.queues = keys.queues  # apart: queues are not keys (num_keys, list_keys)
         self.timeout = float(timeout)
 
     def key(self, name: str | bytes) -> str:

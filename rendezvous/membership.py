@@ -12,45 +12,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from etcd3 import etcdrpc
 
-from .backend import job_key, unwrap_state
-from .client import EtcdClient, KeyValue, op_get, prefix_range_end
-from .decide import LiveNode, failures_reported, lost_participants, newcomers, nodes_waiting
+from .client import EtcdClient
+from .txn import KeyValue, op_get, op_get_first_created
+from .decide import LiveNode, coordinator, failures_reported, lost_participants, newcomers, nodes_waiting
 from .errors import RendezvousStateError
+from .keys import JobKeys, unwrap_state
 from .state import JobState, JobStatus, NodeInfo
 from .watch import EventType, KeyRange, Watch, WatchEvent
 
-__all__ = ["JobKeys", "Snapshot", "read_round", "apply_node_event", "advance_round", "read_nodes", "JobMonitor"]
+__all__ = ["decode_state", "Snapshot", "read_round", "apply_node_event", "apply_round_events", "read_nodes", "JobMonitor"]
 
-@dataclass(frozen=True)
-class JobKeys:
-    prefix: str
-    run_id: str
-
-    @property
-    def root(self) -> str:
-        """``<prefix>/<run_id>/``: every key of the job is under it."""
-        return job_key(self.prefix, self.run_id, "")
-
-    @property
-    def state(self) -> str:
-        return job_key(self.prefix, self.run_id, "state")
-
-    @property
-    def state_bytes(self) -> bytes:
-        return self.state.encode()
-
-    def decode_state(self, value: bytes) -> JobState:
-        """The JobState stored as ``value`` under the state key; RendezvousStateError if it is not one."""
-        return JobState.decode(unwrap_state(self.state, value), f"job state at {self.state}")
-
-    @property
-    def nodes(self) -> str:
-        return job_key(self.prefix, self.run_id, "nodes") + "/"
-
-    def node(self, node_id: str) -> str:
-        return self.nodes + node_id
+def decode_state(keys: JobKeys, value: bytes) -> JobState:
+    """The JobState stored as ``value`` under the state key; RendezvousStateError if it is not one."""
+    return JobState.decode(unwrap_state(keys.state, value), f"job state at {keys.state}")
 
 
 @dataclass(frozen=True)
@@ -66,7 +41,7 @@ class Snapshot:
     token: int | None
     nodes: tuple[LiveNode, ...]
     revision: int
-    first_node: str | None  # the coordinator: the live node key created first
+    coordinator: str | None  # the coordinator: the live node key created first
     all_nodes: bool = False
 
 
@@ -74,7 +49,7 @@ def _decode_state(keys: JobKeys, kvs) -> tuple[JobState | None, int | None]:
     if not kvs:
         return None, None
     kv = KeyValue.from_proto(kvs[0])
-    return keys.decode_state(kv.value), kv.mod_revision
+    return decode_state(keys, kv.value), kv.mod_revision
 
 
 def _decode_nodes(kvs) -> tuple[LiveNode, ...]:
@@ -93,22 +68,14 @@ def read_round(client: EtcdClient, keys: JobKeys, *, all_nodes: bool, put: Any =
     With ``all_nodes`` False only the first-created node key is read (enough to know who coordinates).
     ``put`` (an ``op_put``) is written in the same transaction, before the reads.
     """
-    nodes_request = etcdrpc.RangeRequest(key=keys.nodes.encode(), range_end=prefix_range_end(keys.nodes))
-    if not all_nodes:
-        nodes_request.limit = 1
-        nodes_request.sort_order = etcdrpc.RangeRequest.ASCEND
-        nodes_request.sort_target = etcdrpc.RangeRequest.CREATE
-    ops = [op_get(keys.state), etcdrpc.RequestOp(request_range=nodes_request)]
+    ops = [op_get(keys.state), op_get(keys.nodes, prefix=True) if all_nodes else op_get_first_created(keys.nodes)]
     response = client.txn([], ([put] if put is not None else []) + ops)
     reads = response.responses[-2:]
     state, token = _decode_state(keys, reads[0].response_range.kvs)
     node_kvs = reads[1].response_range.kvs
     nodes = _decode_nodes(node_kvs)
-    if all_nodes:
-        first = min(nodes, key=lambda n: n.create_revision).info.node if nodes else None
-    else:
-        first = nodes[0].info.node if nodes else None
-    return Snapshot(state, token, nodes if all_nodes else (), response.header.revision, first, all_nodes)
+    # without all nodes, the one read is the first-created node key: the coordinator itself
+    return Snapshot(state, token, nodes if all_nodes else (), response.header.revision, coordinator(nodes), all_nodes)
 
 
 def apply_node_event(keys: JobKeys, nodes: dict[str, LiveNode], event: WatchEvent) -> None:
@@ -126,7 +93,7 @@ def apply_node_event(keys: JobKeys, nodes: dict[str, LiveNode], event: WatchEven
     nodes.pop(node_id, None)
 
 
-def advance_round(keys: JobKeys, snapshot: Snapshot, events: list[WatchEvent]) -> Snapshot | None:
+def apply_round_events(keys: JobKeys, snapshot: Snapshot, events: list[WatchEvent]) -> Snapshot | None:
     """The snapshot after the events of a round's watch, or None when only a read can tell.
 
     The watch carries values, so a new state is the state now (its token is the event's revision),
@@ -148,7 +115,7 @@ def advance_round(keys: JobKeys, snapshot: Snapshot, events: list[WatchEvent]) -
             if token is not None and event.revision <= token:
                 continue
             try:
-                state = keys.decode_state(event.value)
+                state = decode_state(keys, event.value)
             except RendezvousStateError:
                 return None  # the read that follows reports it
             token = event.revision
@@ -157,10 +124,9 @@ def advance_round(keys: JobKeys, snapshot: Snapshot, events: list[WatchEvent]) -
             return None
         apply_node_event(keys, nodes, event)
     if not snapshot.all_nodes:
-        return Snapshot(state, token, (), snapshot.revision, snapshot.first_node)
+        return Snapshot(state, token, (), snapshot.revision, snapshot.coordinator)
     live = tuple(nodes.values())
-    first = min(live, key=lambda n: n.create_revision).info.node if live else None
-    return Snapshot(state, token, live, snapshot.revision, first, True)
+    return Snapshot(state, token, live, snapshot.revision, coordinator(live), True)
 
 
 def read_nodes(client: EtcdClient, keys: JobKeys) -> tuple[tuple[LiveNode, ...], int]:
@@ -221,7 +187,7 @@ class JobMonitor:
                 self._state = None
             else:
                 try:
-                    self._state = self._keys.decode_state(event.value)
+                    self._state = decode_state(self._keys, event.value)
                 except RendezvousStateError:
                     pass  # the next read by next_rendezvous reports it
             return

@@ -10,7 +10,7 @@ from .client import EtcdClient
 from .decide import closed_state
 from .errors import RendezvousError
 from .history import HistoryWriter
-from .membership import JobKeys
+from .keys import JobKeys
 from .state import JobState, JobStatus
 
 __all__ = ["OPERATOR", "closed_by_operator", "new_round", "close_job", "request_round", "reset_job", "JobNotFound", "JobRefused"]

@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping
 
-from .backend import DEFAULT_KEY_PREFIX, validate_run_id
+from .keys import DEFAULT_KEY_PREFIX, validate_run_id
 from .client import EtcdClient
 from . import credentials
 from .errors import RendezvousSettingsError

@@ -7,9 +7,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from . import credentials
-from .backend import DEFAULT_KEY_PREFIX
+from .keys import DEFAULT_KEY_PREFIX, JobKeys
 from .client import EtcdClient
-from .membership import JobKeys, Snapshot, read_round
+from .membership import Snapshot, read_round
 
 __all__ = ["JobView", "NodeView", "get_state", "view_of"]
 

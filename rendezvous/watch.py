@@ -23,7 +23,8 @@ import grpc.aio
 from etcd3 import etcdrpc
 
 from . import streams
-from .client import EtcdClient, prefix_range_end
+from .client import EtcdClient
+from .txn import prefix_range_end
 from .errors import RendezvousError
 
 __all__ = ["Watch", "WatchEvent", "EventType", "KeyRange"]

@@ -6,7 +6,7 @@ import time
 
 from rendezvous import EtcdClient
 from rendezvous.etcd_server import free_port
-from rendezvous.client import op_put
+from rendezvous.txn import op_put
 from rendezvous.history import Event, HistoryWriter, read_history
 
 

@@ -5,7 +5,7 @@ import importlib
 import pytest
 
 MODULES = [
-    "rendezvous", "rendezvous.errors", "rendezvous.client", "rendezvous.backend", "rendezvous.state",
+    "rendezvous", "rendezvous.errors", "rendezvous.client", "rendezvous.endpoints", "rendezvous.txn", "rendezvous.keys", "rendezvous.backend", "rendezvous.state",
     "rendezvous.decide", "rendezvous.settings", "rendezvous.membership", "rendezvous.handler",
     "rendezvous.watch", "rendezvous.etcd_server", "rendezvous.lifeline", "rendezvous.view", "rendezvous.kvstore", "rendezvous.ports", "elastic",
     "elastic.jobstate", "elastic.worker", "elastic.record", "launcher.env", "launcher.errors", "launcher.errorfile",

@@ -1,8 +1,9 @@
-"""advance_round: what the rounds conclude from their watch events alone (no etcd)."""
+"""apply_round_events: what the rounds conclude from their watch events alone (no etcd)."""
 
-from rendezvous.backend import STATE_HEADER
+from rendezvous.keys import STATE_HEADER
 from rendezvous.decide import LiveNode
-from rendezvous.membership import JobKeys, Snapshot, advance_round
+from rendezvous.keys import JobKeys
+from rendezvous.membership import Snapshot, apply_round_events
 from rendezvous.state import JobState, JobStatus, NodeInfo, Participant
 from rendezvous.watch import EventType, WatchEvent
 
@@ -22,27 +23,27 @@ RUNNING = JobState("job", 1, JobStatus.RUNNING, 2, 2, (Participant("a", 0, "h", 
 
 
 def test_a_new_state_on_the_watch_is_the_state_now_with_its_token():
-    after = advance_round(KEYS, _snapshot(), [_state_put(RUNNING, 12)])
+    after = apply_round_events(KEYS, _snapshot(), [_state_put(RUNNING, 12)])
     assert after == Snapshot(RUNNING, 12, (), 10, "a")
 
 
 def test_the_last_of_several_states_wins():
     forming = JobState("job", 1, JobStatus.JOINING, 2, 2, last_call_at=5.0)
-    after = advance_round(KEYS, _snapshot(), [_state_put(forming, 11), _state_put(RUNNING, 13)])
+    after = apply_round_events(KEYS, _snapshot(), [_state_put(forming, 11), _state_put(RUNNING, 13)])
     assert after.state == RUNNING and after.token == 13
 
 
 def test_events_a_read_already_showed_change_nothing():
     snapshot = _snapshot(revision=20)
     gone = WatchEvent(EventType.DELETE, KEYS.node("a").encode(), b"", 18)
-    assert advance_round(KEYS, snapshot, [_state_put(RUNNING, 15), gone]) == snapshot
+    assert apply_round_events(KEYS, snapshot, [_state_put(RUNNING, 15), gone]) == snapshot
 
 
 def test_a_state_older_than_the_one_applied_does_not_replace_it():
     # Two key ranges on one watch: the state range may deliver late, the token guards the order.
     forming = JobState("job", 1, JobStatus.JOINING, 2, 2, last_call_at=5.0)
-    newer = advance_round(KEYS, _snapshot(), [_state_put(RUNNING, 14)])
-    assert advance_round(KEYS, newer, [_state_put(forming, 12)]).state == RUNNING
+    newer = apply_round_events(KEYS, _snapshot(), [_state_put(RUNNING, 14)])
+    assert apply_round_events(KEYS, newer, [_state_put(forming, 12)]).state == RUNNING
 
 
 def _node(name, round_=1):
@@ -61,26 +62,26 @@ def test_the_coordinators_snapshot_follows_node_puts_and_deletions():
         _node_event(EventType.DELETE, "a", 12, 0),
         WatchEvent(EventType.PUT, KEYS.nodes.encode() + b"stray", b"not json", 13, 13),
     ]
-    after = advance_round(KEYS, snapshot, events)
+    after = apply_round_events(KEYS, snapshot, events)
     assert sorted(n.info.node for n in after.nodes) == ["b", "c"]
-    assert after.first_node == "b" and after.all_nodes and after.revision == 10
+    assert after.coordinator == "b" and after.all_nodes and after.revision == 10
 
 
 def test_a_followers_snapshot_needs_a_read_for_any_node_event():
-    assert advance_round(KEYS, _snapshot(), [_node_event(EventType.PUT, "c", 11, 11)]) is None
+    assert apply_round_events(KEYS, _snapshot(), [_node_event(EventType.PUT, "c", 11, 11)]) is None
 
 
 def test_a_deleted_node_key_or_a_resync_needs_a_read():
     gone = WatchEvent(EventType.DELETE, KEYS.node("a").encode(), b"", 12)
-    assert advance_round(KEYS, _snapshot(), [_state_put(RUNNING, 11), gone]) is None
-    assert advance_round(KEYS, _snapshot(), [WatchEvent(EventType.RESYNC, revision=30)]) is None
+    assert apply_round_events(KEYS, _snapshot(), [_state_put(RUNNING, 11), gone]) is None
+    assert apply_round_events(KEYS, _snapshot(), [WatchEvent(EventType.RESYNC, revision=30)]) is None
 
 
 def test_a_deleted_or_corrupt_state_needs_a_read():
     deleted = WatchEvent(EventType.DELETE, KEYS.state.encode(), b"", 12)
     corrupt = WatchEvent(EventType.PUT, KEYS.state.encode(), STATE_HEADER + b"{nope", 12)
-    assert advance_round(KEYS, _snapshot(), [deleted]) is None
-    assert advance_round(KEYS, _snapshot(), [corrupt]) is None
+    assert apply_round_events(KEYS, _snapshot(), [deleted]) is None
+    assert apply_round_events(KEYS, _snapshot(), [corrupt]) is None
 
 
 def test_a_node_key_whose_value_is_no_node_record_is_taken_out_as_a_read_would():
