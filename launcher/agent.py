@@ -19,7 +19,6 @@ from __future__ import annotations
 import enum
 import os
 import signal
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -31,13 +30,13 @@ from rendezvous.history import HistoryWriter
 from rendezvous.operate import OPERATOR
 from rendezvous.state import JobState, JobStatus
 
-from .console import console_event, progress_line, say
+from .console import progress_line, say
 from .env import WorkerSpec
 from .errors import AgentStopped, JobClosedError, JobRendezvousError, LauncherError, WorkerFailedError
 from .output import Layout, LayoutStrategy, LogPump
 from .signals import ignore_stop_signals
 from .summary import describe_exit, failure_summary
-from .workers import GroupState, GroupStatus, Reaper, WorkerGroup
+from .workers import GroupState, GroupStatus, ReaperProcess, WorkerGroup
 
 __all__ = ["AgentConfig", "Agent", "AgentState", "RoundOutcome", "RoundResult"]
 
@@ -93,11 +92,15 @@ class Agent:
     """Runs one node's workers for a job, from rendezvous to exit."""
 
     def __init__(
-        self, config: AgentConfig, handler: RendezvousHandler, *,
+        self, config: AgentConfig, handler: RendezvousHandler, *, history: HistoryWriter, reaper: ReaperProcess,
         report: Callable[[str], None] | None = None, environ: Mapping[str, str] | None = None,
     ) -> None:
+        """``history`` and ``reaper`` are the handler's too (it records rounds and arms the reaper);
+        whoever made them closes them after ``run``."""
         self.config = config
         self.handler = handler
+        self.history = history
+        self._reaper = reaper
         self.say = report or say
         self.environ = dict(os.environ if environ is None else environ)
         self.state = AgentState.INIT
@@ -141,33 +144,22 @@ class Agent:
 
     # -- the steps ------------------------------------------------------------------------------
     def _open(self) -> None:
-        """The agent's helpers: the log pump, the reaper, the worker group, the history writer."""
+        """The agent's own helpers: the log pump and the worker group."""
         self._pump = LogPump()
-        self._reaper = Reaper()
         self._group = WorkerGroup(self.config.argv, self._pump, self._reaper)
-        echo = console_event if self.config.event_log_handler == "console" else None
-        self.history = HistoryWriter(self.handler.client, self.handler.job_root, self.handler.node_id,
-                                     report=self.say, echo=echo)
-        self.handler.history = self.history
-        self._reaper.configure(self.handler.client.config(), _project_path(),
-                               history={"prefix": self.handler.job_root, "node": self.handler.node_id})
-        self.handler.on_renew = self._reaper.arm
         self._departure = _Departure()
 
     def _close_down(self) -> None:
-        """Stop the workers (with the signal that stopped the agent), leave the round, close the helpers."""
+        """Stop the workers (with the signal that stopped the agent), leave the round, close the pump."""
         ignore_stop_signals()
         self._group.stop(self.config.stop_grace, self._departure.signum)
-        self.handler.on_renew = None
         try:
             self.handler.shutdown()
         except RendezvousError:
             pass  # etcd is away: our lease expires by itself
         if self.info is not None:
             self.history.record("node_left", self.info.round, reason=self._departure.reason)
-        self.history.close()
         self._pump.close()
-        self._reaper.close()
 
     def _run_round(self) -> RoundResult:
         """Start this round's workers and watch them until they end or the round does; stop them."""
@@ -314,7 +306,7 @@ class Agent:
         """The renew deadline passed (the reaper killed the workers, or it is due now)."""
         deadline = time.monotonic() + settle
         while True:
-            if self._reaper.fired() or self.handler.fence_due():
+            if self._reaper.fired() or self.handler.lease.overdue():
                 return True
             if time.monotonic() >= deadline:
                 return False
@@ -329,23 +321,22 @@ class Agent:
             )
 
     def _after_fence(self) -> None:
-        silent = self.handler.silent_for()
+        silent = self.handler.lease.silent_for()
         self.history.record("node_left", self.info.round if self.info else 0,
                             reason=f"fenced: no lease renewal for {silent:.1f} s; it rejoins")
         self.say(
             f"no lease renewal from etcd for {silent:.1f} s (renew deadline {self.handler.settings.fence_after:g} s): "
             "stopped the workers so that no stale rank runs on; rejoining when etcd answers"
         )
-        self.handler.fence_handled()
+        self.handler.lease.handled()
         self._reaper.clear()
 
     def _why_changed(self) -> str:
         """One line with the facts: why this node's workers stop for a new round."""
         try:
             state = self.handler.job_state()
-            failures = self.handler.failures_reported()
-            lost = self.handler.lost_participants()
-            joining = self.handler.newcomers()
+            monitor = self.handler.round_monitor()
+            failures, lost, joining = (monitor.failures, monitor.lost, monitor.newcomers) if monitor else ([], [], [])
         except RendezvousError:
             return "etcd unreachable: re-rendezvous"
         if state is not None and state.status is JobStatus.CLOSED:
@@ -358,7 +349,7 @@ class Agent:
             if count < budget:
                 return f"{failures[0]}{more}; restarting the workers ({count + 1}/{budget})"
             return f"{failures[0]}{more}; no restart left ({count}/{budget})"
-        if self.handler.lease_lost():
+        if self.handler.lease.lost():
             return "this node's lease expired: re-rendezvous"
         if lost:
             return f"node{'s' if len(lost) > 1 else ''} {', '.join(lost)} left: re-rendezvous"
@@ -387,13 +378,3 @@ class Agent:
             self.handler.set_closed(reason, failed=failed)
         except RendezvousError as exc:
             self.say(f"could not mark the job closed: {exc}")
-
-
-def _project_path() -> list[str]:
-    """Where the reaper imports the etcd client from if it has to revoke the lease: the directory of
-    the ``rendezvous`` package, then this process's own path (the reaper starts with ``python -I -S``,
-    without site-packages or PYTHONPATH, so that starting it costs the agent nothing more)."""
-    import rendezvous
-
-    paths = [os.path.dirname(os.path.dirname(os.path.abspath(rendezvous.__file__))), *sys.path]
-    return list(dict.fromkeys(p for p in paths if p))

@@ -10,12 +10,16 @@ import shutil
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from rendezvous.client import EtcdClient
 from rendezvous.handler import RendezvousHandler
+from rendezvous.history import HistoryWriter
+from rendezvous.keys import JobKeys
 from rendezvous.settings import RendezvousSettings
 
 from .agent import Agent, AgentConfig
-from .console import say
+from .console import console_event, say
 from .signals import STOP_SIGNALS, stop_on_signals
+from .workers import ReaperProcess, reaper_sys_path
 
 __all__ = ["LaunchPlan", "launch"]
 
@@ -61,11 +65,7 @@ def launch(plan: LaunchPlan, *, early_etcd: Any = None, report: Callable[[str], 
             else:
                 client = plan.settings.connect(plan.endpoint)
             try:
-                handler = RendezvousHandler(
-                    client, plan.settings, local_addr=plan.local_addr, local_world_size=plan.config.nproc_per_node,
-                    node_id=plan.node_id, max_restarts=plan.config.max_restarts,
-                )
-                return Agent(plan.config, handler, report=report).run()
+                return _run_agent(plan, client, report)
             finally:
                 client.close()
     finally:
@@ -74,3 +74,21 @@ def launch(plan: LaunchPlan, *, early_etcd: Any = None, report: Callable[[str], 
                 unused.stop()
         if plan.remove_logs:
             shutil.rmtree(plan.log_root, ignore_errors=True)
+
+
+def _run_agent(plan: LaunchPlan, client: EtcdClient, report: Callable[[str], None]) -> int:
+    """The agent and its collaborators: the job's history, the reaper, the rendezvous handler."""
+    keys = JobKeys(plan.settings.key_prefix, plan.settings.run_id)
+    echo = console_event if plan.config.event_log_handler == "console" else None
+    history = HistoryWriter(client, keys.root, plan.node_id, report=report, echo=echo)
+    reaper = ReaperProcess()
+    try:
+        reaper.configure(client.config(), reaper_sys_path(), history={"prefix": keys.root, "node": plan.node_id})
+        handler = RendezvousHandler(
+            client, plan.settings, local_addr=plan.local_addr, local_world_size=plan.config.nproc_per_node,
+            node_id=plan.node_id, max_restarts=plan.config.max_restarts, history=history, on_renew=reaper.arm,
+        )
+        return Agent(plan.config, handler, history=history, reaper=reaper, report=report).run()
+    finally:
+        history.close()
+        reaper.close()

@@ -32,7 +32,7 @@ from .env import WorkerSpec, worker_env
 from .errorfile import ErrorRecord, read_error
 from .output import Layout, LogPump, StreamPlan
 
-__all__ = ["GroupState", "WorkerFailure", "GroupStatus", "Reaper", "WorkerGroup"]
+__all__ = ["GroupState", "WorkerFailure", "GroupStatus", "ReaperProcess", "reaper_sys_path", "WorkerGroup"]
 
 _REAPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reaper.py")
 
@@ -76,7 +76,17 @@ class GroupStatus:
         return min(self.failures, key=lambda f: (f.error.timestamp if f.error and f.error.timestamp else int(f.at), f.at, f.rank))
 
 
-class Reaper:
+def reaper_sys_path() -> list[str]:
+    """Where the reaper imports the etcd client from if it has to revoke the lease: the directory of
+    the ``rendezvous`` package, then this process's own path (the reaper starts with ``python -I -S``,
+    without site-packages or PYTHONPATH, so that starting it costs the agent nothing more)."""
+    import rendezvous
+
+    paths = [os.path.dirname(os.path.dirname(os.path.abspath(rendezvous.__file__))), *sys.path]
+    return list(dict.fromkeys(p for p in paths if p))
+
+
+class ReaperProcess:
     """The helper process that kills registered process groups when this process exits, or when
     the fence deadline passes without a newer one (``launcher/reaper.py``)."""
 
@@ -158,7 +168,7 @@ class WorkerGroup:
     """One attempt's local workers: one process per local rank, all running ``argv``."""
 
     def __init__(
-        self, argv: Sequence[str], pump: LogPump, reaper: Reaper | None, *,
+        self, argv: Sequence[str], pump: LogPump, reaper: ReaperProcess | None, *,
         console_out: BinaryIO | None = None, console_err: BinaryIO | None = None, lifeline: bool = True,
     ) -> None:
         self.argv = list(argv)

@@ -14,20 +14,22 @@ import uuid
 from dataclasses import dataclass
 from typing import Callable
 
-from .backend import EtcdRendezvousBackend
 from .client import EtcdClient
-from .txn import op_put
 from .decide import Freeze, closed_state, decide, frozen_state, job_budget, joined, restart_count
-from .history import HistoryWriter
 from .errors import LeaseNotFoundError, RendezvousClosedError, RendezvousError, RendezvousTimeoutError
+from .history import HistoryWriter
+from .jobstore import GaveUp, JobStateStore, StateUnchanged
+from .join import Announce, Closed, Coordinate, Follow, Joined, ReadAll, join_step, target_round
+from .keys import JobKeys
+from .membership import JobMonitor, Snapshot, apply_round_events, read_nodes, read_round
 from .ports import free_port
-from .membership import JobKeys, JobMonitor, Snapshot, apply_round_events, read_nodes, read_round
 from .session import Session
 from .settings import RendezvousSettings
 from .state import JobState, JobStatus, NodeInfo, Participant
+from .txn import op_put
 from .watch import KeyRange, Watch
 
-__all__ = ["RendezvousHandler", "RendezvousInfo", "Progress", "default_node_id"]
+__all__ = ["RendezvousHandler", "RendezvousInfo", "Progress", "LeaseStatus", "default_node_id"]
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,31 @@ def default_node_id() -> str:
     return f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}"
 
 
+class LeaseStatus:
+    """This node's lease as the fence sees it (before the first round: no lease, nothing overdue)."""
+
+    def __init__(self, session: Session | None) -> None:
+        self._session = session
+
+    def overdue(self) -> bool:
+        """No renewal past the renew deadline (now, or since ``handled``): the workers must stop,
+        since the lease may expire and the others may start a round without this node."""
+        return self._session is not None and self._session.overdue()
+
+    def handled(self) -> None:
+        """The fence was carried out: that missed deadline is forgotten."""
+        if self._session is not None:
+            self._session.clear_overdue()
+
+    def silent_for(self) -> float:
+        """Seconds since the last acknowledged renewal was sent."""
+        return self._session.silent_for() if self._session is not None else 0.0
+
+    def lost(self) -> bool:
+        """etcd said the lease is gone (unreachable past the TTL): this node is no longer a member."""
+        return self._session is not None and self._session.lost.is_set()
+
+
 class RendezvousHandler:
     """One agent's side of a job's rendezvous on etcd v3."""
 
@@ -83,17 +110,24 @@ class RendezvousHandler:
         local_world_size: int = 1,
         node_id: str | None = None,
         max_restarts: int = 0,
+        history: HistoryWriter | None = None,
+        on_renew: Callable[[int, float], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
+        """``history``: where the coordinator records the rounds it froze. ``on_renew(lease id, fence
+        deadline)`` is called after every acknowledged lease renewal, from the stream loop's thread
+        (the agent hands it to the process that enforces the deadline)."""
         self._client = client
         self.settings = settings
         self._keys = JobKeys(settings.key_prefix, settings.run_id)
-        self._backend = EtcdRendezvousBackend(client, settings.run_id, settings.key_prefix)
+        self._store = JobStateStore(client, self._keys)
         self.node_id = node_id or default_node_id()
         self.local_addr = local_addr or socket.getfqdn()
         self.local_world_size = local_world_size
         self.max_restarts = max_restarts  # this agent's; the job's is the first agent's, kept in the state
+        self._history = history
+        self._on_renew = on_renew
         self._failure: tuple[int, str] | None = None  # (round, what failed): ask the next round for a restart
         self._clock = clock
         self._wall = wall_clock
@@ -102,15 +136,11 @@ class RendezvousHandler:
         self._info: RendezvousInfo | None = None
         self._forming: int | None = None  # the round next_rendezvous is waiting for
         self._last_call_start: float | None = None
-        # Called with (lease id, fence deadline) after every acknowledged lease renewal, from the
-        # stream loop's thread: the agent hands it to the process that enforces the deadline.
-        self.on_renew: Callable[[int, float], None] | None = None
-        self.history: HistoryWriter | None = None  # where the coordinator records the rounds it froze
         self._joining_since = clock()
 
     # -- the torch-shaped surface -----------------------------------------------------------------
     def get_backend(self) -> str:
-        return self._backend.name
+        return self._store.backend.name
 
     @property
     def client(self) -> EtcdClient:
@@ -133,69 +163,55 @@ class RendezvousHandler:
     def next_rendezvous(self) -> RendezvousInfo:
         """Join the next round and wait until it freezes; returns this node's place in it.
 
-        Raises RendezvousClosedError (job closed), RendezvousTimeoutError (join_timeout passed),
-        RendezvousConnectionError (etcd unreachable), RendezvousStateError (corrupt state).
+        Each turn reads (or follows by watch) the state and who coordinates, and carries out what
+        ``join.join_step`` decides. Raises RendezvousClosedError (job closed), RendezvousTimeoutError
+        (join_timeout passed), RendezvousConnectionError (etcd unreachable), RendezvousStateError
+        (corrupt state).
         """
         self._stop_monitor()
         self._joining_since = self._clock()
         deadline = self._clock() + self.settings.join_timeout
-        snapshot = read_round(self._client, self._keys, all_nodes=False)
-        self._raise_if_closed(snapshot.state)
-        target = self._target_round(snapshot.state)
+        first = read_round(self._client, self._keys, all_nodes=False)
+        if first.state is not None and first.state.status is JobStatus.CLOSED:
+            raise self._closed(first.state)
+        target = target_round(first.state)
         current: Snapshot | None = self._announce(target)
         self._last_call_start = None
-        watch: Watch | None = None
-        watching: str | None = None  # whom the watch follows: "" for the coordinator's own watch
+        follower = _RoundFollower(self._client, self._keys)
         read_all = False
         try:
             while True:
                 self._forming = target
                 snapshot = current or read_round(self._client, self._keys, all_nodes=read_all)
                 current = None
-                state = snapshot.state
-                self._raise_if_closed(state)
-                if state is not None and state.status is JobStatus.RUNNING and state.round >= target:
-                    me = state.participant(self.node_id)
-                    if me is not None:
-                        return self._completed(state, me)
-                    target = state.round + 1  # the round froze without us: wait for the next one
-                    current = self._announce(target)
+                step = join_step(snapshot.state, target, self.node_id, coordinator=snapshot.coordinator,
+                                 all_nodes=snapshot.all_nodes, lease_alive=self._session_alive())
+                if isinstance(step, Closed):
+                    raise self._closed(snapshot.state)
+                if isinstance(step, Joined):
+                    return self._completed(snapshot.state, step.participant)
+                if isinstance(step, Announce):
+                    target, current = step.round, self._announce(step.round)
                     continue
-                if state is not None and state.status is JobStatus.JOINING and state.round > target:
-                    target = state.round
-                    current = self._announce(target)
-                    continue
-                if not self._session_alive():
-                    current = self._announce(target)
-                    continue
-                coordinating = snapshot.coordinator == self.node_id
-                read_all = coordinating
-                if coordinating and not snapshot.all_nodes:
-                    continue  # the coordinator reads every node before deciding
+                read_all = isinstance(step, (ReadAll, Coordinate))
                 until = deadline
-                if coordinating:
+                if isinstance(step, ReadAll):
+                    continue
+                if isinstance(step, Coordinate):
                     wake_at = self._coordinate(snapshot, target)
                     if wake_at is None:
                         continue  # we wrote the state (or lost the race): read it back
                     until = min(until, wake_at)
-                now = self._clock()
-                if now >= deadline:
+                if self._clock() >= deadline:
                     raise self._timeout(target)
-                leader = "" if coordinating else snapshot.coordinator or ""
-                if watch is None or watching != leader:
-                    if watch is not None:
-                        watch.close()
-                    watch, watching = self._watch_round(snapshot.revision, leader), leader
-                event = watch.get(timeout=max(until - now, 0.0))
-                # What the watch carried is enough, unless the coordinator changed or history was lost.
-                current = snapshot if event is None else apply_round_events(self._keys, snapshot, [event, *watch.drain()])
+                leader = step.leader if isinstance(step, Follow) else ""
+                current = follower.next(snapshot, leader, max(until - self._clock(), 0.0))
         finally:
             self._forming = None
-            if watch is not None:
-                watch.close()
+            follower.close()
 
     def is_closed(self) -> bool:
-        state = self._backend_state()
+        state, _ = self._store.read()
         return state is not None and state.status is JobStatus.CLOSED
 
     def request_restart(self, failure: str) -> None:
@@ -210,31 +226,33 @@ class RendezvousHandler:
 
         ``failed``: a worker failed with no restart left, so every agent exits as failed.
         """
-        deadline = self._clock() + self.settings.close_timeout
-        while True:
-            current = self._backend.get_state()
-            token = current[1] if current else None
-            state = JobState.decode(current[0]) if current else None
+
+        def close(state: JobState | None) -> JobState:
             if state is not None and state.status is JobStatus.CLOSED:
-                return
+                raise StateUnchanged
             if state is None:  # closed before any round was written
                 state = JobState(run_id=self.run_id, round=0, status=JobStatus.JOINING, min_nodes=self.settings.min_nodes,
                                  max_nodes=self.settings.max_nodes, max_restarts=self.max_restarts)
-            closed = closed_state(state, reason, failed=failed, min_nodes=self.settings.min_nodes,
-                                  max_nodes=self.settings.max_nodes)
-            result = self._backend.set_state(closed.encode(), token)
-            if result is not None and result[2]:
-                return
-            if self._clock() > deadline:
-                raise RendezvousTimeoutError(f"could not mark rendezvous '{self.run_id}' closed within the close timeout")
+            return closed_state(state, reason, failed=failed, min_nodes=self.settings.min_nodes,
+                                max_nodes=self.settings.max_nodes)
+
+        try:
+            self._store.update(close, tries=1_000_000, timeout=self.settings.close_timeout, what="close")
+        except GaveUp:
+            raise RendezvousTimeoutError(
+                f"could not mark rendezvous '{self.run_id}' closed within the close timeout") from None
 
     def num_nodes_waiting(self) -> int:
         """Nodes that want to join and would fit: a reason for the agent to re-rendezvous."""
-        return self._watched("waiting", 0)
+        monitor = self.round_monitor()
+        return monitor.waiting if monitor is not None else 0
 
-    def lost_participants(self) -> list[str]:
-        """Participants of this node's round whose agent is gone (their lease ended)."""
-        return self._watched("lost", [])
+    def round_monitor(self) -> JobMonitor | None:
+        """What this node follows of its round (brought up to date now); None before the first round."""
+        monitor = self._ensure_monitor()
+        if monitor is not None:
+            monitor.poll()
+        return monitor
 
     def membership_changed(self, timeout: float = 0.0) -> bool:
         """True as soon as a participant is gone, a node waits to join, or the job moved on.
@@ -275,26 +293,10 @@ class RendezvousHandler:
         """Block until etcd serves this job's keys, up to ``connect_timeout`` (RendezvousConnectionError after)."""
         self._client.wait_ready(self._keys.state, self.settings.connect_timeout if timeout is None else timeout, report)
 
-    def fence_due(self) -> bool:
-        """This node went without a lease renewal past the renew deadline (now or since ``fence_handled``):
-        its workers must stop, since the lease may expire and the others may start a round without it."""
-        return self._session is not None and self._session.overdue()
-
-    def fence_handled(self) -> None:
-        if self._session is not None:
-            self._session.clear_overdue()
-
-    def silent_for(self) -> float:
-        """Seconds since the last acknowledged lease renewal was sent."""
-        return self._session.silent_for() if self._session is not None else 0.0
-
-    def failures_reported(self) -> list[str]:
-        """What the nodes asking to restart this node's round said failed."""
-        return self._watched("failures", [])
-
-    def newcomers(self) -> list[str]:
-        """Nodes waiting to join that do not take part in this node's round."""
-        return self._watched("newcomers", [])
+    @property
+    def lease(self) -> LeaseStatus:
+        """This node's lease, as the fence sees it."""
+        return LeaseStatus(self._session)
 
     def job_state(self) -> JobState | None:
         """The job's state as this node's monitor last saw it, else as etcd has it now."""
@@ -302,18 +304,14 @@ class RendezvousHandler:
             self._monitor.poll()
             if self._monitor.state is not None:
                 return self._monitor.state
-        return self._backend_state()
-
-    def lease_lost(self) -> bool:
-        """This agent's own lease ended (etcd unreachable past the TTL): it is no longer a member."""
-        return self._session is not None and self._session.lost.is_set()
+        return self._store.read()[0]
 
     def progress(self) -> Progress | None:
         """How the round this node is waiting for is forming (None when not waiting); reads etcd."""
         target = self._forming
         if target is None:
             return None
-        state = self._backend_state()
+        state, _ = self._store.read()
         last_call_in = None
         if state is not None and state.status is JobStatus.JOINING and state.last_call_at is not None:
             last_call_in = max(state.last_call_at - self._wall(), 0.0)
@@ -328,13 +326,6 @@ class RendezvousHandler:
         return True
 
     # -- the steps ----------------------------------------------------------------------------------
-    def _target_round(self, state: JobState | None) -> int:
-        if state is None:
-            return 1
-        if state.status is JobStatus.JOINING:
-            return state.round
-        return state.round + 1
-
     def _session_alive(self) -> bool:
         return self._session is not None and self._session.alive
 
@@ -364,24 +355,24 @@ class RendezvousHandler:
 
     def _record_freeze(self, before: JobState | None, frozen: JobState) -> None:
         """The coordinator's history of a round it froze: who joined, who left, a restart, the round."""
-        if self.history is None:
+        if self._history is None:
             return
         previous = {p.node for p in before.participants} if before is not None else set()
         now = {p.node for p in frozen.participants}
         for node in sorted(now - previous):
-            self.history.record("node_joined", frozen.round, node=node)
+            self._history.record("node_joined", frozen.round, node=node)
         for node in sorted(previous - now):
-            self.history.record("node_left", frozen.round, node=node, reason="not in the new round (its lease ended)")
+            self._history.record("node_left", frozen.round, node=node, reason="not in the new round (its lease ended)")
         if before is not None and frozen.restarts > before.restarts:
-            self.history.record("group_restarted", frozen.round, restart_count=frozen.restarts,
+            self._history.record("group_restarted", frozen.round, restart_count=frozen.restarts,
                                 max_restarts=frozen.max_restarts)
-        self.history.record("round_frozen", frozen.round, world_size=frozen.world_size,
+        self._history.record("round_frozen", frozen.round, world_size=frozen.world_size,
                             nodes=[p.node for p in frozen.participants],
                             formed_in=round(self._clock() - self._joining_since, 3))
 
     def _renewed(self, lease_id: int, deadline: float) -> None:
-        if self.on_renew is not None:
-            self.on_renew(lease_id, deadline)
+        if self._on_renew is not None:
+            self._on_renew(lease_id, deadline)
 
     def _coordinate(self, snapshot: Snapshot, target: int) -> float | None:
         """Decide the round. Returns None after a write, else when to look again (inf: on a change)."""
@@ -399,7 +390,7 @@ class RendezvousHandler:
                 self.settings.max_nodes, restarts=restart_count(state, snapshot.nodes, target),
                 max_restarts=job_budget(state, self.max_restarts),
             )
-            if self._backend.set_state(frozen.encode(), snapshot.token)[2]:
+            if self._store.compare_and_swap(frozen, snapshot.token):
                 self._record_freeze(state, frozen)
             return None
         self._last_call_start = decision.last_call_start
@@ -416,22 +407,9 @@ class RendezvousHandler:
                 last_call_at=last_call_at, restarts=state.restarts if state else 0,
                 max_restarts=job_budget(state, self.max_restarts),
             )
-            self._backend.set_state(forming.encode(), snapshot.token)
+            self._store.compare_and_swap(forming, snapshot.token)
             return None
         return float("inf") if decision.until is None else decision.until
-
-    def _watch_round(self, revision: int, leader: str) -> Watch:
-        """The coordinator (``leader`` "") hears the state and every node change; a follower the
-        state and the deletion of the coordinator's key, which may make it the coordinator.
-
-        A follower watching one key rather than the nodes prefix keeps etcd's work per node change
-        constant: with K followers on the prefix, every join would be matched against K watchers.
-        """
-        if not leader:
-            nodes = KeyRange(self._keys.nodes, prefix=True)
-        else:
-            nodes = KeyRange(self._keys.node(leader), deletes_only=True)
-        return Watch(self._client, KeyRange(self._keys.state), nodes, start_revision=revision + 1)
 
     def _completed(self, state: JobState, me: Participant) -> RendezvousInfo:
         self._info = RendezvousInfo(
@@ -455,25 +433,12 @@ class RendezvousHandler:
             f"(min {self.settings.min_nodes}, max {self.settings.max_nodes})"
         )
 
-    def _raise_if_closed(self, state: JobState | None) -> None:
-        if state is not None and state.status is JobStatus.CLOSED:
-            reason = f" ({state.reason})" if state.reason else ""
-            raise RendezvousClosedError(
-                f"rendezvous '{self.run_id}' is closed{reason}; start the job with a new --rdzv-id, "
-                f"or delete the key {self._keys.state} to reuse this one"
-            )
-
-    def _backend_state(self) -> JobState | None:
-        current = self._backend.get_state()
-        return JobState.decode(current[0], f"job state at {self._keys.state}") if current else None
-
-    def _watched(self, name: str, default):
-        """What this node's monitor knows now about its round (``default`` before the first round)."""
-        monitor = self._ensure_monitor()
-        if monitor is None:
-            return default
-        monitor.poll()
-        return getattr(monitor, name)
+    def _closed(self, state: JobState) -> RendezvousClosedError:
+        reason = f" ({state.reason})" if state.reason else ""
+        return RendezvousClosedError(
+            f"rendezvous '{self.run_id}' is closed{reason}; start the job with a new --rdzv-id, "
+            f"or delete the key {self._keys.state} to reuse this one"
+        )
 
     def _ensure_monitor(self) -> JobMonitor | None:
         if self._monitor is None and self._info is not None:
@@ -485,3 +450,34 @@ class RendezvousHandler:
             self._monitor.close()
             self._monitor = None
 
+
+class _RoundFollower:
+    """A follower's watch while a round forms: the coordinator (``leader`` "") hears the state and
+    every node change; a follower the state and the deletion of the coordinator's key, which may
+    make it the coordinator. Reopened when the coordinator changes.
+
+    A follower watching one key rather than the nodes prefix keeps etcd's work per node change
+    constant: with K followers on the prefix, every join would be matched against K watchers.
+    """
+
+    def __init__(self, client: EtcdClient, keys: JobKeys) -> None:
+        self._client = client
+        self._keys = keys
+        self._watch: Watch | None = None
+        self._leader: str | None = None
+
+    def next(self, snapshot: Snapshot, leader: str, timeout: float) -> Snapshot | None:
+        """The snapshot after what the watch carries within ``timeout`` (unchanged when nothing
+        came), or None when only a read can tell (the coordinator changed, history was lost)."""
+        if self._watch is None or self._leader != leader:
+            self.close()
+            nodes = KeyRange(self._keys.nodes, prefix=True) if not leader else KeyRange(self._keys.node(leader), deletes_only=True)
+            self._watch = Watch(self._client, KeyRange(self._keys.state), nodes, start_revision=snapshot.revision + 1)
+            self._leader = leader
+        event = self._watch.get(timeout=timeout)
+        return snapshot if event is None else apply_round_events(self._keys, snapshot, [event, *self._watch.drain()])
+
+    def close(self) -> None:
+        if self._watch is not None:
+            self._watch.close()
+            self._watch = None

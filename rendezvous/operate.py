@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .backend import EtcdRendezvousBackend
 from .client import EtcdClient
 from .decide import closed_state
 from .errors import RendezvousError
 from .history import HistoryWriter
+from .jobstore import GaveUp, JobStateStore, StateUnchanged
 from .keys import JobKeys
 from .state import JobState, JobStatus
 
@@ -39,18 +39,19 @@ def new_round(state: JobState, reason: str) -> JobState:
 
 def _change(client: EtcdClient, keys: JobKeys, change) -> tuple[JobState, JobState]:
     """Apply ``change(state) -> JobState | None`` by CAS; (before, after). None: nothing to write."""
-    backend = EtcdRendezvousBackend(client, keys.run_id, keys.prefix)
-    for _ in range(_TRIES):
-        current = backend.get_state()
-        if current is None:
+
+    def existing(state: JobState | None) -> JobState:
+        if state is None:
             raise JobNotFound(f"no job '{keys.run_id}' (under {keys.prefix})")
-        state = JobState.decode(current[0], f"job state at {keys.state}")
         after = change(state)
         if after is None:
-            return state, state
-        if backend.set_state(after.encode(), current[1])[2]:
-            return state, after
-    raise RendezvousError(f"job '{keys.run_id}' kept changing: gave up after {_TRIES} tries")
+            raise StateUnchanged
+        return after
+
+    try:
+        return JobStateStore(client, keys).update(existing, tries=_TRIES, what="change")
+    except GaveUp:
+        raise RendezvousError(f"job '{keys.run_id}' kept changing: gave up after {_TRIES} tries") from None
 
 
 def close_job(client: EtcdClient, keys: JobKeys, reason: str, history: HistoryWriter | None = None) -> tuple[JobState, JobState]:

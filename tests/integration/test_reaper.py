@@ -5,8 +5,7 @@ from __future__ import annotations
 import subprocess
 import time
 
-from launcher.agent import _project_path
-from launcher.workers import Reaper
+from launcher.workers import ReaperProcess as Reaper, reaper_sys_path as _project_path
 from rendezvous import EtcdClient
 
 

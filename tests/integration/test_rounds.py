@@ -67,7 +67,7 @@ def test_revoked_participant_makes_the_others_re_rendezvous_into_a_smaller_round
     victim.shutdown()
     for handler in survivors:
         assert handler.membership_changed(timeout=5)
-        assert handler.lost_participants() == [victim.node_id]
+        assert handler.round_monitor().lost == [victim.node_id]
     second = _ok(nodes.rendezvous(survivors))
     assert sorted(r.group_rank for r in second.values()) == [0, 1]
     assert {r.round for r in second.values()} == {2}

@@ -1,0 +1,51 @@
+"""The join protocol's decisions, without etcd."""
+
+from rendezvous.join import Announce, Closed, Coordinate, Follow, Joined, ReadAll, join_step, target_round
+from rendezvous.state import JobState, JobStatus, Participant
+
+A = Participant("a", 0, "h", 1)
+B = Participant("b", 1, "h", 1)
+
+
+def _state(status, round_, *participants):
+    return JobState("job", round_, status, 1, 4, tuple(participants), "h", 1)
+
+
+def _step(state, target=2, node="a", coordinator="a", all_nodes=True, lease_alive=True):
+    return join_step(state, target, node, coordinator=coordinator, all_nodes=all_nodes, lease_alive=lease_alive)
+
+
+def test_a_node_asks_for_the_forming_round_or_the_one_after_the_last():
+    assert target_round(None) == 1
+    assert target_round(_state(JobStatus.JOINING, 3)) == 3
+    assert target_round(_state(JobStatus.RUNNING, 3, A)) == 4
+
+
+def test_a_closed_job_is_never_joined():
+    assert _step(_state(JobStatus.CLOSED, 2, A)) == Closed()
+
+
+def test_a_frozen_round_with_this_node_in_it_is_joined():
+    assert _step(_state(JobStatus.RUNNING, 2, A, B), node="b") == Joined(B)
+
+
+def test_a_round_that_froze_without_this_node_makes_it_ask_for_the_next():
+    assert _step(_state(JobStatus.RUNNING, 2, A), node="b") == Announce(3)
+
+
+def test_a_later_round_forming_is_asked_for():
+    assert _step(_state(JobStatus.JOINING, 5), target=2) == Announce(5)
+
+
+def test_a_lost_lease_is_replaced_and_the_round_asked_for_again():
+    assert _step(_state(JobStatus.JOINING, 2), lease_alive=False) == Announce(2)
+
+
+def test_the_coordinator_reads_every_node_before_it_decides():
+    assert _step(_state(JobStatus.JOINING, 2), all_nodes=False) == ReadAll()
+    assert _step(_state(JobStatus.JOINING, 2), all_nodes=True) == Coordinate()
+
+
+def test_the_others_follow_the_coordinator():
+    assert _step(_state(JobStatus.JOINING, 2), node="b", coordinator="a") == Follow("a")
+    assert _step(None, target=1, node="b", coordinator=None) == Follow("")
