@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 from rendezvous.errors import RendezvousClosedError, RendezvousConnectionError, RendezvousCredentialsError, RendezvousError
-from rendezvous.handler import RendezvousHandler, RendezvousInfo
+from rendezvous.handler import RendezvousHandler
+from rendezvous.join import RendezvousInfo
 from rendezvous.history import HistoryWriter
 from rendezvous.operate import OPERATOR
 from rendezvous.state import JobState, JobStatus

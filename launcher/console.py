@@ -8,7 +8,7 @@ import json
 import sys
 import time
 
-from rendezvous.handler import Progress
+from rendezvous.join import Progress
 from rendezvous.history import Event
 
 __all__ = ["say", "set_log_format", "progress_line", "console_event"]

@@ -11,62 +11,23 @@ from __future__ import annotations
 import socket
 import time
 import uuid
-from dataclasses import dataclass
 from typing import Callable
 
 from .client import EtcdClient
 from .decide import Freeze, closed_state, decide, frozen_state, job_budget, joined, restart_count
 from .errors import LeaseNotFoundError, RendezvousClosedError, RendezvousError, RendezvousTimeoutError
-from .history import HistoryWriter
+from .history import HistoryWriter, record_freeze
 from .jobstore import GaveUp, JobStateStore, StateUnchanged
-from .join import Announce, Closed, Coordinate, Follow, Joined, ReadAll, join_step, target_round
+from .join import Announce, Closed, Coordinate, Follow, Joined, Progress, ReadAll, RendezvousInfo, join_step, target_round
 from .keys import JobKeys
-from .membership import JobMonitor, Snapshot, apply_round_events, read_nodes, read_round
+from .membership import JobMonitor, RoundFollower, Snapshot, read_nodes, read_round
 from .ports import free_port
 from .session import Session
 from .settings import RendezvousSettings
 from .state import JobState, JobStatus, NodeInfo, Participant
 from .txn import op_put
-from .watch import KeyRange, Watch
 
 __all__ = ["RendezvousHandler", "RendezvousInfo", "Progress", "LeaseStatus", "default_node_id"]
-
-
-@dataclass(frozen=True)
-class RendezvousInfo:
-    """What a node learns from a completed round."""
-
-    run_id: str
-    round: int
-    node: str
-    group_rank: int
-    group_world_size: int
-    master_addr: str
-    master_port: int
-    participants: tuple[Participant, ...]
-    restart_count: int = 0  # the job's restart count (TORCHELASTIC_RESTART_COUNT of every worker)
-    max_restarts: int = 0  # the job's budget (TORCHELASTIC_MAX_RESTARTS)
-
-    @property
-    def world_size(self) -> int:
-        """Workers in the whole job: the sum of every node's local world size."""
-        return sum(p.local_world_size for p in self.participants)
-
-    @property
-    def base_global_rank(self) -> int:
-        """The global rank of this node's local rank 0."""
-        return sum(p.local_world_size for p in self.participants if p.group_rank < self.group_rank)
-
-
-@dataclass(frozen=True)
-class Progress:
-    """How a forming round looks from here, for a progress line."""
-
-    round: int
-    nodes_joined: int
-    min_nodes: int
-    max_nodes: int
-    last_call_in: float | None  # seconds until the coordinator freezes the round, if known
 
 
 def default_node_id() -> str:
@@ -143,22 +104,8 @@ class RendezvousHandler:
         return self._store.backend.name
 
     @property
-    def client(self) -> EtcdClient:
-        return self._client
-
-    @property
-    def job_root(self) -> str:
-        """``<prefix>/<run_id>/``: every key of the job is under it."""
-        return self._keys.root
-
-    @property
     def run_id(self) -> str:
         return self.settings.run_id
-
-    @property
-    def info(self) -> RendezvousInfo | None:
-        """The last round this node took part in."""
-        return self._info
 
     def next_rendezvous(self) -> RendezvousInfo:
         """Join the next round and wait until it freezes; returns this node's place in it.
@@ -177,7 +124,7 @@ class RendezvousHandler:
         target = target_round(first.state)
         current: Snapshot | None = self._announce(target)
         self._last_call_start = None
-        follower = _RoundFollower(self._client, self._keys)
+        follower = RoundFollower(self._client, self._keys)
         read_all = False
         try:
             while True:
@@ -353,23 +300,6 @@ class RendezvousHandler:
             self._session.lost.set()
             return self._announce(round_, finished=finished)
 
-    def _record_freeze(self, before: JobState | None, frozen: JobState) -> None:
-        """The coordinator's history of a round it froze: who joined, who left, a restart, the round."""
-        if self._history is None:
-            return
-        previous = {p.node for p in before.participants} if before is not None else set()
-        now = {p.node for p in frozen.participants}
-        for node in sorted(now - previous):
-            self._history.record("node_joined", frozen.round, node=node)
-        for node in sorted(previous - now):
-            self._history.record("node_left", frozen.round, node=node, reason="not in the new round (its lease ended)")
-        if before is not None and frozen.restarts > before.restarts:
-            self._history.record("group_restarted", frozen.round, restart_count=frozen.restarts,
-                                max_restarts=frozen.max_restarts)
-        self._history.record("round_frozen", frozen.round, world_size=frozen.world_size,
-                            nodes=[p.node for p in frozen.participants],
-                            formed_in=round(self._clock() - self._joining_since, 3))
-
     def _renewed(self, lease_id: int, deadline: float) -> None:
         if self._on_renew is not None:
             self._on_renew(lease_id, deadline)
@@ -390,8 +320,8 @@ class RendezvousHandler:
                 self.settings.max_nodes, restarts=restart_count(state, snapshot.nodes, target),
                 max_restarts=job_budget(state, self.max_restarts),
             )
-            if self._store.compare_and_swap(frozen, snapshot.token):
-                self._record_freeze(state, frozen)
+            if self._store.compare_and_swap(frozen, snapshot.token) and self._history is not None:
+                record_freeze(self._history, state, frozen, formed_in=self._clock() - self._joining_since)
             return None
         self._last_call_start = decision.last_call_start
         last_call_at = None
@@ -449,35 +379,3 @@ class RendezvousHandler:
         if self._monitor is not None:
             self._monitor.close()
             self._monitor = None
-
-
-class _RoundFollower:
-    """A follower's watch while a round forms: the coordinator (``leader`` "") hears the state and
-    every node change; a follower the state and the deletion of the coordinator's key, which may
-    make it the coordinator. Reopened when the coordinator changes.
-
-    A follower watching one key rather than the nodes prefix keeps etcd's work per node change
-    constant: with K followers on the prefix, every join would be matched against K watchers.
-    """
-
-    def __init__(self, client: EtcdClient, keys: JobKeys) -> None:
-        self._client = client
-        self._keys = keys
-        self._watch: Watch | None = None
-        self._leader: str | None = None
-
-    def next(self, snapshot: Snapshot, leader: str, timeout: float) -> Snapshot | None:
-        """The snapshot after what the watch carries within ``timeout`` (unchanged when nothing
-        came), or None when only a read can tell (the coordinator changed, history was lost)."""
-        if self._watch is None or self._leader != leader:
-            self.close()
-            nodes = KeyRange(self._keys.nodes, prefix=True) if not leader else KeyRange(self._keys.node(leader), deletes_only=True)
-            self._watch = Watch(self._client, KeyRange(self._keys.state), nodes, start_revision=snapshot.revision + 1)
-            self._leader = leader
-        event = self._watch.get(timeout=timeout)
-        return snapshot if event is None else apply_round_events(self._keys, snapshot, [event, *self._watch.drain()])
-
-    def close(self) -> None:
-        if self._watch is not None:
-            self._watch.close()
-            self._watch = None

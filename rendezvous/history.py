@@ -29,8 +29,9 @@ from .keys import history_prefix
 from .client import EtcdClient
 from .txn import op_delete, op_put
 from .errors import RendezvousError, RendezvousStateError
+from .state import JobState
 
-__all__ = ["Event", "HistoryWriter", "read_history", "history_prefix", "DEFAULT_LIMIT"]
+__all__ = ["Event", "HistoryWriter", "read_history", "record_freeze", "history_prefix", "DEFAULT_LIMIT"]
 
 DEFAULT_LIMIT = 1000
 SCHEMA = 1
@@ -154,3 +155,17 @@ def _delete_through(prefix: str, last: bytes) -> Any:
     op = op_delete(prefix)
     op.request_delete_range.range_end = last + b"\0"
     return op
+
+
+def record_freeze(history: HistoryWriter, before: JobState | None, frozen: JobState, *, formed_in: float) -> None:
+    """The coordinator's records of a round it froze: who joined, who left, a group restart, the round."""
+    previous = {p.node for p in before.participants} if before is not None else set()
+    now = {p.node for p in frozen.participants}
+    for node in sorted(now - previous):
+        history.record("node_joined", frozen.round, node=node)
+    for node in sorted(previous - now):
+        history.record("node_left", frozen.round, node=node, reason="not in the new round (its lease ended)")
+    if before is not None and frozen.restarts > before.restarts:
+        history.record("group_restarted", frozen.round, restart_count=frozen.restarts, max_restarts=frozen.max_restarts)
+    history.record("round_frozen", frozen.round, world_size=frozen.world_size, nodes=[p.node for p in frozen.participants],
+                   formed_in=round(formed_in, 3))

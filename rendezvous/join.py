@@ -1,4 +1,4 @@
-"""The join protocol as pure decisions: from what one read (or the watch since) showed, what this node
+"""What a node learns from a round (``RendezvousInfo``, ``Progress``), and the join protocol as pure decisions: from what one read (or the watch since) showed, what this node
 does next on its way into a round. ``RendezvousHandler.next_rendezvous`` executes them; the round's
 own rules (when it freezes, who gets which rank) are ``rendezvous.decide``'s.
 """
@@ -10,7 +10,44 @@ from typing import Union
 
 from .state import JobState, JobStatus, Participant
 
-__all__ = ["Closed", "Joined", "Announce", "ReadAll", "Coordinate", "Follow", "JoinStep", "join_step", "target_round"]
+__all__ = ["RendezvousInfo", "Progress", "Closed", "Joined", "Announce", "ReadAll", "Coordinate", "Follow", "JoinStep", "join_step", "target_round"]
+
+
+@dataclass(frozen=True)
+class RendezvousInfo:
+    """What a node learns from a completed round."""
+
+    run_id: str
+    round: int
+    node: str
+    group_rank: int
+    group_world_size: int
+    master_addr: str
+    master_port: int
+    participants: tuple[Participant, ...]
+    restart_count: int = 0  # the job's restart count (TORCHELASTIC_RESTART_COUNT of every worker)
+    max_restarts: int = 0  # the job's budget (TORCHELASTIC_MAX_RESTARTS)
+
+    @property
+    def world_size(self) -> int:
+        """Workers in the whole job: the sum of every node's local world size."""
+        return sum(p.local_world_size for p in self.participants)
+
+    @property
+    def base_global_rank(self) -> int:
+        """The global rank of this node's local rank 0."""
+        return sum(p.local_world_size for p in self.participants if p.group_rank < self.group_rank)
+
+
+@dataclass(frozen=True)
+class Progress:
+    """How a forming round looks from here, for a progress line."""
+
+    round: int
+    nodes_joined: int
+    min_nodes: int
+    max_nodes: int
+    last_call_in: float | None  # seconds until the coordinator freezes the round, if known
 
 
 @dataclass(frozen=True)

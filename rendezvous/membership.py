@@ -21,7 +21,10 @@ from .keys import JobKeys, unwrap_state
 from .state import JobState, JobStatus, NodeInfo
 from .watch import EventType, KeyRange, Watch, WatchEvent
 
-__all__ = ["decode_state", "Snapshot", "read_round", "apply_node_event", "apply_round_events", "read_nodes", "JobMonitor"]
+__all__ = [
+    "decode_state", "Snapshot", "read_round", "apply_node_event", "apply_round_events", "read_nodes", "JobMonitor",
+    "RoundFollower",
+]
 
 def decode_state(keys: JobKeys, value: bytes) -> JobState:
     """The JobState stored as ``value`` under the state key; RendezvousStateError if it is not one."""
@@ -243,3 +246,35 @@ class JobMonitor:
 
     def close(self) -> None:
         self._watch.close()
+
+
+class RoundFollower:
+    """A follower's watch while a round forms: the coordinator (``leader`` "") hears the state and
+    every node change; a follower the state and the deletion of the coordinator's key, which may
+    make it the coordinator. Reopened when the coordinator changes.
+
+    A follower watching one key rather than the nodes prefix keeps etcd's work per node change
+    constant: with K followers on the prefix, every join would be matched against K watchers.
+    """
+
+    def __init__(self, client: EtcdClient, keys: JobKeys) -> None:
+        self._client = client
+        self._keys = keys
+        self._watch: Watch | None = None
+        self._leader: str | None = None
+
+    def next(self, snapshot: Snapshot, leader: str, timeout: float) -> Snapshot | None:
+        """The snapshot after what the watch carries within ``timeout`` (unchanged when nothing
+        came), or None when only a read can tell (the coordinator changed, history was lost)."""
+        if self._watch is None or self._leader != leader:
+            self.close()
+            nodes = KeyRange(self._keys.nodes, prefix=True) if not leader else KeyRange(self._keys.node(leader), deletes_only=True)
+            self._watch = Watch(self._client, KeyRange(self._keys.state), nodes, start_revision=snapshot.revision + 1)
+            self._leader = leader
+        event = self._watch.get(timeout=timeout)
+        return snapshot if event is None else apply_round_events(self._keys, snapshot, [event, *self._watch.drain()])
+
+    def close(self) -> None:
+        if self._watch is not None:
+            self._watch.close()
+            self._watch = None

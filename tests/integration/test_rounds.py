@@ -8,7 +8,7 @@ import time
 import pytest
 
 from rendezvous import RendezvousClosedError, RendezvousStateError, RendezvousTimeoutError
-from rendezvous.handler import RendezvousInfo
+from rendezvous.join import RendezvousInfo
 from rendezvous.state import NodeInfo
 from tests.integration.rdzv_helpers import Nodes
 

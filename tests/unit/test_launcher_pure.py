@@ -22,7 +22,7 @@ from launcher.options import (
 )
 from launcher.summary import failure_summary
 from launcher.workers import GroupState, GroupStatus, WorkerFailure
-from rendezvous.handler import Progress
+from rendezvous.join import Progress
 
 
 @pytest.mark.parametrize("text,expected", [("1", (1, 1)), ("4", (4, 4)), ("2:3", (2, 3)), (" 1:8 ", (1, 8))])
