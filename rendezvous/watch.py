@@ -131,39 +131,16 @@ class Watch:
         while True:
             endpoint = call = prober = None
             silent = False
+            answered = [False]  # the stream said something: the next reconnect starts with a short backoff
             try:
                 channel, endpoint, metadata = await self._client.open_stream()
                 call = etcdrpc.WatchStub(channel).Watch(metadata=metadata)
                 for key_range, revision in zip(self._ranges, self._next_revision):
                     await call.write(key_range.request(revision))
                 # The request side stays open: a half-closed stream ends the watch.
-                # etcd answers the create requests of a stream in the order they were sent.
                 heard = [time.monotonic()]
                 prober = asyncio.ensure_future(self._probe(call, heard))
-                index_of: dict[int, int] = {}
-                while True:
-                    response = await call.read()
-                    if response is grpc.aio.EOF:
-                        break
-                    heard[0] = time.monotonic()
-                    backoff = _BACKOFF_START
-                    if response.created:
-                        index_of[response.watch_id] = len(index_of)
-                    if response.compact_revision:
-                        # The revisions we still needed are gone: start over from the oldest kept one.
-                        self._next_revision = [response.compact_revision] * len(self._ranges)
-                        self._events.put(WatchEvent(EventType.RESYNC, revision=response.compact_revision))
-                        break
-                    if response.canceled:
-                        break
-                    index = index_of.get(response.watch_id)
-                    if index is None:
-                        continue  # a progress answer (watch id -1): the stream is alive, nothing changed
-                    for event in response.events:
-                        kind = EventType.DELETE if event.type == event.DELETE else EventType.PUT
-                        kv = event.kv
-                        self._events.put(WatchEvent(kind, kv.key, kv.value, kv.mod_revision, kv.create_revision))
-                        self._next_revision[index] = kv.mod_revision + 1
+                await self._deliver(call, heard, answered)
             except asyncio.CancelledError:
                 if prober is None or not prober.done() or not prober.result():
                     raise  # the watch was closed
@@ -177,12 +154,42 @@ class Watch:
                     prober.cancel()
                 if call is not None:
                     call.cancel()
+            if answered[0]:
+                backoff = _BACKOFF_START
             if silent:
                 self._client.stream_failed(TimeoutError("the watch stream went silent"), endpoint)
                 backoff = _BACKOFF_START
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, _BACKOFF_MAX)
             self.reconnects += 1
+
+    async def _deliver(self, call: Any, heard: list[float], answered: list[bool]) -> None:
+        """Queue the events of one stream until it ends. ``heard`` holds when the stream last said
+        anything (for the prober); ``answered`` whether it said anything at all."""
+        index_of: dict[int, int] = {}  # etcd answers the create requests of a stream in the order they were sent
+        while True:
+            response = await call.read()
+            if response is grpc.aio.EOF:
+                return
+            heard[0] = time.monotonic()
+            answered[0] = True
+            if response.created:
+                index_of[response.watch_id] = len(index_of)
+            if response.compact_revision:
+                # The revisions we still needed are gone: start over from the oldest kept one.
+                self._next_revision = [response.compact_revision] * len(self._ranges)
+                self._events.put(WatchEvent(EventType.RESYNC, revision=response.compact_revision))
+                return
+            if response.canceled:
+                return
+            index = index_of.get(response.watch_id)
+            if index is None:
+                continue  # a progress answer (watch id -1): the stream is alive, nothing changed
+            for event in response.events:
+                kind = EventType.DELETE if event.type == event.DELETE else EventType.PUT
+                kv = event.kv
+                self._events.put(WatchEvent(kind, kv.key, kv.value, kv.mod_revision, kv.create_revision))
+                self._next_revision[index] = kv.mod_revision + 1
 
     async def _probe(self, call: Any, heard: list[float]) -> bool:
         """Ask a quiet stream for progress; cancel it (True) when it stays silent past ``SILENCE``.
