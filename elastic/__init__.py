@@ -2,7 +2,9 @@
 does the job look like, and an error-recording decorator."""
 
 from .jobstate import JobView, NodeView, get_state
+from .launch import LaunchConfig, elastic_launch
 from .record import record
 from .worker import NotLaunchedError, WorkerEnv, is_torchelastic_launched
 
-__all__ = ["is_torchelastic_launched", "WorkerEnv", "NotLaunchedError", "record", "get_state", "JobView", "NodeView"]
+__all__ = ["is_torchelastic_launched", "WorkerEnv", "NotLaunchedError", "record", "get_state", "JobView", "NodeView", "LaunchConfig",
+           "elastic_launch"]

@@ -192,7 +192,7 @@ class Agent:
         self.state = AgentState.FAILED
         self.say(failure_summary(status, self.handler.run_id, count, budget))
         self._close(f"{what} and no restart was left ({count}/{budget})", failed=True)
-        raise WorkerFailedError(what)
+        raise WorkerFailedError(what, status.failures)
 
     def _closed_error(self, exc: RendezvousClosedError) -> LauncherError:
         """The job was closed under this node: by a failure elsewhere, by an operator, or before it joined."""

@@ -102,7 +102,7 @@ def elastic_run(**opts: Any) -> int:
     set_log_format(opts["log_format"])
     plan = plan_from_options(opts)
     early, _EARLY[0] = _EARLY[0], None  # launch() uses it or stops it
-    return launch(plan, early_etcd=early)
+    return launch(plan, early_etcd=early).exit_code
 
 
 def plan_from_options(opts: dict[str, Any]) -> LaunchPlan:
@@ -130,7 +130,9 @@ def plan_from_options(opts: dict[str, Any]) -> LaunchPlan:
     settings = RendezvousSettings.from_conf(run_id, nodes.min_nodes, nodes.max_nodes, opts["rdzv_conf"], warn=say)
     node_id = default_node_id()
     log_root, temporary = _log_root(opts["log_dir"], run_id, node_id)
-    custom_logs = load_logs_specs(opts["logs_specs"], opts["log_dir"], redirects, tee, ranks_filter)
+    custom_logs = opts["logs_specs"]  # a LogsSpecs instance from launcher.api, else the name to look up
+    if custom_logs is None or isinstance(custom_logs, str):
+        custom_logs = load_logs_specs(custom_logs, opts["log_dir"], redirects, tee, ranks_filter)
     keep_files = bool(redirects or tee)
     notes = [OMP_WARNING] if nproc > 1 and "OMP_NUM_THREADS" not in os.environ else []  # as torchrun
     notes += [numa_line] if numa_line else []
@@ -188,7 +190,7 @@ def _check_virtual_devices(nproc: int) -> None:
 
 def _output_layout(opts: dict, custom: Any, log_root: str, redirects: Any, tee: Any, ranks_filter: Any):
     """The output strategy: the torch LogsSpecs --logs-specs names, else the built-in layout."""
-    template = os.environ.get("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE") or None
+    template = opts.get("log_line_prefix_template") or os.environ.get("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE") or None
     filters = parse_filters(opts["duplicate_stdout_filters"]), parse_filters(opts["duplicate_stderr_filters"])
     if custom is not None:
         return TorchLogsSpecsLayout(custom, template, *filters)

@@ -21,7 +21,7 @@ from .console import console_event, say
 from .signals import STOP_SIGNALS, stop_on_signals
 from .workers import ReaperProcess, reaper_sys_path
 
-__all__ = ["LaunchPlan", "launch"]
+__all__ = ["LaunchPlan", "LaunchOutcome", "launch"]
 
 
 @dataclass(frozen=True)
@@ -44,8 +44,16 @@ class LaunchPlan:
         return self.endpoint is None
 
 
-def launch(plan: LaunchPlan, *, early_etcd: Any = None, report: Callable[[str], None] = say) -> int:
-    """Run the plan's agent to the end: 0 when the job succeeded, else a LauncherError is raised.
+@dataclass(frozen=True)
+class LaunchOutcome:
+    """A job this node finished: its exit code (0) and the global ranks its workers had last."""
+
+    exit_code: int
+    ranks: tuple[int, ...]
+
+
+def launch(plan: LaunchPlan, *, early_etcd: Any = None, report: Callable[[str], None] = say) -> LaunchOutcome:
+    """Run the plan's agent to the end: the outcome when the job succeeded, else a LauncherError is raised.
 
     ``early_etcd`` is a local etcd already starting (``launcher.main`` starts it before the heavy
     imports); it is used for a standalone plan, and stopped at the end either way.
@@ -76,7 +84,7 @@ def launch(plan: LaunchPlan, *, early_etcd: Any = None, report: Callable[[str], 
             shutil.rmtree(plan.log_root, ignore_errors=True)
 
 
-def _run_agent(plan: LaunchPlan, client: EtcdClient, report: Callable[[str], None]) -> int:
+def _run_agent(plan: LaunchPlan, client: EtcdClient, report: Callable[[str], None]) -> LaunchOutcome:
     """The agent and its collaborators: the job's history, the reaper, the rendezvous handler."""
     keys = JobKeys(plan.settings.key_prefix, plan.settings.run_id)
     echo = console_event if plan.config.event_log_handler == "console" else None
@@ -88,7 +96,10 @@ def _run_agent(plan: LaunchPlan, client: EtcdClient, report: Callable[[str], Non
             client, plan.settings, local_addr=plan.local_addr, local_world_size=plan.config.nproc_per_node,
             node_id=plan.node_id, max_restarts=plan.config.max_restarts, history=history, on_renew=reaper.arm,
         )
-        return Agent(plan.config, handler, history=history, reaper=reaper, report=report).run()
+        agent = Agent(plan.config, handler, history=history, reaper=reaper, report=report)
+        code = agent.run()
+        base = agent.info.base_global_rank if agent.info is not None else 0
+        return LaunchOutcome(code, tuple(range(base, base + plan.config.nproc_per_node)))
     finally:
         history.close()
         reaper.close()

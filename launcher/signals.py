@@ -35,7 +35,11 @@ def ignore_stop_signals() -> None:
 
 @contextmanager
 def stop_on_signals(signals: tuple[int, ...] = STOP_SIGNALS) -> Iterator[None]:
-    """Turn each of ``signals`` into AgentStopped in the main thread (once)."""
+    """Turn each of ``signals`` into AgentStopped in the main thread (once). Outside the main thread
+    (a launch from a library's worker thread) signals stay the caller's business: nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
     previous = {signum: signal.getsignal(signum) for signum in signals}
     _handled.signals = tuple(signals)
 

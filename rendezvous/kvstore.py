@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from .keys import JobKeys
 from .client import EtcdClient
-from .txn import compare_created, compare_mod_revision, compare_value, op_delete, op_get, op_put
+from .txn import compare_created, compare_mod_revision, compare_value, op_count, op_delete, op_get, op_put
 from .errors import RendezvousStateError, RendezvousTimeoutError
 from .watch import EventType, KeyRange, Watch
 
@@ -96,8 +96,16 @@ class EtcdKVStore:
 
     # -- reads ---------------------------------------------------------------------------------------
     def check(self, names: Sequence[str]) -> bool:
-        response = self.client.txn([], [op_get(self.key(n)) for n in names])
-        return all(r.response_range.count > 0 for r in response.responses)
+        """Every name is a key, or a queue that holds items (as torch's stores answer)."""
+        return not self._missing(names)[0]
+
+    def _missing(self, names: Sequence[str]) -> tuple[list[str], int]:
+        """The names that are neither a key nor a queue holding items, and the revision of the read."""
+        ops = [op for n in names for op in (op_get(self.key(n)), op_count(self._items(n)))]
+        response = self.client.txn([], ops)
+        counts = [r.response_range.count for r in response.responses]
+        missing = [n for i, n in enumerate(names) if counts[2 * i] == 0 and counts[2 * i + 1] == 0]
+        return missing, response.header.revision
 
     def num_keys(self) -> int:
         return self.client.count_prefix(self.root)
@@ -110,8 +118,25 @@ class EtcdKVStore:
         return self._wait_values(names, self.timeout if timeout is None else timeout)
 
     def wait(self, names: Sequence[str], timeout: float | None = None) -> None:
-        """Return once every key in ``names`` exists; RendezvousTimeoutError after ``timeout`` seconds."""
-        self._wait_values(names, self.timeout if timeout is None else timeout)
+        """Return once every name is a key or a queue holding items; RendezvousTimeoutError after
+        ``timeout`` seconds."""
+        timeout = self.timeout if timeout is None else timeout
+        deadline = time.monotonic() + timeout
+        missing, revision = self._missing(names)
+        if not missing:
+            return
+        ranges = (KeyRange(self.root, prefix=True), KeyRange(self.queues, prefix=True))
+        with Watch(self.client, *ranges, start_revision=revision + 1) as watch:
+            while missing:
+                remaining = deadline - time.monotonic()
+                event = watch.get(timeout=remaining) if remaining > 0 else None
+                if event is None:
+                    raise RendezvousTimeoutError(
+                        f"timeout after {timeout:g}s waiting for store key{'s' if len(missing) > 1 else ''} "
+                        f"{', '.join(map(repr, missing))}"
+                    )
+                if event.type in (EventType.PUT, EventType.RESYNC):
+                    missing, _ = self._missing(names)
 
     def list_keys(self) -> list[str]:
         kvs, _ = self.client.get_prefix(self.root, keys_only=True)

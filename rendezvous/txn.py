@@ -11,7 +11,7 @@ from etcd3 import etcdrpc
 
 __all__ = [
     "KeyValue", "prefix_range_end", "compare_created", "compare_mod_revision", "compare_value", "compare_lease",
-    "op_put", "op_get", "op_get_first_created", "op_delete",
+    "op_put", "op_get", "op_count", "op_get_first_created", "op_delete",
 ]
 
 
@@ -94,4 +94,10 @@ def op_get_first_created(prefix: str | bytes) -> Any:
         key=_b(prefix), range_end=prefix_range_end(prefix), limit=1,
         sort_order=etcdrpc.RangeRequest.ASCEND, sort_target=etcdrpc.RangeRequest.CREATE,
     )
+    return etcdrpc.RequestOp(request_range=request)
+
+
+def op_count(prefix: str | bytes) -> Any:
+    """How many keys are under ``prefix`` (the count only, no values)."""
+    request = etcdrpc.RangeRequest(key=_b(prefix), range_end=prefix_range_end(prefix), count_only=True)
     return etcdrpc.RequestOp(request_range=request)

@@ -146,6 +146,25 @@ def test_queues_are_fifo_across_clients_and_a_pop_waits_for_a_push(make_store):
         consumer.queue_pop("empty")
 
 
+def test_a_queue_holding_items_answers_check_and_wait_as_torchs_store(make_store):
+    theirs, ours, producer = dist.HashStore(), make_store(), make_store()
+    answers = {}
+    for name, store, push in (("torch", theirs, theirs), ("ours", ours, producer)):
+        before = store.check(["foo"])
+        push.queue_push("foo", "x")
+        store.wait(["foo"], timedelta(seconds=2))  # returns: the queue holds an item
+        during = store.check(["foo"])
+        store.queue_pop("foo")
+        answers[name] = (before, during, store.check(["foo"]))
+    assert answers["ours"] == answers["torch"] == (False, True, False)
+    threading.Timer(0.3, lambda: producer.queue_push("later", "y")).start()
+    started = time.monotonic()
+    ours.wait(["later"], timedelta(seconds=5))  # a queue that gets its first item while waiting
+    assert 0.2 < time.monotonic() - started < 5
+    with pytest.raises(dist.DistStoreError, match="timeout"):
+        ours.wait(["never"], timedelta(seconds=0.3))
+
+
 def test_concurrent_consumers_each_get_an_item_once(make_store):
     producer = make_store()
     for i in range(20):

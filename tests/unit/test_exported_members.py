@@ -10,7 +10,7 @@ MODULES = [
     "rendezvous.watch", "rendezvous.etcd_server", "rendezvous.lifeline", "rendezvous.view", "rendezvous.kvstore", "rendezvous.ports", "elastic",
     "elastic.jobstate", "elastic.worker", "elastic.record", "launcher.env", "launcher.errors", "launcher.errorfile",
     "launcher.output", "launcher.output.plan", "launcher.output.default", "launcher.output.torch_specs",
-    "launcher.output.pump", "launcher.workers", "launcher.summary", "launcher.agent", "launcher.console", "launcher.signals", "launcher.launch", "launcher.options", "launcher.cli", "launcher.ctl",
+    "launcher.output.pump", "launcher.workers", "launcher.summary", "launcher.agent", "launcher.api", "elastic.launch", "launcher.console", "launcher.signals", "launcher.launch", "launcher.options", "launcher.cli", "launcher.ctl",
 ]
 
 
@@ -30,6 +30,12 @@ def test_package_re_exports_its_errors():
         assert getattr(rendezvous, member) is getattr(rendezvous.errors, member)
 
 
+# A Python function entrypoint (launcher.api) goes to its workers as a pickle in a file the launching
+# process wrote, and their return values come back the same way, as torch's spawn does: nothing in
+# these files touches etcd, and nothing read from etcd is ever unpickled.
+PICKLE_BETWEEN_PARENT_AND_CHILD = ("api.py", "fn_worker.py")
+
+
 def test_no_module_imports_torch_or_pickle():
     import subprocess
     import sys
@@ -43,6 +49,9 @@ def test_no_module_imports_torch_or_pickle():
     root = Path(__file__).resolve().parents[2]
     for path in list((root / "rendezvous").rglob("*.py")) + list((root / "elastic").rglob("*.py")) + list((root / "launcher").rglob("*.py")):
         text = path.read_text()
+        if path.name in PICKLE_BETWEEN_PARENT_AND_CHILD:
+            assert "pickle.loads" not in text and "from rendezvous" not in text.split('"""', 2)[2].split("def ", 1)[0], path
+            continue
         assert "import pickle" not in text and "pickle.loads" not in text, path
 
 

@@ -1,0 +1,192 @@
+"""Launching from Python with torch's shape: ``LaunchConfig`` and ``elastic_launch``.
+
+    from launcher.api import LaunchConfig, elastic_launch
+
+    config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=2, max_restarts=1)
+    results = elastic_launch(config, train)(lr)    # {global rank: train(lr)} of this node's ranks
+
+The fields, their defaults and meanings are torch 2.13's (torch/distributed/launcher/api.py) where
+they apply. The launch is elastic-run's own: the same plan (``launcher.cli.plan_from_options``) and
+the same ``launcher.launch.launch`` -- rendezvous on etcd v3, the job's restart count, fencing,
+the reaper, history and output rules. ``rdzv_backend`` ``etcd``, ``etcd-v2`` and ``etcd-v3`` all mean
+this project's etcd v3 rendezvous; an empty ``rdzv_endpoint`` with one node starts a local etcd, as
+``--standalone`` does.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import shutil
+import sys
+import tempfile
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .errors import ChildFailedError, UsageError, WorkerFailedError
+
+__all__ = ["LaunchConfig", "elastic_launch", "launch_agent"]
+
+BACKENDS = ("etcd", "etcd-v2", "etcd-v3")
+START_METHODS = ("spawn", "fork", "forkserver")
+
+
+@dataclass
+class LaunchConfig:
+    """torch's LaunchConfig. Accepted with no effect here: ``start_method`` (workers are always fresh
+    processes: spawn), ``metrics_cfg``, ``numa_options`` (use ``elastic-run --numa-binding``)."""
+
+    min_nodes: int
+    max_nodes: int
+    nproc_per_node: int
+    logs_specs: Any = None  # a torch LogsSpecs; None: the built-in layout (torch's DefaultLogsSpecs rules)
+    run_id: str = ""  # "": a fresh id (one node) -- several nodes must share one
+    role: str = "default_role"
+    rdzv_endpoint: str = ""
+    rdzv_backend: str = "etcd"
+    rdzv_configs: dict[str, Any] = field(default_factory=dict)
+    rdzv_timeout: int = -1  # legacy: rdzv_configs["timeout"]
+    max_restarts: int = 3
+    monitor_interval: float = 0.1
+    start_method: str = "spawn"
+    log_line_prefix_template: str | None = None
+    metrics_cfg: dict[str, str] = field(default_factory=dict)
+    local_addr: str | None = None
+    event_log_handler: str = "null"
+    numa_options: Any = None
+    signals_to_handle: str = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
+    duplicate_stdout_filters: list[str] | None = None
+    duplicate_stderr_filters: list[str] | None = None
+    virtual_local_rank: bool = False
+    shutdown_timeout: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.rdzv_timeout != -1:
+            self.rdzv_configs["timeout"] = self.rdzv_timeout
+        elif "timeout" not in self.rdzv_configs:
+            self.rdzv_configs["timeout"] = 900
+        if self.shutdown_timeout is None:
+            self.shutdown_timeout = int(os.environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "30"))
+        _validate(self)
+
+
+def _validate(config: LaunchConfig) -> None:
+    """One ValueError naming the first field that is wrong."""
+
+    def whole(name: str, minimum: int) -> int:
+        value = getattr(config, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+            raise ValueError(f"LaunchConfig.{name} must be an integer >= {minimum}, not {value!r}")
+        return value
+
+    if whole("max_nodes", 1) < whole("min_nodes", 1):
+        raise ValueError(f"LaunchConfig.min_nodes ({config.min_nodes}) is more than max_nodes ({config.max_nodes})")
+    whole("nproc_per_node", 1)
+    whole("max_restarts", 0)
+    whole("shutdown_timeout", 0)
+    if not isinstance(config.monitor_interval, (int, float)) or not config.monitor_interval > 0:
+        raise ValueError(f"LaunchConfig.monitor_interval must be a positive number of seconds, not {config.monitor_interval!r}")
+    if str(config.rdzv_backend).lower() not in BACKENDS:
+        raise ValueError(f"LaunchConfig.rdzv_backend must be one of {', '.join(BACKENDS)} (etcd v3 here), "
+                         f"not {config.rdzv_backend!r}")
+    if config.start_method not in START_METHODS:
+        raise ValueError(f"LaunchConfig.start_method must be one of {', '.join(START_METHODS)}, not {config.start_method!r}")
+    if not config.rdzv_endpoint and config.max_nodes > 1:
+        raise ValueError("LaunchConfig.rdzv_endpoint is required for more than one node (host:port of etcd)")
+    if config.rdzv_endpoint and config.max_nodes > 1 and not config.run_id:
+        raise ValueError("LaunchConfig.run_id is required for more than one node: the same job id on every node")
+    if not isinstance(config.rdzv_configs, dict):
+        raise ValueError(f"LaunchConfig.rdzv_configs must be a dict, not {type(config.rdzv_configs).__name__}")
+    if not config.role:
+        raise ValueError("LaunchConfig.role must not be empty")
+
+
+class elastic_launch:
+    """``elastic_launch(config, entrypoint)(*args)``: run ``entrypoint`` on this node as one agent of
+    the job; returns ``{global rank: return value}`` for this node's ranks (None for a command).
+
+    ``entrypoint`` is a function (each worker calls it with ``args`` in a fresh process) or a command
+    (``sys.executable``, a script, a binary: each worker runs it with ``args``). A job that fails
+    raises ChildFailedError naming the first failed rank, its exit code and its traceback.
+    """
+
+    def __init__(self, config: LaunchConfig, entrypoint: Callable[..., Any] | str) -> None:
+        self._config = config
+        self._entrypoint = entrypoint
+
+    def __call__(self, *args: Any) -> dict[int, Any]:
+        return launch_agent(self._config, self._entrypoint, list(args))
+
+
+def launch_agent(config: LaunchConfig, entrypoint: Callable[..., Any] | str, args: list[Any]) -> dict[int, Any]:
+    """What ``elastic_launch(config, entrypoint)(*args)`` does."""
+    from .cli import plan_from_options
+    from .launch import launch
+
+    if not callable(entrypoint) and not isinstance(entrypoint, str):
+        raise ValueError(f"the entrypoint must be a function or a command, not {type(entrypoint).__name__}")
+    work = tempfile.mkdtemp(prefix="elastic-launch-")
+    saved = dict(os.environ)
+    try:
+        argv = _worker_command(entrypoint, args, work)
+        plan = plan_from_options(_options(config, argv))
+        try:
+            outcome = launch(plan)
+        except WorkerFailedError as exc:
+            raise ChildFailedError(_name(entrypoint), exc.failures, str(exc)) from None
+        if callable(entrypoint):
+            return {rank: _result(work, rank) for rank in outcome.ranks}
+        return {rank: None for rank in outcome.ranks}
+    except UsageError as exc:
+        raise ValueError(f"LaunchConfig: {exc}") from None
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)  # the launch exports variables for its workers: none stays behind
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _worker_command(entrypoint: Callable[..., Any] | str, args: list[Any], work: str) -> list[str]:
+    if isinstance(entrypoint, str):
+        return [entrypoint, *map(str, args)]
+    from multiprocessing import spawn
+
+    payload = os.path.join(work, "payload.pkl")
+    with open(payload, "wb") as handle:
+        pickle.dump(spawn.get_preparation_data("elastic-worker"), handle)
+        pickle.dump((entrypoint, tuple(args)), handle)
+    return [sys.executable, "-u", "-m", "launcher.fn_worker", payload, work]
+
+
+def _options(config: LaunchConfig, argv: list[str]) -> dict[str, Any]:
+    """The config as elastic-run's options (one plan for both): the worker command goes as --no-python."""
+    standalone = not config.rdzv_endpoint
+    conf = ",".join(f"{key}={value}" for key, value in config.rdzv_configs.items())
+    return {
+        "standalone": standalone, "rdzv_backend": "etcd-v3", "rdzv_endpoint": config.rdzv_endpoint or None,
+        "rdzv_id": config.run_id or (None if standalone else uuid.uuid4().hex), "rdzv_conf": conf,
+        "nnodes": f"{config.min_nodes}:{config.max_nodes}", "nproc_per_node": str(config.nproc_per_node),
+        "script": argv[0], "script_args": tuple(argv[1:]), "module": False, "no_python": True, "run_path": False,
+        "redirects": None, "tee": None, "local_ranks_filter": None, "log_dir": None,
+        "logs_specs": config.logs_specs, "log_line_prefix_template": config.log_line_prefix_template,
+        "signals_to_handle": config.signals_to_handle, "stop_grace": float(config.shutdown_timeout),
+        "virtual_local_rank": config.virtual_local_rank, "numa_binding": None,
+        "master_addr": None, "master_port": None, "node_rank": None, "local_addr": config.local_addr,
+        "max_restarts": config.max_restarts, "monitor_interval": float(config.monitor_interval), "role": config.role,
+        "event_log_handler": config.event_log_handler,
+        "duplicate_stdout_filters": _filters(config.duplicate_stdout_filters),
+        "duplicate_stderr_filters": _filters(config.duplicate_stderr_filters),
+    }
+
+
+def _filters(needles: list[str] | None) -> str | None:
+    return ",".join(n.replace(",", ",,") for n in needles) if needles else None
+
+
+def _result(work: str, rank: int) -> Any:
+    with open(os.path.join(work, f"{rank}.pkl"), "rb") as handle:
+        return pickle.load(handle)  # written by this launch's own worker, never read from etcd
+
+
+def _name(entrypoint: Callable[..., Any] | str) -> str:
+    return entrypoint if isinstance(entrypoint, str) else getattr(entrypoint, "__qualname__", repr(entrypoint))
