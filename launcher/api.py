@@ -153,7 +153,9 @@ def _worker_command(entrypoint: Callable[..., Any] | str, args: list[Any], work:
 
     payload = os.path.join(work, "payload.pkl")
     with open(payload, "wb") as handle:
-        pickle.dump(spawn.get_preparation_data("elastic-worker"), handle)
+        preparation = spawn.get_preparation_data("elastic-worker")
+        preparation.pop("authkey", None)  # the caller's multiprocessing key: not for its workers (nor picklable)
+        pickle.dump(preparation, handle)
         pickle.dump((entrypoint, tuple(args)), handle)
     return [sys.executable, "-u", "-m", "launcher.fn_worker", payload, work]
 
