@@ -155,6 +155,8 @@ def _worker_command(entrypoint: Callable[..., Any] | str, args: list[Any], work:
     with open(payload, "wb") as handle:
         preparation = spawn.get_preparation_data("elastic-worker")
         preparation.pop("authkey", None)  # the caller's multiprocessing key: not for its workers (nor picklable)
+        if not os.path.isfile(preparation.get("init_main_from_path") or ""):
+            preparation.pop("init_main_from_path", None)  # a caller run from stdin or -c has no main file to re-import
         pickle.dump(preparation, handle)
         pickle.dump((entrypoint, tuple(args)), handle)
     return [sys.executable, "-u", "-m", "launcher.fn_worker", payload, work]

@@ -93,6 +93,13 @@ def test_a_function_returns_each_ranks_value_under_both(etcd_endpoints):
     assert theirs["results"] == ours["results"] == [{"0": 10, "1": 11}], (theirs, ours)
 
 
+def test_a_function_of_the_callers_main_module_runs_under_both(etcd_endpoints):
+    theirs_config, ours_config = _configs(etcd_endpoints, 1, 1, 2)
+    theirs, ours = _both({"config": theirs_config, "entrypoint": "main:rank_squared"},
+                         {"config": ours_config, "entrypoint": "main:rank_squared"})
+    assert theirs["results"] == ours["results"] == [{"0": 0, "1": 1}], (theirs, ours)
+
+
 def test_a_gloo_all_reduce_returns_the_sum_under_both(etcd_endpoints):
     theirs_config, ours_config = _configs(etcd_endpoints, 1, 1, 2, torch_backend="static")  # dist_sum_with_static_rdzv
     theirs, ours = _both({"config": theirs_config, "entrypoint": "fn:dist_sum"},

@@ -3,7 +3,7 @@ one JSON line: the per-rank results, or the error -- for torch's elastic_launch 
 
     api_driver.py torch|ours CASE_JSON
 
-CASE_JSON: {"config": {LaunchConfig fields}, "entrypoint": "fn:NAME" | "cmd:PATH", "args": [...],
+CASE_JSON: {"config": {LaunchConfig fields}, "entrypoint": "fn:NAME" | "main:NAME" | "cmd:PATH", "args": [...],
 "times": 1}. After the launches it reports what the process has left: child processes, threads,
 environment variables that changed.
 """
@@ -18,6 +18,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import api_fns  # noqa: E402
 
 
+def rank_squared():
+    """A function of the caller's own __main__ (as a notebook or a script defines one)."""
+    return int(os.environ["RANK"]) ** 2
+
+
 def main() -> None:
     side, case = sys.argv[1], json.loads(sys.argv[2])
     if side == "torch":
@@ -25,7 +30,7 @@ def main() -> None:
     else:
         from elastic.launch import LaunchConfig, elastic_launch
     kind, name = case["entrypoint"].split(":", 1)
-    entrypoint = getattr(api_fns, name) if kind == "fn" else name
+    entrypoint = {"fn": lambda: getattr(api_fns, name), "main": lambda: globals()[name]}.get(kind, lambda: name)()
     env_before, threads_before = dict(os.environ), threading.active_count()
     out = {"results": []}
     try:
