@@ -127,7 +127,6 @@ def launch_agent(config: LaunchConfig, entrypoint: Callable[..., Any] | str, arg
     if not callable(entrypoint) and not isinstance(entrypoint, str):
         raise ValueError(f"the entrypoint must be a function or a command, not {type(entrypoint).__name__}")
     work = tempfile.mkdtemp(prefix="elastic-launch-")
-    saved = dict(os.environ)
     try:
         argv = _worker_command(entrypoint, args, work)
         plan = plan_from_options(_options(config, argv))
@@ -141,8 +140,6 @@ def launch_agent(config: LaunchConfig, entrypoint: Callable[..., Any] | str, arg
     except UsageError as exc:
         raise ValueError(f"LaunchConfig: {exc}") from None
     finally:
-        os.environ.clear()
-        os.environ.update(saved)  # the launch exports variables for its workers: none stays behind
         shutil.rmtree(work, ignore_errors=True)
 
 

@@ -60,8 +60,8 @@ def launch(plan: LaunchPlan, *, early_etcd: Any = None, report: Callable[[str], 
     """
     for line in plan.notes:
         report(line)
-    for name, value in plan.exported:
-        os.environ[name] = value  # as torchrun: the workers inherit it
+    before = {name: os.environ.get(name) for name, _ in plan.exported}
+    os.environ.update(plan.exported)  # as torchrun: the workers inherit them
     server = None
     try:
         with stop_on_signals(plan.signals):
@@ -82,6 +82,11 @@ def launch(plan: LaunchPlan, *, early_etcd: Any = None, report: Callable[[str], 
                 unused.stop()
         if plan.remove_logs:
             shutil.rmtree(plan.log_root, ignore_errors=True)
+        for name, value in before.items():  # a caller that goes on (launcher.api) keeps its own environment
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _run_agent(plan: LaunchPlan, client: EtcdClient, report: Callable[[str], None]) -> LaunchOutcome:
