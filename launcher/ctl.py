@@ -16,7 +16,7 @@ from typing import Any, Callable
 import click
 
 from rendezvous.client import EtcdClient
-from rendezvous.history import Event, HistoryWriter, history_prefix, read_history
+from rendezvous.history import Event, HistoryWriter, read_history
 from rendezvous.keys import JobKeys
 from rendezvous.membership import read_round
 from rendezvous.operate import JobNotFound, JobRefused, close_job, request_round, reset_job
@@ -167,7 +167,7 @@ def ctl_history(rdzv_endpoint: str, rdzv_id: str, rdzv_conf: str, as_json: bool,
         if not follow or any(e.kind == "job_closed" for e in events):
             return 0
         deadline = None if timeout is None else time.monotonic() + timeout
-        with Watch(client, KeyRange(history_prefix(keys.root), prefix=True), start_revision=revision + 1) as watch:
+        with Watch(client, KeyRange(keys.history, prefix=True), start_revision=revision + 1) as watch:
             while deadline is None or time.monotonic() < deadline:
                 change = watch.get(timeout=1.0 if deadline is None else min(1.0, deadline - time.monotonic()))
                 if change is None or change.type is not EventType.PUT:

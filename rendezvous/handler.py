@@ -184,7 +184,7 @@ class RendezvousHandler:
                                 max_nodes=self.settings.max_nodes)
 
         try:
-            self._store.update(close, tries=1_000_000, timeout=self.settings.close_timeout, what="close")
+            self._store.update(close, tries=None, timeout=self.settings.close_timeout, what="close")
         except GaveUp:
             raise RendezvousTimeoutError(
                 f"could not mark rendezvous '{self.run_id}' closed within the close timeout") from None

@@ -17,19 +17,15 @@ from .client import EtcdClient
 from .txn import KeyValue, op_get, op_get_first_created
 from .decide import LiveNode, coordinator, failures_reported, lost_participants, newcomers, nodes_waiting
 from .errors import RendezvousStateError
-from .keys import JobKeys, unwrap_state
+from .jobstore import decode_state
+from .keys import JobKeys
 from .state import JobState, JobStatus, NodeInfo
 from .watch import EventType, KeyRange, Watch, WatchEvent
 
 __all__ = [
-    "decode_state", "Snapshot", "read_round", "apply_node_event", "apply_round_events", "read_nodes", "JobMonitor",
+    "Snapshot", "read_round", "apply_node_event", "apply_round_events", "read_nodes", "JobMonitor",
     "RoundFollower",
 ]
-
-def decode_state(keys: JobKeys, value: bytes) -> JobState:
-    """The JobState stored as ``value`` under the state key; RendezvousStateError if it is not one."""
-    return JobState.decode(unwrap_state(keys.state, value), f"job state at {keys.state}")
-
 
 @dataclass(frozen=True)
 class Snapshot:
