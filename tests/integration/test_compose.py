@@ -72,11 +72,13 @@ def compose_cluster():
 def test_the_compose_cluster_carries_a_job_through_the_loss_of_a_member(compose_cluster, tmp_path):
     out = str(tmp_path)
     rdzv_id = run_id()
-    # The job runs on 12 s after the kill, three times the renew deadline (4 s): agents that never
-    # reached etcd again would fence their workers; the job must finish and be closed in etcd.
+    # The job runs on about 17 s after the kill, twice the renew deadline (8 s): agents that never
+    # reached etcd again would fence their workers; the job must finish and be closed in etcd. The
+    # deadline leaves room for the leader election a killed leader costs on a loaded 2-core machine
+    # (one CI run saw more than 4 s without a renewal there).
     args = ["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-endpoint", ",".join(ENDPOINTS),
-            "--rdzv-id", rdzv_id, "--local-addr", "127.0.0.1", "--rdzv-conf", "last_call_timeout=1,renew_deadline=4",
-            LIFE, out, "14"]
+            "--rdzv-id", rdzv_id, "--local-addr", "127.0.0.1", "--rdzv-conf", "last_call_timeout=1,renew_deadline=8",
+            LIFE, out, "18"]
     agents = [start(args), start(args)]
     try:
         wait_for(lambda: len(workers(out)) == 2, 60, what="2 workers")
@@ -89,7 +91,7 @@ def test_the_compose_cluster_carries_a_job_through_the_loss_of_a_member(compose_
             if agent.poll() is None:
                 agent.kill()
     assert [code for code, _ in results] == [0, 0], results
-    assert time.monotonic() - began > 3 * 4.0, "the job ended before the fault could matter"
+    assert time.monotonic() - began > 2 * 8.0, "the job ended before the fault could matter"
     assert not [line for _, text in results for line in text.splitlines() if any(d in line for d in DISTURBED)]
     assert not [text for _, text in results if "could not record it in etcd" in text], results
     assert len(workers(out)) == 2, "a worker was restarted"

@@ -18,8 +18,11 @@ parser.add_argument("--init-method")
 parser.add_argument("--env-dir")
 args = parser.parse_args()
 rank = os.environ["RANK"]
-print(f"creating {rank}", flush=True)
-print(f"err {rank}", file=sys.stderr, flush=True)
+# One write per line: print() writes the text and the newline separately, and two ranks sharing the
+# console could interleave between them under either launcher.
+for stream, text in ((sys.stdout, f"creating {rank}\n"), (sys.stderr, f"err {rank}\n")):
+    stream.write(text)
+    stream.flush()
 if args.touch_file_dir:
     open(os.path.join(args.touch_file_dir, rank), "w").close()
 if args.env_dir:
