@@ -10,6 +10,9 @@
   The reaper enforces the same deadline, so a frozen or hung agent's workers are stopped too.
 - When every local worker succeeded the agent says so in its node key and waits (up to the exit
   barrier timeout) for the other nodes; when all have, the job is marked closed.
+- A worker that calls elastic.heartbeat() and then stays silent past its timeout is hung; the nodes
+  agree through etcd on the rank to blame (launcher/hangwatch.py), its stacks are dumped, and the
+  hang is then handled as a failure (one restart of the job's budget).
 - the signals of --signals-to-handle (SIGTERM, SIGINT, SIGHUP, SIGQUIT) stop the workers with the same
   signal and leave the job open for the others.
 """
@@ -18,7 +21,9 @@ from __future__ import annotations
 
 import enum
 import os
+import shutil
 import signal
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -27,16 +32,20 @@ from typing import Callable, Mapping
 from rendezvous.errors import RendezvousClosedError, RendezvousConnectionError, RendezvousCredentialsError, RendezvousError
 from rendezvous.handler import RendezvousHandler
 from rendezvous.join import RendezvousInfo
+from rendezvous.hangcase import HangChannel
 from rendezvous.history import HistoryWriter
 from rendezvous.operate import OPERATOR
 from rendezvous.state import JobState, JobStatus
 
+from . import beatfile
 from .console import progress_line, say
 from .env import WorkerSpec
 from .errors import AgentStopped, JobClosedError, JobRendezvousError, LauncherError, WorkerFailedError
+from .hangs import HangTimeouts, Verdict
+from .hangwatch import HangWatch, WatchedWorker
 from .output import Layout, LayoutStrategy, LogPump
 from .signals import ignore_stop_signals
-from .summary import describe_exit, failure_summary
+from .summary import describe_exit, failure_summary, hang_summary
 from .workers import GroupState, GroupStatus, ReaperProcess, WorkerGroup
 
 __all__ = ["AgentConfig", "Agent", "AgentState", "RoundOutcome", "RoundResult"]
@@ -64,6 +73,7 @@ class AgentConfig:
     event_log_handler: str = "null"  # torchrun's --event-log-handler: null, or console (a JSON line per event)
     cpu_binding: Mapping[int, tuple[str, ...]] = field(default_factory=dict)  # command before a local rank's (--numa-binding)
     exit_barrier_timeout: float = 300.0  # how long a finished node waits for the others
+    hang_timeouts: HangTimeouts = field(default_factory=HangTimeouts)  # --heartbeat-timeout, --first-heartbeat-timeout
 
 
 class RoundOutcome(str, enum.Enum):
@@ -73,12 +83,14 @@ class RoundOutcome(str, enum.Enum):
     FAILED = "failed"  # a local worker failed
     MEMBERSHIP_CHANGED = "membership changed"  # a node left or waits, or another node started a new round
     FENCED = "fenced"  # no lease renewal within the renew deadline: the workers had to stop
+    HUNG = "hung"  # the job agreed that a rank stopped making progress
 
 
 @dataclass(frozen=True)
 class RoundResult:
     outcome: RoundOutcome
     status: GroupStatus | None = None  # the workers' status when they ended (SUCCEEDED, FAILED)
+    verdict: Verdict | None = None  # HUNG: the rank to blame
 
 
 @dataclass
@@ -94,10 +106,12 @@ class Agent:
 
     def __init__(
         self, config: AgentConfig, handler: RendezvousHandler, *, history: HistoryWriter, reaper: ReaperProcess,
-        report: Callable[[str], None] | None = None, environ: Mapping[str, str] | None = None,
+        hangs: HangChannel | None = None, report: Callable[[str], None] | None = None,
+        environ: Mapping[str, str] | None = None,
     ) -> None:
         """``history`` and ``reaper`` are the handler's too (it records rounds and arms the reaper);
-        whoever made them closes them after ``run``."""
+        whoever made them closes them after ``run``. ``hangs``: etcd's side of hang detection
+        (None: workers' heartbeats are not watched)."""
         self.config = config
         self.handler = handler
         self.history = history
@@ -108,6 +122,9 @@ class Agent:
         self.attempt = 0
         self._told_budget = False
         self.info: RendezvousInfo | None = None
+        self._hang_channel = hangs
+        self._hangs: HangWatch | None = None
+        self._beats_used = False  # this node's workers called elastic.heartbeat() in an earlier round
 
     def run(self) -> int:
         """Run until the job succeeds (returns 0); raises a LauncherError otherwise."""
@@ -142,6 +159,10 @@ class Agent:
                 self._after_fence()
             elif result.outcome is RoundOutcome.FAILED:
                 self._restart_or_fail(result.status)
+            elif result.outcome is RoundOutcome.HUNG:
+                line = result.verdict.line()
+                self._restart_or_close(line, lambda: hang_summary(line, self.handler.run_id, self.info.restart_count,
+                                                                   self.info.max_restarts), ())
 
     # -- the steps ------------------------------------------------------------------------------
     def _open(self) -> None:
@@ -149,6 +170,8 @@ class Agent:
         self._pump = LogPump()
         self._group = WorkerGroup(self.config.argv, self._pump, self._reaper)
         self._departure = _Departure()
+        shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None  # memory, never written back to a disk
+        self._beats_dir = tempfile.mkdtemp(prefix="elastic-beats-", dir=shm)
 
     def _close_down(self) -> None:
         """Stop the workers (with the signal that stopped the agent), leave the round, close the pump."""
@@ -161,6 +184,7 @@ class Agent:
         if self.info is not None:
             self.history.record("node_left", self.info.round, reason=self._departure.reason)
         self._pump.close()
+        shutil.rmtree(self._beats_dir, ignore_errors=True)
 
     def _run_round(self) -> RoundResult:
         """Start this round's workers and watch them until they end or the round does; stop them."""
@@ -171,28 +195,58 @@ class Agent:
             self.attempt, role=self.config.role, base_rank=self.info.base_global_rank,
             nproc=self.config.nproc_per_node, run_id=self.info.run_id, restart_count=self.info.restart_count,
         )
-        self._group.start(self._specs(self.info, layout), layout, self.environ, self.config.cpu_binding)
-        result = self._monitor(self._group)
+        specs = self._specs(self.info, layout)
+        for spec in specs:
+            beatfile.create(spec.heartbeat_file)
+        self._group.start(specs, layout, self.environ, self.config.cpu_binding)
+        self._hangs = self._watch_hangs(specs)
+        try:
+            result = self._monitor(self._group)
+            if result.outcome is RoundOutcome.HUNG:
+                self._hangs.report_hang(result.verdict, self.say,
+                                        lambda kind, **details: self.history.record(kind, self.info.round, **details))
+        finally:
+            self._beats_used = self._beats_used or (self._hangs is not None and self._hangs.used)
+            if self._hangs is not None:
+                self._hangs.close()
+            self._hangs = None
         # fenced: now, the lease may expire in under a second; else with the grace period
         self._group.stop(0.0 if result.outcome is RoundOutcome.FENCED else self.config.stop_grace)
         if result.outcome is RoundOutcome.SUCCEEDED:
             self.state = AgentState.SUCCEEDED
         return result
 
+    def _watch_hangs(self, specs: list[WorkerSpec]) -> HangWatch | None:
+        if self._hang_channel is None:
+            return None
+        started = time.monotonic()
+        workers = [WatchedWorker(s.local_rank, s.rank, s.heartbeat_file, started) for s in specs]
+        channel, round_, lease = self._hang_channel, self.info.round, self.handler.lease.lease_id
+        return HangWatch(
+            workers, self.config.hang_timeouts, lambda: channel.board(round_, lease), node=self.handler.node_id,
+            nodes=self.info.group_world_size, judge_first=self._beats_used,
+            publish=lambda summary: channel.publish(lease, summary),
+        )
+
     def _restart_or_fail(self, status: GroupStatus) -> None:
         """A local worker failed: ask the job for a restart while its budget lasts, else close it failed."""
         first = status.first_failure
         self._record_failures(status)
         what = f"rank {first.rank} on node {self.handler.node_id} failed ({describe_exit(first)})"
+        self._restart_or_close(what, lambda: failure_summary(status, self.handler.run_id, self.info.restart_count,
+                                                             self.info.max_restarts), status.failures)
+
+    def _restart_or_close(self, what: str, summary: Callable[[], str], failures: tuple) -> None:
+        """Ask the job for a restart while its budget lasts, else print the summary and close it failed."""
         count, budget = self.info.restart_count, self.info.max_restarts
         if count < budget:
             self.say(f"{what}; restarting the workers ({count + 1}/{budget})")
             self.handler.request_restart(what)
             return
         self.state = AgentState.FAILED
-        self.say(failure_summary(status, self.handler.run_id, count, budget))
+        self.say(summary())
         self._close(f"{what} and no restart was left ({count}/{budget})", failed=True)
-        raise WorkerFailedError(what, status.failures)
+        raise WorkerFailedError(what, failures)
 
     def _closed_error(self, exc: RendezvousClosedError) -> LauncherError:
         """The job was closed under this node: by a failure elsewhere, by an operator, or before it joined."""
@@ -264,6 +318,7 @@ class Agent:
                 master_port=info.master_port, run_id=info.run_id, restart_count=info.restart_count,
                 max_restarts=info.max_restarts, role=self.config.role, error_file=layout.ranks[i].error_file,
                 virtual_local_rank=self.config.virtual_local_rank,
+                heartbeat_file=os.path.join(self._beats_dir, f"{self.attempt}-{i}.beat"),
             )
             for i in range(n)
         ]
@@ -279,6 +334,9 @@ class Agent:
             result = self._outcome(group)
             if result is not None:
                 return result
+            verdict = self._hangs.tick() if self._hangs is not None else None
+            if verdict is not None:
+                return RoundResult(RoundOutcome.HUNG, verdict=verdict)
             interval = self.config.monitor_interval
             if time.monotonic() - started < 1.0:
                 interval = min(interval, 0.02)

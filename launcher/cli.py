@@ -24,6 +24,7 @@ from .console import say, set_log_format
 from .launch import LaunchPlan, launch
 from .env import OMP_WARNING, virtual_device
 from .errors import EXIT_USAGE, LauncherError, UsageError
+from .hangs import HangTimeouts
 from .output import DefaultLayout, TorchLogsSpecsLayout, load_logs_specs
 from .output.plan import parse_filters, parse_ranks_filter, parse_std
 from .numa import MODES as NUMA_MODES
@@ -91,6 +92,12 @@ def _option(*names: str, env: str | None, **kwargs: Any) -> Callable:
          help="Signals that stop the job gracefully; the workers get the same signal.")
 @_option("--shutdown-timeout", "--stop-grace", "stop_grace", env="SHUTDOWN_TIMEOUT", type=click.FloatRange(min=0),
          default=None, help="Seconds between the stop signal and SIGKILL [default: $TORCH_ELASTIC_SHUTDOWN_TIMEOUT or 30].")
+@_option("--heartbeat-timeout", env="HEARTBEAT_TIMEOUT", type=click.FloatRange(min=0, min_open=True), default=None,
+         help="Seconds without elastic.heartbeat() after which a worker is hung [default: learned: "
+              "5x the slowest step seen after 5 steps, at least 5 s].")
+@_option("--first-heartbeat-timeout", env="FIRST_HEARTBEAT_TIMEOUT", type=click.FloatRange(min=0, min_open=True),
+         default=None, help="Seconds from a worker's start to its first heartbeat (start-up, loading, compilation) "
+                            "[default: 900; when given, a worker that never beats is judged by it].")
 @_option("--virtual-local-rank", env="VIRTUAL_LOCAL_RANK", is_flag=True,
          help="LOCAL_RANK=0 for every worker, each seeing only its own CUDA device.")
 @click.option("--log-format", envvar="ELASTIC_LOG_FORMAT", type=click.Choice(["text", "json"]), default="text",
@@ -142,7 +149,7 @@ def plan_from_options(opts: dict[str, Any]) -> LaunchPlan:
         monitor_interval=opts["monitor_interval"], role=opts["role"], stop_grace=stop_grace,
         logs=_output_layout(opts, custom_logs, log_root, redirects, tee, ranks_filter),
         virtual_local_rank=opts["virtual_local_rank"], event_log_handler=opts["event_log_handler"],
-        cpu_binding=cpu_binding,
+        cpu_binding=cpu_binding, hang_timeouts=_hang_timeouts(opts),
     )
     return LaunchPlan(
         config, settings, endpoint, node_id, local_addr=opts["local_addr"] or ("127.0.0.1" if endpoint is None else None),
@@ -195,6 +202,15 @@ def _output_layout(opts: dict, custom: Any, log_root: str, redirects: Any, tee: 
     if custom is not None:
         return TorchLogsSpecsLayout(custom, template, *filters)
     return DefaultLayout(log_root, redirects, tee, ranks_filter, template, *filters)
+
+
+def _hang_timeouts(opts: dict[str, Any]) -> HangTimeouts:
+    """--heartbeat-timeout and --first-heartbeat-timeout (a Python caller's values are checked here too)."""
+    first, steady = opts.get("first_heartbeat_timeout"), opts.get("heartbeat_timeout")
+    try:
+        return HangTimeouts(first=900.0 if first is None else first, steady=steady, judge_first=first is not None)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _shutdown_timeout(value: float | None) -> float:

@@ -15,6 +15,7 @@ EXPORTED = (
     "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_USE_AGENT_STORE",
     "TORCHELASTIC_ERROR_FILE", "TORCH_NCCL_ASYNC_ERROR_HANDLING",
 )
+# Ours beside torchrun's: ELASTIC_HEARTBEAT_FILE, the worker's heartbeat record (elastic.heartbeat).
 # Also OMP_NUM_THREADS=1 when a node runs more than one worker and the user has not set it.
 
 OMP_WARNING = (
@@ -42,6 +43,7 @@ class WorkerSpec:
     error_file: str
     role: str = "default"
     virtual_local_rank: bool = False  # torchrun's --virtual-local-rank
+    heartbeat_file: str = ""  # the record elastic.heartbeat() writes to (launcher/beatfile.py)
 
     @property
     def rank(self) -> int:
@@ -92,6 +94,10 @@ def worker_env(spec: WorkerSpec, inherited: Mapping[str, str]) -> dict[str, str]
     )
     if spec.virtual_local_rank:
         env.update(LOCAL_RANK="0", CUDA_VISIBLE_DEVICES=virtual_device(spec.local_rank, inherited.get("CUDA_VISIBLE_DEVICES")))
+    if spec.heartbeat_file:
+        env["ELASTIC_HEARTBEAT_FILE"] = spec.heartbeat_file
+    else:
+        env.pop("ELASTIC_HEARTBEAT_FILE", None)  # an outer agent's record is not this worker's
     env.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
     if spec.local_world_size > 1:
         env.setdefault("OMP_NUM_THREADS", "1")

@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 from rendezvous.client import EtcdClient
 from rendezvous.handler import RendezvousHandler
+from rendezvous.hangcase import HangChannel
 from rendezvous.history import HistoryWriter
 from rendezvous.keys import JobKeys
 from rendezvous.settings import RendezvousSettings
@@ -101,7 +102,8 @@ def _run_agent(plan: LaunchPlan, client: EtcdClient, report: Callable[[str], Non
             client, plan.settings, local_addr=plan.local_addr, local_world_size=plan.config.nproc_per_node,
             node_id=plan.node_id, max_restarts=plan.config.max_restarts, history=history, on_renew=reaper.arm,
         )
-        agent = Agent(plan.config, handler, history=history, reaper=reaper, report=report)
+        agent = Agent(plan.config, handler, history=history, reaper=reaper, report=report,
+                      hangs=HangChannel(client, keys, plan.node_id))
         code = agent.run()
         base = agent.info.base_global_rank if agent.info is not None else 0
         return LaunchOutcome(code, tuple(range(base, base + plan.config.nproc_per_node)))

@@ -6,7 +6,7 @@ import time
 
 from .workers import GroupStatus, WorkerFailure
 
-__all__ = ["describe_exit", "failure_summary"]
+__all__ = ["describe_exit", "failure_summary", "hang_summary"]
 
 
 def describe_exit(failure: WorkerFailure) -> str:
@@ -40,3 +40,12 @@ def failure_summary(status: GroupStatus, run_id: str, restarts: int, max_restart
             f"@elastic.record (or torch's @record) to get its traceback here"
         )
     return "\n".join(lines)
+
+
+def hang_summary(line: str, run_id: str, restarts: int, max_restarts: int) -> str:
+    """The summary when a hang ends the job: the hang's line in the failure summary's shape."""
+    return "\n".join([
+        f"worker group of job '{run_id}' failed after {restarts} of {max_restarts} restarts",
+        f"  first failure: {line}",
+        "  its stacks are above, and in `elastic-ctl history` (event worker_hung)",
+    ])

@@ -54,6 +54,11 @@ class LeaseStatus:
         """Seconds since the last acknowledged renewal was sent."""
         return self._session.silent_for() if self._session is not None else 0.0
 
+    @property
+    def lease_id(self) -> int:
+        """The lease this node's keys live on (0 before the first round)."""
+        return self._session.lease_id if self._session is not None else 0
+
     def lost(self) -> bool:
         """etcd said the lease is gone (unreachable past the TTL): this node is no longer a member."""
         return self._session is not None and self._session.lost.is_set()

@@ -19,6 +19,8 @@ DUMP = "import json, os, sys; json.dump(dict(os.environ), open(os.path.join(sys.
 # ``localhost`` and 127.0.0.1 here (the same loopback, without a resolver that may answer ::1 first).
 DIFFER_BY_NATURE = {"TORCHELASTIC_RUN_ID", "MASTER_PORT", "TORCHELASTIC_ERROR_FILE"}
 DIFFER_BY_DESIGN = {"TORCHELASTIC_USE_AGENT_STORE": ("True", "False"), "MASTER_ADDR": ("localhost", "127.0.0.1")}
+# Ours only, by design (README "Coming from torchrun"): the worker's heartbeat record for elastic.heartbeat().
+OURS_ONLY = {"ELASTIC_HEARTBEAT_FILE"}
 
 
 def _launch(launcher: list[str], tmp_path, name: str, nproc: str, env: dict, prefix: list[str] = ()) -> tuple[dict, str]:
@@ -43,7 +45,9 @@ def test_the_worker_environment_matches_torchruns(tmp_path, nproc, env):
     ours, our_err = _launch([tool("elastic-run")], tmp_path, "ours", nproc, env)
     assert sorted(ours) == sorted(theirs)
     for rank in theirs:
-        assert sorted(ours[rank]) == sorted(theirs[rank]), (rank, set(ours[rank]) ^ set(theirs[rank]))
+        assert OURS_ONLY <= set(ours[rank]), rank
+        mine = {k: v for k, v in ours[rank].items() if k not in OURS_ONLY}
+        assert sorted(mine) == sorted(theirs[rank]), (rank, set(mine) ^ set(theirs[rank]))
         differ = {k for k in theirs[rank] if ours[rank][k] != theirs[rank][k]}
         assert differ <= DIFFER_BY_NATURE | set(DIFFER_BY_DESIGN), {k: (theirs[rank][k], ours[rank][k]) for k in differ}
         for name, (torchs, mine) in DIFFER_BY_DESIGN.items():
