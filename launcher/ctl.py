@@ -67,11 +67,12 @@ def render(view: JobView) -> str:
     ]
     if view.reason:
         lines.append(f"reason: {view.reason}")
-    rows = [("NODE", "GROUP RANK", "ADDRESS", "WORKERS", "ALIVE")]
+    rows = [("NODE", "GROUP RANK", "ADDRESS", "WORKERS", "ALIVE", "OLDEST HEARTBEAT")]
     for node in view.nodes:
         alive = ("finished" if node.finished else "yes") if node.alive else "no"
+        beat = "-" if node.heartbeat_age is None else f"{node.heartbeat_age:.1f} s ago (rank {node.heartbeat_rank})"
         rows.append((node.node, "-" if node.group_rank is None else str(node.group_rank), node.addr,
-                     str(node.local_world_size), alive))
+                     str(node.local_world_size), alive, beat))
     return "\n".join([*lines, *_table(rows)])
 
 
@@ -112,7 +113,7 @@ def ctl_watch(rdzv_endpoint: str, rdzv_id: str, rdzv_conf: str, as_json: bool, t
         shown = None
         with Watch(client, KeyRange(keys.root, prefix=True), start_revision=snapshot.revision + 1) as watch:
             while True:
-                view = view_of(snapshot)
+                view = view_of(snapshot)  # heartbeat ages are status's: they change on every look
                 if view != shown:
                     if view is None:
                         click.echo(f"no job '{rdzv_id}' yet; waiting")

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass
+import time
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from . import credentials
 from .keys import DEFAULT_KEY_PREFIX, JobKeys
 from .client import EtcdClient
+from .hangcase import read_beats
 from .membership import Snapshot, read_round
 
 __all__ = ["JobView", "NodeView", "get_state", "view_of"]
@@ -22,6 +24,8 @@ class NodeView:
     local_world_size: int
     alive: bool  # its agent holds its lease
     finished: bool = False  # its workers of this round all succeeded
+    heartbeat_age: float | None = None  # seconds since the oldest last elastic.heartbeat() of its workers
+    heartbeat_rank: int | None = None  # the rank that beat it
 
 
 @dataclass(frozen=True)
@@ -58,16 +62,19 @@ def get_state(
     if own:
         client_options = {**credentials.from_environ(os.environ), **client_options}
     client = EtcdClient(endpoint, timeout=timeout, **client_options) if own else endpoint
+    keys = JobKeys(key_prefix, run_id)
     try:
-        snapshot = read_round(client, JobKeys(key_prefix, run_id), all_nodes=True)
+        snapshot = read_round(client, keys, all_nodes=True)
+        beats = read_beats(client, keys)
     finally:
         if own:
             client.close()
-    return view_of(snapshot)
+    return view_of(snapshot, beats)
 
 
-def view_of(snapshot: Snapshot) -> JobView | None:
-    """The view of one read of the job's keys (``read_round(..., all_nodes=True)``)."""
+def view_of(snapshot: Snapshot, beats: dict[str, dict] | None = None, now: float | None = None) -> JobView | None:
+    """The view of one read of the job's keys (``read_round(..., all_nodes=True)``), with the nodes'
+    heartbeat summaries (``hangcase.read_beats``) when given."""
     state = snapshot.state
     if state is None:
         return None
@@ -77,6 +84,7 @@ def view_of(snapshot: Snapshot) -> JobView | None:
                  p.node in live and live[p.node].finished_round(state.round))
         for p in state.participants
     ]
+    views = [_with_beats(v, (beats or {}).get(v.node), time.time() if now is None else now) for v in views]
     members = {p.node for p in state.participants}
     views += [
         NodeView(info.node, None, info.addr, info.local_world_size, True)
@@ -88,3 +96,11 @@ def view_of(snapshot: Snapshot) -> JobView | None:
         max_nodes=state.max_nodes, nodes=tuple(views), reason=state.reason, restarts=state.restarts,
         max_restarts=state.max_restarts,
     )
+
+
+def _with_beats(view: NodeView, summary: dict | None, now: float) -> NodeView:
+    if summary is None or not view.alive:
+        return view
+    rank = summary.get("rank")
+    return replace(view, heartbeat_age=round(max(now - float(summary["oldest"]), 0.0), 1),
+                   heartbeat_rank=rank if isinstance(rank, int) else None)

@@ -6,7 +6,8 @@
 --skip R:S      rank R skips step S's all_reduce and waits for a message rank 0 never sends (a deadlock)
 --phase R:S:D:T rank R (or "all") spends D seconds in elastic.phase("checkpoint", timeout=T) in step S
 --no-api        never call the API (the agent must leave such a worker alone)
---out DIR       touch DIR/<rank>.<attempt>.done at the end
+--out DIR       DIR/<rank>.<attempt>.beat holds the wall time of the last heartbeat; <rank>.<attempt>.done
+                is touched at the end
 """
 
 import argparse
@@ -60,6 +61,9 @@ for step in range(args.steps):
     time.sleep(args.step)
     if not args.no_api:
         elastic.heartbeat()
+        if args.out:
+            with open(os.path.join(args.out, f"{rank}.{attempt}.beat"), "w") as handle:
+                handle.write(repr(time.time()))
     if skip == (rank, step) and attempt == 0:
         waiting_for_a_message_never_sent(dist, tensor)
     elif args.gloo or args.skip:
