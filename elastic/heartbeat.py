@@ -22,6 +22,7 @@ rank. A signal the program already handles is never taken.
 
 from __future__ import annotations
 
+import atexit
 import faulthandler
 import itertools
 import math
@@ -146,7 +147,14 @@ def _attach(path: str) -> _Channel | None:
     channel = _Channel(buffer, stacks)
     beatfile.PHASE.pack_into(buffer, beatfile.PHASE_AT, 0.0, 0.0, 0, os.getpid(), b"")
     beatfile.HEADER.pack_into(buffer, 0, beatfile.MAGIC, _register_stack_dump(stacks))
+    atexit.register(_exiting, channel)
     return channel
+
+
+def _exiting(channel: _Channel) -> None:
+    """The interpreter is shutting down (teardown can be slow): judged by the first-heartbeat timeout."""
+    if _state.get("channel") is channel:
+        channel.enter("exiting", 0.0)
 
 
 def _register_stack_dump(stacks) -> int:

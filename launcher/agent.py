@@ -35,17 +35,17 @@ from rendezvous.join import RendezvousInfo
 from rendezvous.hangcase import HangChannel
 from rendezvous.history import HistoryWriter
 from rendezvous.operate import OPERATOR
-from rendezvous.state import JobState, JobStatus
+from rendezvous.state import JobState
 
 from . import beatfile
-from .console import progress_line, say
+from .console import report_progress, say
 from .env import WorkerSpec
 from .errors import AgentStopped, JobClosedError, JobRendezvousError, LauncherError, WorkerFailedError
 from .hangs import HangTimeouts, Verdict
-from .hangwatch import HangWatch, WatchedWorker
+from .hangwatch import HangWatch, watch_round
 from .output import Layout, LayoutStrategy, LogPump
 from .signals import ignore_stop_signals
-from .summary import describe_exit, failure_summary, hang_summary
+from .summary import change_line, describe_exit, failure_summary, hang_summary
 from .workers import GroupState, GroupStatus, ReaperProcess, WorkerGroup
 
 __all__ = ["AgentConfig", "Agent", "AgentState", "RoundOutcome", "RoundResult"]
@@ -125,6 +125,7 @@ class Agent:
         self._hang_channel = hangs
         self._hangs: HangWatch | None = None
         self._beats_used = False  # this node's workers called elastic.heartbeat() in an earlier round
+        self._status = GroupStatus(GroupState.RUNNING)  # the workers' last poll
 
     def run(self) -> int:
         """Run until the job succeeds (returns 0); raises a LauncherError otherwise."""
@@ -199,7 +200,9 @@ class Agent:
         for spec in specs:
             beatfile.create(spec.heartbeat_file)
         self._group.start(specs, layout, self.environ, self.config.cpu_binding)
-        self._hangs = self._watch_hangs(specs)
+        self._hangs = watch_round(self._hang_channel, specs, self.config.hang_timeouts, node=self.handler.node_id,
+                                  round_=self.info.round, lease_id=self.handler.lease.lease_id,
+                                  nodes=self.info.group_world_size, judge_first=self._beats_used)
         try:
             result = self._monitor(self._group)
             if result.outcome is RoundOutcome.HUNG:
@@ -215,18 +218,6 @@ class Agent:
         if result.outcome is RoundOutcome.SUCCEEDED:
             self.state = AgentState.SUCCEEDED
         return result
-
-    def _watch_hangs(self, specs: list[WorkerSpec]) -> HangWatch | None:
-        if self._hang_channel is None:
-            return None
-        started = time.monotonic()
-        workers = [WatchedWorker(s.local_rank, s.rank, s.heartbeat_file, started) for s in specs]
-        channel, round_, lease = self._hang_channel, self.info.round, self.handler.lease.lease_id
-        return HangWatch(
-            workers, self.config.hang_timeouts, lambda: channel.board(round_, lease), node=self.handler.node_id,
-            nodes=self.info.group_world_size, judge_first=self._beats_used,
-            publish=lambda summary: channel.publish(lease, summary),
-        )
 
     def _restart_or_fail(self, status: GroupStatus) -> None:
         """A local worker failed: ask the job for a restart while its budget lasts, else close it failed."""
@@ -266,7 +257,8 @@ class Agent:
         if self.attempt == 0 and self.info is None:
             self.handler.wait_for_etcd(report=self.say)
         done = threading.Event()
-        reporter = threading.Thread(target=self._report_progress, args=(done,), name="progress", daemon=True)
+        reporter = threading.Thread(target=report_progress, args=(self.handler.progress, self.say, done), name="progress",
+                                    daemon=True)
         reporter.start()
         try:
             while True:
@@ -294,21 +286,6 @@ class Agent:
             )
         return info
 
-    def _report_progress(self, done: threading.Event) -> None:
-        """A progress line while nodes are missing: at most one a second, only when it changes."""
-        shown = None
-        while not done.wait(1.0):
-            try:
-                progress = self.handler.progress()
-            except RendezvousError:
-                continue
-            if progress is None or progress.nodes_joined >= progress.max_nodes:
-                continue
-            line = progress_line(progress)
-            if line != shown and not done.is_set():
-                self.say(line)
-                shown = line
-
     def _specs(self, info: RendezvousInfo, layout: Layout) -> list[WorkerSpec]:
         n = self.config.nproc_per_node
         return [
@@ -334,7 +311,7 @@ class Agent:
             result = self._outcome(group)
             if result is not None:
                 return result
-            verdict = self._hangs.tick() if self._hangs is not None else None
+            verdict = self._hangs.tick(self._status.exited, self._peer_finished) if self._hangs is not None else None
             if verdict is not None:
                 return RoundResult(RoundOutcome.HUNG, verdict=verdict)
             interval = self.config.monitor_interval
@@ -352,7 +329,7 @@ class Agent:
         looking at the workers, since workers the reaper killed look like workers that failed."""
         if self._fenced():
             return RoundResult(RoundOutcome.FENCED)
-        status = group.poll()
+        status = self._status = group.poll()
         if status.state is GroupState.FAILED and self._fenced(settle=0.1):
             return RoundResult(RoundOutcome.FENCED)
         if status.state is GroupState.SUCCEEDED:
@@ -360,6 +337,10 @@ class Agent:
         if status.state is GroupState.FAILED:
             return RoundResult(RoundOutcome.FAILED, status)
         return None
+
+    def _peer_finished(self) -> bool:
+        monitor = self.handler.round_monitor()
+        return monitor is not None and monitor.some_finished
 
     def _fenced(self, settle: float = 0.0) -> bool:
         """The renew deadline passed (the reaper killed the workers, or it is due now)."""
@@ -395,26 +376,10 @@ class Agent:
         try:
             state = self.handler.job_state()
             monitor = self.handler.round_monitor()
-            failures, lost, joining = (monitor.failures, monitor.lost, monitor.newcomers) if monitor else ([], [], [])
         except RendezvousError:
             return "etcd unreachable: re-rendezvous"
-        if state is not None and state.status is JobStatus.CLOSED:
-            return f"the job was closed ({state.reason})" if state.reason else "the job was closed"
-        if state is not None and state.status is JobStatus.JOINING and state.reason:
-            return f"{state.reason}: re-rendezvous"
-        if failures:
-            count, budget = self.info.restart_count, self.info.max_restarts
-            more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
-            if count < budget:
-                return f"{failures[0]}{more}; restarting the workers ({count + 1}/{budget})"
-            return f"{failures[0]}{more}; no restart left ({count}/{budget})"
-        if self.handler.lease.lost():
-            return "this node's lease expired: re-rendezvous"
-        if lost:
-            return f"node{'s' if len(lost) > 1 else ''} {', '.join(lost)} left: re-rendezvous"
-        if joining:
-            return f"node{'s' if len(joining) > 1 else ''} {', '.join(joining)} joined: re-rendezvous"
-        return "another node started a new round: re-rendezvous"
+        return change_line(state, monitor, lease_lost=self.handler.lease.lost(), restarts=self.info.restart_count,
+                           budget=self.info.max_restarts)
 
     def _job_state(self) -> JobState | None:
         try:

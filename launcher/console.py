@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
+from typing import Callable
 
+from rendezvous.errors import RendezvousError
 from rendezvous.join import Progress
 from rendezvous.history import Event
 
-__all__ = ["say", "set_log_format", "progress_line", "console_event"]
+__all__ = ["say", "set_log_format", "progress_line", "report_progress", "console_event"]
 
 LOG_FORMATS = ("text", "json")
 
@@ -66,3 +69,19 @@ def console_event(event: Event) -> None:
     }
     sys.stderr.write(json.dumps(record, default=str) + "\n")
     sys.stderr.flush()
+
+
+def report_progress(progress: Callable[[], Progress | None], report: Callable[[str], None], done: threading.Event) -> None:
+    """A progress line while nodes are missing: at most one a second, only when it changes (until ``done``)."""
+    shown = None
+    while not done.wait(1.0):
+        try:
+            now = progress()
+        except RendezvousError:
+            continue
+        if now is None or now.nodes_joined >= now.max_nodes:
+            continue
+        line = progress_line(now)
+        if line != shown and not done.is_set():
+            report(line)
+            shown = line

@@ -51,7 +51,7 @@ class RankReport:
     started: float  # when the worker started
     silent: float  # seconds since the last heartbeat (or since the start)
     timeout: float  # the timeout that applies now (inf: not judged)
-    kind: str  # "step", "phase" or "first"
+    kind: str  # "step", "phase", "first" or "finishing"
     phase: str  # the phase's name ("step" outside any)
     judged: bool  # it beat at least once, or the first-heartbeat timeout applies to it
 
@@ -114,8 +114,11 @@ class RankWatch:
             return None
         return max(FLOOR, FACTOR * self.slowest)
 
-    def report(self, node: str, now: float, wall_now: float) -> RankReport:
-        """Its state at ``now`` (monotonic), with times converted to the wall clock for other nodes."""
+    def report(self, node: str, now: float, wall_now: float, *, finishing: bool = False) -> RankReport:
+        """Its state at ``now`` (monotonic), with times converted to the wall clock for other nodes.
+
+        ``finishing``: a worker of the job already exited 0, so the others are past their last step
+        (a final save, teardown): the first-heartbeat timeout applies instead of the learned one."""
         beat = self.beat
         started_wall = wall_now - (now - self.started)
         if beat is None:
@@ -125,11 +128,13 @@ class RankWatch:
         silent = now - beat.last
         if beat.phase:
             timeout, kind = (beat.phase_timeout or self.timeouts.first), "phase"
+        elif finishing:
+            timeout, kind = self.timeouts.first, "finishing"
         else:
             steady = self.timeouts.steady if self.timeouts.steady is not None else self.learned
             timeout, kind = (steady if steady is not None else self.timeouts.first), "step"
-        return RankReport(self.rank, node, wall_now - silent, started_wall, silent, timeout, kind, beat.phase or "step",
-                          True)
+        phase = beat.phase or ("finishing" if finishing else "step")
+        return RankReport(self.rank, node, wall_now - silent, started_wall, silent, timeout, kind, phase, True)
 
 
 @dataclass(frozen=True)

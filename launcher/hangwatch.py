@@ -18,12 +18,13 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from rendezvous.errors import RendezvousError
-from rendezvous.hangcase import HangBoard
+from rendezvous.hangcase import HangBoard, HangChannel
 
 from .beatfile import BeatReader, stacks_path
+from .env import WorkerSpec
 from .hangs import HangTimeouts, RankReport, RankWatch, Verdict, blocked_at, decide, main_thread
 
-__all__ = ["HangWatch", "WatchedWorker", "StackDump", "COLLECT"]
+__all__ = ["HangWatch", "WatchedWorker", "StackDump", "watch_round", "COLLECT"]
 
 COLLECT = 2.0  # seconds the decider waits for every node's report
 TAKE_OVER = 5.0  # seconds after COLLECT with no verdict when any node decides instead
@@ -73,10 +74,16 @@ class HangWatch:
         self._published = 0.0
         self._every = max(PUBLISH_EVERY, nodes / 50)  # a big job's summaries stay under ~50 writes/s
         self._publisher: threading.Thread | None = None
+        self._exited: set[int] = set()
+        self._finishing = False
 
     # -- each tick --------------------------------------------------------------------------------
-    def tick(self) -> Verdict | None:
+    def tick(self, exited: frozenset[int] = frozenset(), finishing: Callable[[], bool] = lambda: False) -> Verdict | None:
+        """``exited``: local ranks that exited 0 (no longer judged); ``finishing()``: a node of the
+        round finished. Either means the job is past its last step: the long timeout applies."""
         now = self._clock()
+        self._exited = {w.rank for w in self._workers if w.local_rank in exited}
+        self._finishing = bool(exited) or (self.used and finishing())
         for reader, watch in zip(self._readers, self._watches):
             watch.feed(reader.read())
         if not self.used:
@@ -92,7 +99,7 @@ class HangWatch:
     def reports(self, now: float | None = None) -> list[RankReport]:
         now = self._clock() if now is None else now
         wall = self._wall()
-        return [w.report(self._node, now, wall) for w in self._watches]
+        return [w.report(self._node, now, wall, finishing=self._finishing) for w in self._watches if w.rank not in self._exited]
 
     def _follow_cases(self, now: float) -> Verdict | None:
         board = self._ensure_board()
@@ -259,3 +266,14 @@ def _read_settled(path: str, offset: int, deadline: float, clock: Callable[[], f
         handle.seek(offset)
         return handle.read().decode("utf-8", "replace")
 
+
+
+def watch_round(channel: HangChannel | None, specs: Sequence[WorkerSpec], timeouts: HangTimeouts, *, node: str,
+                round_: int, lease_id: int, nodes: int, judge_first: bool) -> HangWatch | None:
+    """The watch over a round's workers, just started (None: no etcd side, no watch)."""
+    if channel is None:
+        return None
+    started = time.monotonic()
+    workers = [WatchedWorker(s.local_rank, s.rank, s.heartbeat_file, started) for s in specs]
+    return HangWatch(workers, timeouts, lambda: channel.board(round_, lease_id), node=node, nodes=nodes,
+                     judge_first=judge_first, publish=lambda summary: channel.publish(lease_id, summary))

@@ -1,12 +1,15 @@
-"""The failure summary the agent prints when a worker group fails: pure formatting."""
+"""The agent's summaries: a failed group, a hang that ended the job, why a round changed. Pure formatting."""
 
 from __future__ import annotations
 
 import time
 
+from rendezvous.membership import JobMonitor
+from rendezvous.state import JobState, JobStatus
+
 from .workers import GroupStatus, WorkerFailure
 
-__all__ = ["describe_exit", "failure_summary", "hang_summary"]
+__all__ = ["describe_exit", "failure_summary", "hang_summary", "change_line"]
 
 
 def describe_exit(failure: WorkerFailure) -> str:
@@ -49,3 +52,24 @@ def hang_summary(line: str, run_id: str, restarts: int, max_restarts: int) -> st
         f"  first failure: {line}",
         "  its stacks are above, and in `elastic-ctl history` (event worker_hung)",
     ])
+
+
+def change_line(state: JobState | None, monitor: JobMonitor | None, *, lease_lost: bool, restarts: int, budget: int) -> str:
+    """Why this node's workers stop for a new round, from what its monitor saw."""
+    failures, lost, joining = (monitor.failures, monitor.lost, monitor.newcomers) if monitor else ([], [], [])
+    if state is not None and state.status is JobStatus.CLOSED:
+        return f"the job was closed ({state.reason})" if state.reason else "the job was closed"
+    if state is not None and state.status is JobStatus.JOINING and state.reason:
+        return f"{state.reason}: re-rendezvous"
+    if failures:
+        more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
+        if restarts < budget:
+            return f"{failures[0]}{more}; restarting the workers ({restarts + 1}/{budget})"
+        return f"{failures[0]}{more}; no restart left ({restarts}/{budget})"
+    if lease_lost:
+        return "this node's lease expired: re-rendezvous"
+    if lost:
+        return f"node{'s' if len(lost) > 1 else ''} {', '.join(lost)} left: re-rendezvous"
+    if joining:
+        return f"node{'s' if len(joining) > 1 else ''} {', '.join(joining)} joined: re-rendezvous"
+    return "another node started a new round: re-rendezvous"

@@ -67,6 +67,7 @@ class WorkerFailure:
 class GroupStatus:
     state: GroupState
     failures: tuple[WorkerFailure, ...] = ()
+    exited: frozenset[int] = frozenset()  # local ranks that exited 0 so far
 
     @property
     def first_failure(self) -> WorkerFailure | None:
@@ -254,6 +255,7 @@ class WorkerGroup:
         now = time.time()
         running = False
         failures = []
+        exited = set()
         for worker in self._workers:
             code = worker.process.poll()
             if code is None:
@@ -261,14 +263,16 @@ class WorkerGroup:
                 continue
             if worker.exited_at is None:
                 worker.exited_at = now
+            if code == 0:
+                exited.add(worker.spec.local_rank)
             if code != 0:
                 failures.append(WorkerFailure(
                     worker.spec.local_rank, worker.spec.rank, code, self._host, worker.exited_at,
                     worker.spec.error_file, read_error(worker.spec.error_file),
                 ))
         if failures:
-            return GroupStatus(GroupState.FAILED, tuple(failures))
-        return GroupStatus(GroupState.RUNNING if running else GroupState.SUCCEEDED)
+            return GroupStatus(GroupState.FAILED, tuple(failures), frozenset(exited))
+        return GroupStatus(GroupState.RUNNING if running else GroupState.SUCCEEDED, exited=frozenset(exited))
 
     def stop(self, grace: float = 30.0, signum: int = signal.SIGTERM) -> None:
         """``signum`` (SIGTERM) to every worker's process group, wait up to ``grace`` s, then SIGKILL

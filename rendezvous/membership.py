@@ -237,6 +237,13 @@ class JobMonitor:
         return True
 
     @property
+    def some_finished(self) -> bool:
+        """A participant of this round said its workers all succeeded: the job is ending."""
+        state = self._mine()
+        return state is not None and any(
+            (node := self._nodes.get(p.node)) is not None and node.info.finished_round(self._round) for p in state.participants)
+
+    @property
     def changed(self) -> bool:
         return bool(self.lost) or self.waiting > 0 or self.moved_on
 

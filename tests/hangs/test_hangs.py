@@ -50,7 +50,7 @@ def test_a_rank_that_stops_is_named_on_both_nodes_with_its_stack_and_the_job_res
               f"  {at - stopped:.2f} s from rank 1's last heartbeat (timeout {timeout:g} s)")
     assert culprit_node.count(r"stacks of hung rank 1") == 1, culprit_node.output
     assert culprit_node.count(r'line \d+ in stuck_in_step') >= 1, culprit_node.output
-    assert done(out) == {(0, 1), (1, 1)}, "the job should restart once and then finish"
+    assert done(out) == {(0, 1), (1, 1)}, ("the job should restart once and then finish", [a.output for a in agents])
     client = EtcdClient(etcd_endpoints, timeout=5)
     try:
         events, _ = read_history(client, JobKeys(DEFAULT_KEY_PREFIX, rdzv_id).root)
@@ -76,7 +76,7 @@ def test_a_deadlock_in_a_gloo_collective_is_found_and_both_stacks_are_shown(etcd
     other = next(a for a in agents if a is not holder)
     assert holder.count(r"in waiting_for_a_message_never_sent") >= 1, holder.output
     assert other.count(r"in all_reduce") >= 1, other.output
-    assert done(out) == {(0, 1), (1, 1)}
+    assert done(out) == {(0, 1), (1, 1)}, [a.output for a in agents]
 
 
 def test_a_long_phase_within_its_own_timeout_raises_no_alarm(etcd_endpoints, tmp_path):
@@ -85,7 +85,7 @@ def test_a_long_phase_within_its_own_timeout_raises_no_alarm(etcd_endpoints, tmp
                    *steps_args(out, "--phase", "all:3:6:30", "--steps", "8")])
     assert _finish([agent], 90) == [0], agent.output
     assert agent.count("hung") == 0 and agent.count("restarting") == 0, agent.output
-    assert done(out) == {(0, 0), (1, 0)}
+    assert done(out) == {(0, 0), (1, 0)}, agent.output
     print("\n6 s in phase 'checkpoint' (timeout 30 s) under --heartbeat-timeout 2: no alarm, no restart")
 
 
@@ -100,7 +100,7 @@ def test_fast_steps_teach_a_timeout_of_seconds_not_the_default(etcd_endpoints, t
     assert re.search(HUNG, line).group(1) == "1", line
     assert "timeout 5.0 s" in line, line
     assert 5.0 <= latency <= 8.0, f"{latency:.1f} s from the last heartbeat to the restart line"
-    assert done(out) == {(0, 1), (1, 1)}
+    assert done(out) == {(0, 1), (1, 1)}, agent.output
     print(f"\n{line}\n  {latency:.2f} s after rank 1's last heartbeat (learned from 0.2 s steps)")
 
 
@@ -114,7 +114,7 @@ def test_hangs_that_spend_the_budget_fail_the_job_on_every_node_naming_the_culpr
         named = {m.group(1) for _, line in agent.lines for m in [re.search(r"rank (\d+) on node \S+ hung", line)] if m}
         assert named == {"1"}, agent.output
         assert agent.count(r"failed after 1 of 1 restarts|the job failed: rank 1 on node \S+ hung") >= 1, agent.output
-    assert not done(out)
+    assert not done(out), [a.output for a in agents]
     print("\n" + "\n".join(a.first(r"failed after|the job failed")[1] for a in agents))
 
 
@@ -124,4 +124,14 @@ def test_a_worker_that_never_calls_the_api_is_left_alone(etcd_endpoints, tmp_pat
                    *steps_args(out, "--no-api", "--step", "0.5", "--steps", "8")])
     assert _finish([agent], 90) == [0], agent.output
     assert agent.count("hung") == 0, agent.output
-    assert done(out) == {(0, 0), (1, 0)}
+    assert done(out) == {(0, 0), (1, 0)}, agent.output
+
+
+def test_work_after_the_last_step_is_no_hang_once_another_node_finished(etcd_endpoints, tmp_path):
+    """Rank 0's node finishes; rank 1 saves for 6 s after its last heartbeat, past --heartbeat-timeout 2."""
+    out, rdzv_id = str(tmp_path), run_id()
+    agents = _two_agents(etcd_endpoints, rdzv_id, "--max-restarts", "3", "--heartbeat-timeout", "2",
+                         *steps_args(out, "--tail", "1:6", "--steps", "10"))
+    assert _finish(agents, 90) == [0, 0], [a.output for a in agents]
+    assert all(a.count("hung") == 0 for a in agents), [a.output for a in agents]
+    assert done(out) == {(0, 0), (1, 0)}, [a.output for a in agents]

@@ -5,6 +5,7 @@
 --gloo          an all_reduce after each heartbeat (torch, gloo): the peers block behind a stopped rank
 --skip R:S      rank R skips step S's all_reduce and waits for a message rank 0 never sends (a deadlock)
 --phase R:S:D:T rank R (or "all") spends D seconds in elastic.phase("checkpoint", timeout=T) in step S
+--tail R:D      rank R works D seconds after its last step (a final save, outside any phase)
 --no-api        never call the API (the agent must leave such a worker alone)
 --out DIR       DIR/<rank>.<attempt>.beat holds the wall time of the last heartbeat; <rank>.<attempt>.done
                 is touched at the end
@@ -24,6 +25,7 @@ parser.add_argument("--every-attempt", action="store_true")
 parser.add_argument("--gloo", action="store_true")
 parser.add_argument("--skip", default="")
 parser.add_argument("--phase", default="")
+parser.add_argument("--tail", default="")
 parser.add_argument("--no-api", action="store_true")
 parser.add_argument("--out", default="")
 args = parser.parse_args()
@@ -68,5 +70,9 @@ for step in range(args.steps):
         waiting_for_a_message_never_sent(dist, tensor)
     elif args.gloo or args.skip:
         dist.all_reduce(tensor)
+if args.tail and int(args.tail.split(":")[0]) == rank:
+    time.sleep(float(args.tail.split(":")[1]))
+if args.gloo or args.skip:
+    dist.destroy_process_group()  # without it, gloo's teardown at exit can fail the first rank to leave
 if args.out:
     open(os.path.join(args.out, f"{rank}.{attempt}.done"), "w").close()

@@ -1,0 +1,185 @@
+"""Hang rules without etcd or workers: learning the steady timeout, which rank to blame, the line,
+reading a stack dump; and the worker API writing its shared record."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from launcher import beatfile
+from launcher.beatfile import Beat, BeatReader
+from launcher.hangs import FLOOR, HangTimeouts, RankReport, RankWatch, Verdict, blocked_at, decide, main_thread
+
+
+def _beat(last: float, count: int, phase: str = "", changes: int = 0, timeout: float = 0.0) -> Beat:
+    return Beat(True, last, count, phase, last if phase else 0.0, timeout, changes, 0, 1)
+
+
+def _steps(watch: RankWatch, times: list[float]) -> None:
+    for count, at in enumerate(times, 1):
+        watch.feed(_beat(at, count))
+
+
+def test_the_steady_timeout_is_learned_from_steps_after_the_warmup_never_below_the_floor():
+    watch = RankWatch(0, 0.0, HangTimeouts())
+    _steps(watch, [1.0, 31.0, 32.0, 33.0, 34.0, 35.0])  # the first interval (30 s: compilation) is not a step
+    assert watch.learned is None  # 4 steps: still warming up
+    watch.feed(_beat(36.5, 7))
+    assert watch.learned == 5 * 1.5
+    report = watch.report("n", now=40.0, wall_now=1040.0)
+    assert (report.kind, report.timeout, report.silent, report.last) == ("step", 7.5, 3.5, 1036.5)
+    fast = RankWatch(0, 0.0, HangTimeouts())
+    _steps(fast, [0.2 * i for i in range(1, 10)])
+    assert fast.learned == FLOOR
+
+
+def test_an_explicit_timeout_wins_and_until_learned_the_first_heartbeat_timeout_applies():
+    watch = RankWatch(0, 0.0, HangTimeouts(first=60.0))
+    watch.feed(_beat(1.0, 1))
+    assert watch.report("n", 2.0, 2.0).timeout == 60.0
+    given = RankWatch(0, 0.0, HangTimeouts(steady=3.0))
+    given.feed(_beat(1.0, 1))
+    assert given.report("n", 5.0, 5.0).overdue
+
+
+def test_a_phase_has_its_own_timeout_and_its_intervals_are_not_steps():
+    watch = RankWatch(0, 0.0, HangTimeouts(steady=2.0))
+    _steps(watch, [1.0, 2.0, 3.0])
+    watch.feed(_beat(3.1, 4, phase="checkpoint", changes=1, timeout=600.0))
+    report = watch.report("n", 100.0, 100.0)
+    assert (report.kind, report.phase, report.timeout, report.overdue) == ("phase", "checkpoint", 600.0, False)
+    watch.feed(_beat(200.0, 5, changes=2))  # the phase ended: 97 s across it is not a step
+    assert watch.slowest == 1.0
+
+
+def test_once_the_job_is_finishing_the_learned_timeout_gives_way_to_the_long_one():
+    watch = RankWatch(0, 0.0, HangTimeouts(first=600.0, steady=2.0))
+    watch.feed(_beat(1.0, 1))
+    assert watch.report("n", 10.0, 10.0).overdue
+    finishing = watch.report("n", 10.0, 10.0, finishing=True)
+    assert (finishing.timeout, finishing.phase, finishing.overdue) == (600.0, "finishing", False)
+
+
+def test_a_worker_that_never_beat_is_not_judged_unless_the_first_timeout_applies_to_it():
+    quiet = RankWatch(0, 0.0, HangTimeouts(first=10.0)).report("n", 1000.0, 1000.0)
+    assert not quiet.judged and not quiet.overdue
+    expected = RankWatch(0, 0.0, HangTimeouts(first=10.0), judge_first=True).report("n", 11.0, 11.0)
+    assert expected.overdue and expected.kind == "first"
+
+
+def _report(rank: int, last: float | None, silent: float, timeout: float = 4.0, node: str = "a", **kw) -> RankReport:
+    return RankReport(rank, node, last, 0.0, silent, timeout, kw.get("kind", "step"), kw.get("phase", "step"), True)
+
+
+def test_the_rank_with_the_oldest_heartbeat_is_blamed_and_its_blocked_peers_counted():
+    verdict = decide([_report(0, 100.2, 4.8, node="a"), _report(1, 100.0, 5.0, node="b"), _report(2, 104.9, 0.1)])
+    assert verdict.hung and verdict.culprit.rank == 1 and verdict.blocked == 1 and verdict.tied == ()
+    line = verdict.line()
+    assert line.startswith("rank 1 on node b hung: no heartbeat for 5.0 s (last in phase \"step\"; timeout 4.0 s; "
+                           "1 rank blocked behind it)"), line
+
+
+def test_ranks_that_stopped_together_are_named_as_a_tie():
+    verdict = decide([_report(0, 100.00, 5.0), _report(1, 100.01, 4.99)])
+    assert verdict.culprit.rank == 0 and verdict.tied == (1,)
+    assert "rank 1 stopped within 50 ms of it: a deadlock" in verdict.line()
+
+
+def test_a_culprit_within_its_phase_timeout_is_no_hang_until_that_timeout_ends():
+    verdict = decide([_report(0, 100.0, 50.0, timeout=900.0, kind="phase", phase="checkpoint"), _report(1, 100.5, 49.5)])
+    assert not verdict.hung and verdict.hold_until == 1000.0
+
+
+def test_verdicts_and_reports_survive_the_trip_through_etcd_and_bad_ones_are_refused():
+    verdict = decide([_report(0, None, 20.0, timeout=math.inf), _report(1, 100.0, 5.0)])
+    assert Verdict.from_dict(verdict.as_dict()) == verdict
+    with pytest.raises(ValueError, match="malformed"):
+        Verdict.from_dict({"hung": True, "culprit": {"rank": "x"}})
+    with pytest.raises(ValueError, match="malformed"):
+        RankReport.from_dict({"rank": 1})
+
+
+def test_timeouts_must_be_positive():
+    with pytest.raises(ValueError, match="positive"):
+        HangTimeouts(steady=0)
+    with pytest.raises(ValueError, match="positive"):
+        HangTimeouts(first=float("nan"))
+
+
+DUMP = """Thread 0x00007f01 (most recent call first):
+  File "/usr/lib/python3.11/threading.py", line 320 in wait
+  File "/usr/lib/python3.11/threading.py", line 1002 in _bootstrap
+
+Current thread 0x00007f00 (most recent call first):
+  File "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 3252 in all_reduce
+  File "/job/train.py", line 40 in step
+  File "/job/train.py", line 60 in <module>
+"""
+
+
+def test_the_main_thread_is_found_in_a_dump_and_where_it_blocks_is_said_in_one_line():
+    frames = main_thread(DUMP)
+    assert frames[0].startswith("Current thread") and frames[-1].endswith("in <module>")
+    assert blocked_at(frames) == ('File "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", '
+                                  'line 3252 in all_reduce, called from File "/job/train.py", line 40 in step')
+
+
+WORKER = textwrap.dedent("""
+    import os, sys, time, elastic
+    elastic.heartbeat()
+    with elastic.phase("checkpoint", timeout=30):
+        with elastic.phase("inner"):
+            print(open(sys.argv[1] + ".inner", "w").write("x"))
+            time.sleep(float(sys.argv[2]))
+    elastic.heartbeat()
+    if os.fork() == 0:
+        elastic.heartbeat()  # a forked child is not the rank: nothing written
+        os._exit(0)
+    os.wait()
+""")
+
+
+def test_the_worker_api_writes_its_record_and_a_forked_child_does_not(tmp_path):
+    record = str(tmp_path / "0.beat")
+    beatfile.create(record)
+    reader = BeatReader(record)
+    script = tmp_path / "w.py"
+    script.write_text(WORKER)
+    process = subprocess.Popen([sys.executable, str(script), record, "1.0"], env={**os.environ, "ELASTIC_HEARTBEAT_FILE": record})
+    deadline = time.monotonic() + 30
+    while not os.path.exists(record + ".inner"):
+        assert process.poll() is None and time.monotonic() < deadline
+    inside = reader.read()
+    assert process.wait(timeout=30) == 0
+    after = reader.read()
+    assert inside.attached and inside.phase == "inner" and inside.count == 3 and inside.phase_changes == 2
+    # at exit the worker enters "exiting" (teardown is judged by the long timeout); the child wrote nothing
+    assert after.phase == "exiting" and after.count == 7 and after.phase_changes == 5 and after.pid == process.pid
+    assert after.stack_signal in range(signal.SIGRTMAX - 5, signal.SIGRTMAX)
+
+
+def test_the_api_does_nothing_outside_elastic_run_and_refuses_a_bad_phase():
+    code = ("import elastic, time\nelastic.heartbeat()\nwith elastic.phase('x', timeout=5): pass\n"
+            "try:\n    elastic.phase('', timeout=-1).__enter__()\nexcept ValueError as e: print(e)\n")
+    env = {k: v for k, v in os.environ.items() if k != "ELASTIC_HEARTBEAT_FILE"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=30)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert "a phase name is a non-empty string" in done.stdout
+
+
+def test_a_stack_dump_never_takes_a_signal_the_program_handles(tmp_path):
+    record = str(tmp_path / "0.beat")
+    beatfile.create(record)
+    code = ("import signal, elastic\nfirst = signal.SIGRTMAX - 1\n"
+            "signal.signal(first, lambda *a: None)\nelastic.heartbeat()\n")
+    done = subprocess.run([sys.executable, "-c", code], env={**os.environ, "ELASTIC_HEARTBEAT_FILE": record}, timeout=30)
+    assert done.returncode == 0
+    taken = BeatReader(record).read().stack_signal
+    assert taken != 0 and taken != signal.SIGRTMAX - 1
