@@ -15,6 +15,7 @@ this project's etcd v3 rendezvous; an empty ``rdzv_endpoint`` with one node star
 
 from __future__ import annotations
 
+import math
 import os
 import pickle
 import shutil
@@ -60,6 +61,9 @@ class LaunchConfig:
     duplicate_stderr_filters: list[str] | None = None
     virtual_local_rank: bool = False
     shutdown_timeout: int | None = None
+    # ours, beside torch's fields: elastic-run's --heartbeat-timeout and --first-heartbeat-timeout (README "Hangs")
+    heartbeat_timeout: float | None = None
+    first_heartbeat_timeout: float | None = None
 
     def __post_init__(self) -> None:
         if self.rdzv_timeout != -1:
@@ -100,6 +104,11 @@ def _validate(config: LaunchConfig) -> None:
         raise ValueError(f"LaunchConfig.rdzv_configs must be a dict, not {type(config.rdzv_configs).__name__}")
     if not config.role:
         raise ValueError("LaunchConfig.role must not be empty")
+    for name in ("heartbeat_timeout", "first_heartbeat_timeout"):
+        value = getattr(config, name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not math.isfinite(value) or value <= 0):
+            raise ValueError(f"LaunchConfig.{name} must be a positive number of seconds or None, not {value!r}")
 
 
 class elastic_launch:
@@ -177,6 +186,7 @@ def _options(config: LaunchConfig, argv: list[str]) -> dict[str, Any]:
         "event_log_handler": config.event_log_handler,
         "duplicate_stdout_filters": _filters(config.duplicate_stdout_filters),
         "duplicate_stderr_filters": _filters(config.duplicate_stderr_filters),
+        "heartbeat_timeout": config.heartbeat_timeout, "first_heartbeat_timeout": config.first_heartbeat_timeout,
     }
 
 

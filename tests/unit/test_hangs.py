@@ -139,10 +139,13 @@ WORKER = textwrap.dedent("""
             print(open(sys.argv[1] + ".inner", "w").write("x"))
             time.sleep(float(sys.argv[2]))
     elastic.heartbeat()
-    if os.fork() == 0:
+    child = os.fork()
+    if child == 0:
         elastic.heartbeat()  # a forked child is not the rank: nothing written
         os._exit(0)
-    os.wait()
+    os.waitpid(child, 0)
+    open(sys.argv[1] + ".forked", "w").close()
+    time.sleep(float(sys.argv[2]))
 """)
 
 
@@ -157,9 +160,13 @@ def test_the_worker_api_writes_its_record_and_a_forked_child_does_not(tmp_path):
     while not os.path.exists(record + ".inner"):
         assert process.poll() is None and time.monotonic() < deadline
     inside = reader.read()
+    while not os.path.exists(record + ".forked"):
+        assert process.poll() is None and time.monotonic() < deadline
+    forked = reader.read()
     assert process.wait(timeout=30) == 0
     after = reader.read()
     assert inside.attached and inside.phase == "inner" and inside.count == 3 and inside.phase_changes == 2
+    assert forked.count == 6, "the forked child's heartbeat was written as the rank's"
     # at exit the worker enters "exiting" (teardown is judged by the long timeout); the child wrote nothing
     assert after.phase == "exiting" and after.count == 7 and after.phase_changes == 5 and after.pid == process.pid
     assert after.stack_signal in range(signal.SIGRTMAX - 5, signal.SIGRTMAX)
