@@ -208,11 +208,12 @@ def test_elastic_ctl_status_shows_a_running_job(etcd_endpoints, tmp_path):
         assert table.returncode == 0, table.stderr
         lines = table.stdout.splitlines()
         assert lines[0].startswith(f"job {rid}: running, round 1, world size 2, master 127.0.0.1:")
-        assert lines[1].split() == ["NODE", "GROUP", "RANK", "ADDRESS", "WORKERS", "ALIVE"]
-        assert lines[2].split()[1:] == ["0", "127.0.0.1", "2", "yes"]
+        assert lines[1].split() == ["NODE", "GROUP", "RANK", "ADDRESS", "WORKERS", "ALIVE", "OLDEST", "HEARTBEAT"]
+        assert lines[2].split()[1:] == ["0", "127.0.0.1", "2", "yes", "-"]  # its workers never call elastic.heartbeat()
         as_json = run(["status", "--rdzv-endpoint", etcd_endpoints, "--rdzv-id", rid, "--json"], tool_name="elastic-ctl")
         data = json.loads(as_json.stdout)
         assert data["status"] == "running" and data["world_size"] == 2 and data["nodes"][0]["alive"] is True
+        assert data["nodes"][0]["heartbeat_age"] is None
         watched = run(["watch", "--rdzv-endpoint", etcd_endpoints, "--rdzv-id", rid, "--timeout", "0.5"],
                       tool_name="elastic-ctl")
         assert watched.returncode == 0 and watched.stdout.startswith(f"job {rid}: running")

@@ -13,7 +13,9 @@ from rendezvous.client import EtcdClient
 from rendezvous.history import read_history
 from rendezvous.keys import DEFAULT_KEY_PREFIX, JobKeys
 
-from ..e2e.cli_helpers import run_id
+import json
+
+from ..e2e.cli_helpers import run, run_id, wait_for
 from .helpers import Agent, done, last_beat, steps_args
 
 HUNG = r"rank (\d+) on node \S+ hung: .*restarting the workers \(1/3\)"
@@ -135,3 +137,22 @@ def test_work_after_the_last_step_is_no_hang_once_another_node_finished(etcd_end
     assert _finish(agents, 90) == [0, 0], [a.output for a in agents]
     assert all(a.count("hung") == 0 for a in agents), [a.output for a in agents]
     assert done(out) == {(0, 0), (1, 0)}, [a.output for a in agents]
+
+
+def test_elastic_ctl_status_shows_each_nodes_oldest_heartbeat_while_the_job_runs(etcd_endpoints, tmp_path):
+    out, rdzv_id = str(tmp_path), run_id()
+    agents = _two_agents(etcd_endpoints, rdzv_id, *steps_args(out, "--steps", "40"))
+    try:
+        def status() -> dict:
+            shown = run(["status", "--rdzv-endpoint", etcd_endpoints, "--rdzv-id", rdzv_id, "--json"], tool_name="elastic-ctl")
+            return json.loads(shown.stdout) if shown.returncode == 0 else {}
+
+        wait_for(lambda: len([n for n in status().get("nodes", []) if n["heartbeat_age"] is not None]) == 2, 20,
+                 interval=0.5, what="both nodes' heartbeat ages in elastic-ctl status")
+        nodes = status()["nodes"]
+        assert all(0 <= n["heartbeat_age"] < 7 and n["heartbeat_rank"] in (0, 1) for n in nodes), nodes
+        table = run(["status", "--rdzv-endpoint", etcd_endpoints, "--rdzv-id", rdzv_id], tool_name="elastic-ctl").stdout
+        assert table.splitlines()[1].split()[-2:] == ["OLDEST", "HEARTBEAT"] and table.count(" s ago (rank ") == 2, table
+        print("\n" + table)
+    finally:
+        assert _finish(agents, 60) == [0, 0], [a.output for a in agents]
