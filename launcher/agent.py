@@ -40,7 +40,7 @@ from rendezvous.state import JobState
 from . import beatfile
 from .console import report_progress, say
 from .env import WorkerSpec
-from .errors import AgentStopped, JobClosedError, JobRendezvousError, LauncherError, WorkerFailedError
+from .errors import AgentStopped, JobClosedError, JobRendezvousError, LauncherError, WorkerFailedError, rendezvous_failure
 from .hangs import HangTimeouts, Verdict
 from .hangwatch import HangWatch, watch_round
 from .output import Layout, LayoutStrategy, LogPump
@@ -135,7 +135,7 @@ class Agent:
         except RendezvousClosedError as exc:
             raise self._closed_error(exc) from exc
         except RendezvousError as exc:  # timed out, unreachable, corrupt
-            raise JobRendezvousError(str(exc)) from exc
+            raise rendezvous_failure(exc) from exc
         except AgentStopped as exc:
             self._departure = _Departure(f"stopped by {signal.Signals(exc.signum).name}", exc.signum)
             raise

@@ -23,7 +23,7 @@ from .agent import AgentConfig
 from .console import say, set_log_format
 from .launch import LaunchPlan, launch
 from .env import OMP_WARNING, virtual_device
-from .errors import EXIT_USAGE, LauncherError, UsageError
+from .errors import EXIT_USAGE, LauncherError, UsageError, describe_code, rendezvous_failure
 from .hangs import HangTimeouts
 from .output import DefaultLayout, TorchLogsSpecsLayout, load_logs_specs
 from .output.plan import parse_filters, parse_ranks_filter, parse_std
@@ -272,16 +272,25 @@ def _entry(command: click.Command, prog: str, argv: Sequence[str] | None) -> NoR
         _error(prog, f"error: {exc}")
         code = EXIT_USAGE
     except LauncherError as exc:
-        if str(exc):
-            _error(prog, str(exc))
         code = exc.exit_code
+        if str(exc):
+            _error(prog, _last_line(str(exc), code) if prog == "elastic-run" else str(exc))
     except RendezvousError as exc:
-        _error(prog, str(exc))
-        code = 3
+        failure = rendezvous_failure(exc)
+        code = failure.exit_code
+        _error(prog, _last_line(str(exc), code) if prog == "elastic-run" else str(exc))
     except KeyboardInterrupt:
         code = 128 + signal.SIGINT
     sys.stdout.flush()
     raise SystemExit(code if isinstance(code, int) else 0)
+
+
+def _last_line(message: str, code: int) -> str:
+    """The agent's last line: why it exits, with the exit code and whether a retry may help."""
+    row = describe_code(code)
+    if row is None or code == EXIT_USAGE:
+        return message
+    return f"{message} [exit {code}: {'worth a retry' if row.retry else 'do not retry'}]"
 
 
 def _error(prog: str, line: str) -> None:

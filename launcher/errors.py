@@ -1,22 +1,31 @@
-"""The launcher's errors and exit codes.
+"""The launcher's errors and its exit codes: the one table a scheduler acts on (README "Exit codes").
 
     LauncherError
-    ├── UsageError          bad command line or settings          exit 2
-    ├── WorkerFailedError   workers failed and no restart is left  exit 1
-    │   └── ChildFailedError    the same, raised by launcher.api (torch's shape)
-    ├── JobRendezvousError  the rendezvous could not be completed  exit 3
-    ├── JobClosedError      an operator closed the job              exit 4
-    └── AgentStopped        a signal of --signals-to-handle        exit 128 + signal
+    ├── UsageError            bad command line, settings or credentials      exit 2
+    ├── WorkerFailedError     workers failed (or hung), no restart is left    exit 1
+    │   └── ChildFailedError      the same, raised by launcher.api (torch's shape)
+    ├── JobRendezvousError    the job cannot be joined (closed, not ours)    exit 3
+    ├── JobClosedError        an operator closed the job                     exit 4
+    ├── InfrastructureError   etcd, the rendezvous or the lease failed       exit 200
+    └── AgentStopped          a signal of --signals-to-handle                exit 128 + signal
+
+Codes 1-127 mean "do not retry the pod" (the code, the input or an operator said so) and 128-255
+"retry" (a signal: preemption, eviction; or the infrastructure), as Kubeflow's ExitCode restart
+policy reads them; ``podFailurePolicy`` rules list them explicitly (examples/kubernetes/).
 """
 
 from __future__ import annotations
 
 import signal
+from dataclasses import dataclass
 from typing import Any, Sequence
 
+from rendezvous.errors import RendezvousConnectionError, RendezvousCredentialsError, RendezvousTimeoutError
+
 __all__ = [
-    "EXIT_OK", "EXIT_WORKER_FAILED", "EXIT_USAGE", "EXIT_RENDEZVOUS", "EXIT_CLOSED",
-    "LauncherError", "UsageError", "WorkerFailedError", "ChildFailedError", "JobRendezvousError", "JobClosedError", "AgentStopped",
+    "EXIT_OK", "EXIT_WORKER_FAILED", "EXIT_USAGE", "EXIT_RENDEZVOUS", "EXIT_CLOSED", "EXIT_INFRA", "EXIT_SIGNAL_BASE",
+    "EXIT_CODES", "ExitCode", "describe_code", "rendezvous_failure", "LauncherError", "UsageError", "WorkerFailedError", "ChildFailedError",
+    "JobRendezvousError", "JobClosedError", "InfrastructureError", "AgentStopped",
 ]
 
 EXIT_OK = 0
@@ -24,6 +33,34 @@ EXIT_WORKER_FAILED = 1
 EXIT_USAGE = 2
 EXIT_RENDEZVOUS = 3
 EXIT_CLOSED = 4
+EXIT_INFRA = 200
+EXIT_SIGNAL_BASE = 128
+
+
+@dataclass(frozen=True)
+class ExitCode:
+    code: str  # "0", or "128+N"
+    meaning: str
+    retry: bool  # worth retrying the pod / the batch job
+
+
+EXIT_CODES = (
+    ExitCode("0", "the job succeeded", False),
+    ExitCode("1", "the training code failed: a worker exited non-zero or hung, and no restart was left (torchrun's code)", False),
+    ExitCode("2", "bad usage: an option, a setting or the etcd credentials (one line says which)", False),
+    ExitCode("3", "the job cannot be joined: its id is closed (finished or failed), or its state in etcd is not ours", False),
+    ExitCode("4", "an operator closed the job (elastic-ctl close)", False),
+    ExitCode("128+N", "stopped by signal N (143: SIGTERM, as on preemption, eviction or pod deletion); the job stays open", True),
+    ExitCode("200", "the infrastructure failed: etcd unreachable past connect_timeout, no round within join_timeout, "
+                    "or the lease lost with no way back", True),
+)
+
+
+def describe_code(code: int) -> ExitCode | None:
+    """The row of the table for an exit code."""
+    if code > EXIT_SIGNAL_BASE and code != EXIT_INFRA:
+        return EXIT_CODES[5]
+    return next((row for row in EXIT_CODES if row.code == str(code)), None)
 
 
 class LauncherError(Exception):
@@ -81,6 +118,12 @@ class JobRendezvousError(LauncherError):
     exit_code = EXIT_RENDEZVOUS
 
 
+class InfrastructureError(LauncherError):
+    """etcd or the rendezvous failed under the job (unreachable, timed out, lease lost): worth a retry."""
+
+    exit_code = EXIT_INFRA
+
+
 class JobClosedError(LauncherError):
     """An operator closed the job (``elastic-ctl close``): the workers were stopped gracefully."""
 
@@ -96,4 +139,13 @@ class AgentStopped(LauncherError):
 
     @property
     def exit_code(self) -> int:  # type: ignore[override]
-        return 128 + self.signum
+        return EXIT_SIGNAL_BASE + self.signum
+
+
+def rendezvous_failure(exc: Exception) -> LauncherError:
+    """A rendezvous error as the exit-code table classes it."""
+    if isinstance(exc, RendezvousCredentialsError):
+        return UsageError(str(exc))
+    if isinstance(exc, (RendezvousTimeoutError, RendezvousConnectionError)):
+        return InfrastructureError(str(exc))
+    return JobRendezvousError(str(exc))

@@ -28,3 +28,15 @@ def test_readme_first_command_runs_the_example_job():
     assert "pip install -e '.[test]'" in first
     assert first.endswith("elastic-run --standalone --nproc-per-node 2 examples/hello.py")
     assert (ROOT / "examples" / "hello.py").is_file()
+
+
+def test_the_readme_exit_code_table_is_the_codes_table():
+    from launcher.errors import EXIT_CODES, EXIT_INFRA, describe_code
+
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("### Exit codes"):]
+    section = section[:section.index("\n#", 1)]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    stated = [tuple(cell.strip().strip("`") for cell in row.strip("|").split("|")) for row in rows]
+    assert stated == [(r.code, r.meaning, "yes" if r.retry else "no") for r in EXIT_CODES]
+    assert all(describe_code(c).retry == (c >= 128) for c in (0, 1, 2, 3, 4, 130, 143, EXIT_INFRA))
