@@ -37,21 +37,23 @@ from rendezvous.history import HistoryWriter
 from rendezvous.operate import OPERATOR
 from rendezvous.state import JobState
 
-from . import beatfile
 from .console import report_progress, say
-from .env import WorkerSpec
 from .errors import AgentStopped, JobClosedError, JobRendezvousError, LauncherError, WorkerFailedError, rendezvous_failure
-from .hangs import HangTimeouts, Verdict
-from .hangwatch import HangWatch, watch_round
-from .output import Layout, LayoutStrategy, LogPump
+from .hangs import HangTimeouts
+from .metrics import Telemetry
+from .output import LayoutStrategy, LogPump
+from .probes import AgentSnapshot
+from .rounds import CAUSES, RoundOutcome, RoundResult, RoundRunner, RoundSetup
 from .signals import ignore_stop_signals
-from .summary import change_line, describe_exit, failure_summary, hang_summary
-from .workers import GroupState, GroupStatus, ReaperProcess, WorkerGroup
+from .summary import describe_exit, failure_summary, hang_summary
+from .workers import GroupStatus, ReaperProcess, WorkerGroup
 
 __all__ = ["AgentConfig", "Agent", "AgentState", "RoundOutcome", "RoundResult"]
 
 
 class AgentState(str, enum.Enum):
+    """The agent's states (torch's WorkerState names where they match)."""
+
     INIT = "init"
     RENDEZVOUS = "rendezvous"
     RUNNING = "running"
@@ -76,23 +78,6 @@ class AgentConfig:
     hang_timeouts: HangTimeouts = field(default_factory=HangTimeouts)  # --heartbeat-timeout, --first-heartbeat-timeout
 
 
-class RoundOutcome(str, enum.Enum):
-    """How one round of this node's workers ended."""
-
-    SUCCEEDED = "succeeded"  # every local worker exited 0
-    FAILED = "failed"  # a local worker failed
-    MEMBERSHIP_CHANGED = "membership changed"  # a node left or waits, or another node started a new round
-    FENCED = "fenced"  # no lease renewal within the renew deadline: the workers had to stop
-    HUNG = "hung"  # the job agreed that a rank stopped making progress
-
-
-@dataclass(frozen=True)
-class RoundResult:
-    outcome: RoundOutcome
-    status: GroupStatus | None = None  # the workers' status when they ended (SUCCEEDED, FAILED)
-    verdict: Verdict | None = None  # HUNG: the rank to blame
-
-
 @dataclass
 class _Departure:
     """What this node's history and workers are told when the agent leaves."""
@@ -107,7 +92,7 @@ class Agent:
     def __init__(
         self, config: AgentConfig, handler: RendezvousHandler, *, history: HistoryWriter, reaper: ReaperProcess,
         hangs: HangChannel | None = None, report: Callable[[str], None] | None = None,
-        environ: Mapping[str, str] | None = None,
+        environ: Mapping[str, str] | None = None, telemetry: Telemetry | None = None,
     ) -> None:
         """``history`` and ``reaper`` are the handler's too (it records rounds and arms the reaper);
         whoever made them closes them after ``run``. ``hangs``: etcd's side of hang detection
@@ -118,14 +103,34 @@ class Agent:
         self._reaper = reaper
         self.say = report or say
         self.environ = dict(os.environ if environ is None else environ)
+        self.telemetry = telemetry or Telemetry()
+        self.telemetry.lease_age(lambda: handler.lease.silent_for())
+        self._group: WorkerGroup | None = None
+        self._rounds: RoundRunner | None = None
         self.state = AgentState.INIT
         self.attempt = 0
         self._told_budget = False
         self.info: RendezvousInfo | None = None
         self._hang_channel = hangs
-        self._hangs: HangWatch | None = None
-        self._beats_used = False  # this node's workers called elastic.heartbeat() in an earlier round
-        self._status = GroupStatus(GroupState.RUNNING)  # the workers' last poll
+
+    @property
+    def state(self) -> AgentState:
+        return self._state
+
+    @state.setter
+    def state(self, value: AgentState) -> None:
+        self._state = value
+        self.telemetry.state(value.value)
+
+    def snapshot(self) -> AgentSnapshot:
+        """What the probes judge (read from another thread)."""
+        info, lease, rounds = self.info, self.handler.lease, self._rounds
+        stalled = time.monotonic() - rounds.turned if rounds is not None and self.state is AgentState.RUNNING else 0.0
+        return AgentSnapshot(
+            self.state.value, stalled, info.round if info else None, info.world_size if info else None,
+            info.group_rank if info else None, lease.lease_id != 0, lease.silent_for(), self.handler.settings.fence_after,
+            len(self._group.pids) if self._group is not None else 0,
+        )
 
     def run(self) -> int:
         """Run until the job succeeds (returns 0); raises a LauncherError otherwise."""
@@ -146,7 +151,7 @@ class Agent:
         """Rendezvous, run the workers, and decide what the round's outcome asks for."""
         while True:
             self.info = self._rendezvous()
-            if self._fenced():
+            if self._rounds.fenced():
                 self._after_fence()
                 continue  # etcd went away right after the round: rejoin before starting anything
             result = self._run_round()
@@ -156,6 +161,7 @@ class Agent:
                 return 0
             self.state = AgentState.RESTARTING
             self.attempt += 1
+            self.telemetry.restarted(CAUSES[result.outcome])
             if result.outcome is RoundOutcome.FENCED:
                 self._after_fence()
             elif result.outcome is RoundOutcome.FAILED:
@@ -173,6 +179,11 @@ class Agent:
         self._departure = _Departure()
         shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None  # memory, never written back to a disk
         self._beats_dir = tempfile.mkdtemp(prefix="elastic-beats-", dir=shm)
+        c = self.config
+        setup = RoundSetup(c.nproc_per_node, c.role, c.virtual_local_rank, c.monitor_interval, c.stop_grace,
+                           c.cpu_binding, c.hang_timeouts, self._beats_dir)
+        self._rounds = RoundRunner(setup, self.handler, self._group, self._reaper, history=self.history, say=self.say,
+                                   telemetry=self.telemetry, hangs=self._hang_channel, environ=self.environ)
 
     def _close_down(self) -> None:
         """Stop the workers (with the signal that stopped the agent), leave the round, close the pump."""
@@ -188,36 +199,15 @@ class Agent:
         shutil.rmtree(self._beats_dir, ignore_errors=True)
 
     def _run_round(self) -> RoundResult:
-        """Start this round's workers and watch them until they end or the round does; stop them."""
         self.state = AgentState.RUNNING
-        self._reaper.clear()
-        self._reaper.note_round(self.info.round)
         layout = self.config.logs.layout(
             self.attempt, role=self.config.role, base_rank=self.info.base_global_rank,
             nproc=self.config.nproc_per_node, run_id=self.info.run_id, restart_count=self.info.restart_count,
         )
-        specs = self._specs(self.info, layout)
-        for spec in specs:
-            beatfile.create(spec.heartbeat_file)
-        self._group.start(specs, layout, self.environ, self.config.cpu_binding)
-        self._hangs = watch_round(self._hang_channel, specs, self.config.hang_timeouts, node=self.handler.node_id,
-                                  round_=self.info.round, lease_id=self.handler.lease.lease_id,
-                                  nodes=self.info.group_world_size, judge_first=self._beats_used)
-        try:
-            result = self._monitor(self._group)
-            if result.outcome is RoundOutcome.HUNG:
-                self._hangs.report_hang(result.verdict, self.say,
-                                        lambda kind, **details: self.history.record(kind, self.info.round, **details))
-        finally:
-            self._beats_used = self._beats_used or (self._hangs is not None and self._hangs.used)
-            if self._hangs is not None:
-                self._hangs.close()
-            self._hangs = None
-        # fenced: now, the lease may expire in under a second; else with the grace period
-        self._group.stop(0.0 if result.outcome is RoundOutcome.FENCED else self.config.stop_grace)
-        if result.outcome is RoundOutcome.SUCCEEDED:
-            self.state = AgentState.SUCCEEDED
-        return result
+        def ending(outcome: RoundOutcome) -> None:
+            self.state = AgentState.SUCCEEDED if outcome is RoundOutcome.SUCCEEDED else AgentState.RESTARTING
+
+        return self._rounds.run(self.info, self.attempt, layout, ending)
 
     def _restart_or_fail(self, status: GroupStatus) -> None:
         """A local worker failed: ask the job for a restart while its budget lasts, else close it failed."""
@@ -259,6 +249,7 @@ class Agent:
         done = threading.Event()
         reporter = threading.Thread(target=report_progress, args=(self.handler.progress, self.say, done), name="progress",
                                     daemon=True)
+        joining = time.monotonic()
         reporter.start()
         try:
             while True:
@@ -273,6 +264,8 @@ class Agent:
         finally:
             done.set()
             reporter.join(timeout=2)
+        self.telemetry.round_formed(info.round, info.world_size, info.group_rank, info.group_world_size,
+                                    info.restart_count, info.max_restarts, time.monotonic() - joining)
         self.say(
             f"round {info.round}: group rank {info.group_rank} of {info.group_world_size} nodes, "
             f"global ranks {info.base_global_rank}..{info.base_global_rank + self.config.nproc_per_node - 1} "
@@ -285,72 +278,6 @@ class Agent:
                 "(the first agent's); following the job's"
             )
         return info
-
-    def _specs(self, info: RendezvousInfo, layout: Layout) -> list[WorkerSpec]:
-        n = self.config.nproc_per_node
-        return [
-            WorkerSpec(
-                local_rank=i, local_world_size=n, base_global_rank=info.base_global_rank, world_size=info.world_size,
-                group_rank=info.group_rank, group_world_size=info.group_world_size, master_addr=info.master_addr,
-                master_port=info.master_port, run_id=info.run_id, restart_count=info.restart_count,
-                max_restarts=info.max_restarts, role=self.config.role, error_file=layout.ranks[i].error_file,
-                virtual_local_rank=self.config.virtual_local_rank,
-                heartbeat_file=os.path.join(self._beats_dir, f"{self.attempt}-{i}.beat"),
-            )
-            for i in range(n)
-        ]
-
-    def _monitor(self, group: WorkerGroup) -> RoundResult:
-        """Until the workers end or the membership changes.
-
-        Membership changes arrive by watch at once; the workers are looked at every monitor
-        interval, and more often during the first second (short jobs end sooner).
-        """
-        started = time.monotonic()
-        while True:
-            result = self._outcome(group)
-            if result is not None:
-                return result
-            verdict = self._hangs.tick(self._status.exited, self._peer_finished) if self._hangs is not None else None
-            if verdict is not None:
-                return RoundResult(RoundOutcome.HUNG, verdict=verdict)
-            interval = self.config.monitor_interval
-            if time.monotonic() - started < 1.0:
-                interval = min(interval, 0.02)
-            if self.handler.membership_changed(timeout=interval):
-                result = self._outcome(group)
-                if result is not None:
-                    return result
-                self.say(self._why_changed())
-                return RoundResult(RoundOutcome.MEMBERSHIP_CHANGED)
-
-    def _outcome(self, group: WorkerGroup) -> RoundResult | None:
-        """How the round ended, or None while the workers run. Fencing is checked before and after
-        looking at the workers, since workers the reaper killed look like workers that failed."""
-        if self._fenced():
-            return RoundResult(RoundOutcome.FENCED)
-        status = self._status = group.poll()
-        if status.state is GroupState.FAILED and self._fenced(settle=0.1):
-            return RoundResult(RoundOutcome.FENCED)
-        if status.state is GroupState.SUCCEEDED:
-            return RoundResult(RoundOutcome.SUCCEEDED, status)
-        if status.state is GroupState.FAILED:
-            return RoundResult(RoundOutcome.FAILED, status)
-        return None
-
-    def _peer_finished(self) -> bool:
-        monitor = self.handler.round_monitor()
-        return monitor is not None and monitor.some_finished
-
-    def _fenced(self, settle: float = 0.0) -> bool:
-        """The renew deadline passed (the reaper killed the workers, or it is due now)."""
-        deadline = time.monotonic() + settle
-        while True:
-            if self._reaper.fired() or self.handler.lease.overdue():
-                return True
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.01)
 
     def _record_failures(self, status: GroupStatus) -> None:
         for failure in status.failures:
@@ -370,16 +297,6 @@ class Agent:
         )
         self.handler.lease.handled()
         self._reaper.clear()
-
-    def _why_changed(self) -> str:
-        """One line with the facts: why this node's workers stop for a new round."""
-        try:
-            state = self.handler.job_state()
-            monitor = self.handler.round_monitor()
-        except RendezvousError:
-            return "etcd unreachable: re-rendezvous"
-        return change_line(state, monitor, lease_lost=self.handler.lease.lost(), restarts=self.info.restart_count,
-                           budget=self.info.max_restarts)
 
     def _job_state(self) -> JobState | None:
         try:

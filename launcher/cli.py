@@ -98,6 +98,10 @@ def _option(*names: str, env: str | None, **kwargs: Any) -> Callable:
 @_option("--first-heartbeat-timeout", env="FIRST_HEARTBEAT_TIMEOUT", type=click.FloatRange(min=0, min_open=True),
          default=None, help="Seconds from a worker's start to its first heartbeat (start-up, loading, compilation) "
                             "[default: 900; when given, a worker that never beats is judged by it].")
+@_option("--http-port", env="HTTP_PORT", type=click.IntRange(0, 65535), default=None,
+         help="Serve /metrics (Prometheus), /healthz and /readyz on this port (0: a free one, printed) [default: off].")
+@_option("--http-host", env="HTTP_HOST", default="0.0.0.0", show_default=True,
+         help="The address --http-port listens on.")
 @_option("--virtual-local-rank", env="VIRTUAL_LOCAL_RANK", is_flag=True,
          help="LOCAL_RANK=0 for every worker, each seeing only its own CUDA device.")
 @click.option("--log-format", envvar="ELASTIC_LOG_FORMAT", type=click.Choice(["text", "json"]), default="text",
@@ -155,6 +159,7 @@ def plan_from_options(opts: dict[str, Any]) -> LaunchPlan:
         config, settings, endpoint, node_id, local_addr=opts["local_addr"] or ("127.0.0.1" if endpoint is None else None),
         signals=signals, exported=(("TORCHELASTIC_SIGNALS_TO_HANDLE", opts["signals_to_handle"]),),
         log_root=log_root, remove_logs=temporary and not keep_files, notes=tuple(notes),
+        http_host=opts.get("http_host") or "0.0.0.0", http_port=opts.get("http_port"),
     )
 
 

@@ -19,6 +19,8 @@ from rendezvous.settings import RendezvousSettings
 
 from .agent import Agent, AgentConfig
 from .console import console_event, say
+from .errors import UsageError
+from .metrics import Telemetry
 from .signals import STOP_SIGNALS, stop_on_signals
 from .workers import ReaperProcess, reaper_sys_path
 
@@ -39,6 +41,8 @@ class LaunchPlan:
     log_root: str = ""
     remove_logs: bool = False  # the log root is a temporary directory with no file worth keeping
     notes: tuple[str, ...] = ()  # lines said once the plan stands (warnings torchrun also gives)
+    http_host: str = "0.0.0.0"
+    http_port: int | None = None  # the metrics and probes endpoint (--http-port); None: off
 
     @property
     def standalone(self) -> bool:
@@ -102,11 +106,44 @@ def _run_agent(plan: LaunchPlan, client: EtcdClient, report: Callable[[str], Non
             client, plan.settings, local_addr=plan.local_addr, local_world_size=plan.config.nproc_per_node,
             node_id=plan.node_id, max_restarts=plan.config.max_restarts, history=history, on_renew=reaper.arm,
         )
+        telemetry = _telemetry(plan, client, history)
         agent = Agent(plan.config, handler, history=history, reaper=reaper, report=report,
-                      hangs=HangChannel(client, keys, plan.node_id))
-        code = agent.run()
+                      hangs=HangChannel(client, keys, plan.node_id), telemetry=telemetry)
+        server = _serve(plan, agent, telemetry, report)
+        try:
+            code = agent.run()
+        finally:
+            if server is not None:
+                server.close()
         base = agent.info.base_global_rank if agent.info is not None else 0
         return LaunchOutcome(code, tuple(range(base, base + plan.config.nproc_per_node)))
     finally:
         history.close()
         reaper.close()
+
+
+def _telemetry(plan: LaunchPlan, client: EtcdClient, history: HistoryWriter) -> Telemetry:
+    """Prometheus metrics when the endpoint is on (prometheus-client is imported only then)."""
+    if plan.http_port is None:
+        return Telemetry()
+    from .metrics import PrometheusTelemetry
+
+    telemetry = PrometheusTelemetry(plan.settings.run_id, plan.node_id)
+    client.observer = telemetry.etcd_call
+    history.on_failure = telemetry.history_failed
+    return telemetry
+
+
+def _serve(plan: LaunchPlan, agent: Agent, telemetry: Telemetry, report: Callable[[str], None]):
+    if plan.http_port is None:
+        return None
+    from .probes import ProbeServer
+
+    try:
+        server = ProbeServer(plan.http_host, plan.http_port, agent.snapshot, telemetry.registry)
+    except OSError as exc:
+        raise UsageError(f"--http-port {plan.http_port}: cannot listen on {plan.http_host}:{plan.http_port} "
+                         f"({exc.strerror or exc})") from None
+    host = f"[{plan.http_host}]" if ":" in plan.http_host else plan.http_host
+    report(f"metrics and probes on http://{host}:{server.port} (/metrics, /healthz, /readyz)")
+    return server

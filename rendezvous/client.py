@@ -105,6 +105,7 @@ class EtcdClient:
         self._stream_channels: list[Any] = [None] * len(self.endpoints)  # grpc.aio, on the stream loop
         self._stubs: dict[tuple[int, str], Any] = {}
         self._current = 0
+        self.observer: Callable[[str, float, str | None], None] | None = None  # each call, for metrics
         self._token: str | None = None
         self._closed = False
 
@@ -243,7 +244,17 @@ class EtcdClient:
                 time.sleep(min(0.2, max(deadline - time.monotonic(), 0.0)))
 
     def _invoke(self, stub: Any, method: str, request: Any, timeout: float, auth: bool = True) -> Any:
-        return getattr(stub, method)(request, timeout=timeout, metadata=self._metadata() if auth else None)
+        """One try; ``observer(method, seconds, error kind or None)`` hears of it (metrics)."""
+        observer, started = self.observer, time.monotonic()
+        try:
+            response = getattr(stub, method)(request, timeout=timeout, metadata=self._metadata() if auth else None)
+        except grpc.RpcError as exc:
+            if observer is not None:
+                observer(method, time.monotonic() - started, exc.code().name)
+            raise
+        if observer is not None:
+            observer(method, time.monotonic() - started, None)
+        return response
 
     def close(self) -> None:
         with self._lock:

@@ -101,6 +101,7 @@ class HistoryWriter:
         self._report = report
         self._clock = clock
         self._echo = echo  # also hands each record to this, as it is queued (--event-log-handler console)
+        self.on_failure: Callable[[], None] | None = None  # each record that could not be written (metrics)
         self._queue: queue.Queue[Event | None] = queue.Queue()
         self._failed_once = False
         self._count: int | None = None
@@ -131,6 +132,8 @@ class HistoryWriter:
             try:
                 self._write(event)
             except RendezvousError as exc:
+                if self.on_failure is not None:
+                    self.on_failure()
                 if not self._failed_once and self._report is not None:
                     self._failed_once = True
                     self._report(f"could not write the job's history in etcd ({exc}); history records are dropped")

@@ -1,0 +1,123 @@
+"""The agent's Prometheus metrics, through prometheus-client (imported only when the endpoint is on).
+
+``Telemetry`` is what the agent tells: its no-op base costs nothing when ``--http-port`` is not
+given; ``PrometheusTelemetry`` keeps the metrics in a registry of its own. Every metric carries the
+``job`` and ``node`` labels (never a credential).
+
+    elastic_agent_state{state}                    1 for the agent's current state (init, rendezvous, ...)
+    elastic_round                                 the round the agent last joined
+    elastic_world_size, elastic_group_world_size  workers and nodes in that round
+    elastic_group_rank                            this node's rank among the nodes
+    elastic_job_restarts, elastic_job_max_restarts  the job's restart count and budget
+    elastic_rendezvous_duration_seconds           from joining to the round's freeze (histogram)
+    elastic_restarts_total{cause}                 rounds this node left: worker_failure, hang, membership_change, fence
+    elastic_workers_running                       this node's workers now running
+    elastic_lease_renewal_age_seconds             since the last acknowledged lease renewal was sent
+    elastic_etcd_request_duration_seconds{method} each etcd call's try (histogram)
+    elastic_etcd_request_errors_total{method,kind}  failed tries, by gRPC status (UNAVAILABLE, ...)
+    elastic_fences_total                          times the workers were stopped for want of a lease renewal
+    elastic_history_write_failures_total          history records that could not be written
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+__all__ = ["Telemetry", "PrometheusTelemetry", "STATES", "CAUSES"]
+
+STATES = ("init", "rendezvous", "running", "restarting", "succeeded", "failed")
+CAUSES = ("worker_failure", "hang", "membership_change", "fence")
+
+
+class Telemetry:
+    """What the agent reports; this base does nothing (no endpoint)."""
+
+    registry = None
+
+    def state(self, state: str) -> None: ...
+
+    def round_formed(self, round_: int, world_size: int, group_rank: int, group_world_size: int, restarts: int,
+                     max_restarts: int, seconds: float) -> None: ...
+
+    def restarted(self, cause: str) -> None: ...
+
+    def workers(self, running: int) -> None: ...
+
+    def etcd_call(self, method: str, seconds: float, error: str | None) -> None: ...
+
+    def history_failed(self) -> None: ...
+
+    def lease_age(self, age: Callable[[], float]) -> None: ...
+
+
+class PrometheusTelemetry(Telemetry):
+    def __init__(self, job: str, node: str) -> None:
+        from prometheus_client import CollectorRegistry, Counter, Enum, Gauge, Histogram
+        from prometheus_client import ProcessCollector
+
+        self.registry = CollectorRegistry()
+        ProcessCollector(registry=self.registry)  # the agent's own RSS, CPU, open files
+        labels, values = ("job", "node"), {"job": job, "node": node}
+
+        def gauge(name: str, doc: str) -> Gauge:
+            return Gauge(name, doc, labels, registry=self.registry).labels(**values)
+
+        self._state = Enum("elastic_agent_state", "The agent's state", labels, states=list(STATES),
+                           registry=self.registry).labels(**values)
+        self._round = gauge("elastic_round", "The round this agent last joined")
+        self._world = gauge("elastic_world_size", "Workers in the round")
+        self._nodes = gauge("elastic_group_world_size", "Nodes in the round")
+        self._group_rank = gauge("elastic_group_rank", "This node's rank among the round's nodes")
+        self._restarts = gauge("elastic_job_restarts", "The job's restart count (TORCHELASTIC_RESTART_COUNT)")
+        self._budget = gauge("elastic_job_max_restarts", "The job's --max-restarts")
+        self._running = gauge("elastic_workers_running", "This node's workers running now")
+        self._lease_age = gauge("elastic_lease_renewal_age_seconds", "Seconds since the last acknowledged lease renewal was sent")
+        self._rendezvous = Histogram("elastic_rendezvous_duration_seconds", "From joining a round to its freeze", labels,
+                                     buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900),
+                                     registry=self.registry).labels(**values)
+        causes = Counter("elastic_restarts", "Rounds this node's workers left, by cause", (*labels, "cause"),
+                         registry=self.registry)
+        self._causes = {cause: causes.labels(cause=cause, **values) for cause in CAUSES}
+        self._etcd = Histogram("elastic_etcd_request_duration_seconds", "etcd calls (each try)", (*labels, "method"),
+                               buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+                               registry=self.registry)
+        self._etcd_errors = Counter("elastic_etcd_request_errors", "etcd calls that failed, by gRPC status",
+                                    (*labels, "method", "kind"), registry=self.registry)
+        self._fences = Counter("elastic_fences", "Times the workers were stopped for want of a lease renewal", labels,
+                               registry=self.registry).labels(**values)
+        self._history = Counter("elastic_history_write_failures", "History records that could not be written", labels,
+                                registry=self.registry).labels(**values)
+        self._values = values
+        self._state.state("init")
+
+    def state(self, state: str) -> None:
+        self._state.state(state)
+
+    def round_formed(self, round_: int, world_size: int, group_rank: int, group_world_size: int, restarts: int,
+                     max_restarts: int, seconds: float) -> None:
+        self._round.set(round_)
+        self._world.set(world_size)
+        self._group_rank.set(group_rank)
+        self._nodes.set(group_world_size)
+        self._restarts.set(restarts)
+        self._budget.set(max_restarts)
+        self._rendezvous.observe(seconds)
+
+    def restarted(self, cause: str) -> None:
+        self._causes[cause].inc()
+        if cause == "fence":
+            self._fences.inc()
+
+    def workers(self, running: int) -> None:
+        self._running.set(running)
+
+    def etcd_call(self, method: str, seconds: float, error: str | None) -> None:
+        self._etcd.labels(method=method, **self._values).observe(seconds)
+        if error is not None:
+            self._etcd_errors.labels(method=method, kind=error, **self._values).inc()
+
+    def history_failed(self) -> None:
+        self._history.inc()
+
+    def lease_age(self, age: Callable[[], float]) -> None:
+        self._lease_age.set_function(age)

@@ -1,0 +1,192 @@
+"""One round of a node's workers: start them (each with its heartbeat record), watch them, the
+membership, the fence and hangs until the round ends, and stop them. The agent (``agent.py``)
+decides what the round's outcome asks for.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import time
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+from rendezvous.errors import RendezvousError
+from rendezvous.hangcase import HangChannel
+from rendezvous.handler import RendezvousHandler
+from rendezvous.history import HistoryWriter
+from rendezvous.join import RendezvousInfo
+
+from . import beatfile
+from .env import WorkerSpec
+from .hangs import HangTimeouts, Verdict
+from .hangwatch import HangWatch, watch_round
+from .metrics import Telemetry
+from .output import Layout
+from .summary import change_line
+from .workers import GroupState, GroupStatus, ReaperProcess, WorkerGroup
+
+__all__ = ["RoundOutcome", "RoundResult", "RoundRunner", "CAUSES"]
+
+
+class RoundOutcome(str, enum.Enum):
+    """How one round of this node's workers ended."""
+
+    SUCCEEDED = "succeeded"  # every local worker exited 0
+    FAILED = "failed"  # a local worker failed
+    MEMBERSHIP_CHANGED = "membership changed"  # a node left or waits, or another node started a new round
+    FENCED = "fenced"  # no lease renewal within the renew deadline: the workers had to stop
+    HUNG = "hung"  # the job agreed that a rank stopped making progress
+
+
+CAUSES = {RoundOutcome.FAILED: "worker_failure", RoundOutcome.HUNG: "hang",
+          RoundOutcome.MEMBERSHIP_CHANGED: "membership_change", RoundOutcome.FENCED: "fence"}  # metrics' restart causes
+
+
+@dataclass(frozen=True)
+class RoundResult:
+    outcome: RoundOutcome
+    status: GroupStatus | None = None  # the workers' status when they ended (SUCCEEDED, FAILED)
+    verdict: Verdict | None = None  # HUNG: the rank to blame
+
+
+@dataclass(frozen=True)
+class RoundSetup:
+    """What does not change from round to round."""
+
+    nproc: int
+    role: str
+    virtual_local_rank: bool
+    monitor_interval: float
+    stop_grace: float
+    cpu_binding: Mapping[int, tuple[str, ...]]
+    hang_timeouts: HangTimeouts
+    beats_dir: str
+
+
+class RoundRunner:
+    def __init__(self, setup: RoundSetup, handler: RendezvousHandler, group: WorkerGroup, reaper: ReaperProcess, *,
+                 history: HistoryWriter, say: Callable[[str], None], telemetry: Telemetry,
+                 hangs: HangChannel | None, environ: Mapping[str, str]) -> None:
+        self.setup = setup
+        self.handler = handler
+        self._group = group
+        self._reaper = reaper
+        self._history = history
+        self._say = say
+        self._telemetry = telemetry
+        self._channel = hangs
+        self._environ = environ
+        self._hangs: HangWatch | None = None
+        self._beats_used = False  # this node's workers called elastic.heartbeat() in an earlier round
+        self._status = GroupStatus(GroupState.RUNNING)  # the workers' last poll
+        self.turned = time.monotonic()  # the watch loop's last turn (liveness)
+        self.info: RendezvousInfo | None = None
+
+    def run(self, info: RendezvousInfo, attempt: int, layout: Layout,
+            ending: Callable[[RoundOutcome], None] = lambda outcome: None) -> RoundResult:
+        """Start this round's workers and watch them until they end or the round does; ``ending``
+        hears how it ended before the workers are stopped."""
+        self.info = info
+        self._reaper.clear()
+        self._reaper.note_round(info.round)
+        specs = self._specs(info, attempt, layout)
+        for spec in specs:
+            beatfile.create(spec.heartbeat_file)
+        self._group.start(specs, layout, self._environ, self.setup.cpu_binding)
+        self._telemetry.workers(len(specs))
+        self._hangs = watch_round(self._channel, specs, self.setup.hang_timeouts, node=self.handler.node_id,
+                                  round_=info.round, lease_id=self.handler.lease.lease_id,
+                                  nodes=info.group_world_size, judge_first=self._beats_used)
+        try:
+            result = self._watch()
+            if result.outcome is RoundOutcome.HUNG:
+                self._hangs.report_hang(result.verdict, self._say,
+                                        lambda kind, **details: self._history.record(kind, info.round, **details))
+        finally:
+            self._beats_used = self._beats_used or (self._hangs is not None and self._hangs.used)
+            if self._hangs is not None:
+                self._hangs.close()
+            self._hangs = None
+        ending(result.outcome)
+        # fenced: now, the lease may expire in under a second; else with the grace period
+        self._group.stop(0.0 if result.outcome is RoundOutcome.FENCED else self.setup.stop_grace)
+        self._telemetry.workers(0)
+        return result
+
+    def _specs(self, info: RendezvousInfo, attempt: int, layout: Layout) -> list[WorkerSpec]:
+        n = self.setup.nproc
+        return [
+            WorkerSpec(
+                local_rank=i, local_world_size=n, base_global_rank=info.base_global_rank, world_size=info.world_size,
+                group_rank=info.group_rank, group_world_size=info.group_world_size, master_addr=info.master_addr,
+                master_port=info.master_port, run_id=info.run_id, restart_count=info.restart_count,
+                max_restarts=info.max_restarts, role=self.setup.role, error_file=layout.ranks[i].error_file,
+                virtual_local_rank=self.setup.virtual_local_rank,
+                heartbeat_file=os.path.join(self.setup.beats_dir, f"{attempt}-{i}.beat"),
+            )
+            for i in range(n)
+        ]
+
+    def _watch(self) -> RoundResult:
+        """Until the workers end, the membership changes, the lease lapses or a hang is agreed on.
+
+        Membership changes arrive by watch at once; the workers are looked at every monitor
+        interval, and more often during the first second (short jobs end sooner).
+        """
+        started = time.monotonic()
+        while True:
+            self.turned = time.monotonic()
+            result = self._outcome()
+            if result is not None:
+                return result
+            verdict = self._hangs.tick(self._status.exited, self._peer_finished) if self._hangs is not None else None
+            if verdict is not None:
+                return RoundResult(RoundOutcome.HUNG, verdict=verdict)
+            interval = self.setup.monitor_interval
+            if time.monotonic() - started < 1.0:
+                interval = min(interval, 0.02)
+            if self.handler.membership_changed(timeout=interval):
+                result = self._outcome()
+                if result is not None:
+                    return result
+                self._say(self._why_changed())
+                return RoundResult(RoundOutcome.MEMBERSHIP_CHANGED)
+
+    def _outcome(self) -> RoundResult | None:
+        """How the round ended, or None while the workers run. Fencing is checked before and after
+        looking at the workers, since workers the reaper killed look like workers that failed."""
+        if self.fenced():
+            return RoundResult(RoundOutcome.FENCED)
+        status = self._status = self._group.poll()
+        if status.state is GroupState.FAILED and self.fenced(settle=0.1):
+            return RoundResult(RoundOutcome.FENCED)
+        if status.state is GroupState.SUCCEEDED:
+            return RoundResult(RoundOutcome.SUCCEEDED, status)
+        if status.state is GroupState.FAILED:
+            return RoundResult(RoundOutcome.FAILED, status)
+        return None
+
+    def _peer_finished(self) -> bool:
+        monitor = self.handler.round_monitor()
+        return monitor is not None and monitor.some_finished
+
+    def fenced(self, settle: float = 0.0) -> bool:
+        """The renew deadline passed (the reaper killed the workers, or it is due now)."""
+        deadline = time.monotonic() + settle
+        while True:
+            if self._reaper.fired() or self.handler.lease.overdue():
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.01)
+
+    def _why_changed(self) -> str:
+        """One line with the facts: why this node's workers stop for a new round."""
+        try:
+            state = self.handler.job_state()
+            monitor = self.handler.round_monitor()
+        except RendezvousError:
+            return "etcd unreachable: re-rendezvous"
+        return change_line(state, monitor, lease_lost=self.handler.lease.lost(), restarts=self.info.restart_count,
+                           budget=self.info.max_restarts)
