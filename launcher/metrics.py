@@ -2,7 +2,8 @@
 
 ``Telemetry`` is what the agent tells: its no-op base costs nothing when ``--http-port`` is not
 given; ``PrometheusTelemetry`` keeps the metrics in a registry of its own. Every metric carries the
-``job`` and ``node`` labels (never a credential).
+``run_id`` (the job id; not ``job``, which Prometheus gives each scrape target) and ``node``
+labels, never a credential.
 
     elastic_agent_state{state}                    1 for the agent's current state (init, rendezvous, ...)
     elastic_round                                 the round the agent last joined
@@ -57,7 +58,7 @@ class PrometheusTelemetry(Telemetry):
 
         self.registry = CollectorRegistry()
         ProcessCollector(registry=self.registry)  # the agent's own RSS, CPU, open files
-        labels, values = ("job", "node"), {"job": job, "node": node}
+        labels, values = ("run_id", "node"), {"run_id": job, "node": node}
 
         def gauge(name: str, doc: str) -> Gauge:
             return Gauge(name, doc, labels, registry=self.registry).labels(**values)
