@@ -42,7 +42,7 @@ from .errors import AgentStopped, JobClosedError, JobRendezvousError, LauncherEr
 from .hangs import HangTimeouts
 from .metrics import Telemetry
 from .output import LayoutStrategy, LogPump
-from .probes import AgentSnapshot
+from .health import AgentSnapshot
 from .rounds import CAUSES, RoundOutcome, RoundResult, RoundRunner, RoundSetup
 from .signals import ignore_stop_signals
 from .summary import describe_exit, failure_summary, hang_summary

@@ -2,10 +2,8 @@
 ``/readyz`` for a kubelet's probes. Off unless a port is given; served from a thread of its own,
 so a slow scrape never slows the agent's loop.
 
-- ``/healthz`` (liveness): the agent's loop is turning (it looked at its workers or at the
-  rendezvous within ``STALL`` seconds) and, once it holds a lease, the lease was renewed within the
-  renew deadline. 200 ``ok: ...`` or 503 with the reason.
-- ``/readyz`` (readiness): its workers run in a frozen round. 200 or 503 with the state.
+- ``/healthz`` (liveness) and ``/readyz`` (readiness), as ``launcher/health.py`` judges them:
+  200 ``ok: ...`` / ``ready: ...``, or 503 with the reason.
 - ``/metrics``: prometheus-client's exposition of ``launcher.metrics``.
 Anything else is 404; a method other than GET or HEAD is 405. Answers are one line of plain text.
 """
@@ -15,45 +13,11 @@ from __future__ import annotations
 import http.server
 import socket
 import threading
-from dataclasses import dataclass
 from typing import Callable
 
-__all__ = ["AgentSnapshot", "liveness", "readiness", "ProbeServer", "STALL"]
+from .health import AgentSnapshot, liveness, readiness
 
-STALL = 30.0  # seconds without a turn of the agent's loop after which it is not live
-
-
-@dataclass(frozen=True)
-class AgentSnapshot:
-    """What the probes judge, read from the agent at the time of the request."""
-
-    state: str
-    since_turn: float  # seconds since the agent's loop last turned
-    round: int | None
-    world_size: int | None
-    group_rank: int | None
-    has_lease: bool
-    lease_age: float  # seconds since the last acknowledged renewal was sent
-    renew_deadline: float
-    workers_running: int
-
-
-def liveness(s: AgentSnapshot) -> tuple[bool, str]:
-    if s.since_turn > STALL:
-        return False, f"not live: the agent's loop has not turned for {s.since_turn:.1f} s (state {s.state})"
-    if s.has_lease and s.lease_age > s.renew_deadline:
-        return False, (f"not live: no lease renewal for {s.lease_age:.1f} s (renew deadline {s.renew_deadline:g} s); "
-                       "the workers are fenced")
-    lease = f", lease renewed {s.lease_age:.1f} s ago" if s.has_lease else ""
-    return True, f"ok: {s.state}{lease}"
-
-
-def readiness(s: AgentSnapshot) -> tuple[bool, str]:
-    if s.state == "running" and s.round is not None and s.workers_running > 0:
-        return True, (f"ready: {s.workers_running} workers running in round {s.round} "
-                      f"(world size {s.world_size}, group rank {s.group_rank})")
-    where = f" (round {s.round})" if s.round is not None else ""
-    return False, f"not ready: {s.state}{where}, {s.workers_running} workers running"
+__all__ = ["ProbeServer"]
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -106,7 +70,7 @@ class ProbeServer:
         self._server = server((host, port), handler)
         self._server.daemon_threads = True
         self.port = self._server.server_address[1]
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.5},
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
                                         name="http", daemon=True)
         self._thread.start()
 
