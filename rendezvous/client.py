@@ -245,16 +245,15 @@ class EtcdClient:
 
     def _invoke(self, stub: Any, method: str, request: Any, timeout: float, auth: bool = True) -> Any:
         """One try; ``observer(method, seconds, error kind or None)`` hears of it (metrics)."""
-        observer, started = self.observer, time.monotonic()
+        started, error = time.monotonic(), None
         try:
-            response = getattr(stub, method)(request, timeout=timeout, metadata=self._metadata() if auth else None)
+            return getattr(stub, method)(request, timeout=timeout, metadata=self._metadata() if auth else None)
         except grpc.RpcError as exc:
-            if observer is not None:
-                observer(method, time.monotonic() - started, exc.code().name)
+            error = exc.code().name
             raise
-        if observer is not None:
-            observer(method, time.monotonic() - started, None)
-        return response
+        finally:
+            if self.observer is not None:
+                self.observer(method, time.monotonic() - started, error)
 
     def close(self) -> None:
         with self._lock:
