@@ -27,6 +27,14 @@ def _two_agents(endpoints: str, rdzv_id: str, *options_and_worker: str) -> list[
     return [Agent(args), Agent(args)]
 
 
+def _two_agent_job(endpoints: str, expect: list[int], *options_and_worker: str) -> list[Agent]:
+    """A two-agent job run to its end, each agent exiting as ``expect`` says."""
+    agents = _two_agents(endpoints, run_id(), *options_and_worker)
+    codes = _finish(agents, 120)
+    assert codes == expect, [a.output for a in agents]
+    return agents
+
+
 def _finish(agents: list[Agent], timeout: float) -> list[int]:
     try:
         return [agent.wait(timeout) for agent in agents]
@@ -64,11 +72,9 @@ def test_a_rank_that_stops_is_named_on_both_nodes_with_its_stack_and_the_job_res
 
 def test_a_deadlock_in_a_gloo_collective_is_found_and_both_stacks_are_shown(etcd_endpoints, tmp_path):
     """Rank 1 skips an all_reduce and waits for a message rank 0 never sends: both sit in gloo."""
-    out, rdzv_id = str(tmp_path), run_id()
-    agents = _two_agents(etcd_endpoints, rdzv_id, "--max-restarts", "3", "--heartbeat-timeout", "4",
-                         *steps_args(out, "--skip", "1:4", "--steps", "8"))
-    codes = _finish(agents, 120)
-    assert codes == [0, 0], [a.output for a in agents]
+    out = str(tmp_path)
+    agents = _two_agent_job(etcd_endpoints, [0, 0], "--max-restarts", "3", "--heartbeat-timeout", "4",
+                            *steps_args(out, "--skip", "1:4", "--steps", "8"))
     for agent in agents:
         _, line = agent.first(HUNG)
         # both stopped right after the same heartbeat: the line says so rather than guess
@@ -107,11 +113,9 @@ def test_fast_steps_teach_a_timeout_of_seconds_not_the_default(etcd_endpoints, t
 
 
 def test_hangs_that_spend_the_budget_fail_the_job_on_every_node_naming_the_culprit(etcd_endpoints, tmp_path):
-    out, rdzv_id = str(tmp_path), run_id()
-    agents = _two_agents(etcd_endpoints, rdzv_id, "--max-restarts", "1", "--heartbeat-timeout", "3",
-                         *steps_args(out, "--gloo", "--hang", "1:3", "--every-attempt", "--steps", "8"))
-    codes = _finish(agents, 120)
-    assert codes == [1, 1], [a.output for a in agents]
+    out = str(tmp_path)
+    agents = _two_agent_job(etcd_endpoints, [1, 1], "--max-restarts", "1", "--heartbeat-timeout", "3",
+                            *steps_args(out, "--gloo", "--hang", "1:3", "--every-attempt", "--steps", "8"))
     for agent in agents:
         named = {m.group(1) for _, line in agent.lines for m in [re.search(r"rank (\d+) on node \S+ hung", line)] if m}
         assert named == {"1"}, agent.output
@@ -131,10 +135,9 @@ def test_a_worker_that_never_calls_the_api_is_left_alone(etcd_endpoints, tmp_pat
 
 def test_work_after_the_last_step_is_no_hang_once_another_node_finished(etcd_endpoints, tmp_path):
     """Rank 0's node finishes; rank 1 saves for 6 s after its last heartbeat, past --heartbeat-timeout 2."""
-    out, rdzv_id = str(tmp_path), run_id()
-    agents = _two_agents(etcd_endpoints, rdzv_id, "--max-restarts", "3", "--heartbeat-timeout", "2",
-                         *steps_args(out, "--tail", "1:6", "--steps", "10"))
-    assert _finish(agents, 90) == [0, 0], [a.output for a in agents]
+    out = str(tmp_path)
+    agents = _two_agent_job(etcd_endpoints, [0, 0], "--max-restarts", "3", "--heartbeat-timeout", "2",
+                            *steps_args(out, "--tail", "1:6", "--steps", "10"))
     assert all(a.count("hung") == 0 for a in agents), [a.output for a in agents]
     assert done(out) == {(0, 0), (1, 0)}, [a.output for a in agents]
 
