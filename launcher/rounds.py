@@ -168,7 +168,10 @@ class RoundRunner:
         return None
 
     def _peer_finished(self) -> bool:
-        monitor = self.handler.round_monitor()
+        try:
+            monitor = self.handler.round_monitor()
+        except RendezvousError:
+            return False  # etcd out of reach: the fence decides
         return monitor is not None and monitor.some_finished
 
     def fenced(self, settle: float = 0.0) -> bool:

@@ -15,7 +15,7 @@ from typing import Callable
 
 from .client import EtcdClient
 from .decide import Freeze, closed_state, decide, frozen_state, job_budget, joined, restart_count
-from .errors import LeaseNotFoundError, RendezvousClosedError, RendezvousError, RendezvousTimeoutError
+from .errors import LeaseNotFoundError, RendezvousClosedError, RendezvousConnectionError, RendezvousError, RendezvousTimeoutError
 from .history import HistoryWriter, record_freeze
 from .jobstore import GaveUp, JobStateStore, StateUnchanged
 from .join import Announce, Closed, Coordinate, Follow, Joined, Progress, ReadAll, RendezvousInfo, join_step, target_round
@@ -210,8 +210,13 @@ class RendezvousHandler:
         """True as soon as a participant is gone, a node waits to join, or the job moved on.
 
         Waits up to ``timeout`` seconds for that, by watch; returns at once when it already is.
+        etcd out of reach when the round's monitor is first set up is not a change: the renew
+        deadline decides what an outage means (the fence), and the next look tries again.
         """
-        monitor = self._ensure_monitor()
+        try:
+            monitor = self._ensure_monitor()
+        except RendezvousConnectionError:
+            return False
         if monitor is None:
             return False
         if not self._session_alive():

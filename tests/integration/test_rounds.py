@@ -195,3 +195,25 @@ def test_a_follower_takes_over_when_the_coordinator_dies_while_the_round_forms(n
     assert {p.node for p in infos["b"].participants} == {"b", "c"}
     assert sorted(i.group_rank for i in infos.values()) == [0, 1]
     assert took_over < 2.0, f"the round froze {took_over:.2f}s after the coordinator died"
+
+
+def test_etcd_out_of_reach_as_a_round_begins_is_no_membership_change_and_no_error(etcd_endpoints, key_prefix):
+    """The round's monitor is set up on the first look; etcd cut just then must leave the decision
+    to the renew deadline (the fence), not end the agent with a connection error."""
+    from tests.faults.proxy import Proxy
+
+    host, port = etcd_endpoints.split(",")[0].rsplit(":", 1)
+    with Proxy(host, int(port)) as proxy:
+        group = Nodes(proxy.endpoint, key_prefix, min_nodes=1, max_nodes=1)
+        try:
+            handler = group.add("a")
+            _ok(group.rendezvous([handler]))
+            proxy.cut()
+            started = time.monotonic()
+            assert handler.membership_changed(timeout=0.1) is False
+            assert time.monotonic() - started < 10  # one read's budget (the client's 5 s), no more
+            proxy.heal()
+            assert handler.membership_changed(timeout=0.1) is False  # set up now, and nothing changed
+            assert handler.round_monitor() is not None
+        finally:
+            group.close()

@@ -46,6 +46,8 @@ def test_the_probes_follow_a_job_through_its_phases(etcd_endpoints, tmp_path):
             assert closed.returncode == 0, closed.stderr
             codes = [agent.wait(60) for agent in agents]
             answers.append(("closed by an operator: the agent exited", "/healthz", *get(url + "/healthz")))
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\nseen so far: {answers}\n" + "\n---\n".join(a.output for a in agents)) from None
         finally:
             for agent in agents:
                 agent.kill()
