@@ -71,10 +71,11 @@ def test_a_rank_that_stops_is_named_on_both_nodes_with_its_stack_and_the_job_res
 
 
 def test_a_deadlock_in_a_gloo_collective_is_found_and_both_stacks_are_shown(etcd_endpoints, tmp_path):
-    """Rank 1 skips an all_reduce and waits for a message rank 0 never sends: both sit in gloo."""
+    """Rank 1 skips an all_reduce and waits for a message rank 0 never sends: both sit in gloo. Steps of
+    no work: both ranks beat as the last all_reduce returns, so their heartbeats are a tie."""
     out = str(tmp_path)
     agents = _two_agent_job(etcd_endpoints, [0, 0], "--max-restarts", "3", "--heartbeat-timeout", "4",
-                            *steps_args(out, "--skip", "1:4", "--steps", "8"))
+                            *steps_args(out, "--skip", "1:4", "--steps", "8", "--step", "0"))
     for agent in agents:
         _, line = agent.first(HUNG)
         # both stopped right after the same heartbeat: the line says so rather than guess
