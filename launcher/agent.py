@@ -26,7 +26,7 @@ import signal
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Mapping
 
 from rendezvous.errors import RendezvousClosedError, RendezvousConnectionError, RendezvousCredentialsError, RendezvousError
@@ -39,11 +39,11 @@ from rendezvous.state import JobState
 
 from .console import report_progress, say
 from .errors import AgentStopped, JobClosedError, JobRendezvousError, LauncherError, WorkerFailedError, rendezvous_failure
-from .hangs import HangTimeouts
 from .metrics import Telemetry
-from .output import LayoutStrategy, LogPump
+from .output import LogPump
 from .health import AgentSnapshot
-from .rounds import CAUSES, RoundOutcome, RoundResult, RoundRunner, RoundSetup
+from .config import AgentConfig
+from .rounds import CAUSES, RoundOutcome, RoundResult, RoundRunner
 from .signals import ignore_stop_signals
 from .summary import describe_exit, failure_summary, hang_summary
 from .workers import GroupStatus, ReaperProcess, WorkerGroup
@@ -60,22 +60,6 @@ class AgentState(str, enum.Enum):
     RESTARTING = "restarting"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
-
-
-@dataclass(frozen=True)
-class AgentConfig:
-    argv: tuple[str, ...]  # the worker command line
-    nproc_per_node: int
-    logs: LayoutStrategy  # the built-in layout or a torch LogsSpecs: the CLI picks
-    max_restarts: int = 0
-    monitor_interval: float = 0.1
-    role: str = "default"
-    stop_grace: float = 30.0  # seconds between SIGTERM and SIGKILL when stopping workers (--shutdown-timeout)
-    virtual_local_rank: bool = False  # LOCAL_RANK=0 and one CUDA device per worker
-    event_log_handler: str = "null"  # torchrun's --event-log-handler: null, or console (a JSON line per event)
-    cpu_binding: Mapping[int, tuple[str, ...]] = field(default_factory=dict)  # command before a local rank's (--numa-binding)
-    exit_barrier_timeout: float = 300.0  # how long a finished node waits for the others
-    hang_timeouts: HangTimeouts = field(default_factory=HangTimeouts)  # --heartbeat-timeout, --first-heartbeat-timeout
 
 
 @dataclass
@@ -159,8 +143,7 @@ class Agent:
                 self._departure = _Departure("finished: its workers succeeded")
                 self._exit_barrier()
                 return 0
-            self.state = AgentState.RESTARTING
-            self.attempt += 1
+            self.attempt += 1  # the round's ending set the state to RESTARTING
             self.telemetry.restarted(CAUSES[result.outcome])
             if result.outcome is RoundOutcome.FENCED:
                 self._after_fence()
@@ -179,10 +162,7 @@ class Agent:
         self._departure = _Departure()
         shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None  # memory, never written back to a disk
         self._beats_dir = tempfile.mkdtemp(prefix="elastic-beats-", dir=shm)
-        c = self.config
-        setup = RoundSetup(c.nproc_per_node, c.role, c.virtual_local_rank, c.monitor_interval, c.stop_grace,
-                           c.cpu_binding, c.hang_timeouts, self._beats_dir)
-        self._rounds = RoundRunner(setup, self.handler, self._group, self._reaper, history=self.history, say=self.say,
+        self._rounds = RoundRunner(self.config, self._beats_dir, self.handler, self._group, self._reaper, history=self.history, say=self.say,
                                    telemetry=self.telemetry, hangs=self._hang_channel, environ=self.environ)
 
     def _close_down(self) -> None:
@@ -204,6 +184,7 @@ class Agent:
             self.attempt, role=self.config.role, base_rank=self.info.base_global_rank,
             nproc=self.config.nproc_per_node, run_id=self.info.run_id, restart_count=self.info.restart_count,
         )
+
         def ending(outcome: RoundOutcome) -> None:
             self.state = AgentState.SUCCEEDED if outcome is RoundOutcome.SUCCEEDED else AgentState.RESTARTING
 

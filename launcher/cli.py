@@ -19,11 +19,11 @@ from rendezvous.errors import RendezvousError, RendezvousSettingsError
 from rendezvous.handler import default_node_id
 from rendezvous.settings import RendezvousSettings
 
-from .agent import AgentConfig
+from .config import AgentConfig
 from .console import say, set_log_format
 from .launch import LaunchPlan, launch
 from .env import OMP_WARNING, virtual_device
-from .errors import EXIT_USAGE, LauncherError, UsageError, describe_code, rendezvous_failure
+from .errors import EXIT_SIGNAL_BASE, EXIT_USAGE, LauncherError, UsageError, describe_code, rendezvous_failure
 from .hangs import HangTimeouts
 from .output import DefaultLayout, TorchLogsSpecsLayout, load_logs_specs
 from .output.plan import parse_filters, parse_ranks_filter, parse_std
@@ -272,20 +272,16 @@ def _entry(command: click.Command, prog: str, argv: Sequence[str] | None) -> NoR
         _error(prog, f"error: {' '.join(exc.format_message().split())}")
         code = EXIT_USAGE
     except click.Abort:
-        code = 128 + signal.SIGINT
+        code = EXIT_SIGNAL_BASE + signal.SIGINT
     except (UsageError, RendezvousSettingsError) as exc:
         _error(prog, f"error: {exc}")
         code = EXIT_USAGE
-    except LauncherError as exc:
-        code = exc.exit_code
+    except (LauncherError, RendezvousError) as exc:
+        code = (exc if isinstance(exc, LauncherError) else rendezvous_failure(exc)).exit_code
         if str(exc):
             _error(prog, _last_line(str(exc), code) if prog == "elastic-run" else str(exc))
-    except RendezvousError as exc:
-        failure = rendezvous_failure(exc)
-        code = failure.exit_code
-        _error(prog, _last_line(str(exc), code) if prog == "elastic-run" else str(exc))
     except KeyboardInterrupt:
-        code = 128 + signal.SIGINT
+        code = EXIT_SIGNAL_BASE + signal.SIGINT
     sys.stdout.flush()
     raise SystemExit(code if isinstance(code, int) else 0)
 

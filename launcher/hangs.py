@@ -127,13 +127,12 @@ class RankWatch:
                               self.judge_first)
         silent = now - beat.last
         if beat.phase:
-            timeout, kind = (beat.phase_timeout or self.timeouts.first), "phase"
+            timeout, kind, phase = (beat.phase_timeout or self.timeouts.first), "phase", beat.phase
         elif finishing:
-            timeout, kind = self.timeouts.first, "finishing"
+            timeout, kind, phase = self.timeouts.first, "finishing", "finishing"
         else:
             steady = self.timeouts.steady if self.timeouts.steady is not None else self.learned
-            timeout, kind = (steady if steady is not None else self.timeouts.first), "step"
-        phase = beat.phase or ("finishing" if finishing else "step")
+            timeout, kind, phase = (steady if steady is not None else self.timeouts.first), "step", "step"
         return RankReport(self.rank, node, wall_now - silent, started_wall, silent, timeout, kind, phase, True)
 
 

@@ -159,7 +159,8 @@ class HangWatch:
     def _collect(raw: list[dict]) -> list[RankReport]:
         reports = []
         for node_report in raw:
-            for entry in node_report.get("ranks", []) if isinstance(node_report.get("ranks"), list) else []:
+            entries = node_report.get("ranks")
+            for entry in entries if isinstance(entries, list) else []:
                 try:
                     reports.append(RankReport.from_dict(entry))
                 except ValueError:
@@ -265,7 +266,6 @@ def _read_settled(path: str, offset: int, deadline: float, clock: Callable[[], f
     with open(path, "rb") as handle:
         handle.seek(offset)
         return handle.read().decode("utf-8", "replace")
-
 
 
 def watch_round(channel: HangChannel | None, specs: Sequence[WorkerSpec], timeouts: HangTimeouts, *, node: str,

@@ -17,7 +17,8 @@ from rendezvous.history import HistoryWriter
 from rendezvous.keys import JobKeys
 from rendezvous.settings import RendezvousSettings
 
-from .agent import Agent, AgentConfig
+from .agent import Agent
+from .config import AgentConfig
 from .console import console_event, say
 from .errors import UsageError
 from .metrics import Telemetry

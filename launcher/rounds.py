@@ -18,8 +18,9 @@ from rendezvous.history import HistoryWriter
 from rendezvous.join import RendezvousInfo
 
 from . import beatfile
+from .config import AgentConfig
 from .env import WorkerSpec
-from .hangs import HangTimeouts, Verdict
+from .hangs import Verdict
 from .hangwatch import HangWatch, watch_round
 from .metrics import Telemetry
 from .output import Layout
@@ -50,25 +51,13 @@ class RoundResult:
     verdict: Verdict | None = None  # HUNG: the rank to blame
 
 
-@dataclass(frozen=True)
-class RoundSetup:
-    """What does not change from round to round."""
-
-    nproc: int
-    role: str
-    virtual_local_rank: bool
-    monitor_interval: float
-    stop_grace: float
-    cpu_binding: Mapping[int, tuple[str, ...]]
-    hang_timeouts: HangTimeouts
-    beats_dir: str
-
-
 class RoundRunner:
-    def __init__(self, setup: RoundSetup, handler: RendezvousHandler, group: WorkerGroup, reaper: ReaperProcess, *,
-                 history: HistoryWriter, say: Callable[[str], None], telemetry: Telemetry,
+    def __init__(self, config: AgentConfig, beats_dir: str, handler: RendezvousHandler, group: WorkerGroup,
+                 reaper: ReaperProcess, *, history: HistoryWriter, say: Callable[[str], None], telemetry: Telemetry,
                  hangs: HangChannel | None, environ: Mapping[str, str]) -> None:
-        self.setup = setup
+        """``beats_dir``: where the workers' heartbeat records go (one per worker and attempt)."""
+        self.config = config
+        self._beats_dir = beats_dir
         self.handler = handler
         self._group = group
         self._reaper = reaper
@@ -93,9 +82,9 @@ class RoundRunner:
         specs = self._specs(info, attempt, layout)
         for spec in specs:
             beatfile.create(spec.heartbeat_file)
-        self._group.start(specs, layout, self._environ, self.setup.cpu_binding)
+        self._group.start(specs, layout, self._environ, self.config.cpu_binding)
         self._telemetry.workers(len(specs))
-        self._hangs = watch_round(self._channel, specs, self.setup.hang_timeouts, node=self.handler.node_id,
+        self._hangs = watch_round(self._channel, specs, self.config.hang_timeouts, node=self.handler.node_id,
                                   round_=info.round, lease_id=self.handler.lease.lease_id,
                                   nodes=info.group_world_size, judge_first=self._beats_used)
         try:
@@ -110,20 +99,20 @@ class RoundRunner:
             self._hangs = None
         ending(result.outcome)
         # fenced: now, the lease may expire in under a second; else with the grace period
-        self._group.stop(0.0 if result.outcome is RoundOutcome.FENCED else self.setup.stop_grace)
+        self._group.stop(0.0 if result.outcome is RoundOutcome.FENCED else self.config.stop_grace)
         self._telemetry.workers(0)
         return result
 
     def _specs(self, info: RendezvousInfo, attempt: int, layout: Layout) -> list[WorkerSpec]:
-        n = self.setup.nproc
+        n = self.config.nproc_per_node
         return [
             WorkerSpec(
                 local_rank=i, local_world_size=n, base_global_rank=info.base_global_rank, world_size=info.world_size,
                 group_rank=info.group_rank, group_world_size=info.group_world_size, master_addr=info.master_addr,
                 master_port=info.master_port, run_id=info.run_id, restart_count=info.restart_count,
-                max_restarts=info.max_restarts, role=self.setup.role, error_file=layout.ranks[i].error_file,
-                virtual_local_rank=self.setup.virtual_local_rank,
-                heartbeat_file=os.path.join(self.setup.beats_dir, f"{attempt}-{i}.beat"),
+                max_restarts=info.max_restarts, role=self.config.role, error_file=layout.ranks[i].error_file,
+                virtual_local_rank=self.config.virtual_local_rank,
+                heartbeat_file=os.path.join(self._beats_dir, f"{attempt}-{i}.beat"),
             )
             for i in range(n)
         ]
@@ -143,7 +132,7 @@ class RoundRunner:
             verdict = self._hangs.tick(self._status.exited, self._peer_finished) if self._hangs is not None else None
             if verdict is not None:
                 return RoundResult(RoundOutcome.HUNG, verdict=verdict)
-            interval = self.setup.monitor_interval
+            interval = self.config.monitor_interval
             if time.monotonic() - started < 1.0:
                 interval = min(interval, 0.02)
             if self.handler.membership_changed(timeout=interval):

@@ -265,7 +265,7 @@ class WorkerGroup:
                 worker.exited_at = now
             if code == 0:
                 exited.add(worker.spec.local_rank)
-            if code != 0:
+            else:
                 failures.append(WorkerFailure(
                     worker.spec.local_rank, worker.spec.rank, code, self._host, worker.exited_at,
                     worker.spec.error_file, read_error(worker.spec.error_file),

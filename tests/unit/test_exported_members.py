@@ -11,6 +11,9 @@ MODULES = [
     "elastic.jobstate", "elastic.worker", "elastic.record", "launcher.env", "launcher.errors", "launcher.errorfile",
     "launcher.output", "launcher.output.plan", "launcher.output.default", "launcher.output.torch_specs",
     "launcher.output.pump", "launcher.workers", "launcher.summary", "launcher.agent", "launcher.api", "elastic.launch", "launcher.console", "launcher.signals", "launcher.launch", "launcher.options", "launcher.cli", "launcher.ctl",
+    "rendezvous.jobstore", "rendezvous.join", "rendezvous.hangcase", "rendezvous.history", "rendezvous.operate",
+    "elastic.heartbeat", "launcher.beatfile", "launcher.hangs", "launcher.hangwatch", "launcher.rounds", "launcher.config",
+    "launcher.metrics", "launcher.health", "launcher.probes",
 ]
 
 

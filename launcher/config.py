@@ -1,0 +1,27 @@
+"""What an agent is told to run: one node's settings, decided by the CLI or the launch API."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from .hangs import HangTimeouts
+from .output import LayoutStrategy
+
+__all__ = ["AgentConfig"]
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    argv: tuple[str, ...]  # the worker command line
+    nproc_per_node: int
+    logs: LayoutStrategy  # the built-in layout or a torch LogsSpecs: the CLI picks
+    max_restarts: int = 0
+    monitor_interval: float = 0.1
+    role: str = "default"
+    stop_grace: float = 30.0  # seconds between SIGTERM and SIGKILL when stopping workers (--shutdown-timeout)
+    virtual_local_rank: bool = False  # LOCAL_RANK=0 and one CUDA device per worker
+    event_log_handler: str = "null"  # torchrun's --event-log-handler: null, or console (a JSON line per event)
+    cpu_binding: Mapping[int, tuple[str, ...]] = field(default_factory=dict)  # command before a local rank's (--numa-binding)
+    exit_barrier_timeout: float = 300.0  # how long a finished node waits for the others
+    hang_timeouts: HangTimeouts = field(default_factory=HangTimeouts)  # --heartbeat-timeout, --first-heartbeat-timeout
