@@ -15,4 +15,5 @@ def train(lr):  # module level, as for torch's spawn (a notebook's cell is fine)
 if __name__ == "__main__":
     config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=2, max_restarts=1)
     print(elastic_launch(config, train)(0.1))
-    print(elastic_launch(config, sys.executable)("-c", "print('hello')"))
+    # a command; one write per line, since both ranks share the console
+    print(elastic_launch(config, sys.executable)("-c", "import sys; sys.stdout.write('hello\\n')"))

@@ -42,7 +42,9 @@ def main() -> None:
     with open(os.path.join(args.out, f"{name}.json.tmp"), "w") as handle:
         json.dump(record, handle)
     os.replace(os.path.join(args.out, f"{name}.json.tmp"), os.path.join(args.out, f"{name}.json"))
-    print(f"worker rank {env.rank} of {env.world_size} restart {env.restart_count}", flush=True)
+    # one write per line (print writes the newline apart): ranks share the console, tests read it line by line
+    sys.stdout.write(f"worker rank {env.rank} of {env.world_size} restart {env.restart_count}\n")
+    sys.stdout.flush()
     if env.restart_count < args.fail_until and env.rank == 1:
         raise ValueError(f"planned failure of rank {env.rank} at restart {env.restart_count}")
     deadline = time.monotonic() + args.run
