@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from rendezvous.membership import JobMonitor
+from rendezvous.monitor import JobMonitor
 from rendezvous.state import JobState, JobStatus
 
 from .workers import GroupStatus, WorkerFailure

@@ -285,9 +285,11 @@ class EtcdClient:
         response = self._call("KVStub", "Range", etcdrpc.RangeRequest(key=_b(key)))
         return KeyValue.from_proto(response.kvs[0]) if response.kvs else None
 
-    def get_prefix(self, prefix: str | bytes, *, keys_only: bool = False, limit: int = 0) -> tuple[list[KeyValue], int]:
-        """All keys under ``prefix`` in key order (the first ``limit``, if given), and the store revision they were read at."""
-        request = etcdrpc.RangeRequest(key=_b(prefix), range_end=prefix_range_end(prefix), keys_only=keys_only, limit=limit)
+    def get_prefix(self, prefix: str | bytes, *, keys_only: bool = False, limit: int = 0, revision: int = 0) -> tuple[list[KeyValue], int]:
+        """All keys under ``prefix`` in key order (the first ``limit``, if given; as of ``revision``, if
+        given), and the store revision they were read at."""
+        request = etcdrpc.RangeRequest(key=_b(prefix), range_end=prefix_range_end(prefix), keys_only=keys_only, limit=limit,
+                                       revision=revision)
         response = self._call("KVStub", "Range", request)
         return [KeyValue.from_proto(kv) for kv in response.kvs], response.header.revision
 

@@ -9,17 +9,21 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Sequence
 
-from .state import JobState, JobStatus, NodeInfo, Participant
+from .state import Cause, JobState, JobStatus, NodeInfo, Participant
+
+ROWS_PER_BUCKET = 32  # rows per bucket of a rank table (``rendezvous.ranktable``)
 
 __all__ = [
     "LiveNode",
     "Freeze",
     "Wait",
-    "coordinator",
     "joined",
     "assign_ranks",
     "decide",
     "frozen_state",
+    "forming_state",
+    "round_cause",
+    "bucket_count",
     "closed_state",
     "restart_count",
     "job_budget",
@@ -52,13 +56,6 @@ class Wait:
 
     until: float | None
     last_call_start: float | None
-
-
-def coordinator(nodes: Sequence[LiveNode]) -> str | None:
-    """The node that decides the round: the live node key created first (etcd's election rule)."""
-    if not nodes:
-        return None
-    return min(nodes, key=lambda n: n.create_revision).info.node
 
 
 def joined(nodes: Sequence[LiveNode], round_: int) -> list[LiveNode]:
@@ -134,16 +131,43 @@ def decide(
 
 def frozen_state(
     run_id: str, round_: int, participants: tuple[Participant, ...], nodes: Sequence[LiveNode],
-    min_nodes: int, max_nodes: int, restarts: int = 0, max_restarts: int = 0,
+    min_nodes: int, max_nodes: int, restarts: int = 0, max_restarts: int = 0, table: str = "",
 ) -> JobState:
-    """The RUNNING state of a frozen round: the master is group rank 0's node and port."""
+    """The RUNNING state of a frozen round: the master is group rank 0's node and port; its
+    participants go to rank table ``table`` (``bucket_count`` buckets)."""
     master = participants[0]
     port = next(n.info.master_port for n in nodes if n.info.node == master.node)
     return JobState(
         run_id=run_id, round=round_, status=JobStatus.RUNNING, min_nodes=min_nodes, max_nodes=max_nodes,
-        participants=participants, master_addr=master.addr, master_port=port, restarts=restarts,
-        max_restarts=max_restarts,
+        master_addr=master.addr, master_port=port, restarts=restarts, max_restarts=max_restarts, table=table,
+        size=len(participants), world=sum(p.local_world_size for p in participants),
+        buckets=bucket_count(len(participants)), participants=participants,
     )
+
+
+def bucket_count(size: int) -> int:
+    """Buckets of a rank table of ``size`` rows: about ROWS_PER_BUCKET rows in each."""
+    return max(1, -(-size // ROWS_PER_BUCKET))
+
+
+def forming_state(state: JobState | None, run_id: str, round_: int, *, min_nodes: int, max_nodes: int,
+                  last_call_at: float | None, max_restarts: int, cause: Cause = Cause(), joined: int = 0) -> JobState:
+    """Round ``round_`` forming: the last frozen round's table, master and restart count carried over
+    (and, while the same round forms, its cause and reason)."""
+    if state is None:
+        return JobState(run_id=run_id, round=round_, status=JobStatus.JOINING, min_nodes=min_nodes, max_nodes=max_nodes,
+                        last_call_at=last_call_at, max_restarts=max_restarts, cause=cause, joined=joined)
+    same = state.status is JobStatus.JOINING and state.round == round_
+    return replace(state, round=round_, status=JobStatus.JOINING, min_nodes=min_nodes, max_nodes=max_nodes,
+                   last_call_at=last_call_at, max_restarts=max_restarts, cause=state.cause if same else cause,
+                   finishing=False, reason=state.reason if same else "", joined=joined)
+
+
+def round_cause(state: JobState | None, nodes: Sequence[LiveNode]) -> Cause:
+    """Why the running round ``state`` (read with its participants) ends, from the live nodes."""
+    live = {n.info.node for n in nodes}
+    return Cause.of(failures_reported(state, nodes), lost_participants(state, live), newcomers(state, nodes),
+                    nodes_waiting(state, nodes))
 
 
 def closed_state(state: JobState, reason: str, **changes: object) -> JobState:

@@ -14,20 +14,31 @@ import uuid
 from typing import Callable
 
 from .client import EtcdClient
-from .decide import Freeze, closed_state, decide, frozen_state, job_budget, joined, restart_count
-from .errors import LeaseNotFoundError, RendezvousClosedError, RendezvousConnectionError, RendezvousError, RendezvousTimeoutError
+from .decide import (Freeze, closed_state, decide, forming_state, frozen_state, job_budget, joined, restart_count,
+                     round_cause)
+from .errors import (LeaseNotFoundError, RendezvousClosedError, RendezvousConnectionError, RendezvousError,
+                     RendezvousStateError, RendezvousTimeoutError)
 from .history import HistoryWriter, record_freeze
 from .jobstore import GaveUp, JobStateStore, StateUnchanged
-from .join import Announce, Closed, Coordinate, Follow, Joined, Progress, ReadAll, RendezvousInfo, join_step, target_round
+from .join import Announce, Closed, Coordinate, Follow, Frozen, Progress, ReadAll, RendezvousInfo, join_step, target_round
 from .keys import JobKeys
-from .membership import JobMonitor, RoundFollower, Snapshot, read_nodes, read_round
+from .membership import RoundFollower, Snapshot, read_nodes, read_round
+from .monitor import JobMonitor
 from .ports import free_port
+from .ranktable import Placement, drop_other_tables, new_table_id, read_placement, write_table
 from .session import Session
 from .settings import RendezvousSettings
-from .state import JobState, JobStatus, NodeInfo, Participant
+from .state import Cause, JobState, JobStatus, NodeInfo
 from .txn import op_put
 
 __all__ = ["RendezvousHandler", "RendezvousInfo", "Progress", "LeaseStatus", "default_node_id"]
+
+
+PROGRESS_EVERY = 2.0  # seconds between the coordinator's updates of a forming round's joined count
+
+
+class _Stale(Exception):
+    """The rank table named by the state read is gone: a later round replaced it; read again."""
 
 
 def default_node_id() -> str:
@@ -103,6 +114,7 @@ class RendezvousHandler:
         self._forming: int | None = None  # the round next_rendezvous is waiting for
         self._last_call_start: float | None = None
         self._joining_since = clock()
+        self._told_at = float("-inf")  # when this coordinator last wrote the forming round's joined count
 
     # -- the torch-shaped surface -----------------------------------------------------------------
     def get_backend(self) -> str:
@@ -134,14 +146,22 @@ class RendezvousHandler:
         try:
             while True:
                 self._forming = target
-                snapshot = current or read_round(self._client, self._keys, all_nodes=read_all)
+                snapshot = current or read_round(self._client, self._keys, all_nodes=read_all, claim=self._claim())
                 current = None
                 step = join_step(snapshot.state, target, self.node_id, coordinator=snapshot.coordinator,
                                  all_nodes=snapshot.all_nodes, lease_alive=self._session_alive())
                 if isinstance(step, Closed):
                     raise self._closed(snapshot.state)
-                if isinstance(step, Joined):
-                    return self._completed(snapshot.state, step.participant)
+                if isinstance(step, Frozen):
+                    try:
+                        placement = self._place(snapshot)
+                    except _Stale:
+                        continue
+                    if placement is not None:
+                        info = self._completed(snapshot.state, placement)
+                        self._start_monitor()
+                        return info
+                    step = Announce(snapshot.state.round + 1)  # the round froze without us: the next one
                 if isinstance(step, Announce):
                     target, current = step.round, self._announce(step.round)
                     continue
@@ -269,10 +289,12 @@ class RendezvousHandler:
         if target is None:
             return None
         state, _ = self._store.read()
-        last_call_in = None
-        if state is not None and state.status is JobStatus.JOINING and state.last_call_at is not None:
-            last_call_in = max(state.last_call_at - self._wall(), 0.0)
-        return Progress(target, self._count_joined(target), self.settings.min_nodes, self.settings.max_nodes, last_call_in)
+        last_call_in, count = None, 0
+        if state is not None and state.status is JobStatus.JOINING and state.round == target:
+            count = state.joined  # as the coordinator last said: one small read, whatever the job's size
+            if state.last_call_at is not None:
+                last_call_in = max(state.last_call_at - self._wall(), 0.0)
+        return Progress(target, count, self.settings.min_nodes, self.settings.max_nodes, last_call_in)
 
     def shutdown(self) -> bool:
         """Leave the job: revoke the lease so the others notice at once. Does NOT close the job."""
@@ -305,7 +327,7 @@ class RendezvousHandler:
         )
         put = op_put(self._keys.node(self.node_id), info.encode(), lease=self._session.lease_id)
         try:
-            return read_round(self._client, self._keys, all_nodes=False, put=put)
+            return read_round(self._client, self._keys, all_nodes=False, put=put, claim=self._claim())
         except LeaseNotFoundError:
             self._session.lost.set()
             return self._announce(round_, finished=finished)
@@ -313,6 +335,10 @@ class RendezvousHandler:
     def _renewed(self, lease_id: int, deadline: float) -> None:
         if self._on_renew is not None:
             self._on_renew(lease_id, deadline)
+
+    def _claim(self) -> tuple[str, int] | None:
+        """Who becomes the coordinator if nobody is: this node, on its lease (None: no live lease)."""
+        return (self.node_id, self._session.lease_id) if self._session_alive() else None
 
     def _coordinate(self, snapshot: Snapshot, target: int) -> float | None:
         """Decide the round. Returns None after a write, else when to look again (inf: on a change)."""
@@ -325,37 +351,64 @@ class RendezvousHandler:
             now=self._clock(),
         )
         if isinstance(decision, Freeze):
-            frozen = frozen_state(
-                self.run_id, target, decision.participants, snapshot.nodes, self.settings.min_nodes,
-                self.settings.max_nodes, restarts=restart_count(state, snapshot.nodes, target),
-                max_restarts=job_budget(state, self.max_restarts),
-            )
-            if self._store.compare_and_swap(frozen, snapshot.token) and self._history is not None:
-                record_freeze(self._history, state, frozen, formed_in=self._clock() - self._joining_since)
+            self._freeze(snapshot, target, decision)
             return None
         self._last_call_start = decision.last_call_start
         last_call_at = None
         if decision.until is not None:
             last_call_at = round(self._wall() + (decision.until - self._clock()), 3)
+        count = len(joined(snapshot.nodes, target))
         announced = state is not None and state.status is JobStatus.JOINING and state.round == target
-        if not announced or (last_call_at is None) != (state.last_call_at is None):
-            # Tell everyone a round is forming, and when its last call ends (for progress lines).
-            forming = JobState(
-                run_id=self.run_id, round=target, status=JobStatus.JOINING, min_nodes=self.settings.min_nodes,
-                max_nodes=self.settings.max_nodes, participants=state.participants if state else (),
-                master_addr=state.master_addr if state else "", master_port=state.master_port if state else 0,
-                last_call_at=last_call_at, restarts=state.restarts if state else 0,
-                max_restarts=job_budget(state, self.max_restarts),
+        recount = announced and state.joined != count
+        if not announced or (last_call_at is None) != (state.last_call_at is None) or (
+                recount and self._clock() >= self._told_at + PROGRESS_EVERY):
+            # Tell everyone a round is forming, how many joined, and when its last call ends (for progress lines).
+            ending = state is not None and state.status is JobStatus.RUNNING
+            forming = forming_state(
+                state, self.run_id, target, min_nodes=self.settings.min_nodes, max_nodes=self.settings.max_nodes,
+                last_call_at=last_call_at, max_restarts=job_budget(state, self.max_restarts), joined=count,
+                cause=round_cause(state, snapshot.nodes) if ending else Cause(),
             )
             self._store.compare_and_swap(forming, snapshot.token)
+            self._told_at = self._clock()
             return None
-        return float("inf") if decision.until is None else decision.until
+        wake = float("inf") if decision.until is None else decision.until
+        return min(wake, self._told_at + PROGRESS_EVERY) if recount else wake
 
-    def _completed(self, state: JobState, me: Participant) -> RendezvousInfo:
+    def _freeze(self, snapshot: Snapshot, target: int, decision: Freeze) -> None:
+        """Write the round's rank table, then commit the round by CAS of the state that names it."""
+        state = snapshot.state
+        frozen = frozen_state(
+            self.run_id, target, decision.participants, snapshot.nodes, self.settings.min_nodes,
+            self.settings.max_nodes, restarts=restart_count(state, snapshot.nodes, target),
+            max_restarts=job_budget(state, self.max_restarts), table=new_table_id(target),
+        )
+        write_table(self._client, self._keys, frozen.table, frozen.participants, frozen.buckets)
+        if not self._store.compare_and_swap(frozen, snapshot.token):
+            return  # lost the race: the next commit deletes this table
+        self._client.txn([], drop_other_tables(self._keys, frozen.table))
+        if self._history is not None:
+            record_freeze(self._history, state, frozen, formed_in=self._clock() - self._joining_since)
+
+    def _place(self, snapshot: Snapshot) -> Placement | None:
+        """This node's row in the frozen round (None: the round froze without it)."""
+        state = snapshot.state
+        if state.participants:  # the coordinator read the whole table
+            me = state.participant(self.node_id)
+            base = sum(p.local_world_size for p in state.participants if me is not None and p.group_rank < me.group_rank)
+            return Placement(me, base) if me is not None else None
+        try:
+            return read_placement(self._client, self._keys, state, self.node_id)
+        except RendezvousStateError:
+            if self._store.read()[1] == snapshot.token:
+                raise  # the state still names it: the table is broken, not replaced
+            raise _Stale from None
+
+    def _completed(self, state: JobState, me: Placement) -> RendezvousInfo:
         self._info = RendezvousInfo(
-            run_id=self.run_id, round=state.round, node=self.node_id, group_rank=me.group_rank,
-            group_world_size=len(state.participants), master_addr=state.master_addr,
-            master_port=state.master_port, participants=state.participants, restart_count=state.restarts,
+            run_id=self.run_id, round=state.round, node=self.node_id, group_rank=me.participant.group_rank,
+            group_world_size=state.size, master_addr=state.master_addr, master_port=state.master_port,
+            world_size=state.world, base_global_rank=me.base_rank, restart_count=state.restarts,
             max_restarts=state.max_restarts,
         )
         self._failure = None
@@ -382,8 +435,17 @@ class RendezvousHandler:
 
     def _ensure_monitor(self) -> JobMonitor | None:
         if self._monitor is None and self._info is not None:
-            self._monitor = JobMonitor(self._client, self._keys, self._info.round)
+            lease = self._session.lease_id if self._session_alive() else 0
+            self._monitor = JobMonitor(self._client, self._keys, self._info.round, self.node_id, lease)
         return self._monitor
+
+    def _start_monitor(self) -> None:
+        """Follow the new round at once (the coordinator keeps it from now on); etcd out of reach
+        now is no error -- the first look at the membership tries again."""
+        try:
+            self._ensure_monitor()
+        except RendezvousConnectionError:
+            pass
 
     def _stop_monitor(self) -> None:
         if self._monitor is not None:

@@ -8,9 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Union
 
-from .state import JobState, JobStatus, Participant
+from .state import JobState, JobStatus
 
-__all__ = ["RendezvousInfo", "Progress", "Closed", "Joined", "Announce", "ReadAll", "Coordinate", "Follow", "JoinStep", "join_step", "target_round"]
+__all__ = ["RendezvousInfo", "Progress", "Closed", "Frozen", "Announce", "ReadAll", "Coordinate", "Follow", "JoinStep", "join_step", "target_round"]
 
 
 @dataclass(frozen=True)
@@ -24,19 +24,10 @@ class RendezvousInfo:
     group_world_size: int
     master_addr: str
     master_port: int
-    participants: tuple[Participant, ...]
+    world_size: int  # workers in the whole job: the sum of every node's local world size
+    base_global_rank: int  # the global rank of this node's local rank 0
     restart_count: int = 0  # the job's restart count (TORCHELASTIC_RESTART_COUNT of every worker)
     max_restarts: int = 0  # the job's budget (TORCHELASTIC_MAX_RESTARTS)
-
-    @property
-    def world_size(self) -> int:
-        """Workers in the whole job: the sum of every node's local world size."""
-        return sum(p.local_world_size for p in self.participants)
-
-    @property
-    def base_global_rank(self) -> int:
-        """The global rank of this node's local rank 0."""
-        return sum(p.local_world_size for p in self.participants if p.group_rank < self.group_rank)
 
 
 @dataclass(frozen=True)
@@ -56,10 +47,8 @@ class Closed:
 
 
 @dataclass(frozen=True)
-class Joined:
-    """The round froze with this node in it."""
-
-    participant: Participant
+class Frozen:
+    """The round froze: this node's row in its rank table says whether it takes part."""
 
 
 @dataclass(frozen=True)
@@ -86,7 +75,7 @@ class Follow:
     leader: str
 
 
-JoinStep = Union[Closed, Joined, Announce, ReadAll, Coordinate, Follow]
+JoinStep = Union[Closed, Frozen, Announce, ReadAll, Coordinate, Follow]
 
 
 def target_round(state: JobState | None) -> int:
@@ -103,9 +92,7 @@ def join_step(
     if state is not None and state.status is JobStatus.CLOSED:
         return Closed()
     if state is not None and state.status is JobStatus.RUNNING and state.round >= target:
-        me = state.participant(node)
-        # the round froze without us: wait for the next one
-        return Joined(me) if me is not None else Announce(state.round + 1)
+        return Frozen()
     if state is not None and state.status is JobStatus.JOINING and state.round > target:
         return Announce(state.round)
     if not lease_alive:

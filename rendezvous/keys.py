@@ -2,6 +2,8 @@
 
     <prefix>/<run_id>/state          the job's state (JSON behind STATE_HEADER), written only by CAS
     <prefix>/<run_id>/nodes/<node>   one node's record, on its agent's lease
+    <prefix>/<run_id>/coordinator    the node that decides the rounds, on its agent's lease
+    <prefix>/<run_id>/ranks/<table>/<bucket>  a frozen round's rank table (``rendezvous.ranktable``)
     <prefix>/<run_id>/store/<key>    the c10d-style store's keys
     <prefix>/<run_id>/queues/<name>  the store's FIFO queues (apart: queues are not keys)
     <prefix>/<run_id>/history/<seq>  the job's history records
@@ -86,6 +88,20 @@ class JobKeys:
 
     def node(self, node_id: str) -> str:
         return self.nodes + node_id
+
+    @property
+    def coordinator(self) -> str:
+        return job_key(self.prefix, self.run_id, "coordinator")
+
+    @property
+    def rank_tables(self) -> str:
+        return job_key(self.prefix, self.run_id, "ranks") + "/"
+
+    def rank_table(self, table: str) -> str:
+        return self.rank_tables + table + "/"
+
+    def rank_bucket(self, table: str, bucket: int) -> str:
+        return self.rank_table(table) + str(bucket)
 
     @property
     def store(self) -> str:

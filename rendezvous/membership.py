@@ -9,22 +9,23 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, replace
 from typing import Any
 
 
 from .client import EtcdClient
-from .txn import KeyValue, op_get, op_get_first_created
-from .decide import LiveNode, coordinator, failures_reported, lost_participants, newcomers, nodes_waiting
+from .txn import KeyValue, compare_created, op_get, op_put
+from .decide import LiveNode
 from .errors import RendezvousStateError
 from .jobstore import decode_state
 from .keys import JobKeys
-from .state import JobState, JobStatus, NodeInfo
+from .ranktable import read_table
+from .state import JobState, NodeInfo
 from .watch import EventType, KeyRange, Watch, WatchEvent
 
 __all__ = [
-    "Snapshot", "read_round", "apply_node_event", "apply_round_events", "read_nodes", "JobMonitor",
-    "RoundFollower",
+    "Snapshot", "read_round", "apply_node_event", "apply_round_events", "read_nodes", "RoundFollower",
 ]
 
 @dataclass(frozen=True)
@@ -61,20 +62,30 @@ def _decode_nodes(kvs) -> tuple[LiveNode, ...]:
     return tuple(nodes)
 
 
-def read_round(client: EtcdClient, keys: JobKeys, *, all_nodes: bool, put: Any = None) -> Snapshot:
-    """State and nodes at one revision, in one round trip.
+def read_round(client: EtcdClient, keys: JobKeys, *, all_nodes: bool, put: Any = None,
+               claim: tuple[str, int] | None = None) -> Snapshot:
+    """State, coordinator and (``all_nodes``) every node and the state's rank table, at one revision.
 
-    With ``all_nodes`` False only the first-created node key is read (enough to know who coordinates).
-    ``put`` (an ``op_put``) is written in the same transaction, before the reads.
+    ``put`` (an ``op_put``) is written in the same transaction, before the reads. ``claim`` (node,
+    lease): when nobody coordinates, that node becomes the coordinator (its key on that lease).
     """
-    ops = [op_get(keys.state), op_get(keys.nodes, prefix=True) if all_nodes else op_get_first_created(keys.nodes)]
-    response = client.txn([], ([put] if put is not None else []) + ops)
-    reads = response.responses[-2:]
-    state, token = _decode_state(keys, reads[0].response_range.kvs)
-    node_kvs = reads[1].response_range.kvs
-    nodes = _decode_nodes(node_kvs)
-    # without all nodes, the one read is the first-created node key: the coordinator itself
-    return Snapshot(state, token, nodes if all_nodes else (), response.header.revision, coordinator(nodes), all_nodes)
+    reads = [op_get(keys.state), op_get(keys.coordinator)] + ([op_get(keys.nodes, prefix=True)] if all_nodes else [])
+    writes = [put] if put is not None else []
+    if claim is None:
+        response = client.txn([], writes + reads)
+    else:
+        node, lease = claim
+        take = op_put(keys.coordinator, node.encode(), lease=lease)
+        response = client.txn([compare_created(keys.coordinator, 0)], writes + [take] + reads, writes + reads)
+    got = response.responses[-len(reads):]
+    state, token = _decode_state(keys, got[0].response_range.kvs)
+    held = got[1].response_range.kvs
+    leader = held[0].value.decode(errors="replace") if held else None
+    nodes = _decode_nodes(got[2].response_range.kvs) if all_nodes else ()
+    revision = response.header.revision
+    if all_nodes and state is not None and state.table:
+        state = replace(state, participants=read_table(client, keys, state, revision))
+    return Snapshot(state, token, nodes, revision, leader, all_nodes)
 
 
 def apply_node_event(keys: JobKeys, nodes: dict[str, LiveNode], event: WatchEvent) -> None:
@@ -97,14 +108,15 @@ def apply_round_events(keys: JobKeys, snapshot: Snapshot, events: list[WatchEven
 
     The watch carries values, so a new state is the state now (its token is the event's revision),
     and a snapshot of every node follows node puts and deletions. A follower's snapshot holds no
-    nodes: a node event (the coordinator's key deleted) needs a read, to learn who coordinates now.
-    A resync (history lost) or a deleted or corrupt state needs a read too.
+    nodes: a change of coordinator needs a read (which may make this node the coordinator). A
+    resync (history lost), a deleted or corrupt state, or (for the coordinator) a state naming
+    another rank table need a read too.
     """
     state, token = snapshot.state, snapshot.token
-    nodes = {n.info.node: n for n in snapshot.nodes}
-    state_key = keys.state_bytes
+    nodes = {n.info.node: n for n in snapshot.nodes} if snapshot.all_nodes else None
+    state_key, coordinator_key = keys.state_bytes, keys.coordinator.encode()
     for event in events:
-        if event.type is EventType.RESYNC:
+        if event.type is EventType.RESYNC or event.key == coordinator_key:
             return None
         if event.revision <= snapshot.revision:
             continue  # the read already showed it
@@ -114,141 +126,25 @@ def apply_round_events(keys: JobKeys, snapshot: Snapshot, events: list[WatchEven
             if token is not None and event.revision <= token:
                 continue
             try:
-                state = decode_state(keys, event.value)
+                new = decode_state(keys, event.value)
             except RendezvousStateError:
                 return None  # the read that follows reports it
-            token = event.revision
+            if nodes is not None:
+                if new.table != (state.table if state is not None else ""):
+                    return None  # a table this snapshot has not read
+                new = replace(new, participants=state.participants if state is not None else ())
+            state, token = new, event.revision
             continue
-        if not snapshot.all_nodes:
+        if nodes is None:
             return None
         apply_node_event(keys, nodes, event)
-    if not snapshot.all_nodes:
-        return Snapshot(state, token, (), snapshot.revision, snapshot.coordinator)
-    live = tuple(nodes.values())
-    return Snapshot(state, token, live, snapshot.revision, coordinator(live), True)
+    live = tuple(nodes.values()) if nodes is not None else ()
+    return Snapshot(state, token, live, snapshot.revision, snapshot.coordinator, snapshot.all_nodes)
 
 
 def read_nodes(client: EtcdClient, keys: JobKeys) -> tuple[tuple[LiveNode, ...], int]:
     kvs, revision = client.get_prefix(keys.nodes)
     return _decode_nodes(kvs), revision
-
-
-class JobMonitor:
-    """Follows a running round by watch: lost participants, waiting nodes, state changes.
-
-    ``poll()`` applies what the watch delivered so far without waiting; ``wait(timeout)`` blocks
-    until something arrives. Both are cheap enough for an agent's 0.1 s monitor loop.
-    """
-
-    def __init__(self, client: EtcdClient, keys: JobKeys, round_: int) -> None:
-        self._client = client
-        self._keys = keys
-        self._state: JobState | None = None
-        self._round = round_
-        self._nodes: dict[str, LiveNode] = {}
-        self._resync()
-        self._watch = Watch(
-            client, KeyRange(keys.state), KeyRange(keys.nodes, prefix=True), start_revision=self._revision + 1
-        )
-
-    def _resync(self) -> None:
-        snapshot = read_round(self._client, self._keys, all_nodes=True)
-        self._nodes = {n.info.node: n for n in snapshot.nodes}
-        self._state = snapshot.state
-        self._revision = snapshot.revision
-
-    def poll(self) -> None:
-        for event in self._watch.drain():
-            self._apply(event)
-
-    def wait(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` for a change of membership or state; True when there is one."""
-        if self.changed:
-            return True
-        self.next_event(timeout)
-        return self.changed
-
-    def next_event(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` for the watch to deliver something, and apply it all."""
-        event = self._watch.get(timeout)
-        if event is None:
-            return False
-        self._apply(event)
-        self.poll()
-        return True
-
-    def _apply(self, event) -> None:
-        if event.type is EventType.RESYNC:
-            self._resync()
-            return
-        if event.key == self._keys.state_bytes:
-            if event.type is EventType.DELETE:
-                self._state = None
-            else:
-                try:
-                    self._state = decode_state(self._keys, event.value)
-                except RendezvousStateError:
-                    pass  # the next read by next_rendezvous reports it
-            return
-        apply_node_event(self._keys, self._nodes, event)
-
-    @property
-    def state(self) -> JobState | None:
-        return self._state
-
-    def _mine(self) -> JobState | None:
-        """The state, while it is still the running round this monitor follows."""
-        state = self._state
-        if state is None or state.round != self._round or state.status is not JobStatus.RUNNING:
-            return None
-        return state
-
-    @property
-    def lost(self) -> list[str]:
-        return lost_participants(self._mine(), set(self._nodes))
-
-    @property
-    def waiting(self) -> int:
-        return nodes_waiting(self._mine(), list(self._nodes.values()))
-
-    @property
-    def failures(self) -> list[str]:
-        return failures_reported(self._mine(), list(self._nodes.values()))
-
-    @property
-    def newcomers(self) -> list[str]:
-        return newcomers(self._mine(), list(self._nodes.values()))
-
-    @property
-    def moved_on(self) -> bool:
-        """The job left this round: another round is forming or running, or it closed, or was reset."""
-        return self._mine() is None
-
-    @property
-    def finished(self) -> bool:
-        """Every participant of this round said its workers all succeeded."""
-        state = self._mine()
-        if state is None:
-            return False
-        for participant in state.participants:
-            node = self._nodes.get(participant.node)
-            if node is None or not node.info.finished_round(self._round):
-                return False
-        return True
-
-    @property
-    def some_finished(self) -> bool:
-        """A participant of this round said its workers all succeeded: the job is ending."""
-        state = self._mine()
-        return state is not None and any(
-            (node := self._nodes.get(p.node)) is not None and node.info.finished_round(self._round) for p in state.participants)
-
-    @property
-    def changed(self) -> bool:
-        return bool(self.lost) or self.waiting > 0 or self.moved_on
-
-    def close(self) -> None:
-        self._watch.close()
 
 
 class RoundFollower:
@@ -260,6 +156,9 @@ class RoundFollower:
     constant: with K followers on the prefix, every join would be matched against K watchers.
     """
 
+    GATHER = 0.1  # seconds the coordinator keeps taking node events into one batch
+    QUIET = 0.01  # ... while they come at least this often
+
     def __init__(self, client: EtcdClient, keys: JobKeys) -> None:
         self._client = client
         self._keys = keys
@@ -268,14 +167,32 @@ class RoundFollower:
 
     def next(self, snapshot: Snapshot, leader: str, timeout: float) -> Snapshot | None:
         """The snapshot after what the watch carries within ``timeout`` (unchanged when nothing
-        came), or None when only a read can tell (the coordinator changed, history was lost)."""
+        came), or None when only a read can tell (the coordinator changed, history was lost).
+
+        The coordinator takes node events in batches (up to GATHER seconds while they keep coming):
+        each batch costs it one look at every node, so K joins must not mean K looks."""
         if self._watch is None or self._leader != leader:
             self.close()
-            nodes = KeyRange(self._keys.nodes, prefix=True) if not leader else KeyRange(self._keys.node(leader), deletes_only=True)
-            self._watch = Watch(self._client, KeyRange(self._keys.state), nodes, start_revision=snapshot.revision + 1)
+            other = KeyRange(self._keys.nodes, prefix=True) if not leader else KeyRange(self._keys.coordinator, deletes_only=True)
+            self._watch = Watch(self._client, KeyRange(self._keys.state), other, start_revision=snapshot.revision + 1)
             self._leader = leader
         event = self._watch.get(timeout=timeout)
-        return snapshot if event is None else apply_round_events(self._keys, snapshot, [event, *self._watch.drain()])
+        if event is None:
+            return snapshot
+        events = [event, *self._watch.drain()]
+        if not leader:
+            events += self._gather()
+        return apply_round_events(self._keys, snapshot, events)
+
+    def _gather(self) -> list[WatchEvent]:
+        events: list[WatchEvent] = []
+        until = time.monotonic() + self.GATHER
+        while (left := until - time.monotonic()) > 0:
+            event = self._watch.get(timeout=min(left, self.QUIET))
+            if event is None:
+                break
+            events += [event, *self._watch.drain()]
+        return events
 
     def close(self) -> None:
         if self._watch is not None:

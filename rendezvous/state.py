@@ -15,9 +15,10 @@ from typing import Any, NamedTuple
 
 from .errors import RendezvousStateError
 
-__all__ = ["SCHEMA_VERSION", "JobStatus", "Participant", "JobState", "NodeInfo"]
+__all__ = ["SCHEMA_VERSION", "JobStatus", "Participant", "Cause", "JobState", "NodeInfo"]
 
-SCHEMA_VERSION = 2  # 2: participants as [node, addr, local_world_size] rows in group-rank order
+SCHEMA_VERSION = 3  # 3: the participants in a bucketed rank table beside the state (rendezvous.ranktable)
+CAUSE_NAMES = 16  # names kept per list of a Cause: the line that shows them names a few
 
 
 class JobStatus(str, enum.Enum):
@@ -37,14 +38,32 @@ class Participant(NamedTuple):
     local_world_size: int
 
 
+class Cause(NamedTuple):
+    """Why the coordinator ended the running round, for every node's one line (names capped at CAUSE_NAMES)."""
+
+    failures: tuple[str, ...] = ()  # "rank 1 on node b failed (exit code 1)"
+    lost: tuple[str, ...] = ()  # participants whose node key is gone
+    joining: tuple[str, ...] = ()  # newcomers asking to join
+    waiting: int = 0  # nodes asking for the next round
+
+    def encode(self) -> dict[str, Any]:
+        return {"failures": list(self.failures), "lost": list(self.lost), "joining": list(self.joining), "waiting": self.waiting}
+
+    @classmethod
+    def of(cls, failures, lost, joining, waiting: int) -> "Cause":
+        return cls(*(tuple(names[:CAUSE_NAMES]) for names in (failures, lost, joining)), waiting)
+
+
 @dataclass(frozen=True)
 class JobState:
+    """The job's header, stored under ``state``. A frozen round's participants are in its rank table
+    (``table``, ``size`` rows in ``buckets``); ``participants`` holds them when read with the table."""
+
     run_id: str
     round: int
     status: JobStatus
     min_nodes: int
     max_nodes: int
-    participants: tuple[Participant, ...] = ()
     master_addr: str = ""
     master_port: int = 0
     last_call_at: float | None = None  # wall-clock time the coordinator freezes the forming round
@@ -53,21 +72,31 @@ class JobState:
     max_restarts: int = 0  # the job's --max-restarts budget (the first agent's value)
     failed: bool = False  # closed because a worker failed with no restart left
     closed_by: str = ""  # "operator" when elastic-ctl closed it
+    table: str = ""  # the rank table of the last frozen round ("" before the first)
+    size: int = 0  # nodes in that round
+    world: int = 0  # workers in that round
+    buckets: int = 0  # the table's buckets
+    finishing: bool = False  # a participant of the running round finished: the job is ending
+    joined: int = 0  # nodes that asked for the forming round, as its coordinator last said (for progress lines)
+    cause: Cause = Cause()  # why the round before ended (set when the coordinator starts the next)
     schema: int = SCHEMA_VERSION
+    participants: tuple[Participant, ...] = field(default=(), compare=False)  # not stored here
 
     @property
     def world_size(self) -> int:
-        return sum(p.local_world_size for p in self.participants)
+        return self.world
 
     def participant(self, node: str) -> Participant | None:
+        """``node``'s entry, when the participants were read with the state."""
         for candidate in self.participants:
             if candidate.node == node:
                 return candidate
         return None
 
     def _fields(self) -> dict[str, Any]:
-        data = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        data = {name: getattr(self, name) for name in self.__dataclass_fields__ if name != "participants"}
         data["status"] = self.status.value
+        data["cause"] = self.cause.encode()
         return data
 
     def as_dict(self) -> dict[str, Any]:
@@ -76,22 +105,12 @@ class JobState:
         return data
 
     def encode(self) -> bytes:
-        """JSON; ``participants`` are ``[node, addr, local_world_size]`` rows, row i being group rank i.
-
-        Every follower of a round reads this value, so it is kept small and quick to decode: at
-        1024 nodes the rows take a third of the bytes and a fifth of the decode time of objects.
-        """
-        ordered = sorted(self.participants, key=lambda p: p.group_rank)
-        if [p.group_rank for p in ordered] != list(range(len(ordered))):
-            raise RendezvousStateError(f"group ranks {[p.group_rank for p in ordered]} are not 0..{len(ordered) - 1}")
-        data = self._fields()
-        data["participants"] = [[p.node, p.addr, p.local_world_size] for p in ordered]
-        return json.dumps(data, separators=(",", ":"), sort_keys=True).encode()
+        """JSON of the header: small and the same size at any K, since every follower reads it."""
+        return json.dumps(self._fields(), separators=(",", ":"), sort_keys=True).encode()
 
     @classmethod
     def decode(cls, raw: bytes, where: str = "job state") -> "JobState":
         data = _load(raw, where)
-        participants = _participants(_typed(data, "participants", list, where), where)
         try:
             status = JobStatus(_typed(data, "status", str, where))
         except ValueError as exc:
@@ -99,13 +118,15 @@ class JobState:
         last_call = data.get("last_call_at")
         if last_call is not None and not isinstance(last_call, (int, float)):
             raise RendezvousStateError(f"{where} is malformed: last_call_at is not a number")
+        counts = {name: _optional(data, name, int, 0, where) for name in ("size", "world", "buckets", "joined")}
+        if any(v < 0 for v in counts.values()) or (counts["size"] > 0) != (counts["buckets"] > 0):
+            raise RendezvousStateError(f"{where} is malformed: size, world and buckets {counts} do not agree")
         return cls(
             run_id=_typed(data, "run_id", str, where),
             round=_typed(data, "round", int, where),
             status=status,
             min_nodes=_typed(data, "min_nodes", int, where),
             max_nodes=_typed(data, "max_nodes", int, where),
-            participants=participants,
             master_addr=_typed(data, "master_addr", str, where),
             master_port=_typed(data, "master_port", int, where),
             last_call_at=last_call,
@@ -114,33 +135,24 @@ class JobState:
             max_restarts=_optional(data, "max_restarts", int, 0, where),
             failed=_optional(data, "failed", bool, False, where),
             closed_by=_optional(data, "closed_by", str, "", where),
+            table=_optional(data, "table", str, "", where),
+            finishing=_optional(data, "finishing", bool, False, where),
+            cause=_cause(_optional(data, "cause", dict, {}, where), where),
+            **counts,
         )
 
 
-def _participants(rows: list, where: str) -> tuple[Participant, ...]:
-    """Decode the participant rows. Every follower of a round runs this on all K rows, so the
-    tuples are built first (one comprehension) and checked after, rather than field by field."""
-    try:
-        out = tuple([_new(Participant, (node, rank, addr, size)) for rank, (node, addr, size) in enumerate(rows)])
-    except (TypeError, ValueError):
-        out = ()  # a row that is not three values: found below
-    if len(out) != len(rows):
-        for rank, row in enumerate(rows):
-            if type(row) is not list or len(row) != 3:
-                raise RendezvousStateError(
-                    f"{where} is malformed: participant {rank} is not [node, addr, local_world_size]"
-                )
-    for p in out:
-        size = p.local_world_size
-        if type(p.node) is not str or type(p.addr) is not str or type(size) is not int or size < 1:
-            raise RendezvousStateError(
-                f"{where} is malformed: participant {p.group_rank} {[p.node, p.addr, p.local_world_size]!r} "
-                f"is not [node, addr, local_world_size >= 1]"
-            )
-    return out
-
-
-_new = tuple.__new__
+def _cause(data: dict, where: str) -> Cause:
+    lists = []
+    for name in ("failures", "lost", "joining"):
+        names = data.get(name, [])
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise RendezvousStateError(f"{where} is malformed: cause.{name} is not a list of strings")
+        lists.append(names)
+    waiting = data.get("waiting", 0)
+    if type(waiting) is not int:
+        raise RendezvousStateError(f"{where} is malformed: cause.waiting is not int")
+    return Cause.of(*lists, waiting)
 
 
 @dataclass(frozen=True)

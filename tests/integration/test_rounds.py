@@ -10,6 +10,7 @@ import pytest
 from rendezvous import RendezvousClosedError, RendezvousStateError, RendezvousTimeoutError
 from rendezvous.join import RendezvousInfo
 from rendezvous.state import NodeInfo
+from rendezvous.view import get_state
 from tests.integration.rdzv_helpers import Nodes
 
 
@@ -176,10 +177,11 @@ def test_progress_shows_how_the_round_is_forming(nodes):
 
 
 def test_a_follower_takes_over_when_the_coordinator_dies_while_the_round_forms(nodes, etcd_client, key_prefix):
-    # A coordinator that joined first and then hangs: its node key exists, it never decides.
+    # A coordinator that joined first and then hangs: its node key and the coordinator key exist, it never decides.
     lease = etcd_client.grant_lease(30)
     hung = NodeInfo(node="hung", round=1, addr="127.0.0.1", local_world_size=1, master_port=1)
     etcd_client.put(f"{key_prefix}/job/nodes/hung", hung.encode(), lease=lease)
+    etcd_client.put(f"{key_prefix}/job/coordinator", b"hung", lease=lease)
     handlers = [nodes.add(n, min_nodes=2, max_nodes=2) for n in "bc"]
     results = {}
     runner = threading.Thread(target=lambda: results.update(nodes.rendezvous(handlers)), daemon=True)
@@ -192,8 +194,8 @@ def test_a_follower_takes_over_when_the_coordinator_dies_while_the_round_forms(n
     assert not runner.is_alive()
     took_over = time.monotonic() - died
     infos = _ok(results)
-    assert {p.node for p in infos["b"].participants} == {"b", "c"}
-    assert sorted(i.group_rank for i in infos.values()) == [0, 1]
+    assert sorted(i.group_rank for i in infos.values()) == [0, 1] and infos["b"].group_world_size == 2
+    assert {n.node for n in get_state(etcd_client, "job", key_prefix=key_prefix).nodes if n.group_rank is not None} == {"b", "c"}
     assert took_over < 2.0, f"the round froze {took_over:.2f}s after the coordinator died"
 
 

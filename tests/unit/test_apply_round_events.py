@@ -1,5 +1,7 @@
 """apply_round_events: what the rounds conclude from their watch events alone (no etcd)."""
 
+from dataclasses import replace
+
 from rendezvous.keys import STATE_HEADER
 from rendezvous.decide import LiveNode
 from rendezvous.keys import JobKeys
@@ -19,7 +21,7 @@ def _state_put(state, revision):
     return WatchEvent(EventType.PUT, KEYS.state.encode(), STATE_HEADER + state.encode(), revision, 3)
 
 
-RUNNING = JobState("job", 1, JobStatus.RUNNING, 2, 2, (Participant("a", 0, "h", 1), Participant("b", 1, "h", 1)), "h", 1)
+RUNNING = JobState("job", 1, JobStatus.RUNNING, 2, 2, "h", 1, table="1-aa", size=2, world=2, buckets=1)
 
 
 def test_a_new_state_on_the_watch_is_the_state_now_with_its_token():
@@ -64,7 +66,20 @@ def test_the_coordinators_snapshot_follows_node_puts_and_deletions():
     ]
     after = apply_round_events(KEYS, snapshot, events)
     assert sorted(n.info.node for n in after.nodes) == ["b", "c"]
-    assert after.coordinator == "b" and after.all_nodes and after.revision == 10
+    assert after.coordinator == "a" and after.all_nodes and after.revision == 10  # the coordinator key says who
+
+
+def test_the_coordinator_key_changing_needs_a_read():
+    gone = WatchEvent(EventType.DELETE, KEYS.coordinator.encode(), b"", 12)
+    assert apply_round_events(KEYS, _snapshot(), [gone]) is None
+
+
+def test_the_coordinator_keeps_the_participants_it_read_until_a_state_names_another_table():
+    members = (Participant("a", 0, "h", 1), Participant("b", 1, "h", 1))
+    snapshot = Snapshot(replace(RUNNING, participants=members), 9, (LiveNode(_node("a"), 5),), 10, "a", all_nodes=True)
+    finishing = apply_round_events(KEYS, snapshot, [_state_put(replace(RUNNING, finishing=True), 11)])
+    assert finishing.state.finishing and finishing.state.participants == members
+    assert apply_round_events(KEYS, snapshot, [_state_put(replace(RUNNING, round=2, table="2-bb"), 11)]) is None
 
 
 def test_a_followers_snapshot_needs_a_read_for_any_node_event():

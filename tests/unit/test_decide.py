@@ -3,7 +3,7 @@
 import pytest
 
 from rendezvous.decide import (
-    Freeze, LiveNode, Wait, assign_ranks, coordinator, decide, failures_reported, frozen_state, job_budget,
+    Freeze, LiveNode, Wait, assign_ranks, decide, failures_reported, frozen_state, job_budget,
     lost_participants, newcomers, nodes_waiting, restart_count,
 )
 from rendezvous.state import JobState, JobStatus, NodeInfo, Participant
@@ -14,7 +14,7 @@ def node(name, round_=1, rev=None, lws=2, port=1000):
 
 
 def running(participants, round_=1, max_nodes=4):
-    return JobState("job", round_, JobStatus.RUNNING, 1, max_nodes, tuple(participants), "m", 1)
+    return JobState("job", round_, JobStatus.RUNNING, 1, max_nodes, "m", 1, participants=tuple(participants))
 
 
 def p(name, rank, lws=2):
@@ -24,11 +24,6 @@ def p(name, rank, lws=2):
 def call(nodes, round_=1, previous=None, min_nodes=2, max_nodes=4, last_call=5.0, start=None, now=100.0):
     return decide(previous, nodes, round_, min_nodes=min_nodes, max_nodes=max_nodes,
                   last_call_timeout=last_call, last_call_start=start, now=now)
-
-
-def test_coordinator_is_the_node_whose_key_was_created_first():
-    assert coordinator([node("n2", rev=5), node("n1", rev=9), node("n3", rev=7)]) == "n2"
-    assert coordinator([]) is None
 
 
 def test_round_freezes_at_once_when_max_nodes_joined():
@@ -132,7 +127,7 @@ def test_lost_participants_are_those_whose_key_is_gone():
 
 @pytest.mark.parametrize("status", [JobStatus.JOINING, JobStatus.CLOSED])
 def test_nothing_waits_and_nothing_is_lost_unless_a_round_runs(status):
-    state = JobState("job", 1, status, 1, 4, (p("n0", 0),))
+    state = JobState("job", 1, status, 1, 4, participants=(p("n0", 0),))
     assert nodes_waiting(state, [node("n5", 2)]) == 0
     assert lost_participants(state, set()) == []
 

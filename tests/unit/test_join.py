@@ -1,6 +1,6 @@
 """The join protocol's decisions, without etcd."""
 
-from rendezvous.join import Announce, Closed, Coordinate, Follow, Joined, ReadAll, join_step, target_round
+from rendezvous.join import Announce, Closed, Coordinate, Follow, Frozen, ReadAll, join_step, target_round
 from rendezvous.state import JobState, JobStatus, Participant
 
 A = Participant("a", 0, "h", 1)
@@ -8,7 +8,7 @@ B = Participant("b", 1, "h", 1)
 
 
 def _state(status, round_, *participants):
-    return JobState("job", round_, status, 1, 4, tuple(participants), "h", 1)
+    return JobState("job", round_, status, 1, 4, "h", 1, participants=tuple(participants))
 
 
 def _step(state, target=2, node="a", coordinator="a", all_nodes=True, lease_alive=True):
@@ -25,12 +25,10 @@ def test_a_closed_job_is_never_joined():
     assert _step(_state(JobStatus.CLOSED, 2, A)) == Closed()
 
 
-def test_a_frozen_round_with_this_node_in_it_is_joined():
-    assert _step(_state(JobStatus.RUNNING, 2, A, B), node="b") == Joined(B)
-
-
-def test_a_round_that_froze_without_this_node_makes_it_ask_for_the_next():
-    assert _step(_state(JobStatus.RUNNING, 2, A), node="b") == Announce(3)
+def test_a_frozen_round_sends_the_node_to_its_row_in_the_rank_table():
+    # whether the node is in it is its row's business (rendezvous.ranktable; tests/unit/test_ranktable.py)
+    assert _step(_state(JobStatus.RUNNING, 2, A, B), node="b") == Frozen()
+    assert _step(_state(JobStatus.RUNNING, 3), target=2, node="c", coordinator="a") == Frozen()
 
 
 def test_a_later_round_forming_is_asked_for():

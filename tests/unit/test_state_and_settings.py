@@ -4,12 +4,13 @@ import pytest
 
 from rendezvous.errors import RendezvousSettingsError, RendezvousStateError
 from rendezvous.settings import RendezvousSettings, parse_conf
-from rendezvous.state import JobState, JobStatus, NodeInfo, Participant
+from rendezvous.decide import LiveNode, frozen_state
+from rendezvous.state import CAUSE_NAMES, Cause, JobState, JobStatus, NodeInfo, Participant
 
 
 def _state():
-    return JobState("job", 2, JobStatus.RUNNING, 1, 3, (Participant("a", 0, "h", 2), Participant("b", 1, "g", 4)),
-                    "h", 29500, None, "")
+    return JobState("job", 2, JobStatus.RUNNING, 1, 3, "h", 29500, None, "", table="2-abc", size=2, world=6, buckets=1,
+                    cause=Cause(("rank 1 on node b failed (exit code 1)",), ("c",), (), 2))
 
 
 def test_job_state_round_trips_through_json():
@@ -17,6 +18,28 @@ def test_job_state_round_trips_through_json():
     assert JobState.decode(state.encode()) == state
     assert state.world_size == 6
     assert state.as_dict()["status"] == "running"
+    assert state.as_dict()["cause"] == {"failures": ["rank 1 on node b failed (exit code 1)"], "lost": ["c"],
+                                        "joining": [], "waiting": 2}
+
+
+def _frozen(k: int) -> JobState:
+    participants = tuple(Participant(f"node-{i:05d}-{i * 7919 % 16**8:08x}", i, f"10.{i // 65536}.{i // 256 % 256}.{i % 256}", 8)
+                         for i in range(k))
+    nodes = [LiveNode(NodeInfo(p.node, 3, p.addr, 8, 29500), i) for i, p in enumerate(participants)]
+    return frozen_state("job-42", 3, participants, nodes, k // 2, k, restarts=1, max_restarts=3, table="3-0123abcd")
+
+
+def test_the_state_every_node_reads_is_the_same_size_at_16_and_at_16384_nodes():
+    small, big = _frozen(16), _frozen(16384)
+    assert (big.size, big.world, big.buckets) == (16384, 16384 * 8, 512)
+    assert len(big.encode()) - len(small.encode()) <= 16  # a few more digits in five counts, no participant
+    decoded = JobState.decode(big.encode())
+    assert decoded.participants == () and decoded.world_size == 16384 * 8
+
+
+def test_a_cause_keeps_a_few_names_however_many_nodes_went():
+    cause = Cause.of([], [f"n{i}" for i in range(4096)], [], 0)
+    assert len(cause.lost) == CAUSE_NAMES
 
 
 def test_node_info_round_trips_through_json():
@@ -43,11 +66,12 @@ def test_decode_refuses_what_is_not_a_job_state(raw, fragment):
     [
         ({"round": "2"}, "'round' is not int"),
         ({"status": "dancing"}, "malformed"),
-        ({"participants": [{"node": "a"}]}, "participant 0 is not \\[node, addr, local_world_size\\]"),
-        ({"participants": [["a", "h", 1], ["b", "h"]]}, "participant 1 is not"),
-        ({"participants": [["a", "h", 0]]}, "local_world_size >= 1"),
-        ({"participants": [["a", 7, 1]]}, "participant 0 \\['a', 7, 1\\]"),
-        ({"participants": "a"}, "'participants' is not list"),
+        ({"size": 2, "buckets": 0}, "do not agree"),
+        ({"world": -1}, "do not agree"),
+        ({"table": 7}, "'table' is not str"),
+        ({"cause": {"lost": "a"}}, "cause.lost is not a list of strings"),
+        ({"cause": {"waiting": "2"}}, "cause.waiting is not int"),
+        ({"cause": []}, "'cause' is not dict"),
         ({"max_nodes": True}, "'max_nodes' is not int"),
     ],
 )
@@ -87,21 +111,6 @@ def test_bad_settings_name_what_is_wrong(min_nodes, max_nodes, conf, fragment):
 
 def test_parse_conf_skips_empty_entries():
     assert parse_conf(" a=1, ,b = 2 ") == {"a": "1", "b": "2"}
-
-
-def test_participants_are_stored_as_rows_in_group_rank_order():
-    state = JobState("job", 1, JobStatus.RUNNING, 1, 3, (Participant("b", 1, "g", 4), Participant("a", 0, "h", 2)))
-    data = json.loads(state.encode())
-    assert data["participants"] == [["a", "h", 2], ["b", "g", 4]]
-    decoded = JobState.decode(state.encode())
-    assert decoded.participants == (Participant("a", 0, "h", 2), Participant("b", 1, "g", 4))
-    assert decoded.as_dict()["participants"][1] == {"node": "b", "group_rank": 1, "addr": "g", "local_world_size": 4}
-
-
-def test_encode_refuses_ranks_that_are_not_0_to_n():
-    state = JobState("job", 1, JobStatus.RUNNING, 1, 3, (Participant("a", 0, "h", 1), Participant("b", 2, "h", 1)))
-    with pytest.raises(RendezvousStateError, match="group ranks"):
-        state.encode()
 
 
 def test_credentials_come_from_the_environment_and_the_conf_wins():

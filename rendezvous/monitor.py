@@ -1,0 +1,263 @@
+"""Following a running round, at a cost to etcd that does not grow with the job on any one node.
+
+One node -- the coordinator, the holder of the ``coordinator`` key -- keeps the round: it reads every
+node and the round's rank table once, and watches the nodes prefix. When a participant's key goes,
+a node asks for the next round (its workers failed, or it is new and there is room), or the first
+participant finishes, it says so in the job state, by compare-and-swap: the next round forming
+(with the cause, for every node's one line) or the round finishing. Every other node watches two
+keys: the state, and the coordinator key, whose deletion (the coordinator's lease ended) makes them
+claim it -- one wins and keeps the round from then on. So a change costs etcd O(K) events in all,
+where K monitors on the nodes prefix would each receive every node's every write.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from dataclasses import replace
+
+from .client import EtcdClient
+from .decide import failures_reported, forming_state, lost_participants, newcomers, nodes_waiting, round_cause
+from .errors import RendezvousError, RendezvousStateError
+from .jobstore import JobStateStore, decode_state
+from .keys import JobKeys
+from .membership import apply_node_event, read_round
+from .decide import LiveNode
+from .state import Cause, JobState, JobStatus
+from .watch import EventType, KeyRange, Watch, WatchEvent
+
+__all__ = ["JobMonitor"]
+
+
+def _locked(method):
+    """Run under the monitor's lock: its thread changes the nodes and the state as events come."""
+    @functools.wraps(method)
+    def locked(self):
+        with self._changes:
+            return method(self)
+    return locked
+
+
+class JobMonitor:
+    """Follows a running round by watch: lost participants, waiting nodes, state changes.
+
+    A thread of its own applies the watch's events as they come (and, for the keeper, publishes
+    what changed), so a node learns of a change whatever its agent is busy with; ``wait(timeout)``
+    blocks until something arrives. ``keeper``: this node holds the coordinator key, watches every
+    node and publishes what changes.
+    """
+
+    RETRY = 0.5  # seconds before the thread reads again after etcd failed it
+
+    def __init__(self, client: EtcdClient, keys: JobKeys, round_: int, node: str = "", lease: int = 0) -> None:
+        self._client = client
+        self._keys = keys
+        self._round = round_
+        self._node, self._lease = node, lease
+        self._store = JobStateStore(client, keys)
+        self._changes = threading.Condition()  # guards what the events built; notified on each batch
+        self._version = 0
+        self._closed = threading.Event()
+        self._watch: Watch | None = None
+        self._published: tuple | None = None
+        self._setup()
+        self._thread = threading.Thread(target=self._run, name=f"round-{round_}-monitor", daemon=True)
+        self._thread.start()
+
+    def _setup(self) -> None:
+        """Read the state and the coordinator (claiming it if nobody holds it); the keeper reads every node too."""
+        claim = (self._node, self._lease) if self._node and self._lease else None
+        snapshot = read_round(self._client, self._keys, all_nodes=False, claim=claim)
+        keeper = bool(self._node) and snapshot.coordinator == self._node
+        if keeper:
+            snapshot = read_round(self._client, self._keys, all_nodes=True)
+        other = KeyRange(self._keys.nodes, prefix=True) if keeper else KeyRange(self._keys.coordinator, deletes_only=True)
+        watch = Watch(self._client, KeyRange(self._keys.state), other, start_revision=snapshot.revision + 1)
+        with self._changes:
+            old, self._watch = self._watch, watch
+            self.keeper = keeper
+            self._nodes: dict[str, LiveNode] = {n.info.node: n for n in snapshot.nodes}
+            self._state, self._token = snapshot.state, snapshot.token
+            self._changed()
+        if old is not None:
+            old.close()
+        self._publish()
+
+    def _run(self) -> None:
+        stale = False  # only a new read can tell (the coordinator gone, history lost)
+        while not self._closed.is_set():
+            try:
+                if stale:
+                    self._setup()
+                    stale = False
+                    continue
+                event = self._watch.get(timeout=0.5)
+                if event is not None:
+                    stale = not self._apply_all([event, *self._watch.drain()])
+            except RendezvousError:
+                self._closed.wait(self.RETRY)  # etcd out of reach while reading or publishing: try again
+
+    def _changed(self) -> None:
+        self._version += 1
+        self._changes.notify_all()
+
+    def poll(self) -> None:
+        """Nothing to do: the monitor's thread applies events as they come (kept for its callers)."""
+
+    def wait(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` for a change of membership or state; True when there is one."""
+        if self.changed:
+            return True
+        self.next_event(timeout)
+        return self.changed
+
+    def next_event(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` for the watch to deliver something (applied by then)."""
+        with self._changes:
+            seen = self._version
+            return self._changes.wait_for(lambda: self._version != seen, timeout=max(timeout, 0.0))
+
+    def _apply_all(self, events: list[WatchEvent]) -> bool:
+        """Apply a batch and publish what it changed; False when a new read is needed."""
+        with self._changes:
+            complete = all(self._apply(event) for event in events)
+            self._changed()
+        if complete:
+            self._publish()
+        return complete
+
+    def _apply(self, event: WatchEvent) -> bool:
+        """Apply one event; False when only a new read can tell (history lost, the coordinator gone)."""
+        if event.type is EventType.RESYNC or event.key == self._keys.coordinator.encode():
+            return False
+        if event.key == self._keys.state_bytes:
+            if event.type is EventType.DELETE:
+                self._state, self._token = None, None
+                return True
+            try:
+                state = decode_state(self._keys, event.value)
+            except RendezvousStateError:
+                return True  # the next read by next_rendezvous reports it
+            if self._state is not None and state.table == self._state.table:
+                state = replace(state, participants=self._state.participants)
+            self._state, self._token = state, event.revision
+            return True
+        if self.keeper:
+            apply_node_event(self._keys, self._nodes, event)
+        return True
+
+    def _publish(self) -> None:
+        """The keeper tells every node, by one write of the state, that the round ends or is ending."""
+        with self._changes:
+            state, token = self._mine(), self._token
+            if not self.keeper or state is None:
+                return
+            nodes = list(self._nodes.values())
+            if lost_participants(state, set(self._nodes)) or nodes_waiting(state, nodes) > 0:
+                change, new = "next", forming_state(
+                    state, state.run_id, state.round + 1, min_nodes=state.min_nodes, max_nodes=state.max_nodes,
+                    last_call_at=None, max_restarts=state.max_restarts, cause=round_cause(state, nodes))
+            elif self.some_finished and not state.finishing:
+                change, new = "finishing", replace(state, finishing=True)
+            else:
+                return
+            if self._published == (change, token):
+                return
+        self._store.compare_and_swap(new, token)
+        self._published = (change, token)  # once: the watch brings the state it wrote (or the one that won)
+
+    @property
+    def state(self) -> JobState | None:
+        return self._state
+
+    def _mine(self) -> JobState | None:
+        """The state, while it is still the running round this monitor follows."""
+        state = self._state
+        if state is None or state.round != self._round or state.status is not JobStatus.RUNNING:
+            return None
+        return state
+
+    def _cause(self) -> Cause | None:
+        """What the keeper said ended this round, once the next one is forming."""
+        state = self._state
+        if state is not None and state.status is JobStatus.JOINING and state.round > self._round:
+            return state.cause
+        return None
+
+    @property
+    @_locked
+    def lost(self) -> list[str]:
+        cause = self._cause()
+        if cause is not None or not self.keeper:
+            return list(cause.lost) if cause else []
+        return lost_participants(self._mine(), set(self._nodes))
+
+    @property
+    @_locked
+    def waiting(self) -> int:
+        cause = self._cause()
+        if cause is not None or not self.keeper:
+            return cause.waiting if cause else 0
+        return nodes_waiting(self._mine(), list(self._nodes.values()))
+
+    @property
+    @_locked
+    def failures(self) -> list[str]:
+        cause = self._cause()
+        if cause is not None or not self.keeper:
+            return list(cause.failures) if cause else []
+        return failures_reported(self._mine(), list(self._nodes.values()))
+
+    @property
+    @_locked
+    def newcomers(self) -> list[str]:
+        cause = self._cause()
+        if cause is not None or not self.keeper:
+            return list(cause.joining) if cause else []
+        return newcomers(self._mine(), list(self._nodes.values()))
+
+    @property
+    def moved_on(self) -> bool:
+        """The job left this round: another round is forming or running, or it closed, or was reset."""
+        return self._mine() is None
+
+    def _closed_finished(self) -> bool:
+        state = self._state
+        return (state is not None and state.status is JobStatus.CLOSED and state.round == self._round
+                and not state.failed and not state.closed_by)
+
+    @property
+    @_locked
+    def finished(self) -> bool:
+        """Every participant of this round said its workers all succeeded (for a node other than
+        the keeper: the keeper's node saw that and closed the job)."""
+        state = self._mine()
+        if state is None or not self.keeper:
+            return self._closed_finished()
+        for participant in state.participants:
+            node = self._nodes.get(participant.node)
+            if node is None or not node.info.finished_round(self._round):
+                return False
+        return True
+
+    @property
+    @_locked
+    def some_finished(self) -> bool:
+        """A participant of this round said its workers all succeeded: the job is ending."""
+        state = self._mine()
+        if state is None:
+            return self._closed_finished()
+        if state.finishing or not self.keeper:
+            return state.finishing
+        return any((node := self._nodes.get(p.node)) is not None and node.info.finished_round(self._round)
+                   for p in state.participants)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.lost) or self.waiting > 0 or self.moved_on
+
+    def close(self) -> None:
+        self._closed.set()
+        self._thread.join(timeout=5)
+        if self._watch is not None:
+            self._watch.close()
