@@ -14,27 +14,24 @@ import uuid
 from typing import Callable
 
 from .client import EtcdClient
-from .decide import (Freeze, closed_state, decide, forming_state, frozen_state, job_budget, joined, restart_count,
-                     round_cause)
+from .coordinate import RoundCoordinator
+from .decide import closed_state, joined
 from .errors import (LeaseNotFoundError, RendezvousClosedError, RendezvousConnectionError, RendezvousError,
                      RendezvousStateError, RendezvousTimeoutError)
-from .history import HistoryWriter, record_freeze
+from .history import HistoryWriter
 from .jobstore import GaveUp, JobStateStore, StateUnchanged
 from .join import Announce, Closed, Coordinate, Follow, Frozen, Progress, ReadAll, RendezvousInfo, join_step, target_round
 from .keys import JobKeys
 from .membership import RoundFollower, Snapshot, read_nodes, read_round
 from .monitor import JobMonitor
 from .ports import free_port
-from .ranktable import Placement, drop_other_tables, new_table_id, read_placement, write_table
+from .ranktable import Placement, read_placement
 from .session import Session
 from .settings import RendezvousSettings
-from .state import Cause, JobState, JobStatus, NodeInfo
+from .state import JobState, JobStatus, NodeInfo
 from .txn import op_put
 
 __all__ = ["RendezvousHandler", "RendezvousInfo", "Progress", "LeaseStatus", "default_node_id"]
-
-
-PROGRESS_EVERY = 2.0  # seconds between the coordinator's updates of a forming round's joined count
 
 
 class _Stale(Exception):
@@ -112,9 +109,8 @@ class RendezvousHandler:
         self._monitor: JobMonitor | None = None
         self._info: RendezvousInfo | None = None
         self._forming: int | None = None  # the round next_rendezvous is waiting for
-        self._last_call_start: float | None = None
-        self._joining_since = clock()
-        self._told_at = float("-inf")  # when this coordinator last wrote the forming round's joined count
+        self._coordinator = RoundCoordinator(client, settings, self._keys, max_restarts=max_restarts, history=history,
+                                             clock=clock, wall_clock=wall_clock)
 
     # -- the torch-shaped surface -----------------------------------------------------------------
     def get_backend(self) -> str:
@@ -133,14 +129,13 @@ class RendezvousHandler:
         (corrupt state).
         """
         self._stop_monitor()
-        self._joining_since = self._clock()
+        self._coordinator.start(self._clock())
         deadline = self._clock() + self.settings.join_timeout
         first = read_round(self._client, self._keys, all_nodes=False)
         if first.state is not None and first.state.status is JobStatus.CLOSED:
             raise self._closed(first.state)
         target = target_round(first.state)
         current: Snapshot | None = self._announce(target)
-        self._last_call_start = None
         follower = RoundFollower(self._client, self._keys)
         read_all = False
         try:
@@ -170,7 +165,7 @@ class RendezvousHandler:
                 if isinstance(step, ReadAll):
                     continue
                 if isinstance(step, Coordinate):
-                    wake_at = self._coordinate(snapshot, target)
+                    wake_at = self._coordinator.step(snapshot, target)
                     if wake_at is None:
                         continue  # we wrote the state (or lost the race): read it back
                     until = min(until, wake_at)
@@ -339,56 +334,6 @@ class RendezvousHandler:
     def _claim(self) -> tuple[str, int] | None:
         """Who becomes the coordinator if nobody is: this node, on its lease (None: no live lease)."""
         return (self.node_id, self._session.lease_id) if self._session_alive() else None
-
-    def _coordinate(self, snapshot: Snapshot, target: int) -> float | None:
-        """Decide the round. Returns None after a write, else when to look again (inf: on a change)."""
-        state = snapshot.state
-        previous = state if state is not None and state.participants else None
-        decision = decide(
-            previous, snapshot.nodes, target,
-            min_nodes=self.settings.min_nodes, max_nodes=self.settings.max_nodes,
-            last_call_timeout=self.settings.last_call_timeout, last_call_start=self._last_call_start,
-            now=self._clock(),
-        )
-        if isinstance(decision, Freeze):
-            self._freeze(snapshot, target, decision)
-            return None
-        self._last_call_start = decision.last_call_start
-        last_call_at = None
-        if decision.until is not None:
-            last_call_at = round(self._wall() + (decision.until - self._clock()), 3)
-        count = len(joined(snapshot.nodes, target))
-        announced = state is not None and state.status is JobStatus.JOINING and state.round == target
-        recount = announced and state.joined != count
-        if not announced or (last_call_at is None) != (state.last_call_at is None) or (
-                recount and self._clock() >= self._told_at + PROGRESS_EVERY):
-            # Tell everyone a round is forming, how many joined, and when its last call ends (for progress lines).
-            ending = state is not None and state.status is JobStatus.RUNNING
-            forming = forming_state(
-                state, self.run_id, target, min_nodes=self.settings.min_nodes, max_nodes=self.settings.max_nodes,
-                last_call_at=last_call_at, max_restarts=job_budget(state, self.max_restarts), joined=count,
-                cause=round_cause(state, snapshot.nodes) if ending else Cause(),
-            )
-            self._store.compare_and_swap(forming, snapshot.token)
-            self._told_at = self._clock()
-            return None
-        wake = float("inf") if decision.until is None else decision.until
-        return min(wake, self._told_at + PROGRESS_EVERY) if recount else wake
-
-    def _freeze(self, snapshot: Snapshot, target: int, decision: Freeze) -> None:
-        """Write the round's rank table, then commit the round by CAS of the state that names it."""
-        state = snapshot.state
-        frozen = frozen_state(
-            self.run_id, target, decision.participants, snapshot.nodes, self.settings.min_nodes,
-            self.settings.max_nodes, restarts=restart_count(state, snapshot.nodes, target),
-            max_restarts=job_budget(state, self.max_restarts), table=new_table_id(target),
-        )
-        write_table(self._client, self._keys, frozen.table, frozen.participants, frozen.buckets)
-        if not self._store.compare_and_swap(frozen, snapshot.token):
-            return  # lost the race: the next commit deletes this table
-        self._client.txn([], drop_other_tables(self._keys, frozen.table))
-        if self._history is not None:
-            record_freeze(self._history, state, frozen, formed_in=self._clock() - self._joining_since)
 
     def _place(self, snapshot: Snapshot) -> Placement | None:
         """This node's row in the frozen round (None: the round froze without it)."""

@@ -9,7 +9,9 @@ from pathlib import Path
 
 from rendezvous.history import DEFAULT_LIMIT
 from rendezvous.settings import RendezvousSettings
-from rendezvous.state import JobState, JobStatus, Participant
+from rendezvous.decide import LiveNode, frozen_state
+from rendezvous.ranktable import encode_buckets, new_table_id
+from rendezvous.state import NodeInfo, Participant
 
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
 
@@ -20,16 +22,23 @@ def _figure(pattern: str) -> float:
     return float(match.group(1))
 
 
-def test_the_frozen_state_of_1024_nodes_is_the_size_the_readme_says():
+def _frozen(k: int):
     # node ids as default_node_id() makes them on a host named like node-0001 (18 characters), IPv4
-    nodes = tuple(Participant(f"node-{i:04d}-{i * 7919 % 16**8:08x}", i, f"10.0.{i // 256}.{i % 256}", 8)
-                  for i in range(1024))
-    state = JobState("job-42", 7, JobStatus.RUNNING, 512, 1024, nodes, "10.0.0.0", 29500, restarts=1, max_restarts=3)
-    size = len(state.encode())
-    stated = _figure(r"\((\d+) KB at 1024 nodes")
-    assert abs(size / 1000 - stated) < 1.0, f"{size} bytes at 1024 nodes; the README says {stated:g} KB"
-    per_node = (size - len(JobState("job-42", 7, JobStatus.RUNNING, 512, 1024).encode())) / 1024
-    assert per_node < 18 + 11 + 12, f"{per_node:.1f} bytes a node: more than the id, the address and a row's frame"
+    nodes = tuple(Participant(f"node-{i:04d}-{i * 7919 % 16**8:08x}", i, f"10.0.{i // 256 % 256}.{i % 256}", 8)
+                  for i in range(k))
+    live = [LiveNode(NodeInfo(p.node, 7, p.addr, 8, 29500), i) for i, p in enumerate(nodes)]
+    return frozen_state("job-42", 7, nodes, live, k // 2, k, restarts=1, max_restarts=3, table=new_table_id(7))
+
+
+def test_what_every_node_reads_of_a_frozen_round_is_the_size_the_readme_says():
+    header = _figure(r"reads the header \((\d+) bytes at 1024 nodes and at 16384\)")
+    for k in (1024, 16384):
+        assert abs(len(_frozen(k).encode()) - header) < 20, f"{len(_frozen(k).encode())} bytes of state at {k} nodes"
+    state = _frozen(1024)
+    buckets = encode_buckets(state.participants, state.buckets)
+    average = sum(map(len, buckets.values())) / len(buckets)
+    stated = _figure(r"bucket \(([\d.]+) KB on average at 1024 nodes")
+    assert abs(average / 1000 - stated) < 0.1, f"{average:.0f} bytes a bucket at 1024 nodes; the README says {stated:g} KB"
 
 
 def test_the_history_keeps_as_many_records_as_the_readme_says():
