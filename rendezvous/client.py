@@ -105,6 +105,7 @@ class EtcdClient:
         self._stream_channels: list[Any] = [None] * len(self.endpoints)  # grpc.aio, on the stream loop
         self._stubs: dict[tuple[int, str], Any] = {}
         self._current = 0
+        self._answered: dict[Endpoint, float] = {}  # endpoint -> when a lease renewal on it was last answered
         self.observer: Callable[[str, float, str | None], None] | None = None  # each call, for metrics
         self._token: str | None = None
         self._closed = False
@@ -360,6 +361,14 @@ class EtcdClient:
             self._token = None
         elif endpoint is not None:
             self.rotate(endpoint)
+
+    def answered(self, endpoint: Endpoint) -> None:
+        """A lease renewal sent on ``endpoint`` was answered: the member and the link to it are alive."""
+        self._answered[endpoint] = time.monotonic()
+
+    def last_answer(self, endpoint: Endpoint | None) -> float:
+        """When ``endpoint`` last answered a lease renewal (monotonic; 0: never)."""
+        return self._answered.get(endpoint, 0.0)
 
     def rotate(self, failed: Endpoint) -> None:
         """Move on from an endpoint a stream found dead, so the next call starts elsewhere."""

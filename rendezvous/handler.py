@@ -128,15 +128,19 @@ class RendezvousHandler:
         (join_timeout passed), RendezvousConnectionError (etcd unreachable), RendezvousStateError
         (corrupt state).
         """
+        # The running round's monitor has just seen the state that ends it: no read needed to start.
+        seen = self._monitor.state if self._monitor is not None else None
+        kept = self._monitor.detach() if self._monitor is not None else None  # its watch goes on
         self._stop_monitor()
         self._coordinator.start(self._clock())
         deadline = self._clock() + self.settings.join_timeout
-        first = read_round(self._client, self._keys, all_nodes=False)
-        if first.state is not None and first.state.status is JobStatus.CLOSED:
-            raise self._closed(first.state)
-        target = target_round(first.state)
+        if seen is None:
+            seen = read_round(self._client, self._keys, all_nodes=False).state
+        if seen is not None and seen.status is JobStatus.CLOSED:
+            raise self._closed(seen)
+        target = target_round(seen)
         current: Snapshot | None = self._announce(target)
-        follower = RoundFollower(self._client, self._keys)
+        follower = RoundFollower(self._client, self._keys, watch=kept[0] if kept else None)
         read_all = False
         try:
             while True:
@@ -154,7 +158,7 @@ class RendezvousHandler:
                         continue
                     if placement is not None:
                         info = self._completed(snapshot.state, placement)
-                        self._start_monitor()
+                        self._start_monitor(follower.detach(), snapshot)
                         return info
                     step = Announce(snapshot.state.round + 1)  # the round froze without us: the next one
                 if isinstance(step, Announce):
@@ -378,19 +382,21 @@ class RendezvousHandler:
             f"or delete the key {self._keys.state} to reuse this one"
         )
 
-    def _ensure_monitor(self) -> JobMonitor | None:
+    def _ensure_monitor(self, handover: tuple | None = None) -> JobMonitor | None:
         if self._monitor is None and self._info is not None:
             lease = self._session.lease_id if self._session_alive() else 0
-            self._monitor = JobMonitor(self._client, self._keys, self._info.round, self.node_id, lease)
+            self._monitor = JobMonitor(self._client, self._keys, self._info.round, self.node_id, lease, handover=handover)
         return self._monitor
 
-    def _start_monitor(self) -> None:
-        """Follow the new round at once (the coordinator keeps it from now on); etcd out of reach
-        now is no error -- the first look at the membership tries again."""
+    def _start_monitor(self, kept: tuple | None, snapshot: Snapshot) -> None:
+        """Follow the new round at once, on the watch the round was joined with (the coordinator
+        keeps the round from now on); etcd out of reach now is no error -- the first look at the
+        membership tries again."""
         try:
-            self._ensure_monitor()
+            self._ensure_monitor((*kept, snapshot) if kept is not None else None)
         except RendezvousConnectionError:
-            pass
+            if kept is not None:
+                kept[0].close(wait=False)
 
     def _stop_monitor(self) -> None:
         if self._monitor is not None:

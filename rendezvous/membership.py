@@ -25,7 +25,7 @@ from .state import JobState, NodeInfo
 from .watch import EventType, KeyRange, Watch, WatchEvent
 
 __all__ = [
-    "Snapshot", "read_round", "apply_node_event", "apply_round_events", "read_nodes", "RoundFollower",
+    "Snapshot", "read_round", "apply_node_event", "apply_round_events", "read_nodes", "RoundFollower", "round_watch",
 ]
 
 @dataclass(frozen=True)
@@ -116,10 +116,12 @@ def apply_round_events(keys: JobKeys, snapshot: Snapshot, events: list[WatchEven
     nodes = {n.info.node: n for n in snapshot.nodes} if snapshot.all_nodes else None
     state_key, coordinator_key = keys.state_bytes, keys.coordinator.encode()
     for event in events:
-        if event.type is EventType.RESYNC or event.key == coordinator_key:
+        if event.type is EventType.RESYNC:
             return None
         if event.revision <= snapshot.revision:
             continue  # the read already showed it
+        if event.key == coordinator_key:
+            return None
         if event.key == state_key:
             if event.type is not EventType.PUT:
                 return None
@@ -159,11 +161,12 @@ class RoundFollower:
     GATHER = 0.1  # seconds the coordinator keeps taking node events into one batch
     QUIET = 0.01  # ... while they come at least this often
 
-    def __init__(self, client: EtcdClient, keys: JobKeys) -> None:
+    def __init__(self, client: EtcdClient, keys: JobKeys, watch: Watch | None = None) -> None:
+        """``watch``: a follower's watch (the state and the coordinator key) to go on with."""
         self._client = client
         self._keys = keys
-        self._watch: Watch | None = None
-        self._leader: str | None = None
+        self._watch = watch
+        self._coordinating: bool | None = None if watch is None else False
 
     def next(self, snapshot: Snapshot, leader: str, timeout: float) -> Snapshot | None:
         """The snapshot after what the watch carries within ``timeout`` (unchanged when nothing
@@ -171,11 +174,11 @@ class RoundFollower:
 
         The coordinator takes node events in batches (up to GATHER seconds while they keep coming):
         each batch costs it one look at every node, so K joins must not mean K looks."""
-        if self._watch is None or self._leader != leader:
+        coordinating = not leader
+        if self._watch is None or self._coordinating != coordinating:
             self.close()
-            other = KeyRange(self._keys.nodes, prefix=True) if not leader else KeyRange(self._keys.coordinator, deletes_only=True)
-            self._watch = Watch(self._client, KeyRange(self._keys.state), other, start_revision=snapshot.revision + 1)
-            self._leader = leader
+            self._watch = round_watch(self._client, self._keys, coordinating, snapshot.revision + 1)
+            self._coordinating = coordinating
         event = self._watch.get(timeout=timeout)
         if event is None:
             return snapshot
@@ -194,7 +197,18 @@ class RoundFollower:
             events += [event, *self._watch.drain()]
         return events
 
+    def detach(self) -> tuple[Watch, bool] | None:
+        """The watch, to go on with (and whether it is the coordinator's); this follower lets go of it."""
+        watch, self._watch = self._watch, None
+        return (watch, bool(self._coordinating)) if watch is not None else None
+
     def close(self) -> None:
         if self._watch is not None:
-            self._watch.close()
+            self._watch.close(wait=False)
             self._watch = None
+
+
+def round_watch(client: EtcdClient, keys: JobKeys, coordinating: bool, start_revision: int) -> Watch:
+    """The state, and every node (the coordinator) or the coordinator key's deletion (anyone else)."""
+    other = KeyRange(keys.nodes, prefix=True) if coordinating else KeyRange(keys.coordinator, deletes_only=True)
+    return Watch(client, KeyRange(keys.state), other, start_revision=start_revision)

@@ -21,10 +21,10 @@ from .decide import failures_reported, forming_state, lost_participants, newcome
 from .errors import RendezvousError, RendezvousStateError
 from .jobstore import JobStateStore, decode_state
 from .keys import JobKeys
-from .membership import apply_node_event, read_round
+from .membership import Snapshot, apply_node_event, read_round, round_watch
 from .decide import LiveNode
 from .state import Cause, JobState, JobStatus
-from .watch import EventType, KeyRange, Watch, WatchEvent
+from .watch import EventType, Watch, WatchEvent
 
 __all__ = ["JobMonitor"]
 
@@ -41,15 +41,17 @@ def _locked(method):
 class JobMonitor:
     """Follows a running round by watch: lost participants, waiting nodes, state changes.
 
-    A thread of its own applies the watch's events as they come (and, for the keeper, publishes
-    what changed), so a node learns of a change whatever its agent is busy with; ``wait(timeout)``
-    blocks until something arrives. ``keeper``: this node holds the coordinator key, watches every
-    node and publishes what changes.
+    A follower applies the watch's events when asked (``poll``, ``wait``): they only ever change
+    what it is told. The keeper applies them in a thread of its own as they come, and publishes what
+    changed, so every node learns of a change whatever the keeper's agent is busy with.
+    ``handover``: the watch (the coordinator's, or not) and the snapshot the round was joined with (``RoundFollower.detach``),
+    so that following the round costs no read and no new stream.
     """
 
-    RETRY = 0.5  # seconds before the thread reads again after etcd failed it
+    RETRY = 0.5  # seconds before the keeper's thread reads again after etcd failed it
 
-    def __init__(self, client: EtcdClient, keys: JobKeys, round_: int, node: str = "", lease: int = 0) -> None:
+    def __init__(self, client: EtcdClient, keys: JobKeys, round_: int, node: str = "", lease: int = 0,
+                 handover: tuple[Watch, bool, Snapshot] | None = None) -> None:
         self._client = client
         self._keys = keys
         self._round = round_
@@ -59,32 +61,46 @@ class JobMonitor:
         self._version = 0
         self._closed = threading.Event()
         self._watch: Watch | None = None
+        self._thread: threading.Thread | None = None
         self._published: tuple | None = None
-        self._setup()
-        self._thread = threading.Thread(target=self._run, name=f"round-{round_}-monitor", daemon=True)
-        self._thread.start()
+        if handover is not None:
+            watch, coordinating, snapshot = handover
+            if coordinating != (snapshot.coordinator == node) or (coordinating and not snapshot.all_nodes):
+                watch.close(wait=False)  # not the watch (or the view) this node's part needs: read
+                handover = None
+        if handover is None:
+            self._setup()
+        else:
+            self._adopt(watch, snapshot)
 
     def _setup(self) -> None:
         """Read the state and the coordinator (claiming it if nobody holds it); the keeper reads every node too."""
         claim = (self._node, self._lease) if self._node and self._lease else None
         snapshot = read_round(self._client, self._keys, all_nodes=False, claim=claim)
-        keeper = bool(self._node) and snapshot.coordinator == self._node
-        if keeper:
+        if self._node and snapshot.coordinator == self._node:
             snapshot = read_round(self._client, self._keys, all_nodes=True)
-        other = KeyRange(self._keys.nodes, prefix=True) if keeper else KeyRange(self._keys.coordinator, deletes_only=True)
-        watch = Watch(self._client, KeyRange(self._keys.state), other, start_revision=snapshot.revision + 1)
+        watch = round_watch(self._client, self._keys, snapshot.all_nodes, snapshot.revision + 1)
+        self._adopt(watch, snapshot)
+
+    def _adopt(self, watch: Watch, snapshot: Snapshot) -> None:
+        if self._closed.is_set():
+            watch.close(wait=False)
+            return
         with self._changes:
             old, self._watch = self._watch, watch
-            self.keeper = keeper
+            self.keeper = bool(self._node) and snapshot.coordinator == self._node
             self._nodes: dict[str, LiveNode] = {n.info.node: n for n in snapshot.nodes}
-            self._state, self._token = snapshot.state, snapshot.token
+            self._state, self._token, self._revision = snapshot.state, snapshot.token, snapshot.revision
             self._changed()
-        if old is not None:
-            old.close()
+        if old is not None and old is not watch:
+            old.close(wait=False)
+        if self.keeper and self._thread is None:
+            self._thread = threading.Thread(target=self._run, name=f"round-{self._round}-keeper", daemon=True)
+            self._thread.start()
         self._publish()
 
     def _run(self) -> None:
-        stale = False  # only a new read can tell (the coordinator gone, history lost)
+        stale = False  # only a new read can tell (history lost)
         while not self._closed.is_set():
             try:
                 if stale:
@@ -102,10 +118,13 @@ class JobMonitor:
         self._changes.notify_all()
 
     def poll(self) -> None:
-        """Nothing to do: the monitor's thread applies events as they come (kept for its callers)."""
+        """Apply what the watch delivered so far (the keeper's thread does that by itself)."""
+        if self._thread is None:
+            self._take(self._watch.drain())
 
     def wait(self, timeout: float) -> bool:
         """Wait up to ``timeout`` for a change of membership or state; True when there is one."""
+        self.poll()
         if self.changed:
             return True
         self.next_event(timeout)
@@ -113,9 +132,20 @@ class JobMonitor:
 
     def next_event(self, timeout: float) -> bool:
         """Wait up to ``timeout`` for the watch to deliver something (applied by then)."""
+        if self._thread is None:
+            event = self._watch.get(timeout)
+            if event is None:
+                return False
+            self._take([event, *self._watch.drain()])
+            return True
         with self._changes:
             seen = self._version
             return self._changes.wait_for(lambda: self._version != seen, timeout=max(timeout, 0.0))
+
+    def _take(self, events: list[WatchEvent]) -> None:
+        """A follower applies events in its caller's thread; a change of coordinator means a read."""
+        if events and not self._apply_all(events):
+            self._setup()
 
     def _apply_all(self, events: list[WatchEvent]) -> bool:
         """Apply a batch and publish what it changed; False when a new read is needed."""
@@ -126,11 +156,25 @@ class JobMonitor:
             self._publish()
         return complete
 
+    def detach(self) -> tuple[Watch, bool] | None:
+        """A follower's watch, for the next round's join to go on with (None for the keeper)."""
+        if self._thread is not None or self._watch is None:
+            return None
+        watch, self._watch = self._watch, None
+        self._closed.set()
+        return watch, False
+
     def _apply(self, event: WatchEvent) -> bool:
         """Apply one event; False when only a new read can tell (history lost, the coordinator gone)."""
-        if event.type is EventType.RESYNC or event.key == self._keys.coordinator.encode():
+        if event.type is EventType.RESYNC:
+            return False
+        if event.revision <= self._revision:
+            return True  # the read (or the join's watch) already showed it
+        if event.key == self._keys.coordinator.encode():
             return False
         if event.key == self._keys.state_bytes:
+            if self._token is not None and event.revision <= self._token:
+                return True
             if event.type is EventType.DELETE:
                 self._state, self._token = None, None
                 return True
@@ -257,7 +301,7 @@ class JobMonitor:
         return bool(self.lost) or self.waiting > 0 or self.moved_on
 
     def close(self) -> None:
+        """Stop following; the keeper's thread ends on its own within its next half-second look."""
         self._closed.set()
-        self._thread.join(timeout=5)
         if self._watch is not None:
-            self._watch.close()
+            self._watch.close(wait=False)

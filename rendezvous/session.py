@@ -158,6 +158,7 @@ class Session:
                     return
                 round_trip = self._clock() - sent
                 failures = 0
+                self._client.answered(endpoint)
                 self._acknowledged(sent)
                 next_send = sent + self.interval
         finally:

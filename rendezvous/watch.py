@@ -114,10 +114,12 @@ class Watch:
             except queue.Empty:
                 return events
 
-    def close(self) -> None:
+    def close(self, wait: bool = True) -> None:
+        """Stop the stream (waiting, unless ``wait`` is False, until it is gone; at most 5 s)."""
         self._closed = True
         self._task.cancel()
-        concurrent.futures.wait([self._task], timeout=5)
+        if wait:
+            concurrent.futures.wait([self._task], timeout=5)
 
     def __enter__(self) -> "Watch":
         return self
@@ -139,7 +141,7 @@ class Watch:
                     await call.write(key_range.request(revision))
                 # The request side stays open: a half-closed stream ends the watch.
                 heard = [time.monotonic()]
-                prober = asyncio.ensure_future(self._probe(call, heard))
+                prober = asyncio.ensure_future(self._probe(call, heard, endpoint))
                 await self._deliver(call, heard, answered)
             except asyncio.CancelledError:
                 if prober is None or not prober.done() or not prober.result():
@@ -191,15 +193,18 @@ class Watch:
                 self._events.put(WatchEvent(kind, kv.key, kv.value, kv.mod_revision, kv.create_revision))
                 self._next_revision[index] = kv.mod_revision + 1
 
-    async def _probe(self, call: Any, heard: list[float]) -> bool:
+    async def _probe(self, call: Any, heard: list[float], endpoint: Any) -> bool:
         """Ask a quiet stream for progress; cancel it (True) when it stays silent past ``SILENCE``.
 
         etcd answers a progress request at once on a healthy member, even when nothing changed;
-        a frozen member, a dead link or a member cut off from its leader does not.
+        a frozen member, a dead link or a member cut off from its leader does not. A lease renewal
+        that the same member answered (this client's keep-alive, on the same connection) says as
+        much: while those come, nothing is asked -- an agent's watches then cost etcd no traffic
+        of their own while they are quiet, where K agents would otherwise probe K times a second.
         """
         while True:
             await asyncio.sleep(self.PROBE_EVERY / 2)
-            quiet = time.monotonic() - heard[0]
+            quiet = time.monotonic() - max(heard[0], self._client.last_answer(endpoint))
             if quiet >= self.SILENCE:
                 call.cancel()
                 return True

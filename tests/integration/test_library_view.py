@@ -1,3 +1,5 @@
+import time
+
 import elastic
 from tests.integration.rdzv_helpers import Nodes
 
@@ -19,9 +21,15 @@ def test_get_state_shows_the_running_round_and_its_nodes(etcd_endpoints, key_pre
         assert {(n.node, n.group_rank, n.alive) for n in view.nodes} == {
             ("a", results["a"].group_rank, True), ("b", results["b"].group_rank, True)}
         handlers[1].shutdown()
-        view = elastic.get_state(etcd_endpoints, "job", key_prefix=key_prefix)
+        # the coordinator's node starts round 2 as soon as it hears b is gone (when b was the
+        # coordinator, a takes over as it follows its round, as its agent does); the view shows round 1's
+        # nodes until round 2 freezes
+        deadline = time.monotonic() + 10
+        while (view := elastic.get_state(etcd_endpoints, "job", key_prefix=key_prefix)).status != "joining":
+            assert time.monotonic() < deadline, f"the job is still {view.status} 10 s after b left"
+            handlers[0].membership_changed(timeout=0.05)
         assert {n.node: n.alive for n in view.nodes} == {"a": True, "b": False}
         data = view.as_dict()
-        assert data["status"] == "running" and len(data["nodes"]) == 2
+        assert data["round"] == 2 and len(data["nodes"]) == 2
     finally:
         group.close()
