@@ -297,7 +297,7 @@ class RendezvousHandler:
 
     def shutdown(self) -> bool:
         """Leave the job: revoke the lease so the others notice at once. Does NOT close the job."""
-        self._stop_monitor()
+        self._stop_monitor(join=True)
         if self._session is not None:
             self._session.close()
             self._session = None
@@ -398,7 +398,7 @@ class RendezvousHandler:
             if kept is not None:
                 kept[0].close(wait=False)
 
-    def _stop_monitor(self) -> None:
+    def _stop_monitor(self, join: bool = False) -> None:
         if self._monitor is not None:
-            self._monitor.close()
+            self._monitor.close(join=join)
             self._monitor = None

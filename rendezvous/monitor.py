@@ -300,8 +300,11 @@ class JobMonitor:
     def changed(self) -> bool:
         return bool(self.lost) or self.waiting > 0 or self.moved_on
 
-    def close(self) -> None:
-        """Stop following; the keeper's thread ends on its own within its next half-second look."""
+    def close(self, join: bool = False) -> None:
+        """Stop following. The keeper's thread ends within its next half-second look; ``join``
+        waits for that (when the node leaves: nothing of it stays behind)."""
         self._closed.set()
         if self._watch is not None:
             self._watch.close(wait=False)
+        if join and self._thread is not None:
+            self._thread.join(timeout=2)
