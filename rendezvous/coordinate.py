@@ -20,9 +20,15 @@ from .ranktable import drop_other_tables, new_table_id, write_table
 from .settings import RendezvousSettings
 from .state import Cause, JobStatus
 
-__all__ = ["RoundCoordinator", "PROGRESS_EVERY"]
+__all__ = ["RoundCoordinator", "PROGRESS_EVERY", "progress_every"]
 
-PROGRESS_EVERY = 2.0  # seconds between the coordinator's updates of a forming round's joined count
+PROGRESS_EVERY = 2.0  # seconds between the coordinator's updates of a forming round's joined count ...
+PROGRESS_NODES = 200  # ... and one more second for every this many nodes: each update is an event for every node
+
+
+def progress_every(nodes: int) -> float:
+    """Seconds between updates of the joined count: every node receives each, so a big job's get rarer."""
+    return max(PROGRESS_EVERY, nodes / PROGRESS_NODES)
 
 
 class RoundCoordinator:
@@ -67,7 +73,7 @@ class RoundCoordinator:
         announced = state is not None and state.status is JobStatus.JOINING and state.round == target
         recount = announced and state.joined != count
         if not announced or (last_call_at is None) != (state.last_call_at is None) or (
-                recount and self._clock() >= self._told_at + PROGRESS_EVERY):
+                recount and self._clock() >= self._told_at + progress_every(len(snapshot.nodes))):
             # Tell everyone a round is forming, how many joined, and when its last call ends (for progress lines).
             ending = state is not None and state.status is JobStatus.RUNNING
             forming = forming_state(
@@ -79,7 +85,7 @@ class RoundCoordinator:
             self._told_at = self._clock()
             return None
         wake = float("inf") if decision.until is None else decision.until
-        return min(wake, self._told_at + PROGRESS_EVERY) if recount else wake
+        return min(wake, self._told_at + progress_every(len(snapshot.nodes))) if recount else wake
 
     def _freeze(self, snapshot: Snapshot, target: int, decision: Freeze) -> None:
         """Write the round's rank table, then commit the round by CAS of the state that names it."""

@@ -243,3 +243,36 @@ def test_streams_cost_no_thread_each(etcd_endpoints, key_prefix):
         for session in sessions:
             session.close()
         client.close()
+
+
+def _watch_messages(endpoint: str) -> float:
+    """Messages etcd received on Watch streams so far (creates, progress requests, cancels)."""
+    import urllib.request
+
+    text = urllib.request.urlopen(f"http://{endpoint}/metrics", timeout=10).read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("grpc_server_msg_received_total{") and 'grpc_method="Watch"' in line)
+
+
+def test_a_quiet_watch_asks_for_progress_only_while_no_lease_renewal_vouches_for_its_member(monkeypatch):
+    monkeypatch.setattr(Watch, "PROBE_EVERY", 0.4)
+    monkeypatch.setattr(Watch, "SILENCE", 2.0)
+    with EtcdServer() as server:
+        client = EtcdClient(server.endpoints, timeout=5)
+        try:
+            counts = {}
+            for renewed in (False, True):
+                session = Session(client, 10, renew_deadline=4, interval=0.2) if renewed else None
+                start = _watch_messages(server.endpoints)
+                watch = Watch(client, f"/quiet-{renewed}", start_revision=1)
+                time.sleep(3.0)
+                counts[renewed] = _watch_messages(server.endpoints) - start - 1  # less the create request
+                watch.close()
+                if session is not None:
+                    session.close()
+            print(f"\nprogress requests of a watch quiet for 3 s: {counts[False]:.0f} alone, {counts[True]:.0f} "
+                  f"beside a lease renewed every 0.2 s")
+            assert counts[False] >= 4, "a quiet watch with nothing else on its connection must ask its member"
+            assert counts[True] <= 1, "renewals answered on the same connection already say the member is alive"
+        finally:
+            client.close()

@@ -77,6 +77,27 @@ def test_revoked_participant_makes_the_others_re_rendezvous_into_a_smaller_round
             assert second[handler.node_id].group_rank == 0
 
 
+def test_when_the_keeper_of_a_running_round_leaves_another_node_takes_over_and_the_others_hear_it(nodes, etcd_client, key_prefix):
+    handlers = [nodes.add(n) for n in "abc"]
+    first = _ok(nodes.rendezvous(handlers))
+    keeper_id = etcd_client.get(f"{key_prefix}/job/coordinator").value.decode()
+    keeper = next(h for h in handlers if h.node_id == keeper_id)
+    survivors = [h for h in handlers if h is not keeper]
+    for handler in survivors:
+        assert not handler.membership_changed()
+        assert not handler.round_monitor().keeper
+    keeper.shutdown()  # its coordinator key goes with its lease: nobody watches the nodes now
+    for handler in survivors:
+        assert handler.membership_changed(timeout=5), "the keeper's node left and nobody noticed"
+        assert handler.round_monitor().lost == [keeper_id]
+    claimed = etcd_client.get(f"{key_prefix}/job/coordinator").value.decode()
+    assert claimed in {h.node_id for h in survivors}
+    second = _ok(nodes.rendezvous(survivors))
+    assert sorted(r.group_rank for r in second.values()) == [0, 1] and {r.round for r in second.values()} == {2}
+    assert all(second[h.node_id].group_rank == first[h.node_id].group_rank for h in survivors
+               if first[h.node_id].group_rank < 2)
+
+
 def test_a_killed_agent_is_noticed_within_its_lease_ttl_and_recovery_takes_about_one_ttl(nodes):
     handlers = [nodes.add(n, lease_ttl=2) for n in "abc"]
     _ok(nodes.rendezvous(handlers))
