@@ -152,17 +152,12 @@ class RendezvousHandler:
                 if isinstance(step, Closed):
                     raise self._closed(snapshot.state)
                 if isinstance(step, Frozen):
-                    try:
-                        placement = self._place(snapshot)
-                    except _Stale:
-                        continue
-                    if placement is not None:
-                        info = self._completed(snapshot.state, placement)
-                        self._start_monitor(follower.detach(), snapshot)
-                        return info
-                    step = Announce(snapshot.state.round + 1)  # the round froze without us: the next one
+                    step = self._take_place(snapshot, follower)
+                    if isinstance(step, RendezvousInfo):
+                        return step
                 if isinstance(step, Announce):
                     target, current = step.round, self._announce(step.round)
+                if isinstance(step, (Announce, Frozen)):
                     continue
                 read_all = isinstance(step, (ReadAll, Coordinate))
                 until = deadline
@@ -338,6 +333,19 @@ class RendezvousHandler:
     def _claim(self) -> tuple[str, int] | None:
         """Who becomes the coordinator if nobody is: this node, on its lease (None: no live lease)."""
         return (self.node_id, self._session.lease_id) if self._session_alive() else None
+
+    def _take_place(self, snapshot: Snapshot, follower: RoundFollower) -> RendezvousInfo | Announce | Frozen:
+        """This node's place in the frozen round (following it from now on, on the join's watch);
+        Announce when the round froze without it; Frozen again when its table was replaced (read again)."""
+        try:
+            placement = self._place(snapshot)
+        except _Stale:
+            return Frozen()
+        if placement is None:
+            return Announce(snapshot.state.round + 1)
+        info = self._completed(snapshot.state, placement)
+        self._start_monitor(follower.detach(), snapshot)
+        return info
 
     def _place(self, snapshot: Snapshot) -> Placement | None:
         """This node's row in the frozen round (None: the round froze without it)."""
