@@ -17,12 +17,11 @@ import threading
 from dataclasses import replace
 
 from .client import EtcdClient
-from .decide import failures_reported, forming_state, lost_participants, newcomers, nodes_waiting, round_cause
+from .decide import LiveNode, forming_state, lost_participants, nodes_waiting, round_cause
 from .errors import RendezvousError, RendezvousStateError
 from .jobstore import JobStateStore, decode_state
 from .keys import JobKeys
 from .membership import Snapshot, apply_node_event, read_round, round_watch
-from .decide import LiveNode
 from .state import Cause, JobState, JobStatus
 from .watch import EventType, Watch, WatchEvent
 
@@ -228,37 +227,32 @@ class JobMonitor:
             return state.cause
         return None
 
+    def _told(self) -> Cause:
+        """Why this round ends: what the keeper said, or (for the keeper, until it said so) what it sees."""
+        cause = self._cause()
+        if cause is not None or not self.keeper:
+            return cause or Cause()
+        return round_cause(self._mine(), list(self._nodes.values()))
+
     @property
     @_locked
     def lost(self) -> list[str]:
-        cause = self._cause()
-        if cause is not None or not self.keeper:
-            return list(cause.lost) if cause else []
-        return lost_participants(self._mine(), set(self._nodes))
+        return list(self._told().lost)
 
     @property
     @_locked
     def waiting(self) -> int:
-        cause = self._cause()
-        if cause is not None or not self.keeper:
-            return cause.waiting if cause else 0
-        return nodes_waiting(self._mine(), list(self._nodes.values()))
+        return self._told().waiting
 
     @property
     @_locked
     def failures(self) -> list[str]:
-        cause = self._cause()
-        if cause is not None or not self.keeper:
-            return list(cause.failures) if cause else []
-        return failures_reported(self._mine(), list(self._nodes.values()))
+        return list(self._told().failures)
 
     @property
     @_locked
     def newcomers(self) -> list[str]:
-        cause = self._cause()
-        if cause is not None or not self.keeper:
-            return list(cause.joining) if cause else []
-        return newcomers(self._mine(), list(self._nodes.values()))
+        return list(self._told().joining)
 
     @property
     def moved_on(self) -> bool:

@@ -27,11 +27,16 @@ class Nodes:
 
     def rendezvous(self, handlers, timeout: float = 30.0):
         """next_rendezvous on each handler in its own thread; {node_id: info or exception}."""
+        return self.each(handlers, lambda handler: handler.next_rendezvous(), timeout)
+
+    @staticmethod
+    def each(handlers, fn, timeout: float = 30.0):
+        """``fn(handler)`` for each handler in its own thread; {node_id: result or exception}."""
         results = {}
 
         def run(handler):
             try:
-                results[handler.node_id] = handler.next_rendezvous()
+                results[handler.node_id] = fn(handler)
             except Exception as exc:  # reported to the test as a value
                 results[handler.node_id] = exc
 

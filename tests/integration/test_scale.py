@@ -10,7 +10,6 @@ and events growing with the size.
 
 from __future__ import annotations
 
-import threading
 import time
 import urllib.request
 
@@ -33,25 +32,15 @@ def _counters(endpoint: str) -> dict[str, float]:
 
 def _rerank(survivors, bound: float = 60.0) -> dict:
     """Each survivor follows its round until the membership changes, then joins the next one."""
-    results = {}
 
     def follow(handler):
         deadline = time.monotonic() + bound
-        try:
-            while not handler.membership_changed(timeout=0.5):
-                if time.monotonic() > deadline:
-                    raise TimeoutError("no membership change seen")
-            results[handler.node_id] = handler.next_rendezvous()
-        except Exception as exc:  # reported to the test as a value
-            results[handler.node_id] = exc
+        while not handler.membership_changed(timeout=0.5):
+            if time.monotonic() > deadline:
+                raise TimeoutError("no membership change seen")
+        return handler.next_rendezvous()
 
-    threads = [threading.Thread(target=follow, args=(h,), daemon=True) for h in survivors]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(bound + 5)
-    assert not any(t.is_alive() for t in threads), "a survivor did not re-rank in time"
-    return results
+    return Nodes.each(survivors, follow, timeout=bound + 5)
 
 
 def _one_size(endpoints: str, key_prefix: str, k: int) -> dict:
