@@ -2,9 +2,9 @@
 
 - An agent's node key is written on its lease (``rendezvous.session.Session``), so it vanishes
   when the agent's lease ends and everyone watching hears it.
-- ``JobKeys`` names a job's keys. ``read_nodes`` / ``read_round`` are the reads the rounds use.
-- ``JobMonitor`` follows a running round by watch (never by polling): which participants are gone,
-  how many nodes wait to join, whether the job state moved on.
+- ``read_nodes`` / ``read_round`` are the reads the rounds use; ``apply_round_events`` brings a
+  read up to date by watch, and ``RoundFollower`` is the watch of a node waiting for a round.
+- Following a running round is ``rendezvous.monitor.JobMonitor``'s.
 """
 
 from __future__ import annotations

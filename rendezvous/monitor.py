@@ -17,7 +17,7 @@ import threading
 from dataclasses import replace
 
 from .client import EtcdClient
-from .decide import LiveNode, forming_state, lost_participants, nodes_waiting, round_cause
+from .decide import LiveNode, forming_state, round_cause
 from .errors import RendezvousError, RendezvousStateError
 from .jobstore import JobStateStore, decode_state
 from .keys import JobKeys
@@ -195,11 +195,11 @@ class JobMonitor:
             state, token = self._mine(), self._token
             if not self.keeper or state is None:
                 return
-            nodes = list(self._nodes.values())
-            if lost_participants(state, set(self._nodes)) or nodes_waiting(state, nodes) > 0:
+            cause = round_cause(state, list(self._nodes.values()))
+            if cause.lost or cause.waiting > 0:
                 change, new = "next", forming_state(
                     state, state.run_id, state.round + 1, min_nodes=state.min_nodes, max_nodes=state.max_nodes,
-                    last_call_at=None, max_restarts=state.max_restarts, cause=round_cause(state, nodes))
+                    last_call_at=None, max_restarts=state.max_restarts, cause=cause)
             elif self.some_finished and not state.finishing:
                 change, new = "finishing", replace(state, finishing=True)
             else:
@@ -291,8 +291,10 @@ class JobMonitor:
                    for p in state.participants)
 
     @property
+    @_locked
     def changed(self) -> bool:
-        return bool(self.lost) or self.waiting > 0 or self.moved_on
+        told = self._told()  # one look at the nodes, not one for lost and one for waiting
+        return bool(told.lost) or told.waiting > 0 or self.moved_on
 
     def close(self, join: bool = False) -> None:
         """Stop following. The keeper's thread ends within its next half-second look; ``join``

@@ -25,7 +25,7 @@ from .client import EtcdClient
 from .decide import ROWS_PER_BUCKET, bucket_count
 from .errors import RendezvousStateError
 from .keys import JobKeys
-from .state import JobState, Participant
+from .state import JobState, Participant, parse_json
 from .txn import op_delete, op_put, prefix_range_end
 
 __all__ = ["ROWS_PER_BUCKET", "Placement", "bucket_count", "bucket_of", "encode_buckets", "decode_bucket",
@@ -63,10 +63,7 @@ def encode_buckets(participants: Sequence[Participant], buckets: int) -> dict[in
 
 
 def decode_bucket(raw: bytes, where: str) -> list[Placement]:
-    try:
-        rows = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise RendezvousStateError(f"{where} is not valid JSON: {exc}") from exc
+    rows = parse_json(raw, where)
     if not isinstance(rows, list):
         raise RendezvousStateError(f"{where} is not a list of rows")
     out = []

@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 from .errors import RendezvousStateError
 
-__all__ = ["SCHEMA_VERSION", "JobStatus", "Participant", "Cause", "JobState", "NodeInfo"]
+__all__ = ["SCHEMA_VERSION", "JobStatus", "Participant", "Cause", "JobState", "NodeInfo", "parse_json"]
 
 SCHEMA_VERSION = 3  # 3: the participants in a bucketed rank table beside the state (rendezvous.ranktable)
 CAUSE_NAMES = 16  # names kept per list of a Cause: the line that shows them names a few
@@ -191,11 +191,16 @@ class NodeInfo:
         )
 
 
-def _load(raw: bytes, where: str) -> dict[str, Any]:
+def parse_json(raw: bytes, where: str) -> Any:
+    """JSON read from etcd; RendezvousStateError naming ``where`` when it is not JSON."""
     try:
-        data = json.loads(raw)
+        return json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         raise RendezvousStateError(f"{where} is not valid JSON: {exc}") from exc
+
+
+def _load(raw: bytes, where: str) -> dict[str, Any]:
+    data = parse_json(raw, where)
     if not isinstance(data, dict):
         raise RendezvousStateError(f"{where} is not a JSON object")
     schema = data.get("schema")

@@ -1,6 +1,6 @@
 """The transaction vocabulary, as etcd's concurrency recipes write it: compares (``create_revision``,
-``mod_revision``, value, lease), operations (put, get, delete; a prefix or the first-created key of
-one), and the key/value a read returns. Pure protobuf building: no I/O."""
+``mod_revision``, value, lease), operations (put, get, delete; of a key or a prefix), and the
+key/value a read returns. Pure protobuf building: no I/O."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from etcd3 import etcdrpc
 
 __all__ = [
     "KeyValue", "prefix_range_end", "compare_created", "compare_mod_revision", "compare_value", "compare_lease",
-    "op_put", "op_get", "op_count", "op_get_first_created", "op_delete",
+    "op_put", "op_get", "op_count", "op_delete",
 ]
 
 
@@ -86,15 +86,6 @@ def op_delete(key: str | bytes, prefix: bool = False) -> Any:
     if prefix:
         request.range_end = prefix_range_end(key)
     return etcdrpc.RequestOp(request_delete_range=request)
-
-
-def op_get_first_created(prefix: str | bytes) -> Any:
-    """The key under ``prefix`` created first (a lone key: the election rule of etcd's recipes)."""
-    request = etcdrpc.RangeRequest(
-        key=_b(prefix), range_end=prefix_range_end(prefix), limit=1,
-        sort_order=etcdrpc.RangeRequest.ASCEND, sort_target=etcdrpc.RangeRequest.CREATE,
-    )
-    return etcdrpc.RequestOp(request_range=request)
 
 
 def op_count(prefix: str | bytes) -> Any:
