@@ -343,15 +343,16 @@ class EtcdClient:
             request = etcdrpc.AuthenticateRequest(name=self._user, password=self._password)
             self._token = self._call("AuthStub", "Authenticate", request, auth=False).token
 
-    async def open_stream(self) -> tuple[Any, Endpoint, tuple[tuple[str, str], ...] | None]:
-        """The grpc.aio channel, endpoint and auth metadata a stream should use now.
+    async def open_stream(self, index: int | None = None) -> tuple[Any, Endpoint, tuple[tuple[str, str], ...] | None]:
+        """The grpc.aio channel, endpoint and auth metadata a stream should use now (or on endpoint ``index``).
 
         Only for coroutines on the stream loop (``rendezvous.streams``): aio channels belong to it.
         A missing auth token is fetched by a blocking call in a worker thread, off the loop.
         """
         if self._user is not None and self._token is None:
             await asyncio.to_thread(self.ensure_token)
-        index = self._current
+        if index is None:
+            index = self._current
         channel = self._open(self._stream_channels, index, grpc.aio)
         return channel, self.endpoints[index], self._metadata(require_leader=True)
 
@@ -369,6 +370,10 @@ class EtcdClient:
     def last_answer(self, endpoint: Endpoint | None) -> float:
         """When ``endpoint`` last answered a lease renewal (monotonic; 0: never)."""
         return self._answered.get(endpoint, 0.0)
+
+    def prefer(self, endpoint: Endpoint) -> None:
+        """``endpoint`` answered when another did not: the next call starts there."""
+        self._current = self.endpoints.index(endpoint)
 
     def rotate(self, failed: Endpoint) -> None:
         """Move on from an endpoint a stream found dead, so the next call starts elsewhere."""

@@ -2,9 +2,9 @@
 
 - The keep-alive is one LeaseKeepAlive stream, a task on the process's stream loop. It sends a
   request every ``interval`` and waits for the answer only so long (``answer_wait``, a few round
-  trips, at least half a second): a member that is frozen, partitioned or between leaders gets no
-  longer than that before the stream moves to the next endpoint. Silence counts as failure, not
-  only errors.
+  trips, at least half a second). Silence counts as failure, not only errors: then the renewal
+  goes to every endpoint at once, again every ``interval`` until one answers, and the stream
+  moves to the member that did. A frozen, partitioned or leaderless member costs one wait.
 - ``lost`` is set when etcd answers that the lease is gone (TTL 0); ``done`` when it was closed.
   Closing revokes the lease, so the node key vanishes at once and everyone watching hears it.
 - Fencing. etcd keeps the lease at least ``TTL`` seconds after it received the last renewal, and
@@ -21,7 +21,7 @@ import asyncio
 import concurrent.futures
 import threading
 import time
-from typing import Callable
+from typing import Any, Callable
 
 import grpc.aio
 from etcd3 import etcdrpc
@@ -33,7 +33,6 @@ from .errors import RendezvousError
 __all__ = ["Session", "default_renew_deadline", "keep_alive_interval", "answer_wait"]
 
 _MIN_ANSWER_WAIT = 0.5  # seconds: the least time a keep-alive answer is waited for
-_RETRY = 0.05  # seconds before reopening a stream that failed at once (doubling, up to the interval)
 
 
 def default_renew_deadline(ttl: float) -> float:
@@ -46,14 +45,14 @@ def keep_alive_interval(renew_deadline: float) -> float:
     return max(min(renew_deadline / 8, 1.0), 0.05)
 
 
-def answer_wait(round_trip: float | None, failures: int, renew_deadline: float) -> float:
-    """How long to wait for a keep-alive answer before trying the next endpoint.
+def answer_wait(round_trip: float | None, renew_deadline: float) -> float:
+    """How long to wait for a keep-alive answer on the usual stream before asking every endpoint.
 
-    A few round trips of the last good answer (at least half a second), doubled for each silent
-    try in a row, so a slow link still gets answered; never more than half the renew deadline.
+    A few round trips of the last good answer (at least half a second), so a slow link is not
+    taken for a silent one; never more than half the renew deadline.
     """
     base = _MIN_ANSWER_WAIT if round_trip is None else max(_MIN_ANSWER_WAIT, 4 * round_trip)
-    return min(base * 2**failures, max(renew_deadline / 2, _MIN_ANSWER_WAIT))
+    return min(base, max(renew_deadline / 2, _MIN_ANSWER_WAIT))
 
 
 class Session:
@@ -119,7 +118,7 @@ class Session:
                 pass
 
     async def _keep_alive(self) -> None:
-        """Renew every ``interval``; on an error or on silence, reopen the stream on the next endpoint.
+        """Renew every ``interval`` on one stream; when it errs or goes silent, ask every endpoint.
 
         Only etcd saying the lease is gone (TTL 0) ends it: while etcd is unreachable it keeps
         trying, since a new leader extends every lease it still holds.
@@ -127,7 +126,6 @@ class Session:
         request = etcdrpc.LeaseKeepAliveRequest(ID=self.lease_id)
         call = endpoint = None
         round_trip: float | None = None
-        failures = 0
         next_send = self._clock() + self.interval
         try:
             while not self.done.is_set():
@@ -135,35 +133,74 @@ class Session:
                 if self.done.is_set():
                     return  # closed, or abandoned without a revoke (as a killed agent would)
                 sent = self._clock()
-                wait = answer_wait(round_trip, failures, self.renew_deadline)
+                wait = answer_wait(round_trip, self.renew_deadline)
                 try:
                     if call is None:
-                        channel, endpoint, metadata = await asyncio.wait_for(self._client.open_stream(), wait)
-                        call = etcdrpc.LeaseStub(channel).LeaseKeepAlive(metadata=metadata)
-                    await asyncio.wait_for(call.write(request), wait)
-                    response = await asyncio.wait_for(call.read(), max(wait - (self._clock() - sent), 0.01))
-                    if response is grpc.aio.EOF:
-                        raise ConnectionResetError("the keep-alive stream ended")
-                except Exception as exc:  # an error or silence: move on to the next endpoint
+                        call, endpoint = await asyncio.wait_for(_open(self._client), wait)
+                    response = await asyncio.wait_for(_renew(call, request), wait)
+                except Exception as exc:  # an error or silence: ask every endpoint until one answers
                     self._client.stream_failed(exc, endpoint)
                     if call is not None:
                         call.cancel()
-                    call = endpoint = None
-                    failures += 1
-                    quick = not isinstance(exc, asyncio.TimeoutError)
-                    next_send = self._clock() + (min(_RETRY * 2 ** min(failures, 8), self.interval) if quick else 0.0)
-                    continue
+                    call, endpoint, response, sent = await self._renew_anywhere(request)
                 if response.TTL <= 0:
                     self.lost.set()
                     return
                 round_trip = self._clock() - sent
-                failures = 0
                 self._client.answered(endpoint)
                 self._acknowledged(sent)
                 next_send = sent + self.interval
         finally:
             if call is not None:
                 call.cancel()
+
+    async def _renew_anywhere(self, request: Any) -> tuple[Any, Any, Any, float]:
+        """Send the renewal on a new stream to every endpoint, again every ``interval``, keeping the
+        earlier tries open; the first answer from any of them is kept, with its send time.
+
+        Trying the members one after another would spend a whole wait on each that is frozen, or
+        that still forwards to a frozen leader (such a renewal hangs for etcd's request timeout,
+        even after a new leader is elected). A renewal is idempotent, so asking all of them costs
+        only the streams: the lease is renewed by the first try sent after any member knows a live
+        leader, and a slow link's answer still counts when it comes. Tries older than the renew
+        deadline are given up (their answer could no longer move it).
+        """
+        tries: dict[asyncio.Future, float] = {}
+        winner = None
+        try:
+            while True:
+                now = self._clock()
+                for task in [t for t, sent in tries.items() if now - sent >= self.renew_deadline]:
+                    task.cancel()
+                    del tries[task]
+                tries.update((asyncio.ensure_future(_renew_on(self._client, i, request)), now)
+                             for i in range(len(self._client.endpoints)))
+                winner = await self._first_answer(tries, now + self.interval)
+                if winner is not None:
+                    call, endpoint, response = winner.result()
+                    self._client.prefer(endpoint)
+                    return call, endpoint, response, tries[winner]
+        finally:
+            for task in tries:
+                if task is not winner:
+                    _discard(task)
+
+    async def _first_answer(self, tries: dict[asyncio.Future, float], until: float) -> asyncio.Future | None:
+        """The first of ``tries`` to be answered before ``until``, or None; failed tries are dropped."""
+        while (left := until - self._clock()) > 0:
+            pending = [task for task in tries if not task.done()]
+            answered = [task for task in tries if task.done() and not task.cancelled() and task.exception() is None]
+            if answered:
+                return answered[0]
+            for task in [t for t in tries if t.done()]:
+                if not task.cancelled():
+                    self._client.stream_failed(task.exception(), None)  # an expired token is fetched again
+                del tries[task]
+            if not pending:
+                await asyncio.sleep(left)  # every endpoint failed at once: the next round is due then
+                return None
+            await asyncio.wait(pending, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+        return None
 
     def close(self, timeout: float = 2.0) -> None:
         """Stop the keep-alive and revoke the lease (its keys are deleted at once)."""
@@ -176,3 +213,34 @@ class Session:
         except RendezvousError:
             pass  # unreachable etcd: the lease expires by itself within its TTL
         concurrent.futures.wait([self._task], timeout=timeout)
+
+
+async def _open(client: EtcdClient, index: int | None = None) -> tuple[Any, Any]:
+    """A new LeaseKeepAlive stream on the client's current endpoint (or on endpoint ``index``)."""
+    channel, endpoint, metadata = await client.open_stream(index)
+    return etcdrpc.LeaseStub(channel).LeaseKeepAlive(metadata=metadata), endpoint
+
+
+async def _renew(call: Any, request: Any) -> Any:
+    await call.write(request)
+    response = await call.read()
+    if response is grpc.aio.EOF:
+        raise ConnectionResetError("the keep-alive stream ended")
+    return response
+
+
+async def _renew_on(client: EtcdClient, index: int, request: Any) -> tuple[Any, Any, Any]:
+    call, endpoint = await _open(client, index)
+    try:
+        return call, endpoint, await _renew(call, request)
+    except BaseException:
+        call.cancel()
+        raise
+
+
+def _discard(task: asyncio.Future) -> None:
+    """Stop a try that lost: cancel it, or close the stream of one answered in the same instant."""
+    if not task.done():
+        task.cancel()
+    elif not task.cancelled() and task.exception() is None:
+        task.result()[0].cancel()

@@ -76,7 +76,9 @@ def test_one_bad_member_of_three_costs_no_restart(cluster, agents, tmp_path, fau
     leader = leader_index(cluster)
     began = time.monotonic()
     SCENARIOS[fault](cluster)
-    assert all(alive(w["pid"]) for w in workers(out)), "the job was not running any more when the fault ended"
+    if not all(alive(w["pid"]) for w in workers(out)):
+        outputs = [agent.output() for agent in started]
+        pytest.fail(f"the job was not running any more when the fault ended: {outputs}")
     _assert_untouched(started, out, f"{fault} (leader was member {leader}; renew deadline {DEADLINE:g} s)", began)
 
 
