@@ -1,10 +1,12 @@
 """An etcd lease kept alive, and the renew deadline that fences a node which cannot renew it.
 
 - The keep-alive is one LeaseKeepAlive stream, a task on the process's stream loop. It sends a
-  request every ``interval`` and waits for the answer only so long (``answer_wait``, a few round
-  trips, at least half a second). Silence counts as failure, not only errors: then the renewal
-  goes to every endpoint at once, again every ``interval`` until one answers, and the stream
-  moves to the member that did. A frozen, partitioned or leaderless member costs one wait.
+  request every ``interval`` and waits for the answer only so long (``AnswerWait``: the smoothed
+  round trip and four times its variation, at least half a second, doubled after each silence).
+  Silence counts as failure, not only errors: then the renewal goes to every endpoint at once,
+  again every ``interval`` until one answers (the usual stream's late answer counts too), and the
+  stream moves to the member that did. A frozen, partitioned or leaderless member costs one wait;
+  a process too busy to read its answers on time is not taken for a silent member.
 - ``lost`` is set when etcd answers that the lease is gone (TTL 0); ``done`` when it was closed.
   Closing revokes the lease, so the node key vanishes at once and everyone watching hears it.
 - Fencing. etcd keeps the lease at least ``TTL`` seconds after it received the last renewal, and
@@ -30,7 +32,7 @@ from . import streams
 from .client import EtcdClient
 from .errors import RendezvousError
 
-__all__ = ["Session", "default_renew_deadline", "keep_alive_interval", "answer_wait"]
+__all__ = ["Session", "AnswerWait", "hear", "default_renew_deadline", "keep_alive_interval"]
 
 _MIN_ANSWER_WAIT = 0.5  # seconds: the least time a keep-alive answer is waited for
 
@@ -45,14 +47,42 @@ def keep_alive_interval(renew_deadline: float) -> float:
     return max(min(renew_deadline / 8, 1.0), 0.05)
 
 
-def answer_wait(round_trip: float | None, renew_deadline: float) -> float:
-    """How long to wait for a keep-alive answer on the usual stream before asking every endpoint.
+class AnswerWait:
+    """How long a renewal's answer is waited for before every endpoint is asked: RFC 6298's
+    retransmission timeout, over the renewals' round trips.
 
-    A few round trips of the last good answer (at least half a second), so a slow link is not
-    taken for a silent one; never more than half the renew deadline.
+    The smoothed round trip plus four times its variation (at least half a second), so a link that
+    is slow, or slow now and then, is not taken for a silent one; doubled for each renewal in a row
+    that the usual stream left unanswered so long, so that a loaded etcd (every node's renewal late
+    at once) does not get a new stream from every node at every renewal; never more than half the
+    renew deadline.
     """
-    base = _MIN_ANSWER_WAIT if round_trip is None else max(_MIN_ANSWER_WAIT, 4 * round_trip)
-    return min(base, max(renew_deadline / 2, _MIN_ANSWER_WAIT))
+
+    def __init__(self, renew_deadline: float) -> None:
+        self._cap = max(renew_deadline / 2, _MIN_ANSWER_WAIT)
+        self._smoothed: float | None = None
+        self._variation = 0.0
+        self._backoff = 1
+
+    @property
+    def seconds(self) -> float:
+        base = _MIN_ANSWER_WAIT if self._smoothed is None else self._smoothed + 4 * self._variation
+        return min(max(base, _MIN_ANSWER_WAIT) * self._backoff, self._cap)
+
+    def answered(self, round_trip: float, *, in_time: bool) -> None:
+        """A renewal was answered ``round_trip`` seconds after it was sent (by the usual stream
+        within the wait: ``in_time``)."""
+        if self._smoothed is None:
+            self._smoothed, self._variation = round_trip, round_trip / 2
+        else:
+            self._variation = 0.75 * self._variation + 0.25 * abs(self._smoothed - round_trip)
+            self._smoothed = 0.875 * self._smoothed + 0.125 * round_trip
+        if in_time:
+            self._backoff = 1
+
+    def silent(self) -> None:
+        """The usual stream left a renewal unanswered for the whole wait."""
+        self._backoff = min(self._backoff * 2, 64)
 
 
 class Session:
@@ -82,6 +112,8 @@ class Session:
         self._handled: float | None = None  # the missed deadline the last fence dealt with
         sent = clock()
         self.lease_id = client.grant_lease(self.ttl)
+        self._wait = AnswerWait(self.renew_deadline)
+        self._wait.answered(clock() - sent, in_time=True)  # the grant's round trip: the first estimate
         self.deadline = sent + self.renew_deadline
         self._notify()
         self._task = streams.submit(self._keep_alive())
@@ -124,8 +156,9 @@ class Session:
         trying, since a new leader extends every lease it still holds.
         """
         request = etcdrpc.LeaseKeepAliveRequest(ID=self.lease_id)
-        call = endpoint = None
-        round_trip: float | None = None
+        stream: tuple[Any, Any] | None = None  # the usual stream: its call and endpoint
+        usual: asyncio.Future | None = None
+        wait = self._wait
         next_send = self._clock() + self.interval
         try:
             while not self.done.is_set():
@@ -133,53 +166,66 @@ class Session:
                 if self.done.is_set():
                     return  # closed, or abandoned without a revoke (as a killed agent would)
                 sent = self._clock()
-                wait = answer_wait(round_trip, self.renew_deadline)
-                try:
-                    if call is None:
-                        call, endpoint = await asyncio.wait_for(_open(self._client), wait)
-                    response = await asyncio.wait_for(_renew(call, request), wait)
-                except Exception as exc:  # an error or silence: ask every endpoint until one answers
-                    self._client.stream_failed(exc, endpoint)
-                    if call is not None:
-                        call.cancel()
-                    call, endpoint, response, sent = await self._renew_anywhere(request)
+                usual = asyncio.ensure_future(_renew_on(self._client, request, stream=stream))
+                await hear(usual, wait.seconds, sent=sent, late=self.interval / 4,
+                           last=sent + max(wait.seconds, self.renew_deadline / 2), clock=self._clock)
+                in_time = _answered(usual)
+                if in_time:
+                    call, endpoint, response = usual.result()
+                    usual = None
+                else:  # an error or silence: ask every endpoint, the usual stream's answer still counts
+                    if not usual.done():
+                        wait.silent()
+                    failed = usual.exception() if usual.done() else TimeoutError("no answer")
+                    self._client.stream_failed(failed, stream[1] if stream else None)
+                    tries, usual = ({} if usual.done() else {usual: sent}), None
+                    (call, endpoint, response), sent = await self._renew_anywhere(request, tries)
+                stream = (call, endpoint)
                 if response.TTL <= 0:
                     self.lost.set()
                     return
-                round_trip = self._clock() - sent
+                wait.answered(self._clock() - sent, in_time=in_time)
                 self._client.answered(endpoint)
                 self._acknowledged(sent)
                 next_send = sent + self.interval
         finally:
-            if call is not None:
-                call.cancel()
+            if usual is not None:
+                _discard(usual)
+            if stream is not None:
+                stream[0].cancel()
 
-    async def _renew_anywhere(self, request: Any) -> tuple[Any, Any, Any, float]:
+    def _starved(self, planned: float) -> bool:
+        """This loop woke more than a quarter interval after ``planned``: too busy to tell silence."""
+        return self._clock() - planned > self.interval / 4
+
+    async def _renew_anywhere(self, request: Any, tries: dict[asyncio.Future, float]) -> tuple[tuple, float]:
         """Send the renewal on a new stream to every endpoint, again every ``interval``, keeping the
-        earlier tries open; the first answer from any of them is kept, with its send time.
+        earlier ``tries`` open; the first answer from any of them is kept, with its send time.
 
         Trying the members one after another would spend a whole wait on each that is frozen, or
         that still forwards to a frozen leader (such a renewal hangs for etcd's request timeout,
         even after a new leader is elected). A renewal is idempotent, so asking all of them costs
         only the streams: the lease is renewed by the first try sent after any member knows a live
-        leader, and a slow link's answer still counts when it comes. Tries older than the renew
-        deadline are given up (their answer could no longer move it).
+        leader, and a slow answer (a loaded link, or this process too busy to read it) still counts
+        when it comes. Tries older than the renew deadline are given up (their answer could no
+        longer move it).
         """
-        tries: dict[asyncio.Future, float] = {}
-        winner = None
+        winner, starved = None, False
         try:
             while True:
                 now = self._clock()
                 for task in [t for t, sent in tries.items() if now - sent >= self.renew_deadline]:
-                    task.cancel()
+                    _discard(task)
                     del tries[task]
-                tries.update((asyncio.ensure_future(_renew_on(self._client, i, request)), now)
-                             for i in range(len(self._client.endpoints)))
+                if not (tries and starved):  # a loop that woke late asks again only when it is on time
+                    tries.update((asyncio.ensure_future(_renew_on(self._client, request, index=i)), now)
+                                 for i in range(len(self._client.endpoints)))
                 winner = await self._first_answer(tries, now + self.interval)
+                starved = self._starved(now + self.interval)
                 if winner is not None:
                     call, endpoint, response = winner.result()
                     self._client.prefer(endpoint)
-                    return call, endpoint, response, tries[winner]
+                    return (call, endpoint, response), tries[winner]
         finally:
             for task in tries:
                 if task is not winner:
@@ -189,7 +235,7 @@ class Session:
         """The first of ``tries`` to be answered before ``until``, or None; failed tries are dropped."""
         while (left := until - self._clock()) > 0:
             pending = [task for task in tries if not task.done()]
-            answered = [task for task in tries if task.done() and not task.cancelled() and task.exception() is None]
+            answered = [task for task in tries if _answered(task)]
             if answered:
                 return answered[0]
             for task in [t for t in tries if t.done()]:
@@ -215,6 +261,23 @@ class Session:
         concurrent.futures.wait([self._task], timeout=timeout)
 
 
+async def hear(usual: asyncio.Future, wait: float, *, sent: float, late: float, last: float,
+               clock: Callable[[], float] = time.monotonic) -> None:
+    """Wait for ``usual`` until it was silent for ``wait`` seconds after ``sent`` in which this loop
+    could hear it.
+
+    A loop that wakes more than ``late`` seconds after it was due (its process starved of CPU, or
+    its thread of the GIL) may hold an answer it has not read yet: that silence is this process's,
+    and asking every member would only add streams to a loop already behind. Such a wait starts
+    again, up to ``last``.
+    """
+    until = sent + wait
+    while not usual.done() and (left := until - clock()) > 0:
+        await asyncio.wait([usual], timeout=left)
+        if not usual.done() and clock() - until > late and until < last:
+            until = min(clock() + wait, last)
+
+
 async def _open(client: EtcdClient, index: int | None = None) -> tuple[Any, Any]:
     """A new LeaseKeepAlive stream on the client's current endpoint (or on endpoint ``index``)."""
     channel, endpoint, metadata = await client.open_stream(index)
@@ -229,13 +292,21 @@ async def _renew(call: Any, request: Any) -> Any:
     return response
 
 
-async def _renew_on(client: EtcdClient, index: int, request: Any) -> tuple[Any, Any, Any]:
-    call, endpoint = await _open(client, index)
+async def _renew_on(client: EtcdClient, request: Any, *, stream: tuple[Any, Any] | None = None,
+                    index: int | None = None) -> tuple[Any, Any, Any]:
+    """One renewal, on ``stream`` (a call and its endpoint) or on a new stream to endpoint ``index``
+    (None: the client's current one); the stream, its endpoint and the answer. A try that fails
+    closes its stream."""
+    call, endpoint = stream if stream is not None else await _open(client, index)
     try:
         return call, endpoint, await _renew(call, request)
     except BaseException:
         call.cancel()
         raise
+
+
+def _answered(task: asyncio.Future) -> bool:
+    return task.done() and not task.cancelled() and task.exception() is None
 
 
 def _discard(task: asyncio.Future) -> None:

@@ -1,13 +1,17 @@
 """The pure parts of fault handling: which etcd errors are retried, how long each try may take,
-how long a keep-alive answer is waited for, and the fencing settings."""
+how long a keep-alive answer is waited for (and waited for again by a loop that woke late), and
+the fencing settings."""
 
 from __future__ import annotations
+
+import asyncio
+import time
 
 import pytest
 
 from rendezvous import retry
 from rendezvous.errors import RendezvousSettingsError
-from rendezvous.session import answer_wait, default_renew_deadline, keep_alive_interval
+from rendezvous.session import AnswerWait, default_renew_deadline, hear, keep_alive_interval
 from rendezvous.settings import RendezvousSettings
 
 
@@ -69,13 +73,41 @@ def test_the_unreachable_message_says_where_why_and_how_long():
     assert text == "cannot reach etcd at h1:2379 (connection refused), h2:2379 (no answer within 1.7 s); tried 9 times over 5.0 s"
 
 
-def test_the_answer_wait_grows_with_the_round_trip_but_stays_under_half_the_deadline():
-    assert answer_wait(None, 14.0) == 0.5
-    assert answer_wait(0.01, 14.0) == 0.5
-    assert answer_wait(0.6, 14.0) == pytest.approx(2.4)
-    assert answer_wait(3.0, 14.0) == 7.0
-    assert answer_wait(3.0, 4.0) == 2.0
-    assert answer_wait(None, 0.4) == 0.5  # the least wait, even past half a tiny deadline
+def _wait_after(round_trips, deadline=14.0):
+    wait = AnswerWait(deadline)
+    for rtt in round_trips:
+        wait.answered(rtt, in_time=True)
+    return wait
+
+
+def test_the_answer_wait_follows_the_round_trip_and_its_variation_but_stays_under_half_the_deadline():
+    assert AnswerWait(14.0).seconds == 0.5  # nothing measured yet
+    assert _wait_after([0.01] * 5).seconds == 0.5  # the least wait
+    assert _wait_after([0.6]).seconds == pytest.approx(0.6 + 4 * 0.3)  # one sample: its variation is half of it
+    assert _wait_after([0.6] * 40).seconds == pytest.approx(0.6, abs=0.01)  # steady: the round trip itself
+    assert _wait_after([3.0]).seconds == 7.0 and _wait_after([3.0], 4.0).seconds == 2.0
+    assert AnswerWait(0.4).seconds == 0.5  # the least wait, even past half a tiny deadline
+
+
+def test_one_slow_answer_lengthens_the_wait_for_a_while_and_fast_ones_bring_it_back():
+    wait = _wait_after([0.005] * 10 + [0.9])
+    after_spike = wait.seconds
+    assert after_spike > 0.9, "another answer as slow as that one would be taken for silence"
+    for _ in range(30):
+        wait.answered(0.005, in_time=True)
+    assert wait.seconds == 0.5
+
+
+def test_each_silence_in_a_row_doubles_the_wait_until_the_usual_stream_answers_in_time():
+    wait = _wait_after([0.005] * 10)
+    waits = []
+    for _ in range(5):
+        wait.silent()
+        wait.answered(0.005, in_time=False)  # renewed by another stream: the backoff stays
+        waits.append(wait.seconds)
+    assert waits == [1.0, 2.0, 4.0, 7.0, 7.0]
+    wait.answered(0.005, in_time=True)
+    assert wait.seconds == 0.5
 
 
 def test_default_fencing_settings_renew_every_second_and_fence_a_second_before_the_ttl():
@@ -145,3 +177,34 @@ def test_a_renewal_acknowledged_after_an_unhandled_deadline_still_fences():
     session._acknowledged(sent + 3.0)
     clock.now += 0.1
     assert session.deadline > clock.now and session.overdue()
+
+
+def _hear_while_busy(busy: float, answer_at: float | None, last: float = 5.0) -> tuple[bool, float]:
+    """``hear`` on a loop whose thread is held for ``busy`` seconds from 0.05 s on (nothing is read
+    meanwhile), the answer coming at ``answer_at``; whether it was heard, and when hear returned."""
+
+    async def scenario() -> tuple[bool, float]:
+        loop = asyncio.get_running_loop()
+        usual = loop.create_future()
+        start = time.monotonic()
+        if busy:
+            loop.call_later(0.05, time.sleep, busy)
+        if answer_at is not None:
+            loop.call_later(answer_at, usual.set_result, "answer")
+        await hear(usual, 0.5, sent=start, late=0.1, last=start + last)
+        return usual.done(), time.monotonic() - start
+
+    return asyncio.run(scenario())
+
+
+def test_a_loop_that_woke_late_waits_again_for_the_answer_it_could_not_read():
+    # held until 0.85 s, past the 0.5 s wait: the answer read just after is not taken for silence
+    heard, took = _hear_while_busy(0.8, 0.9)
+    assert heard and took == pytest.approx(0.9, abs=0.1)
+
+
+def test_a_loop_on_time_gives_up_after_the_wait_and_a_late_one_at_the_last_moment():
+    heard, took = _hear_while_busy(0.0, 3.0)
+    assert not heard and took == pytest.approx(0.5, abs=0.1)
+    heard, took = _hear_while_busy(0.8, None, last=1.0)  # woke late, then nothing: given up at ``last``
+    assert not heard and took == pytest.approx(1.0, abs=0.1)
