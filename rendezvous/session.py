@@ -310,8 +310,15 @@ def _answered(task: asyncio.Future) -> bool:
 
 
 def _discard(task: asyncio.Future) -> None:
-    """Stop a try that lost: cancel it, or close the stream of one answered in the same instant."""
+    """Stop a try that lost: cancel it, or close the stream of one answered in the same instant.
+    How it ends is no news (a stream that failed meanwhile): its outcome is collected, not logged."""
+    task.add_done_callback(_collect)
     if not task.done():
         task.cancel()
-    elif not task.cancelled() and task.exception() is None:
+    elif _answered(task):
         task.result()[0].cancel()
+
+
+def _collect(task: asyncio.Future) -> None:
+    if not task.cancelled():
+        task.exception()
