@@ -167,18 +167,20 @@ class Session:
                     return  # closed, or abandoned without a revoke (as a killed agent would)
                 sent = self._clock()
                 usual = asyncio.ensure_future(_renew_on(self._client, request, stream=stream))
-                await hear(usual, wait.seconds, sent=sent, late=self.interval / 4,
-                           last=sent + max(wait.seconds, self.renew_deadline / 2), clock=self._clock)
+                seconds = wait.seconds
+                await hear(usual, seconds, sent=sent, late=self._late,
+                           last=sent + max(seconds, self.renew_deadline / 2), clock=self._clock)
                 in_time = _answered(usual)
                 if in_time:
                     call, endpoint, response = usual.result()
                     usual = None
                 else:  # an error or silence: ask every endpoint, the usual stream's answer still counts
-                    if not usual.done():
+                    silent = not usual.done()
+                    if silent:
                         wait.silent()
-                    failed = usual.exception() if usual.done() else TimeoutError("no answer")
+                    failed = TimeoutError("no answer") if silent else usual.exception()
                     self._client.stream_failed(failed, stream[1] if stream else None)
-                    tries, usual = ({} if usual.done() else {usual: sent}), None
+                    tries, usual = ({usual: sent} if silent else {}), None
                     (call, endpoint, response), sent = await self._renew_anywhere(request, tries)
                 stream = (call, endpoint)
                 if response.TTL <= 0:
@@ -194,9 +196,15 @@ class Session:
             if stream is not None:
                 stream[0].cancel()
 
+    @property
+    def _late(self) -> float:
+        """Seconds past its time after which this loop counts as having woken late (a quarter
+        interval): too busy to tell a member's silence from its own."""
+        return self.interval / 4
+
     def _starved(self, planned: float) -> bool:
-        """This loop woke more than a quarter interval after ``planned``: too busy to tell silence."""
-        return self._clock() - planned > self.interval / 4
+        """This loop woke late for what it planned at ``planned``."""
+        return self._clock() - planned > self._late
 
     async def _renew_anywhere(self, request: Any, tries: dict[asyncio.Future, float]) -> tuple[tuple, float]:
         """Send the renewal on a new stream to every endpoint, again every ``interval``, keeping the
