@@ -25,7 +25,7 @@ import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from launcher import beatfile  # noqa: E402
+from launcher.hangs import record as beats  # noqa: E402
 from rendezvous import EtcdServer  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -50,7 +50,7 @@ def heartbeat_cost(calls: int, threads: int, attached: bool) -> tuple[float, flo
         env = {k: v for k, v in os.environ.items() if k != "ELASTIC_HEARTBEAT_FILE"}
         if attached:
             env["ELASTIC_HEARTBEAT_FILE"] = os.path.join(scratch, "0.beat")
-            beatfile.create(env["ELASTIC_HEARTBEAT_FILE"])
+            beats.create(env["ELASTIC_HEARTBEAT_FILE"])
         out = subprocess.run([sys.executable, "-c", COST, str(calls), str(threads)], env=env, cwd=ROOT,
                              capture_output=True, text=True, check=True, timeout=600).stdout.split()
         return float(out[0]), float(out[1])

@@ -28,7 +28,7 @@ import psutil
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from rendezvous import EtcdServer  # noqa: E402
-from rendezvous.etcd_server import free_port  # noqa: E402
+from rendezvous.etcd.server import free_port  # noqa: E402
 
 BIN = os.path.dirname(sys.executable)
 WORKER = """

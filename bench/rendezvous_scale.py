@@ -39,7 +39,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import psutil  # noqa: E402
 
 from rendezvous import EtcdClient, EtcdServer  # noqa: E402
-from rendezvous.handler import RendezvousHandler  # noqa: E402
+from rendezvous.rounds.handler import RendezvousHandler  # noqa: E402
 from rendezvous.settings import RendezvousSettings  # noqa: E402
 
 TIMEOUT = 120.0

@@ -11,7 +11,7 @@ found, named and restarted long before a collective's own timeout.
                 save(model)                      # quiet for long, legitimately
 
 Under elastic-run the agent gives each worker a small record mapped into memory
-(``launcher/beatfile.py``): ``heartbeat()`` writes the time and a count there -- no system call
+(``launcher/hangs/record.py``): ``heartbeat()`` writes the time and a count there -- no system call
 beyond reading the clock (vDSO), no etcd traffic, safe from any thread. Anywhere else (not launched
 by elastic-run, or under torchrun) every call does nothing.
 
@@ -35,7 +35,7 @@ import time
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
-from launcher import beatfile
+from launcher.hangs import record as beats
 
 __all__ = ["heartbeat", "phase", "ENV"]
 
@@ -77,7 +77,7 @@ class _Channel:
         self.phases: list[tuple[str, float]] = []
         self.changes = 0
         counter = itertools.count(1)
-        pack, clock, at = beatfile.BEAT.pack_into, time.monotonic, beatfile.BEAT_AT
+        pack, clock, at = beats.BEAT.pack_into, time.monotonic, beats.BEAT_AT
 
         def beat() -> None:
             pack(buffer, at, clock(), next(counter))
@@ -97,7 +97,7 @@ class _Channel:
     def _write_phase(self, name: str, timeout: float) -> None:
         self.changes += 1
         started = time.monotonic() if name else 0.0
-        beatfile.PHASE.pack_into(self.buffer, beatfile.PHASE_AT, started, timeout, self.changes, os.getpid(),
+        beats.PHASE.pack_into(self.buffer, beats.PHASE_AT, started, timeout, self.changes, os.getpid(),
                                  name.encode())
         self.beat()
 
@@ -133,20 +133,20 @@ def _attach(path: str) -> _Channel | None:
     try:
         fd = os.open(path, os.O_RDWR)
         try:
-            buffer = mmap.mmap(fd, beatfile.SIZE)
+            buffer = mmap.mmap(fd, beats.SIZE)
         finally:
             os.close(fd)
-        magic, _ = beatfile.HEADER.unpack_from(buffer, 0)
-        owner = beatfile.PHASE.unpack_from(buffer, beatfile.PHASE_AT)[3]
-        if magic == beatfile.MAGIC and owner not in (0, os.getpid()):
+        magic, _ = beats.HEADER.unpack_from(buffer, 0)
+        owner = beats.PHASE.unpack_from(buffer, beats.PHASE_AT)[3]
+        if magic == beats.MAGIC and owner not in (0, os.getpid()):
             return None  # another process of this rank (a data-loader child) attached first: the rank is that one
-        stacks = open(beatfile.stacks_path(path), "ab", buffering=0)
+        stacks = open(beats.stacks_path(path), "ab", buffering=0)
     except (OSError, ValueError) as exc:
         print(f"elastic.heartbeat: no heartbeats for this worker ({path}: {exc})", file=sys.stderr)
         return None
     channel = _Channel(buffer, stacks)
-    beatfile.PHASE.pack_into(buffer, beatfile.PHASE_AT, 0.0, 0.0, 0, os.getpid(), b"")
-    beatfile.HEADER.pack_into(buffer, 0, beatfile.MAGIC, _register_stack_dump(stacks))
+    beats.PHASE.pack_into(buffer, beats.PHASE_AT, 0.0, 0.0, 0, os.getpid(), b"")
+    beats.HEADER.pack_into(buffer, 0, beats.MAGIC, _register_stack_dump(stacks))
     atexit.register(_exiting, channel)
     return channel
 

@@ -1,5 +1,5 @@
-"""Reading a job's rendezvous state: the library view (see rendezvous.view)."""
+"""Reading a job's rendezvous state: the library view (see rendezvous.rounds.view)."""
 
-from rendezvous.view import JobView, NodeView, get_state
+from rendezvous.rounds.view import JobView, NodeView, get_state
 
 __all__ = ["JobView", "NodeView", "get_state"]

@@ -11,7 +11,7 @@
 - When every local worker succeeded the agent says so in its node key and waits (up to the exit
   barrier timeout) for the other nodes; when all have, the job is marked closed.
 - A worker that calls elastic.heartbeat() and then stays silent past its timeout is hung; the nodes
-  agree through etcd on the rank to blame (launcher/hangwatch.py), its stacks are dumped, and the
+  agree through etcd on the rank to blame (launcher/hangs/watch.py), its stacks are dumped, and the
   hang is then handled as a failure (one restart of the job's budget).
 - the signals of --signals-to-handle (SIGTERM, SIGINT, SIGHUP, SIGQUIT) stop the workers with the same
   signal and leave the job open for the others.
@@ -30,23 +30,23 @@ from dataclasses import dataclass
 from typing import Callable, Mapping
 
 from rendezvous.errors import RendezvousClosedError, RendezvousConnectionError, RendezvousCredentialsError, RendezvousError
-from rendezvous.handler import RendezvousHandler
-from rendezvous.join import RendezvousInfo
-from rendezvous.hangcase import HangChannel
-from rendezvous.history import HistoryWriter
-from rendezvous.operate import OPERATOR
-from rendezvous.state import JobState
+from rendezvous.rounds.handler import RendezvousHandler
+from rendezvous.rounds.join import RendezvousInfo
+from rendezvous.job.hangboard import HangChannel
+from rendezvous.job.history import HistoryWriter
+from rendezvous.rounds.operate import OPERATOR
+from rendezvous.job.state import JobState
 
-from .console import report_progress, say
+from launcher.output.console import report_progress, say
 from .errors import AgentStopped, JobClosedError, JobRendezvousError, LauncherError, WorkerFailedError, rendezvous_failure
-from .metrics import Telemetry
+from launcher.telemetry.metrics import Telemetry
 from .output import LogPump
-from .health import AgentSnapshot
+from launcher.telemetry.health import AgentSnapshot
 from .config import AgentConfig
 from .rounds import CAUSES, RoundOutcome, RoundResult, RoundRunner
 from .signals import ignore_stop_signals
 from .summary import describe_exit, failure_summary, hang_summary
-from .workers import GroupStatus, ReaperProcess, WorkerGroup
+from launcher.workers.group import GroupStatus, ReaperProcess, WorkerGroup
 
 __all__ = ["AgentConfig", "Agent", "AgentState", "RoundOutcome", "RoundResult"]
 

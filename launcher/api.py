@@ -1,12 +1,12 @@
 """Launching from Python with torch's shape: ``LaunchConfig`` and ``elastic_launch``.
 
-    from launcher.api import LaunchConfig, elastic_launch
+    from .api import LaunchConfig, elastic_launch
 
     config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=2, max_restarts=1)
     results = elastic_launch(config, train)(lr)    # {global rank: train(lr)} of this node's ranks
 
 The fields, their defaults and meanings are torch 2.13's (torch/distributed/launcher/api.py) where
-they apply. The launch is elastic-run's own: the same plan (``launcher.cli.plan_from_options``) and
+they apply. The launch is elastic-run's own: the same plan (``launcher.cli.run.plan_from_options``) and
 the same ``launcher.launch.launch`` -- rendezvous on etcd v3, the job's restart count, fencing,
 the reaper, history and output rules. ``rdzv_backend`` ``etcd``, ``etcd-v2`` and ``etcd-v3`` all mean
 this project's etcd v3 rendezvous; an empty ``rdzv_endpoint`` with one node starts a local etcd, as
@@ -130,7 +130,7 @@ class elastic_launch:
 
 def launch_agent(config: LaunchConfig, entrypoint: Callable[..., Any] | str, args: list[Any]) -> dict[int, Any]:
     """What ``elastic_launch(config, entrypoint)(*args)`` does."""
-    from .cli import plan_from_options
+    from launcher.cli.run import plan_from_options
     from .launch import launch
 
     if not callable(entrypoint) and not isinstance(entrypoint, str):
@@ -165,7 +165,7 @@ def _worker_command(entrypoint: Callable[..., Any] | str, args: list[Any], work:
             preparation.pop("init_main_from_path", None)  # a caller run from stdin or -c has no main file to re-import
         pickle.dump(preparation, handle)
         pickle.dump((entrypoint, tuple(args)), handle)
-    return [sys.executable, "-u", "-m", "launcher.fn_worker", payload, work]
+    return [sys.executable, "-u", "-m", "launcher.workers.fn_worker", payload, work]
 
 
 def _options(config: LaunchConfig, argv: list[str]) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from .hangs import HangTimeouts
+from launcher.hangs.rules import HangTimeouts
 from .output import LayoutStrategy
 
 __all__ = ["AgentConfig"]

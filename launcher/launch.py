@@ -10,20 +10,20 @@ import shutil
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from rendezvous.client import EtcdClient
-from rendezvous.handler import RendezvousHandler
-from rendezvous.hangcase import HangChannel
-from rendezvous.history import HistoryWriter
-from rendezvous.keys import JobKeys
+from rendezvous.etcd.client import EtcdClient
+from rendezvous.rounds.handler import RendezvousHandler
+from rendezvous.job.hangboard import HangChannel
+from rendezvous.job.history import HistoryWriter
+from rendezvous.job.keys import JobKeys
 from rendezvous.settings import RendezvousSettings
 
 from .agent import Agent
 from .config import AgentConfig
-from .console import console_event, say
+from launcher.output.console import console_event, say
 from .errors import UsageError
-from .metrics import Telemetry
+from launcher.telemetry.metrics import Telemetry
 from .signals import STOP_SIGNALS, stop_on_signals
-from .workers import ReaperProcess, reaper_sys_path
+from launcher.workers.group import ReaperProcess, reaper_sys_path
 
 __all__ = ["LaunchPlan", "LaunchOutcome", "launch"]
 
@@ -61,7 +61,7 @@ class LaunchOutcome:
 def launch(plan: LaunchPlan, *, early_etcd: Any = None, report: Callable[[str], None] = say) -> LaunchOutcome:
     """Run the plan's agent to the end: the outcome when the job succeeded, else a LauncherError is raised.
 
-    ``early_etcd`` is a local etcd already starting (``launcher.main`` starts it before the heavy
+    ``early_etcd`` is a local etcd already starting (``launcher.cli.main`` starts it before the heavy
     imports); it is used for a standalone plan, and stopped at the end either way.
     """
     for line in plan.notes:
@@ -72,7 +72,7 @@ def launch(plan: LaunchPlan, *, early_etcd: Any = None, report: Callable[[str], 
     try:
         with stop_on_signals(plan.signals):
             if plan.standalone:
-                from rendezvous.etcd_server import EtcdServer
+                from rendezvous.etcd.server import EtcdServer
 
                 server, early_etcd = (early_etcd.ready() if early_etcd is not None else EtcdServer().start()), None
                 client = plan.settings.with_(protocol="http").connect(server.endpoints)  # the local etcd speaks http
@@ -127,7 +127,7 @@ def _telemetry(plan: LaunchPlan, client: EtcdClient, history: HistoryWriter) -> 
     """Prometheus metrics when the endpoint is on (prometheus-client is imported only then)."""
     if plan.http_port is None:
         return Telemetry()
-    from .metrics import PrometheusTelemetry
+    from launcher.telemetry.metrics import PrometheusTelemetry
 
     telemetry = PrometheusTelemetry(plan.settings.run_id, plan.node_id)
     client.observer = telemetry.etcd_call
@@ -138,7 +138,7 @@ def _telemetry(plan: LaunchPlan, client: EtcdClient, history: HistoryWriter) -> 
 def _serve(plan: LaunchPlan, agent: Agent, telemetry: Telemetry, report: Callable[[str], None]):
     if plan.http_port is None:
         return None
-    from .probes import ProbeServer
+    from launcher.telemetry.probes import ProbeServer
 
     try:
         server = ProbeServer(plan.http_host, plan.http_port, agent.snapshot, telemetry.registry)

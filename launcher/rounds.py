@@ -12,20 +12,20 @@ from dataclasses import dataclass
 from typing import Callable, Mapping
 
 from rendezvous.errors import RendezvousError
-from rendezvous.hangcase import HangChannel
-from rendezvous.handler import RendezvousHandler
-from rendezvous.history import HistoryWriter
-from rendezvous.join import RendezvousInfo
+from rendezvous.job.hangboard import HangChannel
+from rendezvous.rounds.handler import RendezvousHandler
+from rendezvous.job.history import HistoryWriter
+from rendezvous.rounds.join import RendezvousInfo
 
-from . import beatfile
+from .hangs import record as beats
 from .config import AgentConfig
-from .env import WorkerSpec
-from .hangs import Verdict
-from .hangwatch import HangWatch, watch_round
-from .metrics import Telemetry
+from launcher.workers.env import WorkerSpec
+from launcher.hangs.rules import Verdict
+from launcher.hangs.watch import HangWatch, watch_round
+from launcher.telemetry.metrics import Telemetry
 from .output import Layout
 from .summary import change_line
-from .workers import GroupState, GroupStatus, ReaperProcess, WorkerGroup
+from launcher.workers.group import GroupState, GroupStatus, ReaperProcess, WorkerGroup
 
 __all__ = ["RoundOutcome", "RoundResult", "RoundRunner", "CAUSES"]
 
@@ -81,7 +81,7 @@ class RoundRunner:
         self._reaper.note_round(info.round)
         specs = self._specs(info, attempt, layout)
         for spec in specs:
-            beatfile.create(spec.heartbeat_file)
+            beats.create(spec.heartbeat_file)
         self._group.start(specs, layout, self._environ, self.config.cpu_binding)
         self._telemetry.workers(len(specs))
         self._hangs = watch_round(self._channel, specs, self.config.hang_timeouts, node=self.handler.node_id,

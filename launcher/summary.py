@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import time
 
-from rendezvous.monitor import JobMonitor
-from rendezvous.state import JobState, JobStatus
+from rendezvous.rounds.monitor import JobMonitor
+from rendezvous.job.state import JobState, JobStatus
 
-from .workers import GroupStatus, WorkerFailure
+from launcher.workers.group import GroupStatus, WorkerFailure
 
 __all__ = ["describe_exit", "failure_summary", "hang_summary", "change_line"]
 

@@ -1,6 +1,6 @@
 """Everything that talks to etcd: the connection, the CAS backend, the rendezvous rounds.
 
-Names are imported on first use, so that ``rendezvous.etcd_server`` (the local etcd of
+Names are imported on first use, so that ``rendezvous.etcd.server`` (the local etcd of
 --standalone) can start before gRPC is loaded.
 """
 
@@ -9,12 +9,12 @@ from __future__ import annotations
 import importlib
 
 _WHERE = {
-    "DEFAULT_KEY_PREFIX": "keys", "EtcdRendezvousBackend": "backend", "Token": "backend",
-    "EtcdClient": "client", "Endpoint": "endpoints", "parse_endpoints": "endpoints",
+    "DEFAULT_KEY_PREFIX": "job.keys", "EtcdRendezvousBackend": "job.backend", "Token": "job.backend",
+    "EtcdClient": "etcd.client", "Endpoint": "etcd.endpoints", "parse_endpoints": "etcd.endpoints",
     "RendezvousClosedError": "errors", "RendezvousConnectionError": "errors", "RendezvousCredentialsError": "errors",
     "RendezvousError": "errors",
     "RendezvousSettingsError": "errors", "LeaseNotFoundError": "errors", "RendezvousStateError": "errors", "RendezvousTimeoutError": "errors",
-    "EtcdCluster": "etcd_server", "EtcdServer": "etcd_server",
+    "EtcdCluster": "etcd.server", "EtcdServer": "etcd.server",
 }
 
 __all__ = sorted(_WHERE)

@@ -10,11 +10,11 @@ import os
 from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping
 
-from .keys import DEFAULT_KEY_PREFIX, validate_run_id
-from .client import EtcdClient
-from . import credentials
+from rendezvous.job.keys import DEFAULT_KEY_PREFIX, validate_run_id
+from rendezvous.etcd.client import EtcdClient
+from .etcd import credentials
 from .errors import RendezvousSettingsError
-from .session import default_renew_deadline, keep_alive_interval
+from rendezvous.etcd.session import default_renew_deadline, keep_alive_interval
 
 __all__ = ["RendezvousSettings", "parse_conf", "CONF_KEYS", "TORCH_ALIASES", "TORCH_IGNORED"]
 

@@ -125,7 +125,7 @@ def local_image(client) -> Image:
     ``DIGEST_LABEL``); any other (an older build, or one made from a launcher script) is replaced.
     A new build is checked by running its etcd; one that does not run is removed, never cached.
     """
-    from rendezvous.etcd_server import find_etcd_binary
+    from rendezvous.etcd.server import find_etcd_binary
 
     binary = Path(find_etcd_binary())
     etcdctl = binary.with_name("etcdctl")

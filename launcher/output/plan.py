@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from string import Template
 from typing import Protocol
 
-from ..errors import UsageError
+from launcher.errors import UsageError
 
 __all__ = [
     "STDOUT", "STDERR", "Std", "parse_std", "parse_ranks_filter", "parse_filters", "StreamPlan", "plan_stream",

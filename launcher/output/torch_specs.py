@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import UsageError
+from launcher.errors import UsageError
 from .plan import Layout, RankLogs, StreamPlan, line_prefix
 
 __all__ = ["GROUP", "load_logs_specs", "TorchLogsSpecsLayout"]

@@ -11,7 +11,7 @@ from etcd3 import etcdrpc
 from etcd3.etcdrpc import auth_pb2
 
 from rendezvous import EtcdClient, EtcdServer, RendezvousCredentialsError
-from rendezvous.txn import prefix_range_end
+from rendezvous.etcd.txn import prefix_range_end
 
 from .cli_helpers import PROBE, agent_args, finish, records, run, run_id, start, wait_for
 

@@ -11,7 +11,7 @@ import psutil
 import pytest
 
 import elastic
-from launcher.env import EXPORTED
+from launcher.workers.env import EXPORTED
 
 from .cli_helpers import PROBE, agent_args, finish, records, run, run_id, start, wait_for
 

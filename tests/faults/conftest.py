@@ -8,7 +8,7 @@ import signal
 
 import pytest
 
-from rendezvous.etcd_server import EtcdCluster
+from rendezvous.etcd.server import EtcdCluster
 
 from .helpers import Agent, member_endpoint
 from .proxy import Proxy

@@ -10,9 +10,9 @@ import uuid
 import psutil
 
 from rendezvous import EtcdClient
-from rendezvous.etcd_server import EtcdCluster
+from rendezvous.etcd.server import EtcdCluster
 
-from ..e2e.cli_helpers import json_records, wait_for
+from tests.e2e.cli_helpers import json_records, wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LIFE = os.path.join(HERE, "workers", "life.py")

@@ -15,7 +15,7 @@ import signal
 import threading
 import time
 
-from rendezvous.etcd_server import EtcdServer
+from rendezvous.etcd.server import EtcdServer
 
 from .helpers import DISTURBED, alive, run_id, wait_for, workers
 
@@ -141,7 +141,7 @@ def test_agents_started_before_etcd_wait_for_it(agents, proxies, tmp_path):
     out = str(tmp_path)
     rid = run_id()
     # The agents' endpoint is a proxy whose target does not listen yet: connections are refused.
-    from rendezvous.etcd_server import free_port
+    from rendezvous.etcd.server import free_port
 
     proxy = proxies("127.0.0.1", free_port())
     started = [agents(proxy.endpoint, rid, "2", out, 2, "last_call_timeout=1") for _ in range(2)]

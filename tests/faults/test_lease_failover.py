@@ -15,7 +15,7 @@ import threading
 import time
 
 from rendezvous import EtcdClient
-from rendezvous.session import Session
+from rendezvous.etcd.session import Session
 
 from .helpers import leader_index, member_endpoint, signal_member
 

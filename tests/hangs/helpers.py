@@ -10,7 +10,7 @@ import subprocess
 import threading
 import time
 
-from ..e2e.cli_helpers import tool
+from tests.e2e.cli_helpers import tool
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 STEPS = os.path.join(HERE, "workers", "steps.py")

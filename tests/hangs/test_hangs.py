@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import re
 
-from rendezvous.client import EtcdClient
-from rendezvous.history import read_history
-from rendezvous.keys import DEFAULT_KEY_PREFIX, JobKeys
+from rendezvous.etcd.client import EtcdClient
+from rendezvous.job.history import read_history
+from rendezvous.job.keys import DEFAULT_KEY_PREFIX, JobKeys
 
 import json
 
-from ..e2e.cli_helpers import run, run_id, wait_for
+from tests.e2e.cli_helpers import run, run_id, wait_for
 from .helpers import Agent, done, last_beat, steps_args
 
 HUNG = r"rank (\d+) on node \S+ hung: .*restarting the workers \(1/3\)"

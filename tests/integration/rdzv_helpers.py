@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 
 from rendezvous import EtcdClient
-from rendezvous.handler import RendezvousHandler
+from rendezvous.rounds.handler import RendezvousHandler
 from rendezvous.settings import RendezvousSettings
 
 

@@ -1,7 +1,7 @@
 import pytest
 
 from rendezvous import EtcdRendezvousBackend, RendezvousSettingsError, RendezvousStateError
-from rendezvous.keys import STATE_HEADER
+from rendezvous.job.keys import STATE_HEADER
 from tests.contract import BackendContract
 
 

@@ -16,9 +16,9 @@ from rendezvous import (
     EtcdServer,
     RendezvousConnectionError,
 )
-from rendezvous.etcd_server import ServerTLS, free_port
-from rendezvous.session import Session
-from rendezvous.watch import EventType, Watch
+from rendezvous.etcd.server import ServerTLS, free_port
+from rendezvous.etcd.session import Session
+from rendezvous.etcd.watch import EventType, Watch
 
 
 def _dead_endpoint() -> str:

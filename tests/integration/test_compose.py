@@ -18,9 +18,9 @@ import pytest
 from elastic import get_state
 from rendezvous import EtcdClient
 
-from ..e2e.cli_helpers import finish, run_id, start, wait_for
-from ..etcd_fixture import ROOT, docker_client, etcd_image
-from ..faults.helpers import DISTURBED, LIFE, workers
+from tests.e2e.cli_helpers import finish, run_id, start, wait_for
+from tests.etcd_fixture import ROOT, docker_client, etcd_image
+from tests.faults.helpers import DISTURBED, LIFE, workers
 
 ENDPOINTS = ["127.0.0.1:23791", "127.0.0.1:23792", "127.0.0.1:23793"]
 

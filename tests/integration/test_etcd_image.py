@@ -12,9 +12,9 @@ import stat
 
 import pytest
 
-from rendezvous.etcd_server import find_etcd_binary
+from rendezvous.etcd.server import find_etcd_binary
 
-from ..etcd_fixture import DIGEST_LABEL, FixtureError, discard_image, docker_client, local_image
+from tests.etcd_fixture import DIGEST_LABEL, FixtureError, discard_image, docker_client, local_image
 
 
 @pytest.fixture

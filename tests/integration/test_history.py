@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 
 from rendezvous import EtcdClient
-from rendezvous.etcd_server import free_port
-from rendezvous.txn import op_put
-from rendezvous.history import Event, HistoryWriter, read_history
+from rendezvous.etcd.server import free_port
+from rendezvous.etcd.txn import op_put
+from rendezvous.job.history import Event, HistoryWriter, read_history
 
 
 def test_the_newest_records_are_kept_in_time_order(etcd_client, key_prefix):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import time
 
-from launcher.workers import ReaperProcess as Reaper, reaper_sys_path as _project_path
+from launcher.workers.group import ReaperProcess as Reaper, reaper_sys_path as _project_path
 from rendezvous import EtcdClient
 
 

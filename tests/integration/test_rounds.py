@@ -8,9 +8,9 @@ import time
 import pytest
 
 from rendezvous import RendezvousClosedError, RendezvousStateError, RendezvousTimeoutError
-from rendezvous.join import RendezvousInfo
-from rendezvous.state import NodeInfo
-from rendezvous.view import get_state
+from rendezvous.rounds.join import RendezvousInfo
+from rendezvous.job.state import NodeInfo
+from rendezvous.rounds.view import get_state
 from tests.integration.rdzv_helpers import Nodes
 
 

@@ -15,10 +15,10 @@ import urllib.request
 
 import pytest
 
-from rendezvous.ranktable import read_placement, read_table, write_table
-from rendezvous.keys import JobKeys
-from rendezvous.state import JobState, JobStatus, Participant
-from rendezvous.view import get_state
+from rendezvous.job.ranktable import read_placement, read_table, write_table
+from rendezvous.job.keys import JobKeys
+from rendezvous.job.state import JobState, JobStatus, Participant
+from rendezvous.rounds.view import get_state
 from tests.integration.rdzv_helpers import Nodes
 
 SIZES = (64, 256)

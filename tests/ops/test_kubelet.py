@@ -18,8 +18,8 @@ import yaml
 
 import elastic
 
-from ..e2e.cli_helpers import run, run_id, wait_for
-from ..hangs.helpers import Agent
+from tests.e2e.cli_helpers import run, run_id, wait_for
+from tests.hangs.helpers import Agent
 from .helpers import PHASED, endpoint_of, until
 
 MANIFEST = Path(__file__).resolve().parents[2] / "examples" / "kubernetes" / "indexed-job.yaml"

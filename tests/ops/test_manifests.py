@@ -12,7 +12,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from launcher.cli import elastic_run
+from launcher.cli.run import elastic_run
 from launcher.errors import EXIT_CODES
 
 K8S = Path(__file__).resolve().parents[2] / "examples" / "kubernetes"

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import subprocess
 
-from ..e2e.cli_helpers import run, run_id, tool
-from ..faults.proxy import Proxy
-from ..hangs.helpers import Agent
+from tests.e2e.cli_helpers import run, run_id, tool
+from tests.faults.proxy import Proxy
+from tests.hangs.helpers import Agent
 from .helpers import PHASED, endpoint_of, get, until
 
 

@@ -14,8 +14,8 @@ import urllib.parse
 
 import pytest
 
-from ..e2e.cli_helpers import run_id
-from ..hangs.helpers import Agent
+from tests.e2e.cli_helpers import run_id
+from tests.hangs.helpers import Agent
 from .helpers import PHASED, endpoint_of, get
 
 PROMETHEUS = shutil.which("prometheus")

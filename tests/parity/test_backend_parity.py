@@ -21,7 +21,7 @@ import pytest
 from torch.distributed.elastic.rendezvous import RendezvousParameters, RendezvousStateError
 
 from rendezvous import EtcdRendezvousBackend
-from rendezvous.torch_plugin import TorchBackend, create_handler
+from rendezvous.torchrun.plugin import TorchBackend, create_handler
 from tests.contract import BackendContract
 
 

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from ..e2e.cli_helpers import tool
+from tests.e2e.cli_helpers import tool
 
 DUMP = "import json, os, sys; json.dump(dict(os.environ), open(os.path.join(sys.argv[1], os.environ['RANK'] + '.json'), 'w'))"
 # The whole environment is compared, name by name and value by value, except values that differ by

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from ..e2e.cli_helpers import tool
+from tests.e2e.cli_helpers import tool
 
 HERE = Path(__file__).resolve().parent
 SCRIPT = str(HERE / "workers" / "touch.py")
@@ -247,7 +247,7 @@ def test_every_torchrun_option_spelling_and_pet_variable_is_elastic_runs():
     from torch.distributed.argparse_util import check_env, env
     from torch.distributed.run import get_args_parser
 
-    from launcher.cli import _spellings, elastic_run
+    from launcher.cli.run import _spellings, elastic_run
 
     ours, _ = _spellings(elastic_run)
     by_name = {p.name: p for p in elastic_run.params}

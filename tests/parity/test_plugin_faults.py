@@ -15,7 +15,7 @@ from torch.distributed.elastic.rendezvous import RendezvousParameters
 from torch.distributed.elastic.rendezvous import api as torch_rdzv
 
 from rendezvous import EtcdClient, EtcdRendezvousBackend, EtcdServer
-from rendezvous.torch_plugin import EtcdStore, TorchBackend, create_handler
+from rendezvous.torchrun.plugin import EtcdStore, TorchBackend, create_handler
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ import pytest
 import torch.distributed as dist
 
 from rendezvous import EtcdClient
-from rendezvous.torch_plugin import EtcdStore
+from rendezvous.torchrun.plugin import EtcdStore
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -211,7 +211,7 @@ import sys
 from datetime import timedelta
 import torch, torch.distributed as dist
 from rendezvous import EtcdClient
-from rendezvous.torch_plugin import EtcdStore
+from rendezvous.torchrun.plugin import EtcdStore
 endpoints, run_id, prefix, rank = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 store = EtcdStore(EtcdClient(endpoints), run_id, key_prefix=prefix, timeout=timedelta(seconds=60))
 dist.init_process_group("gloo", store=store, rank=rank, world_size=2)

@@ -2,12 +2,12 @@
 
 from dataclasses import replace
 
-from rendezvous.keys import STATE_HEADER
-from rendezvous.decide import LiveNode
-from rendezvous.keys import JobKeys
-from rendezvous.membership import Snapshot, apply_round_events
-from rendezvous.state import JobState, JobStatus, NodeInfo, Participant
-from rendezvous.watch import EventType, WatchEvent
+from rendezvous.job.keys import STATE_HEADER
+from rendezvous.rounds.decide import LiveNode
+from rendezvous.job.keys import JobKeys
+from rendezvous.rounds.membership import Snapshot, apply_round_events
+from rendezvous.job.state import JobState, JobStatus, NodeInfo, Participant
+from rendezvous.etcd.watch import EventType, WatchEvent
 
 KEYS = JobKeys("/elastic", "job")
 
@@ -100,7 +100,7 @@ def test_a_deleted_or_corrupt_state_needs_a_read():
 
 
 def test_a_node_key_whose_value_is_no_node_record_is_taken_out_as_a_read_would():
-    from rendezvous.membership import apply_node_event
+    from rendezvous.rounds.membership import apply_node_event
 
     nodes = {"a": LiveNode(_node("a"), 5)}
     apply_node_event(KEYS, nodes, WatchEvent(EventType.PUT, KEYS.node("a").encode(), b"garbage", 12, 5))

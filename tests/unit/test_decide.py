@@ -2,11 +2,11 @@
 
 import pytest
 
-from rendezvous.decide import (
+from rendezvous.rounds.decide import (
     Freeze, LiveNode, Wait, assign_ranks, decide, failures_reported, frozen_state, job_budget,
     lost_participants, newcomers, nodes_waiting, restart_count,
 )
-from rendezvous.state import JobState, JobStatus, NodeInfo, Participant
+from rendezvous.job.state import JobState, JobStatus, NodeInfo, Participant
 
 
 def node(name, round_=1, rev=None, lws=2, port=1000):

@@ -1,20 +1,34 @@
 """Every public module declares __all__, and each name in it exists."""
 
 import importlib
+from pathlib import Path
 
 import pytest
 
-MODULES = [
-    "rendezvous", "rendezvous.errors", "rendezvous.client", "rendezvous.endpoints", "rendezvous.txn", "rendezvous.keys", "rendezvous.backend", "rendezvous.state",
-    "rendezvous.decide", "rendezvous.settings", "rendezvous.membership", "rendezvous.handler",
-    "rendezvous.watch", "rendezvous.etcd_server", "rendezvous.lifeline", "rendezvous.view", "rendezvous.kvstore", "rendezvous.ports", "elastic",
-    "elastic.jobstate", "elastic.worker", "elastic.record", "launcher.env", "launcher.errors", "launcher.errorfile",
-    "launcher.output", "launcher.output.plan", "launcher.output.default", "launcher.output.torch_specs",
-    "launcher.output.pump", "launcher.workers", "launcher.summary", "launcher.agent", "launcher.api", "elastic.launch", "launcher.console", "launcher.signals", "launcher.launch", "launcher.options", "launcher.cli", "launcher.ctl",
-    "rendezvous.jobstore", "rendezvous.join", "rendezvous.hangcase", "rendezvous.history", "rendezvous.operate",
-    "elastic.heartbeat", "launcher.beatfile", "launcher.hangs", "launcher.hangwatch", "launcher.rounds", "launcher.config",
-    "launcher.metrics", "launcher.health", "launcher.probes",
-]
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("rendezvous", "launcher", "elastic")
+# Programs run as processes (``python -m``), not imported: they export nothing.
+PROGRAMS = ("launcher.workers.fn_worker", "launcher.workers.reaper")
+TORCH_MODULES = ("rendezvous.torchrun.plugin",)  # imports torch: checked where torch is installed
+
+
+def _modules() -> list[str]:
+    """Every module of the packages; a sub-package whose __init__ holds only its docstring is no module to import names from."""
+    found = []
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+                if len(parts) > 1 or package == "launcher":
+                    continue  # a docstring, nothing to export
+            name = ".".join(parts)
+            if name not in PROGRAMS + TORCH_MODULES:
+                found.append(name)
+    return found
+
+
+MODULES = _modules()
 
 
 @pytest.mark.parametrize("name", MODULES)
@@ -23,6 +37,12 @@ def test_module_exports_exist(name):
     assert module.__all__, f"{name} has an empty __all__"
     for member in module.__all__:
         assert hasattr(module, member), f"{name}.__all__ names missing {member}"
+
+
+@pytest.mark.parametrize("name", TORCH_MODULES)
+def test_torch_module_exports_exist(name):
+    pytest.importorskip("torch")
+    test_module_exports_exist(name)
 
 
 def test_package_re_exports_its_errors():
@@ -58,6 +78,10 @@ def test_no_module_imports_torch_or_pickle():
         assert "import pickle" not in text and "pickle.loads" not in text, path
 
 
+def test_every_module_is_checked():
+    assert len(MODULES) > 60 and "rendezvous.etcd.client" in MODULES and "launcher.cli.run" in MODULES
+
+
 def test_only_the_torch_plugin_imports_torch():
     """And launcher/output/torch_specs.py, inside the function that builds a torch LogsSpecs named by
     --logs-specs (such a class is torch's); the agent never imports it otherwise."""
@@ -66,7 +90,7 @@ def test_only_the_torch_plugin_imports_torch():
     root = Path(__file__).resolve().parents[2]
     for package in ("rendezvous", "launcher", "elastic"):
         for path in (root / package).rglob("*.py"):
-            if path.name == "torch_plugin.py":
+            if path.relative_to(root).as_posix() == "rendezvous/torchrun/plugin.py":
                 continue
             text = path.read_text()
             if path.name == "torch_specs.py":

@@ -13,9 +13,9 @@ import time
 
 import pytest
 
-from launcher import beatfile
-from launcher.beatfile import Beat, BeatReader
-from launcher.hangs import FLOOR, HangTimeouts, RankReport, RankWatch, Verdict, blocked_at, decide, main_thread
+from launcher.hangs import record as beats
+from launcher.hangs.record import Beat, BeatReader
+from launcher.hangs.rules import FLOOR, HangTimeouts, RankReport, RankWatch, Verdict, blocked_at, decide, main_thread
 
 
 def _beat(last: float, count: int, phase: str = "", changes: int = 0, timeout: float = 0.0) -> Beat:
@@ -151,7 +151,7 @@ WORKER = textwrap.dedent("""
 
 def test_the_worker_api_writes_its_record_and_a_forked_child_does_not(tmp_path):
     record = str(tmp_path / "0.beat")
-    beatfile.create(record)
+    beats.create(record)
     reader = BeatReader(record)
     script = tmp_path / "w.py"
     script.write_text(WORKER)
@@ -183,7 +183,7 @@ def test_the_api_does_nothing_outside_elastic_run_and_refuses_a_bad_phase():
 
 def test_a_stack_dump_never_takes_a_signal_the_program_handles(tmp_path):
     record = str(tmp_path / "0.beat")
-    beatfile.create(record)
+    beats.create(record)
     code = ("import signal, elastic\nfirst = signal.SIGRTMAX - 1\n"
             "signal.signal(first, lambda *a: None)\nelastic.heartbeat()\n")
     done = subprocess.run([sys.executable, "-c", code], env={**os.environ, "ELASTIC_HEARTBEAT_FILE": record}, timeout=30)

@@ -1,7 +1,7 @@
 """The join protocol's decisions, without etcd."""
 
-from rendezvous.join import Announce, Closed, Coordinate, Follow, Frozen, ReadAll, join_step, target_round
-from rendezvous.state import JobState, JobStatus, Participant
+from rendezvous.rounds.join import Announce, Closed, Coordinate, Follow, Frozen, ReadAll, join_step, target_round
+from rendezvous.job.state import JobState, JobStatus, Participant
 
 A = Participant("a", 0, "h", 1)
 B = Participant("b", 1, "h", 1)
@@ -26,7 +26,7 @@ def test_a_closed_job_is_never_joined():
 
 
 def test_a_frozen_round_sends_the_node_to_its_row_in_the_rank_table():
-    # whether the node is in it is its row's business (rendezvous.ranktable; tests/unit/test_ranktable.py)
+    # whether the node is in it is its row's business (rendezvous.job.ranktable; tests/unit/test_ranktable.py)
     assert _step(_state(JobStatus.RUNNING, 2, A, B), node="b") == Frozen()
     assert _step(_state(JobStatus.RUNNING, 3), target=2, node="c", coordinator="a") == Frozen()
 

@@ -9,20 +9,20 @@ import sys
 import pytest
 
 import elastic
-from launcher.console import progress_line
-from launcher.errorfile import read_error, write_error
+from launcher.output.console import progress_line
+from launcher.workers.errorfile import read_error, write_error
 from launcher.errors import UsageError
-from launcher.env import virtual_device
+from launcher.workers.env import virtual_device
 from launcher.output.plan import (
     STDOUT, StreamPlan, line_prefix, parse_filters, parse_ranks_filter, parse_std, plan_stream,
 )
 from launcher.output.pump import _Source
-from launcher.options import (
+from launcher.cli.options import (
     NodeRange, expand_abbreviations, parse_nnodes, parse_nproc_per_node, parse_rdzv_backend, parse_signals, worker_argv,
 )
 from launcher.summary import failure_summary
-from launcher.workers import GroupState, GroupStatus, WorkerFailure
-from rendezvous.join import Progress
+from launcher.workers.group import GroupState, GroupStatus, WorkerFailure
+from rendezvous.rounds.join import Progress
 
 
 @pytest.mark.parametrize("text,expected", [("1", (1, 1)), ("4", (4, 4)), ("2:3", (2, 3)), (" 1:8 ", (1, 8))])
@@ -37,7 +37,7 @@ def test_bad_nnodes(text):
 
 
 def test_gpus_are_the_installed_ones_that_cuda_visible_devices_shows():
-    from launcher.options import _gpu_count
+    from launcher.cli.options import _gpu_count
 
     assert _gpu_count(4, None) == 4
     assert _gpu_count(4, "0,1") == 2
@@ -232,7 +232,7 @@ def test_record_writes_the_exception_and_re_raises(tmp_path, monkeypatch):
 
 
 def test_failure_summary_names_the_first_failure():
-    from launcher.errorfile import ErrorRecord
+    from launcher.workers.errorfile import ErrorRecord
 
     late = WorkerFailure(0, 4, -9, "h1", 200.0, "/e0", None)
     early = WorkerFailure(1, 5, 3, "h1", 100.0, "/e1", ErrorRecord("ValueError: x", "Traceback\n  line\nValueError: x", 100))
@@ -259,7 +259,7 @@ def test_worker_env_view(monkeypatch):
     assert not elastic.is_torchelastic_launched()
     with pytest.raises(elastic.NotLaunchedError, match="TORCHELASTIC_RUN_ID is not set"):
         elastic.WorkerEnv.from_environ()
-    from launcher.env import WorkerSpec, worker_env
+    from launcher.workers.env import WorkerSpec, worker_env
 
     env = worker_env(WorkerSpec(1, 2, 2, 4, 1, 2, "h", 29500, "job", 1, 3, "/e.json"), {})
     view = elastic.WorkerEnv.from_environ(env)
@@ -270,7 +270,7 @@ def test_worker_env_view(monkeypatch):
 
 
 def _two_socket_machine(gpu_nodes=()):
-    from launcher.numa import Topology
+    from launcher.workers.numa import Topology
 
     # 2 sockets x 1 NUMA node each, 4 cores x 2 threads per node; sibling of cpu c is c + 16;
     # two last-level caches per node (cores 0-1 and 2-3 of each node)
@@ -283,7 +283,7 @@ def _two_socket_machine(gpu_nodes=()):
 
 
 def test_numa_modes_pick_torchs_cpus():
-    from launcher.numa import binding_commands, cpus_for
+    from launcher.workers.numa import binding_commands, cpus_for
 
     machine = _two_socket_machine(gpu_nodes=(0, 0, 1, 1))
     assert cpus_for("node", 2, 4, machine) == machine.nodes[1]  # GPU 2 sits on node 1
@@ -297,11 +297,11 @@ def test_numa_modes_pick_torchs_cpus():
 
 
 def test_numa_binding_on_one_node_is_a_no_op_said_once():
-    from launcher.numa import Topology, binding_commands
+    from launcher.workers.numa import Topology, binding_commands
 
     commands, line = binding_commands("exclusive", 2, Topology({0: frozenset([0, 1])}))
     assert commands == {} and line == "--numa-binding exclusive: this machine has one NUMA node; the workers are not bound"
     with pytest.raises(UsageError, match="physical cores"):
-        from launcher.numa import cpus_for
+        from launcher.workers.numa import cpus_for
 
         cpus_for("exclusive", 0, 9, _two_socket_machine())

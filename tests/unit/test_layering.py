@@ -1,15 +1,23 @@
-"""The packages' imports: no cycle between modules, and the direction elastic -> launcher -> rendezvous
-(the etcd layer of rendezvous knowing nothing of jobs)."""
+"""The packages' imports: no cycle between modules, the direction elastic -> launcher -> rendezvous,
+and inside rendezvous the layers rounds -> job -> etcd: the etcd client knows no job, a job's data
+knows nothing of how rounds are decided, and only the torchrun plugin and store know torchrun."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("elastic", "launcher", "rendezvous")
-ETCD_LAYER = ("client", "endpoints", "txn", "retry", "streams", "watch", "session", "etcd_server", "lifeline", "ports",
-              "errors")
+# What each layer of rendezvous may import of the package, besides itself: (layer, allowed prefixes).
+LAYERS = (
+    ("rendezvous.etcd", ("rendezvous.errors",)),
+    ("rendezvous.job", ("rendezvous.errors", "rendezvous.etcd")),
+    ("rendezvous.rounds", ("rendezvous.errors", "rendezvous.etcd", "rendezvous.job", "rendezvous.settings")),
+    ("rendezvous.settings", ("rendezvous.errors", "rendezvous.etcd", "rendezvous.job")),
+)
 
 
 def _module_name(path: Path) -> str:
@@ -73,3 +81,23 @@ def test_imports_point_from_elastic_to_launcher_to_rendezvous():
             assert not [t for t in targets if t.startswith(("launcher", "elastic"))], (module, targets)
         if module.startswith("launcher"):
             assert not [t for t in targets if t.startswith("elastic")], (module, targets)
+
+
+def _allowed(target: str, prefixes: tuple[str, ...]) -> bool:
+    return any(target == p or target.startswith(p + ".") for p in prefixes)
+
+
+@pytest.mark.parametrize("layer, allowed", LAYERS, ids=[layer for layer, _ in LAYERS])
+def test_each_rendezvous_layer_imports_only_the_layers_below_it(layer, allowed):
+    modules = {m: t for m, t in _imports().items() if m == layer or m.startswith(layer + ".")}
+    assert modules, f"no module in {layer}"
+    wrong = {m: sorted(t for t in targets if not _allowed(t, (layer, *allowed)) and t != "rendezvous")
+             for m, targets in modules.items()}
+    assert not {m: t for m, t in wrong.items() if t}, wrong
+
+
+def test_the_layering_check_sees_a_wrong_import():
+    """The check itself can fail: an etcd-layer module importing job data is caught."""
+    graph = {"rendezvous.etcd.client": {"rendezvous.job.keys"}}
+    layer, allowed = LAYERS[0]
+    assert [t for t in graph["rendezvous.etcd.client"] if not _allowed(t, (layer, *allowed))] == ["rendezvous.job.keys"]

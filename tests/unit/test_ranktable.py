@@ -5,12 +5,12 @@ import zlib
 
 import pytest
 
-from rendezvous.decide import ROWS_PER_BUCKET, bucket_count
+from rendezvous.job.ranktable import ROWS_PER_BUCKET, bucket_count
 from rendezvous.errors import RendezvousStateError
-from rendezvous.keys import JobKeys
-from rendezvous.ranktable import Placement, bucket_of, decode_bucket, drop_other_tables, encode_buckets
-from rendezvous.state import Participant
-from rendezvous.txn import prefix_range_end
+from rendezvous.job.keys import JobKeys
+from rendezvous.job.ranktable import Placement, bucket_of, decode_bucket, drop_other_tables, encode_buckets
+from rendezvous.job.state import Participant
+from rendezvous.etcd.txn import prefix_range_end
 
 
 def _participants(k: int, lws=lambda i: 1 + i % 3):

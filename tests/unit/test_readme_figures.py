@@ -7,11 +7,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from rendezvous.history import DEFAULT_LIMIT
+from rendezvous.job.history import DEFAULT_LIMIT
 from rendezvous.settings import RendezvousSettings
-from rendezvous.decide import LiveNode, frozen_state
-from rendezvous.ranktable import encode_buckets, new_table_id
-from rendezvous.state import NodeInfo, Participant
+from rendezvous.rounds.decide import LiveNode, frozen_state
+from rendezvous.job.ranktable import encode_buckets, new_table_id
+from rendezvous.job.state import NodeInfo, Participant
 
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
 
@@ -48,7 +48,7 @@ def test_the_history_keeps_as_many_records_as_the_readme_says():
 def test_agents_wait_for_etcd_as_long_and_say_so_as_often_as_the_readme_says():
     import inspect
 
-    from rendezvous.client import EtcdClient
+    from rendezvous.etcd.client import EtcdClient
 
     assert _figure(r"wait for it \(`connect_timeout`, (\d+) s\)") == RendezvousSettings("job", 1, 1).connect_timeout
     every = inspect.signature(EtcdClient.wait_ready).parameters["every"].default

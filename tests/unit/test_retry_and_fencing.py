@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from rendezvous import retry
+from rendezvous.etcd import retry
 from rendezvous.errors import RendezvousSettingsError
-from rendezvous.session import AnswerWait, default_renew_deadline, hear, keep_alive_interval
+from rendezvous.etcd.session import AnswerWait, default_renew_deadline, hear, keep_alive_interval
 from rendezvous.settings import RendezvousSettings
 
 
@@ -138,7 +138,7 @@ class _Clock:
 
 
 def _session(clock: _Clock):
-    from rendezvous.session import Session
+    from rendezvous.etcd.session import Session
 
     session = Session.__new__(Session)  # the deadline bookkeeping only: no etcd, no keep-alive task
     session.renew_deadline, session._clock, session._on_renew = 4.0, clock, None

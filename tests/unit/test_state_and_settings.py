@@ -4,8 +4,8 @@ import pytest
 
 from rendezvous.errors import RendezvousSettingsError, RendezvousStateError
 from rendezvous.settings import RendezvousSettings, parse_conf
-from rendezvous.decide import LiveNode, frozen_state
-from rendezvous.state import CAUSE_NAMES, Cause, JobState, JobStatus, NodeInfo, Participant
+from rendezvous.rounds.decide import LiveNode, frozen_state
+from rendezvous.job.state import CAUSE_NAMES, Cause, JobState, JobStatus, NodeInfo, Participant
 
 
 def _state():
@@ -132,7 +132,7 @@ def test_both_password_variables_at_once_are_refused(tmp_path):
 
 
 def test_workers_never_get_the_credential_variables():
-    from launcher.env import WorkerSpec, worker_env
+    from launcher.workers.env import WorkerSpec, worker_env
 
     spec = WorkerSpec(local_rank=0, local_world_size=1, base_global_rank=0, world_size=1, group_rank=0,
                       group_world_size=1, master_addr="h", master_port=1, run_id="job", restart_count=0,

@@ -1,6 +1,6 @@
 import pytest
 
-from launcher.env import EXPORTED, WorkerSpec, worker_env
+from launcher.workers.env import EXPORTED, WorkerSpec, worker_env
 
 
 def spec(**changes):

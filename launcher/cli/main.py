@@ -1,0 +1,36 @@
+"""Console entry points (pyproject's scripts).
+
+For ``--standalone`` the local etcd is started before the heavy imports (gRPC, click), so that its
+start-up overlaps them; the CLI picks the running server up (or stops it if it is not needed).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+__all__ = ["run_main", "ctl_main"]
+
+
+def _asks_standalone(argv: list[str]) -> bool:
+    return "--standalone" in argv or os.environ.get("PET_STANDALONE", "").lower() in ("1", "true", "yes")
+
+
+def run_main() -> None:
+    early = None
+    if _asks_standalone(sys.argv[1:]):
+        try:
+            from rendezvous.etcd.server import EtcdServer
+
+            early = EtcdServer().start(wait=False)
+        except Exception:  # noqa: BLE001 -- the CLI starts it again and reports any error in one line
+            early = None
+    from . import run
+
+    run.run_main(early_etcd=early)
+
+
+def ctl_main() -> None:
+    from . import run
+
+    run.ctl_main()

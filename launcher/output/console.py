@@ -1,0 +1,87 @@
+"""What the agent says: its own lines on stderr (``elastic-run: ...`` or JSON with ``--log-format
+json``), the rendezvous progress line, and torch's console event records
+(``--event-log-handler console``). Workers' lines never pass through here."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from typing import Callable
+
+from rendezvous.errors import RendezvousError
+from rendezvous.rounds.join import Progress
+from rendezvous.job.history import Event
+
+__all__ = ["say", "set_log_format", "progress_line", "report_progress", "console_event"]
+
+LOG_FORMATS = ("text", "json")
+
+
+class _Console:
+    """The process's one console: the format its lines take."""
+
+    def __init__(self) -> None:
+        self.format = "text"
+
+
+_console = _Console()
+
+
+def set_log_format(name: str) -> None:
+    """``text``: ``elastic-run: ...`` lines; ``json``: one JSON object a message, for log shippers."""
+    if name not in LOG_FORMATS:
+        raise ValueError(f"log format must be one of {', '.join(LOG_FORMATS)}, not {name!r}")
+    _console.format = name
+
+
+def say(message: str, level: str = "info") -> None:
+    """Print an agent message on stderr: each line prefixed ``elastic-run:``, or one JSON object
+    (``{"time", "level", "source", "message"}``) with ``--log-format json``. Workers' lines are not touched."""
+    if _console.format == "json":
+        record = {"time": round(time.time(), 3), "level": level, "source": "elastic-run", "message": message}
+        sys.stderr.write(json.dumps(record) + "\n")
+    else:
+        for line in message.splitlines() or [""]:
+            sys.stderr.write(f"elastic-run: {line}\n")
+    sys.stderr.flush()
+
+
+def progress_line(progress: Progress) -> str:
+    """``round 1: 2/4 nodes joined (min 3, max 4), last call in 4 s``"""
+    line = (
+        f"round {progress.round}: {progress.nodes_joined}/{progress.max_nodes} nodes joined "
+        f"(min {progress.min_nodes}, max {progress.max_nodes})"
+    )
+    if progress.last_call_in is not None:
+        line += f", last call in {progress.last_call_in:.0f} s"
+    elif progress.nodes_joined < progress.min_nodes:
+        line += f", waiting for {progress.min_nodes - progress.nodes_joined} more"
+    return line
+
+
+def console_event(event: Event) -> None:
+    """One event as torch's console event handler prints it: a JSON object on stderr."""
+    record = {
+        "name": f"elastic.{event.kind}", "source": "AGENT", "timestamp": int(event.time * 1000),
+        "metadata": {"run_round": event.round, "node": event.node, **event.details},
+    }
+    sys.stderr.write(json.dumps(record, default=str) + "\n")
+    sys.stderr.flush()
+
+
+def report_progress(progress: Callable[[], Progress | None], report: Callable[[str], None], done: threading.Event) -> None:
+    """A progress line while nodes are missing: at most one a second, only when it changes (until ``done``)."""
+    shown = None
+    while not done.wait(1.0):
+        try:
+            now = progress()
+        except RendezvousError:
+            continue
+        if now is None or now.nodes_joined >= now.max_nodes:
+            continue
+        line = progress_line(now)
+        if line != shown and not done.is_set():
+            report(line)
+            shown = line

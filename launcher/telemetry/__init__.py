@@ -1,0 +1,2 @@
+"""What the agent tells the outside: Prometheus metrics (``metrics``), the probes' pure answers
+(``health``) and the HTTP endpoint that serves both (``probes``)."""

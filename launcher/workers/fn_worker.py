@@ -1,0 +1,37 @@
+"""The worker process of a Python function entrypoint (``launcher.api.elastic_launch``).
+
+    python -u -m launcher.workers.fn_worker PAYLOAD RESULTS_DIR
+
+PAYLOAD is a file the launching process wrote (never anything read from etcd): multiprocessing's
+spawn preparation data (so a function defined in the caller's ``__main__`` resolves, as under
+torch's spawn), the function and its arguments, pickled. The function runs under ``@record``
+(its exception goes to the worker's error file); its return value is pickled to
+``RESULTS_DIR/<RANK>.pkl`` for the launching process.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import sys
+
+
+def main(payload_path: str, results_dir: str) -> None:
+    from multiprocessing import spawn
+
+    from .errorfile import record
+
+    with open(payload_path, "rb") as handle:
+        preparation = pickle.load(handle)
+        spawn.prepare(preparation)  # the caller's sys.path, cwd and __main__, as a spawned child gets them
+        fn, args = pickle.load(handle)
+    value = record(fn)(*args)
+    rank = os.environ["RANK"]
+    partial = os.path.join(results_dir, f"{rank}.pkl.{os.getpid()}")
+    with open(partial, "wb") as handle:
+        pickle.dump(value, handle)
+    os.replace(partial, os.path.join(results_dir, f"{rank}.pkl"))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])

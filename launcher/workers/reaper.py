@@ -1,0 +1,142 @@
+"""The reaper: a tiny process that outlives its agent, and fences it when the agent cannot.
+
+The agent starts it with a pipe on its stdin and a pipe from its stdout, and writes lines:
+
+    +PGID / -PGID     a worker process group started / stopped
+    D<seconds>        the fence deadline (CLOCK_MONOTONIC, which every process shares): the agent's
+                      lease may be given up by etcd soon after it, so its workers must be gone by then
+    L<lease id>       the agent's etcd lease (0: none to revoke)
+    C<json>           how to reach etcd (endpoints, timeout, TLS files, user, password; sys_path)
+
+- Dead man's switch: when the deadline passes without a newer one, every registered group gets
+  SIGKILL and the reaper answers ``F<deadline>`` on stdout. The agent moves the deadline on after
+  each acknowledged lease renewal, so this happens only when the agent cannot renew -- etcd is
+  out of reach, or the agent itself is frozen or hung, which is why it is done here and not there.
+- When stdin reaches EOF -- the agent exited, however it exited -- every group still registered
+  gets SIGKILL (grandchildren in the same group included), and then the lease is revoked so the
+  other nodes hear at once that this one is gone. Only then is the etcd client imported.
+
+Run by path with ``python -I -S``: standard library only until the lease is revoked; then the agent's
+import path (``sys_path`` in the config) is added and the project's etcd client imported.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import sys
+import time
+
+_REVOKE_BUDGET = 3.0  # seconds the revoke of a dead agent's lease may take
+
+
+class Reaper:
+    def __init__(self) -> None:
+        self.groups: set[int] = set()
+        self.deadline: float | None = None
+        self.lease = 0
+        self.round = 0
+        self.config: dict | None = None
+
+    def handle(self, line: str) -> None:
+        kind, value = line[:1], line[1:].strip()
+        if kind in "+-" and value.isdigit():
+            (self.groups.add if kind == "+" else self.groups.discard)(int(value))
+        elif kind == "D":
+            try:
+                self.deadline = float(value) if value else None
+            except ValueError:
+                pass
+        elif kind == "L" and value.isdigit():
+            self.lease = int(value)
+        elif kind == "R" and value.isdigit():
+            self.round = int(value)
+        elif kind == "C":
+            try:
+                self.config = json.loads(value)
+            except ValueError:
+                self.config = None
+
+    def kill_all(self) -> int:
+        killed = 0
+        for pgid in self.groups:
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+                killed += 1
+            except OSError:
+                pass
+        return killed
+
+    def fence(self, out) -> None:
+        """The deadline passed: kill every group and tell the agent."""
+        deadline, self.deadline = self.deadline, None
+        if self.kill_all():
+            try:
+                out.write(f"F{deadline}\n".encode())
+                out.flush()
+            except OSError:
+                pass
+        self.groups.clear()
+
+    def revoke(self) -> None:
+        if not self.lease or not self.config:
+            return
+        for path in reversed(self.config.get("sys_path") or []):
+            if path not in sys.path:
+                sys.path.insert(0, path)
+        try:
+            from rendezvous.etcd.client import EtcdClient
+
+            client = EtcdClient.from_config({**self.config["client"], "timeout": _REVOKE_BUDGET})
+            try:
+                client.revoke_lease(self.lease)
+                self.record_death(client)
+            finally:
+                client.close()
+        except Exception:  # noqa: BLE001 -- nothing to report to: the lease then expires by its TTL
+            pass
+
+
+    def record_death(self, client) -> None:
+        """A node_left record in the job's history, as the agent's own HistoryWriter would write it."""
+        where = (self.config or {}).get("history")
+        if not where:
+            return
+        from rendezvous.job.history import Event
+
+        event = Event(time.time(), self.round, where["node"], "node_left",
+                      {"reason": "the agent died; its reaper killed the workers and revoked the lease"})
+        client.put(event.key(where["prefix"]), event.encode())
+
+
+def main() -> None:
+    for name in ("SIGINT", "SIGHUP", "SIGTERM", "SIGPIPE"):
+        signal.signal(getattr(signal, name), signal.SIG_IGN)
+    reaper = Reaper()
+    out = sys.stdout.buffer
+    stdin = sys.stdin.fileno()
+    pending = b""
+    while True:
+        timeout = None if reaper.deadline is None else max(reaper.deadline - time.monotonic(), 0.0)
+        ready, _, _ = select.select([stdin], [], [], timeout)
+        if not ready:
+            if reaper.deadline is not None and time.monotonic() >= reaper.deadline:
+                reaper.fence(out)
+            continue
+        chunk = os.read(stdin, 65536)
+        if not chunk:
+            break
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            reaper.handle(line.decode(errors="replace"))
+        if reaper.deadline is not None and time.monotonic() >= reaper.deadline:
+            reaper.fence(out)
+    reaper.kill_all()
+    reaper.revoke()
+
+
+if __name__ == "__main__":
+    main()

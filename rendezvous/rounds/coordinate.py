@@ -1,0 +1,104 @@
+"""The coordinator's side of a round: decide it (``decide.decide``), tell everyone it is forming, and
+freeze it -- its rank table first, then the state that names the table, by compare-and-swap.
+
+Only the holder of the coordinator key runs this, on a view of every node that it reads once and
+then follows by watch (``RoundFollower``); what it decides is ``rendezvous.rounds.decide``'s.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from rendezvous.etcd.client import EtcdClient
+from .decide import Freeze, decide, forming_state, frozen_state, job_budget, joined, restart_count, round_cause
+from rendezvous.job.history import HistoryWriter, record_freeze
+from rendezvous.job.store import JobStateStore
+from rendezvous.job.keys import JobKeys
+from .membership import Snapshot
+from rendezvous.job.ranktable import drop_other_tables, new_table_id, write_table
+from rendezvous.settings import RendezvousSettings
+from rendezvous.job.state import Cause, JobStatus
+
+__all__ = ["RoundCoordinator", "PROGRESS_EVERY", "progress_every"]
+
+PROGRESS_EVERY = 2.0  # seconds between the coordinator's updates of a forming round's joined count ...
+PROGRESS_NODES = 200  # ... and one more second for every this many nodes: each update is an event for every node
+
+
+def progress_every(nodes: int) -> float:
+    """Seconds between updates of the joined count: every node receives each, so a big job's get rarer."""
+    return max(PROGRESS_EVERY, nodes / PROGRESS_NODES)
+
+
+class RoundCoordinator:
+    """What this node does about a forming round while it holds the coordinator key."""
+
+    def __init__(self, client: EtcdClient, settings: RendezvousSettings, keys: JobKeys, *, max_restarts: int,
+                 history: HistoryWriter | None, clock: Callable[[], float] = time.monotonic,
+                 wall_clock: Callable[[], float] = time.time) -> None:
+        self._client = client
+        self._settings = settings
+        self._keys = keys
+        self._store = JobStateStore(client, keys)
+        self._max_restarts = max_restarts  # this agent's; the job's is the first agent's, kept in the state
+        self._history = history
+        self._clock, self._wall = clock, wall_clock
+        self.start(clock())
+
+    def start(self, now: float) -> None:
+        """A new wait for a round begins (``now``): no last call started, no count told yet."""
+        self._since = now
+        self._last_call_start: float | None = None
+        self._told_at = float("-inf")  # when the forming round's joined count was last written
+
+    def step(self, snapshot: Snapshot, target: int) -> float | None:
+        """Decide the round. Returns None after a write, else when to look again (inf: on a change)."""
+        state = snapshot.state
+        previous = state if state is not None and state.participants else None
+        decision = decide(
+            previous, snapshot.nodes, target,
+            min_nodes=self._settings.min_nodes, max_nodes=self._settings.max_nodes,
+            last_call_timeout=self._settings.last_call_timeout, last_call_start=self._last_call_start,
+            now=self._clock(),
+        )
+        if isinstance(decision, Freeze):
+            self._freeze(snapshot, target, decision)
+            return None
+        self._last_call_start = decision.last_call_start
+        last_call_at = None
+        if decision.until is not None:
+            last_call_at = round(self._wall() + (decision.until - self._clock()), 3)
+        count = len(joined(snapshot.nodes, target))
+        announced = state is not None and state.status is JobStatus.JOINING and state.round == target
+        recount = announced and state.joined != count
+        if not announced or (last_call_at is None) != (state.last_call_at is None) or (
+                recount and self._clock() >= self._told_at + progress_every(len(snapshot.nodes))):
+            # Tell everyone a round is forming, how many joined, and when its last call ends (for progress lines).
+            ending = state is not None and state.status is JobStatus.RUNNING
+            forming = forming_state(
+                state, self._settings.run_id, target, min_nodes=self._settings.min_nodes, max_nodes=self._settings.max_nodes,
+                last_call_at=last_call_at, max_restarts=job_budget(state, self._max_restarts), joined=count,
+                cause=round_cause(state, snapshot.nodes) if ending else Cause(),
+            )
+            self._store.compare_and_swap(forming, snapshot.token)
+            self._told_at = self._clock()
+            return None
+        wake = float("inf") if decision.until is None else decision.until
+        return min(wake, self._told_at + progress_every(len(snapshot.nodes))) if recount else wake
+
+    def _freeze(self, snapshot: Snapshot, target: int, decision: Freeze) -> None:
+        """Write the round's rank table, then commit the round by CAS of the state that names it."""
+        state = snapshot.state
+        frozen = frozen_state(
+            self._settings.run_id, target, decision.participants, snapshot.nodes, self._settings.min_nodes,
+            self._settings.max_nodes, restarts=restart_count(state, snapshot.nodes, target),
+            max_restarts=job_budget(state, self._max_restarts), table=new_table_id(target),
+        )
+        write_table(self._client, self._keys, frozen.table, frozen.participants, frozen.buckets)
+        if not self._store.compare_and_swap(frozen, snapshot.token):
+            return  # lost the race: the next commit deletes this table
+        self._client.txn([], drop_other_tables(self._keys, frozen.table))
+        if self._history is not None:
+            record_freeze(self._history, state, frozen, formed_in=self._clock() - self._since)
+

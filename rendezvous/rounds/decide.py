@@ -1,0 +1,228 @@
+"""The decisions of a rendezvous round, as pure functions of what etcd showed and the time.
+
+No I/O here: the handler reads etcd, calls these, and writes what they decide. Tests call them
+with made-up node lists and an injected clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Sequence
+
+from rendezvous.job.ranktable import bucket_count
+from rendezvous.job.state import Cause, JobState, JobStatus, NodeInfo, Participant
+
+
+__all__ = [
+    "LiveNode",
+    "Freeze",
+    "Wait",
+    "joined",
+    "assign_ranks",
+    "decide",
+    "frozen_state",
+    "forming_state",
+    "round_cause",
+    "closed_state",
+    "restart_count",
+    "job_budget",
+    "failures_reported",
+    "newcomers",
+    "nodes_waiting",
+    "lost_participants",
+]
+
+
+@dataclass(frozen=True)
+class LiveNode:
+    """A node key that exists now: the agent's record and when its key was created."""
+
+    info: NodeInfo
+    create_revision: int
+
+
+@dataclass(frozen=True)
+class Freeze:
+    """Close the round now with these participants."""
+
+    participants: tuple[Participant, ...]
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Not yet: look again at ``until`` (None: when something changes), with last call started at
+    ``last_call_start`` (None: fewer than min_nodes have joined)."""
+
+    until: float | None
+    last_call_start: float | None
+
+
+def joined(nodes: Sequence[LiveNode], round_: int) -> list[LiveNode]:
+    """The nodes that asked to join ``round_``, oldest first."""
+    return sorted((n for n in nodes if n.info.round == round_), key=lambda n: n.create_revision)
+
+
+def assign_ranks(
+    previous: Sequence[Participant], candidates: Sequence[LiveNode], max_nodes: int
+) -> tuple[Participant, ...]:
+    """Group ranks for the next round, deterministic in its inputs.
+
+    Nodes of the previous round come first and keep their rank when it still fits; the others
+    (newcomers, oldest first, then stayers whose rank no longer fits) fill the free ranks in order.
+    At most ``max_nodes`` take part; the rest wait for a later round.
+    """
+    old_rank = {p.node: p.group_rank for p in previous}
+    stayers = sorted((c for c in candidates if c.info.node in old_rank), key=lambda c: old_rank[c.info.node])
+    newcomers = sorted((c for c in candidates if c.info.node not in old_rank), key=lambda c: (c.create_revision, c.info.node))
+    chosen = (stayers + newcomers)[:max_nodes]
+    size = len(chosen)
+    ranks: dict[str, int] = {}
+    for c in chosen:
+        rank = old_rank.get(c.info.node)
+        if rank is not None and rank < size:
+            ranks[c.info.node] = rank
+    taken = set(ranks.values())
+    free = iter(r for r in range(size) if r not in taken)
+    for c in chosen:
+        if c.info.node not in ranks:
+            ranks[c.info.node] = next(free)
+    return tuple(
+        sorted(
+            (Participant(c.info.node, ranks[c.info.node], c.info.addr, c.info.local_world_size) for c in chosen),
+            key=lambda p: p.group_rank,
+        )
+    )
+
+
+def decide(
+    previous: JobState | None,
+    nodes: Sequence[LiveNode],
+    round_: int,
+    *,
+    min_nodes: int,
+    max_nodes: int,
+    last_call_timeout: float,
+    last_call_start: float | None,
+    now: float,
+) -> Freeze | Wait:
+    """What the coordinator does about ``round_`` now.
+
+    - ``max_nodes`` joined: freeze.
+    - at least ``min_nodes`` joined and the job ran before (a re-rendezvous) and every live node
+      has joined: freeze at once -- nobody else is coming, and dead nodes' keys are already gone.
+    - at least ``min_nodes`` joined and the last-call window since that happened has passed: freeze.
+    - otherwise wait: until the last call ends, or for a change.
+    """
+    previous_participants = previous.participants if previous else ()
+    candidates = joined(nodes, round_)
+    if len(candidates) < min_nodes:
+        return Wait(until=None, last_call_start=None)
+    start = now if last_call_start is None else last_call_start
+    everyone_here = all(n.info.round == round_ for n in nodes)
+    if (
+        len(candidates) >= max_nodes
+        or (previous_participants and everyone_here)
+        or now >= start + last_call_timeout
+    ):
+        return Freeze(assign_ranks(previous_participants, candidates, max_nodes))
+    return Wait(until=start + last_call_timeout, last_call_start=start)
+
+
+def frozen_state(
+    run_id: str, round_: int, participants: tuple[Participant, ...], nodes: Sequence[LiveNode],
+    min_nodes: int, max_nodes: int, restarts: int = 0, max_restarts: int = 0, table: str = "",
+) -> JobState:
+    """The RUNNING state of a frozen round: the master is group rank 0's node and port; its
+    participants go to rank table ``table`` (``bucket_count`` buckets)."""
+    master = participants[0]
+    port = next(n.info.master_port for n in nodes if n.info.node == master.node)
+    return JobState(
+        run_id=run_id, round=round_, status=JobStatus.RUNNING, min_nodes=min_nodes, max_nodes=max_nodes,
+        master_addr=master.addr, master_port=port, restarts=restarts, max_restarts=max_restarts, table=table,
+        size=len(participants), world=sum(p.local_world_size for p in participants),
+        buckets=bucket_count(len(participants)), participants=participants,
+    )
+
+
+
+def forming_state(state: JobState | None, run_id: str, round_: int, *, min_nodes: int, max_nodes: int,
+                  last_call_at: float | None, max_restarts: int, cause: Cause = Cause(), joined: int = 0) -> JobState:
+    """Round ``round_`` forming: the last frozen round's table, master and restart count carried over
+    (and, while the same round forms, its cause and reason)."""
+    if state is None:
+        return JobState(run_id=run_id, round=round_, status=JobStatus.JOINING, min_nodes=min_nodes, max_nodes=max_nodes,
+                        last_call_at=last_call_at, max_restarts=max_restarts, cause=cause, joined=joined)
+    same = state.status is JobStatus.JOINING and state.round == round_
+    return replace(state, round=round_, status=JobStatus.JOINING, min_nodes=min_nodes, max_nodes=max_nodes,
+                   last_call_at=last_call_at, max_restarts=max_restarts, cause=state.cause if same else cause,
+                   finishing=False, reason=state.reason if same else "", joined=joined)
+
+
+def round_cause(state: JobState | None, nodes: Sequence[LiveNode]) -> Cause:
+    """Why the running round ``state`` (read with its participants) ends, from the live nodes."""
+    live = {n.info.node for n in nodes}
+    return Cause.of(failures_reported(state, nodes), lost_participants(state, live), newcomers(state, nodes),
+                    nodes_waiting(state, nodes))
+
+
+def closed_state(state: JobState, reason: str, **changes: object) -> JobState:
+    """``state`` closed for ``reason``: the round, its participants, master and restart count stay
+    as they were, so ``status`` and ``history`` still show the last round (``changes`` on top:
+    ``failed``, ``closed_by``, ...)."""
+    return replace(state, status=JobStatus.CLOSED, reason=reason, last_call_at=None, **changes)
+
+
+def restart_count(state: JobState | None, nodes: Sequence[LiveNode], round_: int) -> int:
+    """The job's restart count for ``round_``: the count so far, plus one when a node that joins it
+    says its workers of the round before failed -- one per group restart, however many workers or
+    nodes failed at once. Membership changes (a node lost, a node joining) do not count.
+
+    ``state`` is the last state (the frozen round before, or ``round_`` forming, which carries the
+    count of the round before unchanged).
+    """
+    count = state.restarts if state is not None else 0
+    failed = any(n.info.round == round_ and n.info.failed_round == round_ - 1 > 0 for n in nodes)
+    return count + 1 if failed else count
+
+
+def job_budget(state: JobState | None, own: int) -> int:
+    """The job's --max-restarts: the one stored with it, or this agent's when the job is new."""
+    return state.max_restarts if state is not None else own
+
+
+def failures_reported(state: JobState | None, nodes: Sequence[LiveNode]) -> list[str]:
+    """What the nodes asking to restart the running round said failed (``rank 1 on node b failed (exit code 1)``)."""
+    if state is None or state.status is not JobStatus.RUNNING:
+        return []
+    return sorted(n.info.failure or f"a worker on node {n.info.node} failed" for n in nodes
+                  if n.info.failed_round == state.round and n.info.round > state.round)
+
+
+def newcomers(state: JobState | None, nodes: Sequence[LiveNode]) -> list[str]:
+    """Nodes asking to join after the running round that are not taking part in it."""
+    if state is None or state.status is not JobStatus.RUNNING:
+        return []
+    members = {p.node for p in state.participants}
+    return sorted(n.info.node for n in nodes if n.info.round > state.round and n.info.node not in members)
+
+
+def nodes_waiting(state: JobState | None, nodes: Sequence[LiveNode]) -> int:
+    """Live nodes asking for a round after the running one.
+
+    A participant asking again (its workers failed) always counts; a newcomer counts only while
+    the running round has room for it (below max_nodes).
+    """
+    if state is None or state.status is not JobStatus.RUNNING:
+        return 0
+    members = {p.node for p in state.participants}
+    asking = [n for n in nodes if n.info.round > state.round]
+    rejoining = sum(1 for n in asking if n.info.node in members)
+    newcomers = len(asking) - rejoining
+    return rejoining + min(newcomers, max(state.max_nodes - len(state.participants), 0))
+
+
+def lost_participants(state: JobState | None, live: set[str]) -> list[str]:
+    """Participants of the running round whose node key is gone (their agent died or left)."""
+    if state is None or state.status is not JobStatus.RUNNING:
+        return []
+    return [p.node for p in state.participants if p.node not in live]

@@ -1,0 +1,102 @@
+"""What a node learns from a round (``RendezvousInfo``, ``Progress``), and the join protocol as pure decisions: from what one read (or the watch since) showed, what this node
+does next on its way into a round. ``RendezvousHandler.next_rendezvous`` executes them; the round's
+own rules (when it freezes, who gets which rank) are ``rendezvous.rounds.decide``'s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Union
+
+from rendezvous.job.state import JobState, JobStatus
+
+__all__ = ["RendezvousInfo", "Progress", "Closed", "Frozen", "Announce", "ReadAll", "Coordinate", "Follow", "JoinStep", "join_step", "target_round"]
+
+
+@dataclass(frozen=True)
+class RendezvousInfo:
+    """What a node learns from a completed round."""
+
+    run_id: str
+    round: int
+    node: str
+    group_rank: int
+    group_world_size: int
+    master_addr: str
+    master_port: int
+    world_size: int  # workers in the whole job: the sum of every node's local world size
+    base_global_rank: int  # the global rank of this node's local rank 0
+    restart_count: int = 0  # the job's restart count (TORCHELASTIC_RESTART_COUNT of every worker)
+    max_restarts: int = 0  # the job's budget (TORCHELASTIC_MAX_RESTARTS)
+
+
+@dataclass(frozen=True)
+class Progress:
+    """How a forming round looks from here, for a progress line."""
+
+    round: int
+    nodes_joined: int
+    min_nodes: int
+    max_nodes: int
+    last_call_in: float | None  # seconds until the coordinator freezes the round, if known
+
+
+@dataclass(frozen=True)
+class Closed:
+    """The job is closed: nobody joins it again."""
+
+
+@dataclass(frozen=True)
+class Frozen:
+    """The round froze: this node's row in its rank table says whether it takes part."""
+
+
+@dataclass(frozen=True)
+class Announce:
+    """(Re)write this node's key asking for ``round`` (a later round, or on a new lease)."""
+
+    round: int
+
+
+@dataclass(frozen=True)
+class ReadAll:
+    """This node coordinates: read every node before deciding."""
+
+
+@dataclass(frozen=True)
+class Coordinate:
+    """This node coordinates and knows every node: decide the round."""
+
+
+@dataclass(frozen=True)
+class Follow:
+    """Wait on the state and on the coordinator's key (``leader``; "" when nobody coordinates yet)."""
+
+    leader: str
+
+
+JoinStep = Union[Closed, Frozen, Announce, ReadAll, Coordinate, Follow]
+
+
+def target_round(state: JobState | None) -> int:
+    """The round a node starting to join asks for: the one forming, else the one after the last."""
+    if state is None:
+        return 1
+    return state.round if state.status is JobStatus.JOINING else state.round + 1
+
+
+def join_step(
+    state: JobState | None, target: int, node: str, *, coordinator: str | None, all_nodes: bool, lease_alive: bool,
+) -> JoinStep:
+    """What ``node``, waiting for round ``target``, does next given the state and who coordinates."""
+    if state is not None and state.status is JobStatus.CLOSED:
+        return Closed()
+    if state is not None and state.status is JobStatus.RUNNING and state.round >= target:
+        return Frozen()
+    if state is not None and state.status is JobStatus.JOINING and state.round > target:
+        return Announce(state.round)
+    if not lease_alive:
+        return Announce(target)
+    if coordinator == node:
+        return Coordinate() if all_nodes else ReadAll()
+    return Follow(coordinator or "")

@@ -1,0 +1,214 @@
+"""Lease-held membership: a job's node keys, and the view of who is alive.
+
+- An agent's node key is written on its lease (``rendezvous.etcd.session.Session``), so it vanishes
+  when the agent's lease ends and everyone watching hears it.
+- ``read_nodes`` / ``read_round`` are the reads the rounds use; ``apply_round_events`` brings a
+  read up to date by watch, and ``RoundFollower`` is the watch of a node waiting for a round.
+- Following a running round is ``rendezvous.rounds.monitor.JobMonitor``'s.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from typing import Any
+
+
+from rendezvous.etcd.client import EtcdClient
+from rendezvous.etcd.txn import KeyValue, compare_created, op_get, op_put
+from .decide import LiveNode
+from rendezvous.errors import RendezvousStateError
+from rendezvous.job.store import decode_state
+from rendezvous.job.keys import JobKeys
+from rendezvous.job.ranktable import read_table
+from rendezvous.job.state import JobState, NodeInfo
+from rendezvous.etcd.watch import EventType, KeyRange, Watch, WatchEvent
+
+__all__ = [
+    "Snapshot", "read_round", "apply_node_event", "apply_round_events", "read_nodes", "RoundFollower", "round_watch",
+]
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What one read showed, brought up to date by watch events: the state (and its token), the
+    nodes (every node when ``all_nodes``, else none), and the coordinator.
+
+    ``revision`` is the store revision of the read; events after the read advance the state and
+    nodes but not it, since a watch of two key ranges may deliver one range's events late.
+    """
+
+    state: JobState | None
+    token: int | None
+    nodes: tuple[LiveNode, ...]
+    revision: int
+    coordinator: str | None  # the coordinator: the live node key created first
+    all_nodes: bool = False
+
+
+def _decode_state(keys: JobKeys, kvs) -> tuple[JobState | None, int | None]:
+    if not kvs:
+        return None, None
+    kv = KeyValue.from_proto(kvs[0])
+    return decode_state(keys, kv.value), kv.mod_revision
+
+
+def _decode_nodes(kvs) -> tuple[LiveNode, ...]:
+    nodes = []
+    for kv in kvs:
+        try:
+            nodes.append(LiveNode(NodeInfo.decode(kv.value, f"node record {kv.key!r}"), kv.create_revision))
+        except RendezvousStateError:
+            continue  # a stray key under nodes/ is not a node; it takes no part
+    return tuple(nodes)
+
+
+def read_round(client: EtcdClient, keys: JobKeys, *, all_nodes: bool, put: Any = None,
+               claim: tuple[str, int] | None = None) -> Snapshot:
+    """State, coordinator and (``all_nodes``) every node and the state's rank table, at one revision.
+
+    ``put`` (an ``op_put``) is written in the same transaction, before the reads. ``claim`` (node,
+    lease): when nobody coordinates, that node becomes the coordinator (its key on that lease).
+    """
+    reads = [op_get(keys.state), op_get(keys.coordinator)] + ([op_get(keys.nodes, prefix=True)] if all_nodes else [])
+    writes = [put] if put is not None else []
+    if claim is None:
+        response = client.txn([], writes + reads)
+    else:
+        node, lease = claim
+        take = op_put(keys.coordinator, node.encode(), lease=lease)
+        response = client.txn([compare_created(keys.coordinator, 0)], writes + [take] + reads, writes + reads)
+    got = response.responses[-len(reads):]
+    state, token = _decode_state(keys, got[0].response_range.kvs)
+    held = got[1].response_range.kvs
+    leader = held[0].value.decode(errors="replace") if held else None
+    nodes = _decode_nodes(got[2].response_range.kvs) if all_nodes else ()
+    revision = response.header.revision
+    if all_nodes and state is not None and state.table:
+        state = replace(state, participants=read_table(client, keys, state, revision))
+    return Snapshot(state, token, nodes, revision, leader, all_nodes)
+
+
+def apply_node_event(keys: JobKeys, nodes: dict[str, LiveNode], event: WatchEvent) -> None:
+    """Bring ``nodes`` (by node id) up to date with a put or delete under the nodes prefix.
+
+    A value that is not a node record takes the key out, as ``read_round`` leaves it out.
+    """
+    node_id = event.key.decode(errors="replace")[len(keys.nodes):]
+    if event.type is EventType.PUT:
+        try:
+            nodes[node_id] = LiveNode(NodeInfo.decode(event.value), event.create_revision)
+            return
+        except RendezvousStateError:
+            pass
+    nodes.pop(node_id, None)
+
+
+def apply_round_events(keys: JobKeys, snapshot: Snapshot, events: list[WatchEvent]) -> Snapshot | None:
+    """The snapshot after the events of a round's watch, or None when only a read can tell.
+
+    The watch carries values, so a new state is the state now (its token is the event's revision),
+    and a snapshot of every node follows node puts and deletions. A follower's snapshot holds no
+    nodes: a change of coordinator needs a read (which may make this node the coordinator). A
+    resync (history lost), a deleted or corrupt state, or (for the coordinator) a state naming
+    another rank table need a read too.
+    """
+    state, token = snapshot.state, snapshot.token
+    nodes = {n.info.node: n for n in snapshot.nodes} if snapshot.all_nodes else None
+    state_key, coordinator_key = keys.state_bytes, keys.coordinator.encode()
+    for event in events:
+        if event.type is EventType.RESYNC:
+            return None
+        if event.revision <= snapshot.revision:
+            continue  # the read already showed it
+        if event.key == coordinator_key:
+            return None
+        if event.key == state_key:
+            if event.type is not EventType.PUT:
+                return None
+            if token is not None and event.revision <= token:
+                continue
+            try:
+                new = decode_state(keys, event.value)
+            except RendezvousStateError:
+                return None  # the read that follows reports it
+            if nodes is not None:
+                if new.table != (state.table if state is not None else ""):
+                    return None  # a table this snapshot has not read
+                new = replace(new, participants=state.participants if state is not None else ())
+            state, token = new, event.revision
+            continue
+        if nodes is None:
+            return None
+        apply_node_event(keys, nodes, event)
+    live = tuple(nodes.values()) if nodes is not None else ()
+    return Snapshot(state, token, live, snapshot.revision, snapshot.coordinator, snapshot.all_nodes)
+
+
+def read_nodes(client: EtcdClient, keys: JobKeys) -> tuple[tuple[LiveNode, ...], int]:
+    kvs, revision = client.get_prefix(keys.nodes)
+    return _decode_nodes(kvs), revision
+
+
+class RoundFollower:
+    """A follower's watch while a round forms: the coordinator (``leader`` "") hears the state and
+    every node change; a follower the state and the deletion of the coordinator's key, which may
+    make it the coordinator. Reopened when the coordinator changes.
+
+    A follower watching one key rather than the nodes prefix keeps etcd's work per node change
+    constant: with K followers on the prefix, every join would be matched against K watchers.
+    """
+
+    GATHER = 0.1  # seconds the coordinator keeps taking node events into one batch
+    QUIET = 0.01  # ... while they come at least this often
+
+    def __init__(self, client: EtcdClient, keys: JobKeys, watch: Watch | None = None) -> None:
+        """``watch``: a follower's watch (the state and the coordinator key) to go on with."""
+        self._client = client
+        self._keys = keys
+        self._watch = watch
+        self._coordinating: bool | None = None if watch is None else False
+
+    def next(self, snapshot: Snapshot, leader: str, timeout: float) -> Snapshot | None:
+        """The snapshot after what the watch carries within ``timeout`` (unchanged when nothing
+        came), or None when only a read can tell (the coordinator changed, history was lost).
+
+        The coordinator takes node events in batches (up to GATHER seconds while they keep coming):
+        each batch costs it one look at every node, so K joins must not mean K looks."""
+        coordinating = not leader
+        if self._watch is None or self._coordinating != coordinating:
+            self.close()
+            self._watch = round_watch(self._client, self._keys, coordinating, snapshot.revision + 1)
+            self._coordinating = coordinating
+        event = self._watch.get(timeout=timeout)
+        if event is None:
+            return snapshot
+        events = [event, *self._watch.drain()]
+        if not leader:
+            events += self._gather()
+        return apply_round_events(self._keys, snapshot, events)
+
+    def _gather(self) -> list[WatchEvent]:
+        events: list[WatchEvent] = []
+        until = time.monotonic() + self.GATHER
+        while (left := until - time.monotonic()) > 0:
+            event = self._watch.get(timeout=min(left, self.QUIET))
+            if event is None:
+                break
+            events += [event, *self._watch.drain()]
+        return events
+
+    def detach(self) -> tuple[Watch, bool] | None:
+        """The watch, to go on with (and whether it is the coordinator's); this follower lets go of it."""
+        watch, self._watch = self._watch, None
+        return (watch, bool(self._coordinating)) if watch is not None else None
+
+    def close(self) -> None:
+        if self._watch is not None:
+            self._watch.close(wait=False)
+            self._watch = None
+
+
+def round_watch(client: EtcdClient, keys: JobKeys, coordinating: bool, start_revision: int) -> Watch:
+    """The state, and every node (the coordinator) or the coordinator key's deletion (anyone else)."""
+    other = KeyRange(keys.nodes, prefix=True) if coordinating else KeyRange(keys.coordinator, deletes_only=True)
+    return Watch(client, KeyRange(keys.state), other, start_revision=start_revision)

@@ -1,0 +1,306 @@
+"""Following a running round, at a cost to etcd that does not grow with the job on any one node.
+
+One node -- the coordinator, the holder of the ``coordinator`` key -- keeps the round: it reads every
+node and the round's rank table once, and watches the nodes prefix. When a participant's key goes,
+a node asks for the next round (its workers failed, or it is new and there is room), or the first
+participant finishes, it says so in the job state, by compare-and-swap: the next round forming
+(with the cause, for every node's one line) or the round finishing. Every other node watches two
+keys: the state, and the coordinator key, whose deletion (the coordinator's lease ended) makes them
+claim it -- one wins and keeps the round from then on. So a change costs etcd O(K) events in all,
+where K monitors on the nodes prefix would each receive every node's every write.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from dataclasses import replace
+
+from rendezvous.etcd.client import EtcdClient
+from .decide import LiveNode, forming_state, round_cause
+from rendezvous.errors import RendezvousError, RendezvousStateError
+from rendezvous.job.store import JobStateStore, decode_state
+from rendezvous.job.keys import JobKeys
+from .membership import Snapshot, apply_node_event, read_round, round_watch
+from rendezvous.job.state import Cause, JobState, JobStatus
+from rendezvous.etcd.watch import EventType, Watch, WatchEvent
+
+__all__ = ["JobMonitor"]
+
+
+def _locked(method):
+    """Run under the monitor's lock: its thread changes the nodes and the state as events come."""
+    @functools.wraps(method)
+    def locked(self):
+        with self._changes:
+            return method(self)
+    return locked
+
+
+class JobMonitor:
+    """Follows a running round by watch: lost participants, waiting nodes, state changes.
+
+    A follower applies the watch's events when asked (``poll``, ``wait``): they only ever change
+    what it is told. The keeper applies them in a thread of its own as they come, and publishes what
+    changed, so every node learns of a change whatever the keeper's agent is busy with.
+    ``handover``: the watch (the coordinator's, or not) and the snapshot the round was joined with (``RoundFollower.detach``),
+    so that following the round costs no read and no new stream.
+    """
+
+    RETRY = 0.5  # seconds before the keeper's thread reads again after etcd failed it
+
+    def __init__(self, client: EtcdClient, keys: JobKeys, round_: int, node: str = "", lease: int = 0,
+                 handover: tuple[Watch, bool, Snapshot] | None = None) -> None:
+        self._client = client
+        self._keys = keys
+        self._round = round_
+        self._node, self._lease = node, lease
+        self._store = JobStateStore(client, keys)
+        self._changes = threading.Condition()  # guards what the events built; notified on each batch
+        self._version = 0
+        self._closed = threading.Event()
+        self._watch: Watch | None = None
+        self._thread: threading.Thread | None = None
+        self._published: tuple | None = None
+        if handover is not None:
+            watch, coordinating, snapshot = handover
+            if coordinating != (snapshot.coordinator == node) or (coordinating and not snapshot.all_nodes):
+                watch.close(wait=False)  # not the watch (or the view) this node's part needs: read
+                handover = None
+        if handover is None:
+            self._setup()
+        else:
+            self._adopt(watch, snapshot)
+
+    def _setup(self) -> None:
+        """Read the state and the coordinator (claiming it if nobody holds it); the keeper reads every node too."""
+        claim = (self._node, self._lease) if self._node and self._lease else None
+        snapshot = read_round(self._client, self._keys, all_nodes=False, claim=claim)
+        if self._node and snapshot.coordinator == self._node:
+            snapshot = read_round(self._client, self._keys, all_nodes=True)
+        watch = round_watch(self._client, self._keys, snapshot.all_nodes, snapshot.revision + 1)
+        self._adopt(watch, snapshot)
+
+    def _adopt(self, watch: Watch, snapshot: Snapshot) -> None:
+        if self._closed.is_set():
+            watch.close(wait=False)
+            return
+        with self._changes:
+            old, self._watch = self._watch, watch
+            self.keeper = bool(self._node) and snapshot.coordinator == self._node
+            self._nodes: dict[str, LiveNode] = {n.info.node: n for n in snapshot.nodes}
+            self._state, self._token, self._revision = snapshot.state, snapshot.token, snapshot.revision
+            self._changed()
+        if old is not None and old is not watch:
+            old.close(wait=False)
+        if self.keeper and self._thread is None:
+            self._thread = threading.Thread(target=self._run, name=f"round-{self._round}-keeper", daemon=True)
+            self._thread.start()
+        self._publish()
+
+    def _run(self) -> None:
+        stale = False  # only a new read can tell (history lost)
+        while not self._closed.is_set():
+            try:
+                if stale:
+                    self._setup()
+                    stale = False
+                    continue
+                event = self._watch.get(timeout=0.5)
+                if event is not None:
+                    stale = not self._apply_all([event, *self._watch.drain()])
+            except RendezvousError:
+                self._closed.wait(self.RETRY)  # etcd out of reach while reading or publishing: try again
+
+    def _changed(self) -> None:
+        self._version += 1
+        self._changes.notify_all()
+
+    def poll(self) -> None:
+        """Apply what the watch delivered so far (the keeper's thread does that by itself)."""
+        if self._thread is None:
+            self._take(self._watch.drain())
+
+    def wait(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` for a change of membership or state; True when there is one."""
+        self.poll()
+        if self.changed:
+            return True
+        self.next_event(timeout)
+        return self.changed
+
+    def next_event(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` for the watch to deliver something (applied by then)."""
+        if self._thread is None:
+            event = self._watch.get(timeout)
+            if event is None:
+                return False
+            self._take([event, *self._watch.drain()])
+            return True
+        with self._changes:
+            seen = self._version
+            return self._changes.wait_for(lambda: self._version != seen, timeout=max(timeout, 0.0))
+
+    def _take(self, events: list[WatchEvent]) -> None:
+        """A follower applies events in its caller's thread; a change of coordinator means a read."""
+        if events and not self._apply_all(events):
+            self._setup()
+
+    def _apply_all(self, events: list[WatchEvent]) -> bool:
+        """Apply a batch and publish what it changed; False when a new read is needed."""
+        with self._changes:
+            complete = all(self._apply(event) for event in events)
+            self._changed()
+        if complete:
+            self._publish()
+        return complete
+
+    def detach(self) -> tuple[Watch, bool] | None:
+        """A follower's watch, for the next round's join to go on with (None for the keeper)."""
+        if self._thread is not None or self._watch is None:
+            return None
+        watch, self._watch = self._watch, None
+        self._closed.set()
+        return watch, False
+
+    def _apply(self, event: WatchEvent) -> bool:
+        """Apply one event; False when only a new read can tell (history lost, the coordinator gone)."""
+        if event.type is EventType.RESYNC:
+            return False
+        if event.revision <= self._revision:
+            return True  # the read (or the join's watch) already showed it
+        if event.key == self._keys.coordinator.encode():
+            return False
+        if event.key == self._keys.state_bytes:
+            if self._token is not None and event.revision <= self._token:
+                return True
+            if event.type is EventType.DELETE:
+                self._state, self._token = None, None
+                return True
+            try:
+                state = decode_state(self._keys, event.value)
+            except RendezvousStateError:
+                return True  # the next read by next_rendezvous reports it
+            if self._state is not None and state.table == self._state.table:
+                state = replace(state, participants=self._state.participants)
+            self._state, self._token = state, event.revision
+            return True
+        if self.keeper:
+            apply_node_event(self._keys, self._nodes, event)
+        return True
+
+    def _publish(self) -> None:
+        """The keeper tells every node, by one write of the state, that the round ends or is ending."""
+        with self._changes:
+            state, token = self._mine(), self._token
+            if not self.keeper or state is None:
+                return
+            cause = round_cause(state, list(self._nodes.values()))
+            if cause.lost or cause.waiting > 0:
+                change, new = "next", forming_state(
+                    state, state.run_id, state.round + 1, min_nodes=state.min_nodes, max_nodes=state.max_nodes,
+                    last_call_at=None, max_restarts=state.max_restarts, cause=cause)
+            elif self.some_finished and not state.finishing:
+                change, new = "finishing", replace(state, finishing=True)
+            else:
+                return
+            if self._published == (change, token):
+                return
+        self._store.compare_and_swap(new, token)
+        self._published = (change, token)  # once: the watch brings the state it wrote (or the one that won)
+
+    @property
+    def state(self) -> JobState | None:
+        return self._state
+
+    def _mine(self) -> JobState | None:
+        """The state, while it is still the running round this monitor follows."""
+        state = self._state
+        if state is None or state.round != self._round or state.status is not JobStatus.RUNNING:
+            return None
+        return state
+
+    def _cause(self) -> Cause | None:
+        """What the keeper said ended this round, once the next one is forming."""
+        state = self._state
+        if state is not None and state.status is JobStatus.JOINING and state.round > self._round:
+            return state.cause
+        return None
+
+    def _told(self) -> Cause:
+        """Why this round ends: what the keeper said, or (for the keeper, until it said so) what it sees."""
+        cause = self._cause()
+        if cause is not None or not self.keeper:
+            return cause or Cause()
+        return round_cause(self._mine(), list(self._nodes.values()))
+
+    @property
+    @_locked
+    def lost(self) -> list[str]:
+        return list(self._told().lost)
+
+    @property
+    @_locked
+    def waiting(self) -> int:
+        return self._told().waiting
+
+    @property
+    @_locked
+    def failures(self) -> list[str]:
+        return list(self._told().failures)
+
+    @property
+    @_locked
+    def newcomers(self) -> list[str]:
+        return list(self._told().joining)
+
+    @property
+    def moved_on(self) -> bool:
+        """The job left this round: another round is forming or running, or it closed, or was reset."""
+        return self._mine() is None
+
+    def _closed_finished(self) -> bool:
+        state = self._state
+        return (state is not None and state.status is JobStatus.CLOSED and state.round == self._round
+                and not state.failed and not state.closed_by)
+
+    @property
+    @_locked
+    def finished(self) -> bool:
+        """Every participant of this round said its workers all succeeded (for a node other than
+        the keeper: the keeper's node saw that and closed the job)."""
+        state = self._mine()
+        if state is None or not self.keeper:
+            return self._closed_finished()
+        for participant in state.participants:
+            node = self._nodes.get(participant.node)
+            if node is None or not node.info.finished_round(self._round):
+                return False
+        return True
+
+    @property
+    @_locked
+    def some_finished(self) -> bool:
+        """A participant of this round said its workers all succeeded: the job is ending."""
+        state = self._mine()
+        if state is None:
+            return self._closed_finished()
+        if state.finishing or not self.keeper:
+            return state.finishing
+        return any((node := self._nodes.get(p.node)) is not None and node.info.finished_round(self._round)
+                   for p in state.participants)
+
+    @property
+    @_locked
+    def changed(self) -> bool:
+        told = self._told()  # one look at the nodes, not one for lost and one for waiting
+        return bool(told.lost) or told.waiting > 0 or self.moved_on
+
+    def close(self, join: bool = False) -> None:
+        """Stop following. The keeper's thread ends within its next half-second look; ``join``
+        waits for that (when the node leaves: nothing of it stays behind)."""
+        self._closed.set()
+        if self._watch is not None:
+            self._watch.close(wait=False)
+        if join and self._thread is not None:
+            self._thread.join(timeout=2)

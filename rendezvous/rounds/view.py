@@ -1,0 +1,106 @@
+"""A read-only view of a job's rendezvous state, for library users (``elastic.get_state``) and elastic-ctl."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+from rendezvous.etcd import credentials
+from rendezvous.job.keys import DEFAULT_KEY_PREFIX, JobKeys
+from rendezvous.etcd.client import EtcdClient
+from rendezvous.job.hangboard import read_beats
+from .membership import Snapshot, read_round
+
+__all__ = ["JobView", "NodeView", "get_state", "view_of"]
+
+
+@dataclass(frozen=True)
+class NodeView:
+    node: str
+    group_rank: int | None  # None: the node waits for a later round
+    addr: str
+    local_world_size: int
+    alive: bool  # its agent holds its lease
+    finished: bool = False  # its workers of this round all succeeded
+    heartbeat_age: float | None = None  # seconds since the oldest last elastic.heartbeat() of its workers
+    heartbeat_rank: int | None = None  # the rank that beat it
+
+
+@dataclass(frozen=True)
+class JobView:
+    run_id: str
+    status: str  # "joining", "running" or "closed"
+    round: int
+    world_size: int
+    master_addr: str
+    master_port: int
+    min_nodes: int
+    max_nodes: int
+    nodes: tuple[NodeView, ...]
+    reason: str = ""
+    restarts: int = 0  # the job's restart count (TORCHELASTIC_RESTART_COUNT of its workers)
+    max_restarts: int = 0  # the job's --max-restarts budget
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["nodes"] = [asdict(n) for n in self.nodes]
+        return data
+
+
+def get_state(
+    endpoint: str | EtcdClient, run_id: str, *, key_prefix: str = DEFAULT_KEY_PREFIX, timeout: float = 5.0, **client_options: Any
+) -> JobView | None:
+    """The job's state as etcd holds it now, or None when there is no such job.
+
+    ``endpoint`` is ``host:port[,...]`` (or an EtcdClient); ``client_options`` go to EtcdClient
+    (ca_cert, cert_key, cert_cert, user, password), and those not given come from the
+    ``ELASTIC_ETCD_*`` environment variables (``rendezvous.etcd.credentials``). Never writes to etcd.
+    """
+    own = not isinstance(endpoint, EtcdClient)
+    if own:
+        client_options = {**credentials.from_environ(os.environ), **client_options}
+    client = EtcdClient(endpoint, timeout=timeout, **client_options) if own else endpoint
+    keys = JobKeys(key_prefix, run_id)
+    try:
+        snapshot = read_round(client, keys, all_nodes=True)
+        beats = read_beats(client, keys)
+    finally:
+        if own:
+            client.close()
+    return view_of(snapshot, beats)
+
+
+def view_of(snapshot: Snapshot, beats: dict[str, dict] | None = None, now: float | None = None) -> JobView | None:
+    """The view of one read of the job's keys (``read_round(..., all_nodes=True)``), with the nodes'
+    heartbeat summaries (``hangcase.read_beats``) when given."""
+    state = snapshot.state
+    if state is None:
+        return None
+    live = {n.info.node: n.info for n in snapshot.nodes}
+    views = [
+        NodeView(p.node, p.group_rank, p.addr, p.local_world_size, p.node in live,
+                 p.node in live and live[p.node].finished_round(state.round))
+        for p in state.participants
+    ]
+    views = [_with_beats(v, (beats or {}).get(v.node), time.time() if now is None else now) for v in views]
+    members = {p.node for p in state.participants}
+    views += [
+        NodeView(info.node, None, info.addr, info.local_world_size, True)
+        for node, info in sorted(live.items()) if node not in members
+    ]
+    return JobView(
+        run_id=state.run_id, status=state.status.value, round=state.round, world_size=state.world_size,
+        master_addr=state.master_addr, master_port=state.master_port, min_nodes=state.min_nodes,
+        max_nodes=state.max_nodes, nodes=tuple(views), reason=state.reason, restarts=state.restarts,
+        max_restarts=state.max_restarts,
+    )
+
+
+def _with_beats(view: NodeView, summary: dict | None, now: float) -> NodeView:
+    if summary is None or not view.alive:
+        return view
+    rank = summary.get("rank")
+    return replace(view, heartbeat_age=round(max(now - float(summary["oldest"]), 0.0), 1),
+                   heartbeat_rank=rank if isinstance(rank, int) else None)

@@ -1,0 +1,215 @@
+"""torch interop: a ``torch.distributed.Store`` on etcd v3, and the ``etcd-v3`` torchrun handler.
+
+This module imports torch; nothing else in the package imports it. torchrun finds the handler
+through the entry point ``etcd-v3`` in group ``torchrun.handlers`` (see pyproject.toml):
+
+    torchrun --rdzv-backend etcd-v3 --rdzv-endpoint HOST:PORT --rdzv-id ID ...
+
+That uses torch's own DynamicRendezvousHandler over ``EtcdRendezvousBackend`` and the store below.
+Note that torch's handler pickles its own state into the backend (and unpickles it on read): that
+is torch's handler, not etcd-elastic's rounds, which keep JSON only.
+
+Errors cross into torch as torch's own classes. torch's handler catches only its own
+``RendezvousError`` family (its keep-alive thread, ``shutdown()``), and c10d callers catch
+``DistError``s, so what this module hands to torch -- the backend and the store -- translates the
+project's errors at this boundary (``TorchBackend``, ``EtcdStore``), keeping their messages. The
+project's error tree does not subclass torch's: ``rendezvous`` never imports torch, and an
+agent must not pay for importing it.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import Any, Callable, Iterator
+
+import torch.distributed as dist
+
+from rendezvous import errors
+from rendezvous.job.backend import EtcdRendezvousBackend
+from rendezvous.etcd.client import EtcdClient
+from .store import EtcdKVStore
+from rendezvous.settings import CONF_KEYS, RendezvousSettings
+
+__all__ = ["EtcdStore", "TorchBackend", "torch_error", "create_handler", "handler_creator"]
+
+# The project's error -> the name of torch's, most specific first. torch's rendezvous package is
+# imported only when needed: importing it loads torchrun's handler entry points, this module's
+# among them, so importing it here at module level would be circular.
+_RENDEZVOUS_ERRORS = (
+    (errors.RendezvousConnectionError, "RendezvousConnectionError"),
+    (errors.RendezvousStateError, "RendezvousStateError"),
+    (errors.RendezvousClosedError, "RendezvousClosedError"),
+    (errors.RendezvousTimeoutError, "RendezvousTimeoutError"),
+    (errors.RendezvousError, "RendezvousError"),
+)
+
+
+def torch_error(exc: errors.RendezvousError) -> Exception:
+    """torch's rendezvous error for one of the project's, with the same message."""
+    from torch.distributed.elastic.rendezvous import api
+
+    for ours, theirs in _RENDEZVOUS_ERRORS:
+        if isinstance(exc, ours):
+            return getattr(api, theirs)(str(exc))
+    return api.RendezvousError(str(exc))
+
+
+@contextmanager
+def _as_torch() -> Iterator[None]:
+    try:
+        yield
+    except errors.RendezvousError as exc:
+        raise torch_error(exc) from exc
+
+
+@contextmanager
+def _as_c10d() -> Iterator[None]:
+    """Store errors as c10d's: unreachable etcd is DistNetworkError, a timeout or anything else DistStoreError."""
+    try:
+        yield
+    except errors.RendezvousConnectionError as exc:
+        raise dist.DistNetworkError(str(exc)) from None
+    except errors.RendezvousError as exc:
+        raise dist.DistStoreError(str(exc)) from None
+
+
+class TorchBackend:
+    """``EtcdRendezvousBackend`` as torch's RendezvousBackend: same contract, torch's error classes
+    (registered as a virtual subclass of torch's ABC by ``create_handler``)."""
+
+    def __init__(self, backend: EtcdRendezvousBackend) -> None:
+        self._backend = backend
+
+    @property
+    def name(self) -> str:
+        return self._backend.name
+
+    def get_state(self) -> Any:
+        with _as_torch():
+            return self._backend.get_state()
+
+    def set_state(self, state: bytes, token: Any = None) -> Any:
+        with _as_torch():
+            return self._backend.set_state(state, token)
+
+
+class EtcdStore(dist.Store):
+    """c10d's Store API over ``EtcdKVStore``: usable with ``init_process_group(store=...)``."""
+
+    def __init__(self, client: EtcdClient, run_id: str, *, key_prefix: str = "/elastic",
+                 timeout: timedelta = timedelta(seconds=300)) -> None:
+        super().__init__()
+        self._kv = EtcdKVStore(client, run_id, key_prefix=key_prefix)
+        self._where = (client, run_id, key_prefix)
+        self._clones: list[EtcdStore] = []
+        self.set_timeout(timeout)
+
+    def clone(self) -> "EtcdStore":
+        """A store on the same keys, for another thread (torch calls this in ``split_group``,
+        ``shrink_group`` and its Python-store path). torch holds the clone as a C++ reference that
+        does not keep the Python object alive, so this store does."""
+        client, run_id, key_prefix = self._where
+        twin = EtcdStore(client, run_id, key_prefix=key_prefix, timeout=self.timeout)
+        self._clones.append(twin)
+        return twin
+
+    def _seconds(self, override: timedelta | None = None) -> float:
+        return (override if override is not None else self.timeout).total_seconds()
+
+    def set(self, key: str, value: bytes | str) -> None:
+        with _as_c10d():
+            self._kv.set(key, value)
+
+    def get(self, key: str) -> bytes:
+        with _as_c10d():
+            return self._kv.get(key, self._seconds())
+
+    def add(self, key: str, value: int) -> int:
+        with _as_c10d():
+            return self._kv.add(key, value)
+
+    def compare_set(self, key: str, expected_value: bytes | str, desired_value: bytes | str) -> bytes:
+        with _as_c10d():
+            return self._kv.compare_set(key, expected_value, desired_value)
+
+    def append(self, key: str, value: bytes | str) -> None:
+        with _as_c10d():
+            self._kv.append(key, value)
+
+    def multi_get(self, keys: list[str]) -> list[bytes]:
+        with _as_c10d():
+            return self._kv.multi_get(keys, self._seconds())
+
+    def multi_set(self, keys: list[str], values: list[bytes | str]) -> None:
+        with _as_c10d():
+            self._kv.multi_set(keys, values)
+
+    def has_extended_api(self) -> bool:
+        return True
+
+    def wait(self, keys: list[str], override_timeout: timedelta | None = None) -> None:
+        with _as_c10d():
+            self._kv.wait(keys, self._seconds(override_timeout))
+
+    def check(self, keys: list[str]) -> bool:
+        with _as_c10d():
+            return self._kv.check(keys)
+
+    def delete_key(self, key: str) -> bool:
+        with _as_c10d():
+            return self._kv.delete_key(key)
+
+    def num_keys(self) -> int:
+        with _as_c10d():
+            return self._kv.num_keys()
+
+    def list_keys(self) -> list[str]:
+        with _as_c10d():
+            return self._kv.list_keys()
+
+    # Queues, as torch's TCPStore and HashStore have them. torch's C++ PrefixStore does not forward
+    # these to a Python store, so they work on this store itself, not through a PrefixStore over it.
+    def queue_push(self, key: str, value: bytes | str) -> None:
+        with _as_c10d():
+            self._kv.queue_push(key, value)
+
+    def queue_pop(self, key: str, block: bool = True) -> bytes:
+        with _as_c10d():
+            value = self._kv.queue_pop(key, block, self._seconds())
+        if value is None:
+            raise dist.QueueEmptyError(f"store queue {key!r} is empty")
+        return value
+
+    def queue_len(self, key: str) -> int:
+        with _as_c10d():
+            return self._kv.queue_len(key)
+
+
+def create_handler(params: Any) -> Any:
+    """torchrun's handler creator: torch's DynamicRendezvousHandler over our backend and store.
+
+    ``--rdzv-conf`` keys of etcd-elastic (read_timeout, key_prefix, protocol, cacert, cert, key,
+    user, password) configure the etcd connection; torch's own keys (join_timeout,
+    last_call_timeout, close_timeout, heartbeat, keep_alive_*) go to torch's handler.
+    """
+    from torch.distributed.elastic.rendezvous.dynamic_rendezvous import RendezvousBackend
+    from torch.distributed.elastic.rendezvous.dynamic_rendezvous import create_handler as torch_create_handler
+
+    RendezvousBackend.register(TorchBackend)
+
+    ours = {k: str(v) for k, v in params.config.items() if k in CONF_KEYS and k not in _TORCHS}
+    settings = RendezvousSettings.from_conf(params.run_id, params.min_nodes, params.max_nodes, ours)
+    client = settings.connect(params.endpoint)
+    backend = TorchBackend(EtcdRendezvousBackend(client, params.run_id, settings.key_prefix))
+    store = EtcdStore(client, params.run_id, key_prefix=settings.key_prefix)
+    return torch_create_handler(store, backend, params)
+
+
+# Keys whose meaning on this path is torch's handler's (keep_alive_interval is its heartbeat period).
+_TORCHS = ("join_timeout", "last_call_timeout", "close_timeout", "keep_alive_interval")
+
+
+def handler_creator() -> Callable[[Any], Any]:
+    """The entry point torchrun loads: it calls this and registers what it returns."""
+    return create_handler
