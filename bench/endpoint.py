@@ -28,15 +28,24 @@ BIN = os.path.join(os.path.dirname(sys.executable), "elastic-run")
 
 def wall(extra: list[str], script: str) -> float:
     started = time.perf_counter()
-    subprocess.run([BIN, "--standalone", "--nproc-per-node", "1", *extra, script], check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
+    subprocess.run(
+        [BIN, "--standalone", "--nproc-per-node", "1", *extra, script],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        timeout=120,
+    )
     return time.perf_counter() - started
 
 
 def rss(extra: list[str], script: str) -> tuple[float, float | None]:
     """(agent RSS in MB while the worker sleeps, seconds one /metrics scrape took or None)."""
-    agent = subprocess.Popen([BIN, "--standalone", "--nproc-per-node", "1", "--http-host", "127.0.0.1", *extra, script, "6"],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    agent = subprocess.Popen(
+        [BIN, "--standalone", "--nproc-per-node", "1", "--http-host", "127.0.0.1", *extra, script, "6"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     scrape = None
     try:
         lines = []
@@ -46,7 +55,7 @@ def rss(extra: list[str], script: str) -> tuple[float, float | None]:
             lines.append(line)
             if "round 1:" in line:
                 break
-        endpoint = next((m.group(1) for m in (re.search(r"http://(\S+) \(", l) for l in lines) if m), None)
+        endpoint = next((m.group(1) for m in (re.search(r"http://(\S+) \(", line) for line in lines) if m), None)
         time.sleep(2)
         if endpoint:
             started = time.perf_counter()
@@ -73,8 +82,11 @@ def main() -> None:
         rss_off, _ = rss([], script)
         rss_on, scrape = rss(["--http-port", "0"], script)
     print(f"{'measure':<52}{'endpoint off':>14}{'on':>14}")
-    print(f"{'--standalone, trivial script: wall time (median of ' + str(opts.repeat) + ')':<52}"
-          f"{statistics.median(off):>12.3f} s{statistics.median(on):>12.3f} s  ({statistics.median(on) / statistics.median(off):.2f}x)")
+    print(
+        f"{'--standalone, trivial script: wall time (median of ' + str(opts.repeat) + ')':<52}"
+        f"{statistics.median(off):>12.3f} s{statistics.median(on):>12.3f} s  "
+        f"({statistics.median(on) / statistics.median(off):.2f}x)"
+    )
     print(f"{'agent RSS while its worker runs':<52}{rss_off:>11.1f} MB{rss_on:>11.1f} MB  (+{rss_on - rss_off:.1f} MB)")
     print(f"{'one /metrics scrape':<52}{'-':>14}{scrape * 1000:>11.1f} ms")
 

@@ -51,18 +51,48 @@ def heartbeat_cost(calls: int, threads: int, attached: bool) -> tuple[float, flo
         if attached:
             env["ELASTIC_HEARTBEAT_FILE"] = os.path.join(scratch, "0.beat")
             beats.create(env["ELASTIC_HEARTBEAT_FILE"])
-        out = subprocess.run([sys.executable, "-c", COST, str(calls), str(threads)], env=env, cwd=ROOT,
-                             capture_output=True, text=True, check=True, timeout=600).stdout.split()
+        out = subprocess.run(
+            [sys.executable, "-c", COST, str(calls), str(threads)],
+            env=env,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=600,
+        ).stdout.split()
         return float(out[0]), float(out[1])
 
 
 def detection(endpoint: str, timeout: float) -> list[float]:
     """Seconds from rank 1's last heartbeat to the restart line, on each of two nodes."""
     out, rdzv_id = tempfile.mkdtemp(prefix="bench-hangs-"), f"bench-{uuid.uuid4().hex[:8]}"
-    args = [os.path.join(os.path.dirname(sys.executable), "elastic-run"), "--nnodes", "2", "--nproc-per-node", "1",
-            "--rdzv-endpoint", endpoint, "--rdzv-id", rdzv_id, "--local-addr", "127.0.0.1", "--rdzv-conf",
-            "last_call_timeout=1", "--max-restarts", "1", "--heartbeat-timeout", str(timeout),
-            STEPS, "--out", out, "--gloo", "--hang", "1:5", "--steps", "8"]
+    args = [
+        os.path.join(os.path.dirname(sys.executable), "elastic-run"),
+        "--nnodes",
+        "2",
+        "--nproc-per-node",
+        "1",
+        "--rdzv-endpoint",
+        endpoint,
+        "--rdzv-id",
+        rdzv_id,
+        "--local-addr",
+        "127.0.0.1",
+        "--rdzv-conf",
+        "last_call_timeout=1",
+        "--max-restarts",
+        "1",
+        "--heartbeat-timeout",
+        str(timeout),
+        STEPS,
+        "--out",
+        out,
+        "--gloo",
+        "--hang",
+        "1:5",
+        "--steps",
+        "8",
+    ]
     seen: list[list[float]] = [[], []]
 
     def follow(process: subprocess.Popen, into: list[float]) -> None:
@@ -70,8 +100,9 @@ def detection(endpoint: str, timeout: float) -> list[float]:
             if re.search(r"rank 1 on node \S+ hung: .*restarting", line):
                 into.append(time.time())
 
-    agents = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
-              for _ in range(2)]
+    agents = [
+        subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT) for _ in range(2)
+    ]
     readers = [threading.Thread(target=follow, args=(a, s), daemon=True) for a, s in zip(agents, seen)]
     [r.start() for r in readers]
     for agent in agents:

@@ -90,8 +90,12 @@ def standalone(launcher, script: str, repeat: int) -> float:
     for _ in range(repeat):
         out = tempfile.mkdtemp()
         started = time.perf_counter()
-        subprocess.run(launcher(["--standalone", "--nproc-per-node", "2", script, out]), check=True,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run(
+            launcher(["--standalone", "--nproc-per-node", "2", script, out]),
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         times.append(time.perf_counter() - started)
         shutil.rmtree(out)
     return statistics.median(times)
@@ -99,8 +103,19 @@ def standalone(launcher, script: str, repeat: int) -> float:
 
 def rdzv_args(kind: str, endpoint: str, nnodes: str, extra: list[str] = ()) -> list[str]:
     run_id = f"bench-{uuid.uuid4().hex[:8]}"
-    args = ["--nnodes", nnodes, "--nproc-per-node", "1", "--rdzv-endpoint", endpoint, "--rdzv-id", run_id,
-            "--local-addr", "127.0.0.1", *extra]
+    args = [
+        "--nnodes",
+        nnodes,
+        "--nproc-per-node",
+        "1",
+        "--rdzv-endpoint",
+        endpoint,
+        "--rdzv-id",
+        run_id,
+        "--local-addr",
+        "127.0.0.1",
+        *extra,
+    ]
     if kind == "torch":
         args += ["--rdzv-backend", "c10d", "--rdzv-conf", "last_call_timeout=1"]
     else:
@@ -146,8 +161,12 @@ def crash(kind: str, script: str) -> float | None:
     out = tempfile.mkdtemp()
     launcher = ours if kind == "ours" else torchrun
     try:
-        subprocess.run(launcher(["--standalone", "--nproc-per-node", "1", "--max-restarts", "1", script, out, "crash"]),
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
+        subprocess.run(
+            launcher(["--standalone", "--nproc-per-node", "1", "--max-restarts", "1", script, out, "crash"]),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=120,
+        )
         with open(os.path.join(out, "crashed")) as handle:
             crashed = float(handle.read())
         (restarted,) = glob.glob(os.path.join(out, "1-*"))
@@ -178,12 +197,18 @@ def main() -> None:
     with open(script, "w") as handle:
         handle.write(WORKER)
     print(f"{'':<44} {'elastic-run':>10} {'torchrun':>10} {'ratio':>8}")
-    row("standalone, 2 workers, trivial script", standalone(ours, script, args.repeat),
-        standalone(torchrun, script, args.repeat) if with_torch else None)
+    row(
+        "standalone, 2 workers, trivial script",
+        standalone(ours, script, args.repeat),
+        standalone(torchrun, script, args.repeat) if with_torch else None,
+    )
     with EtcdServer() as etcd:
         c10d = f"127.0.0.1:{free_port()}"
-        row(f"{args.agents} agents x 1 worker: all workers started", many_agents("ours", etcd.endpoints, script, args.agents),
-            many_agents("torch", c10d, script, args.agents) if with_torch else None)
+        row(
+            f"{args.agents} agents x 1 worker: all workers started",
+            many_agents("ours", etcd.endpoints, script, args.agents),
+            many_agents("torch", c10d, script, args.agents) if with_torch else None,
+        )
         mine, my_rss = kill_one("ours", etcd.endpoints, script)
         theirs, their_rss = kill_one("torch", f"127.0.0.1:{free_port()}", script) if with_torch else (None, None)
         row("kill -9 one of 3 agents: survivors restarted", mine, theirs)

@@ -93,7 +93,11 @@ def child(endpoints: str, run_id: str, k: int, nodes: list[int], go, results, le
         client = EtcdClient(endpoints, timeout=60)
         handler = RendezvousHandler(client, settings, local_addr="127.0.0.1", node_id=f"n{i:05d}")
         clients.append((client, handler))
-        threads.append(threading.Thread(target=_participant, args=(handler, go, results, leave, stop, len(nodes) == 1), daemon=True))
+        threads.append(
+            threading.Thread(
+                target=_participant, args=(handler, go, results, leave, stop, len(nodes) == 1), daemon=True
+            )
+        )
     for thread in threads:
         thread.start()
     results.put(("ready", "", len(nodes), time.time()))
@@ -141,8 +145,11 @@ def one_size(server, k: int, procs: int, run: int) -> dict[str, float]:
     run_id = f"scale-{k}-{run}"
     endpoint = server.endpoints.split(",")[0]
     shares = [list(range(p, k - 1, procs)) for p in range(procs)]
-    children = [ctx.Process(target=child, args=(server.endpoints, run_id, k, share, go, results, leave, stop))
-                for share in shares if share]
+    children = [
+        ctx.Process(target=child, args=(server.endpoints, run_id, k, share, go, results, leave, stop))
+        for share in shares
+        if share
+    ]
     children.append(ctx.Process(target=child, args=(server.endpoints, run_id, k, [k - 1], go, results, leave, stop)))
     for proc in children:
         proc.start()
@@ -169,9 +176,14 @@ def one_size(server, k: int, procs: int, run: int) -> dict[str, float]:
         if new_ranks != list(range(k - 1)):
             raise RuntimeError(f"after the loss the ranks are not 0..{k - 2}")
         return {
-            "round": round_s, "etcd_cpu": _delta(m0, m1, 0), "kb": _delta(m0, m1, 1) / k / 1024,
-            "events": _delta(m0, m1, 2) / k, "clients_cpu": c1 - c0, "loss": loss_s,
-            "loss_cpu": _delta(m2, m3, 0), "loss_kb": _delta(m2, m3, 1) / k / 1024,
+            "round": round_s,
+            "etcd_cpu": _delta(m0, m1, 0),
+            "kb": _delta(m0, m1, 1) / k / 1024,
+            "events": _delta(m0, m1, 2) / k,
+            "clients_cpu": c1 - c0,
+            "loss": loss_s,
+            "loss_cpu": _delta(m2, m3, 0),
+            "loss_kb": _delta(m2, m3, 1) / k / 1024,
             "rss": next(iter(rss.values()))[0] / 2**20,
         }
     finally:
@@ -198,12 +210,13 @@ def _delta(before: dict, after: dict, index: int) -> float:
 
 def torchs(endpoints: str, k: int) -> float | None:
     try:
+        import etcd  # python-etcd, the v2 client torch's backend uses
         from torch.distributed.elastic.rendezvous.dynamic_rendezvous import (
-            DynamicRendezvousHandler, RendezvousTimeout,
+            DynamicRendezvousHandler,
+            RendezvousTimeout,
         )
         from torch.distributed.elastic.rendezvous.etcd_rendezvous_backend import EtcdRendezvousBackend
         from torch.distributed.elastic.rendezvous.etcd_store import EtcdStore
-        import etcd  # python-etcd, the v2 client torch's backend uses
     except ImportError:
         return None
     host, port = endpoints.split(":")
@@ -212,10 +225,17 @@ def torchs(endpoints: str, k: int) -> float | None:
         client = etcd.Client(host=host, port=int(port), read_timeout=60)
         backend = EtcdRendezvousBackend(client, f"scale-{k}", key_prefix="/torch", ttl=600)
         store = EtcdStore(client, "/torch-store")
-        handlers.append(DynamicRendezvousHandler.from_backend(
-            f"scale-{k}", store, backend, k, k, local_addr="127.0.0.1",
-            timeout=RendezvousTimeout(join=timedelta(seconds=TIMEOUT)),
-        ))
+        handlers.append(
+            DynamicRendezvousHandler.from_backend(
+                f"scale-{k}",
+                store,
+                backend,
+                k,
+                k,
+                local_addr="127.0.0.1",
+                timeout=RendezvousTimeout(join=timedelta(seconds=TIMEOUT)),
+            )
+        )
     threads = [threading.Thread(target=h.next_rendezvous, daemon=True) for h in handlers]
     gc.collect()
     started = time.perf_counter()
@@ -236,8 +256,11 @@ def main() -> None:
     parser.add_argument("--procs", type=int, default=8)
     parser.add_argument("--torch-sizes", default="", help="K values to run torch's handler at (threads), e.g. 8,64")
     args = parser.parse_args()
-    print(f"{'K':>5} {'round s':>8} {'x':>4} {'etcd cpu s':>10} {'x':>4} {'KB/node':>8} {'events/node':>11} "
-          f"{'clients cpu s':>13} {'loss s':>7} {'etcd cpu':>8} {'KB/node':>8} {'rss MB':>7}", flush=True)
+    print(
+        f"{'K':>5} {'round s':>8} {'x':>4} {'etcd cpu s':>10} {'x':>4} {'KB/node':>8} {'events/node':>11} "
+        f"{'clients cpu s':>13} {'loss s':>7} {'etcd cpu':>8} {'KB/node':>8} {'rss MB':>7}",
+        flush=True,
+    )
     with EtcdServer(extra_args=["--enable-v2"]) as server:
         before: dict[str, float] | None = None
         for run, k in enumerate(int(s) for s in args.sizes.split(",")):
@@ -249,13 +272,20 @@ def main() -> None:
                 continue
             prev_round = before["round"] if before else None
             prev_cpu = before["etcd_cpu"] if before else None
-            print(f"{k:>5} {r['round']:8.2f} {_growth(r['round'], prev_round)} {r['etcd_cpu']:10.2f} "
-                  f"{_growth(r['etcd_cpu'], prev_cpu)} {r['kb']:8.2f} {r['events']:11.1f} {r['clients_cpu']:13.1f} "
-                  f"{r['loss']:7.2f} {r['loss_cpu']:8.2f} {r['loss_kb']:8.2f} {r['rss']:7.1f}", flush=True)
+            print(
+                f"{k:>5} {r['round']:8.2f} {_growth(r['round'], prev_round)} {r['etcd_cpu']:10.2f} "
+                f"{_growth(r['etcd_cpu'], prev_cpu)} {r['kb']:8.2f} {r['events']:11.1f} {r['clients_cpu']:13.1f} "
+                f"{r['loss']:7.2f} {r['loss_cpu']:8.2f} {r['loss_kb']:8.2f} {r['rss']:7.1f}",
+                flush=True,
+            )
             before = r
         for k in (int(s) for s in args.torch_sizes.split(",") if s):
             t = torchs(server.endpoints, k)
-            print(f"torch etcd-v2, K={k}: " + (f"{t:.2f} s" if t is not None else "not run (torch or python-etcd missing, or timed out)"), flush=True)
+            print(
+                f"torch etcd-v2, K={k}: "
+                + (f"{t:.2f} s" if t is not None else "not run (torch or python-etcd missing, or timed out)"),
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

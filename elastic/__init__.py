@@ -7,5 +7,16 @@ from .launch import LaunchConfig, elastic_launch
 from .record import record
 from .worker import NotLaunchedError, WorkerEnv, is_torchelastic_launched
 
-__all__ = ["is_torchelastic_launched", "WorkerEnv", "NotLaunchedError", "record", "get_state", "JobView", "NodeView", "LaunchConfig",
-           "elastic_launch", "heartbeat", "phase"]
+__all__ = [
+    "is_torchelastic_launched",
+    "WorkerEnv",
+    "NotLaunchedError",
+    "record",
+    "get_state",
+    "JobView",
+    "NodeView",
+    "LaunchConfig",
+    "elastic_launch",
+    "heartbeat",
+    "phase",
+]

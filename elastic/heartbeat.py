@@ -32,8 +32,8 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Callable, Iterator
 
 from launcher.hangs import record as beats
 
@@ -97,8 +97,7 @@ class _Channel:
     def _write_phase(self, name: str, timeout: float) -> None:
         self.changes += 1
         started = time.monotonic() if name else 0.0
-        beats.PHASE.pack_into(self.buffer, beats.PHASE_AT, started, timeout, self.changes, os.getpid(),
-                                 name.encode())
+        beats.PHASE.pack_into(self.buffer, beats.PHASE_AT, started, timeout, self.changes, os.getpid(), name.encode())
         self.beat()
 
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 __all__ = ["is_torchelastic_launched", "WorkerEnv", "NotLaunchedError"]
 
@@ -22,8 +22,17 @@ class NotLaunchedError(RuntimeError):
 
 
 _INTS = (
-    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK",
-    "ROLE_WORLD_SIZE", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "GROUP_WORLD_SIZE",
+    "ROLE_RANK",
+    "ROLE_WORLD_SIZE",
+    "MASTER_PORT",
+    "TORCHELASTIC_RESTART_COUNT",
+    "TORCHELASTIC_MAX_RESTARTS",
 )
 
 
@@ -63,14 +72,23 @@ class WorkerEnv:
             try:
                 ints[name] = int(text)
             except ValueError:
-                raise NotLaunchedError(f"the worker environment is malformed: {name}={text!r} is not a number") from None
+                raise NotLaunchedError(
+                    f"the worker environment is malformed: {name}={text!r} is not a number"
+                ) from None
         return cls(
-            rank=ints["RANK"], local_rank=ints["LOCAL_RANK"], world_size=ints["WORLD_SIZE"],
-            local_world_size=ints["LOCAL_WORLD_SIZE"], group_rank=ints["GROUP_RANK"],
-            group_world_size=ints["GROUP_WORLD_SIZE"], role_name=env.get("ROLE_NAME", "default"),
-            role_rank=ints["ROLE_RANK"], role_world_size=ints["ROLE_WORLD_SIZE"],
-            master_addr=env.get("MASTER_ADDR", ""), master_port=ints["MASTER_PORT"],
-            run_id=env["TORCHELASTIC_RUN_ID"], restart_count=ints["TORCHELASTIC_RESTART_COUNT"],
+            rank=ints["RANK"],
+            local_rank=ints["LOCAL_RANK"],
+            world_size=ints["WORLD_SIZE"],
+            local_world_size=ints["LOCAL_WORLD_SIZE"],
+            group_rank=ints["GROUP_RANK"],
+            group_world_size=ints["GROUP_WORLD_SIZE"],
+            role_name=env.get("ROLE_NAME", "default"),
+            role_rank=ints["ROLE_RANK"],
+            role_world_size=ints["ROLE_WORLD_SIZE"],
+            master_addr=env.get("MASTER_ADDR", ""),
+            master_port=ints["MASTER_PORT"],
+            run_id=env["TORCHELASTIC_RUN_ID"],
+            restart_count=ints["TORCHELASTIC_RESTART_COUNT"],
             max_restarts=ints["TORCHELASTIC_MAX_RESTARTS"],
             use_agent_store=env.get("TORCHELASTIC_USE_AGENT_STORE", "False").lower() == "true",
             error_file=env.get("TORCHELASTIC_ERROR_FILE") or None,

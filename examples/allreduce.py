@@ -1,7 +1,8 @@
 """Every rank adds rank+1 with a gloo all_reduce and prints the sum (the same on every rank).
 
-    elastic-run --standalone --nproc-per-node 2 examples/allreduce.py
-    torchrun --rdzv-backend etcd-v3 --rdzv-endpoint HOST:PORT --rdzv-id ID --nnodes 2 --nproc-per-node 2 examples/allreduce.py
+elastic-run --standalone --nproc-per-node 2 examples/allreduce.py
+torchrun --rdzv-backend etcd-v3 --rdzv-endpoint HOST:PORT --rdzv-id ID --nnodes 2 --nproc-per-node 2 \
+    examples/allreduce.py
 """
 
 import torch

@@ -56,7 +56,7 @@ def main() -> None:
             raise RuntimeError(f"simulated crash of rank 1 in epoch {epoch}")
         for batch in range(0, len(x), 32):
             optimizer.zero_grad()
-            loss = torch.nn.functional.mse_loss(model(x[batch:batch + 32]), y[batch:batch + 32])
+            loss = torch.nn.functional.mse_loss(model(x[batch : batch + 32]), y[batch : batch + 32])
             loss.backward()
             optimizer.step()
         with torch.no_grad():
@@ -67,8 +67,10 @@ def main() -> None:
             print(f"epoch {epoch + 1}/{args.epochs} loss {total.item():.4f}", flush=True)
             if args.checkpoint:
                 partial = args.checkpoint + ".tmp"
-                torch.save({"model": model.module.state_dict(), "optimizer": optimizer.state_dict(),
-                            "epoch": epoch + 1}, partial)
+                torch.save(
+                    {"model": model.module.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch + 1},
+                    partial,
+                )
                 os.replace(partial, args.checkpoint)
         dist.barrier()
     dist.destroy_process_group()

@@ -1,6 +1,6 @@
 """The smallest worker: print where this process stands in the job.
 
-    elastic-run --standalone --nproc-per-node 2 examples/hello.py
+elastic-run --standalone --nproc-per-node 2 examples/hello.py
 """
 
 import elastic

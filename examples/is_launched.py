@@ -1,7 +1,7 @@
 """Prints whether torch and etcd-elastic both see this process as launched by an elastic agent.
 
-    python examples/is_launched.py                                    -> False False
-    elastic-run --standalone --nproc-per-node 2 examples/is_launched.py  -> True True (each rank)
+python examples/is_launched.py                                    -> False False
+elastic-run --standalone --nproc-per-node 2 examples/is_launched.py  -> True True (each rank)
 """
 
 import torch.distributed as dist

@@ -26,27 +26,39 @@ import signal
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Mapping
-
-from rendezvous.errors import RendezvousClosedError, RendezvousConnectionError, RendezvousCredentialsError, RendezvousError
-from rendezvous.rounds.handler import RendezvousHandler
-from rendezvous.rounds.join import RendezvousInfo
-from rendezvous.job.hangboard import HangChannel
-from rendezvous.job.history import HistoryWriter
-from rendezvous.rounds.operate import OPERATOR
-from rendezvous.job.state import JobState
 
 from launcher.output.console import report_progress, say
-from .errors import AgentStopped, JobClosedError, JobRendezvousError, LauncherError, WorkerFailedError, rendezvous_failure
-from launcher.telemetry.metrics import Telemetry
-from .output import LogPump
 from launcher.telemetry.health import AgentSnapshot
+from launcher.telemetry.metrics import Telemetry
+from launcher.workers.group import GroupStatus, ReaperProcess, WorkerGroup
+from rendezvous.errors import (
+    RendezvousClosedError,
+    RendezvousConnectionError,
+    RendezvousCredentialsError,
+    RendezvousError,
+)
+from rendezvous.job.hangboard import HangChannel
+from rendezvous.job.history import HistoryWriter
+from rendezvous.job.state import JobState
+from rendezvous.rounds.handler import RendezvousHandler
+from rendezvous.rounds.join import RendezvousInfo
+from rendezvous.rounds.operate import OPERATOR
+
 from .config import AgentConfig
+from .errors import (
+    AgentStopped,
+    JobClosedError,
+    JobRendezvousError,
+    LauncherError,
+    WorkerFailedError,
+    rendezvous_failure,
+)
+from .output import LogPump
 from .rounds import CAUSES, RoundOutcome, RoundResult, RoundRunner
 from .signals import ignore_stop_signals
-from .summary import describe_exit, failure_summary, hang_summary
-from launcher.workers.group import GroupStatus, ReaperProcess, WorkerGroup
+from .summary import failure_summary, hang_summary
 
 __all__ = ["AgentConfig", "Agent", "AgentState", "RoundOutcome", "RoundResult"]
 
@@ -74,9 +86,16 @@ class Agent:
     """Runs one node's workers for a job, from rendezvous to exit."""
 
     def __init__(
-        self, config: AgentConfig, handler: RendezvousHandler, *, history: HistoryWriter, reaper: ReaperProcess,
-        hangs: HangChannel | None = None, report: Callable[[str], None] | None = None,
-        environ: Mapping[str, str] | None = None, telemetry: Telemetry | None = None,
+        self,
+        config: AgentConfig,
+        handler: RendezvousHandler,
+        *,
+        history: HistoryWriter,
+        reaper: ReaperProcess,
+        hangs: HangChannel | None = None,
+        report: Callable[[str], None] | None = None,
+        environ: Mapping[str, str] | None = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
         """``history`` and ``reaper`` are the handler's too (it records rounds and arms the reaper);
         whoever made them closes them after ``run``. ``hangs``: etcd's side of hang detection
@@ -111,8 +130,14 @@ class Agent:
         info, lease, rounds = self.info, self.handler.lease, self._rounds
         stalled = time.monotonic() - rounds.turned if rounds is not None and self.state is AgentState.RUNNING else 0.0
         return AgentSnapshot(
-            self.state.value, stalled, info.round if info else None, info.world_size if info else None,
-            info.group_rank if info else None, lease.lease_id != 0, lease.silent_for(), self.handler.settings.fence_after,
+            self.state.value,
+            stalled,
+            info.round if info else None,
+            info.world_size if info else None,
+            info.group_rank if info else None,
+            lease.lease_id != 0,
+            lease.silent_for(),
+            self.handler.settings.fence_after,
             len(self._group.pids) if self._group is not None else 0,
         )
 
@@ -151,8 +176,13 @@ class Agent:
                 self._restart_or_fail(result.status)
             elif result.outcome is RoundOutcome.HUNG:
                 line = result.verdict.line()
-                self._restart_or_close(line, lambda: hang_summary(line, self.handler.run_id, self.info.restart_count,
-                                                                   self.info.max_restarts), ())
+                self._restart_or_close(
+                    line,
+                    lambda line=line: hang_summary(
+                        line, self.handler.run_id, self.info.restart_count, self.info.max_restarts
+                    ),
+                    (),
+                )
 
     # -- the steps ------------------------------------------------------------------------------
     def _open(self) -> None:
@@ -162,8 +192,18 @@ class Agent:
         self._departure = _Departure()
         shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None  # memory, never written back to a disk
         self._beats_dir = tempfile.mkdtemp(prefix="elastic-beats-", dir=shm)
-        self._rounds = RoundRunner(self.config, self._beats_dir, self.handler, self._group, self._reaper, history=self.history, say=self.say,
-                                   telemetry=self.telemetry, hangs=self._hang_channel, environ=self.environ)
+        self._rounds = RoundRunner(
+            self.config,
+            self._beats_dir,
+            self.handler,
+            self._group,
+            self._reaper,
+            history=self.history,
+            say=self.say,
+            telemetry=self.telemetry,
+            hangs=self._hang_channel,
+            environ=self.environ,
+        )
 
     def _close_down(self) -> None:
         """Stop the workers (with the signal that stopped the agent), leave the round, close the pump."""
@@ -181,8 +221,12 @@ class Agent:
     def _run_round(self) -> RoundResult:
         self.state = AgentState.RUNNING
         layout = self.config.logs.layout(
-            self.attempt, role=self.config.role, base_rank=self.info.base_global_rank,
-            nproc=self.config.nproc_per_node, run_id=self.info.run_id, restart_count=self.info.restart_count,
+            self.attempt,
+            role=self.config.role,
+            base_rank=self.info.base_global_rank,
+            nproc=self.config.nproc_per_node,
+            run_id=self.info.run_id,
+            restart_count=self.info.restart_count,
         )
 
         def ending(outcome: RoundOutcome) -> None:
@@ -194,9 +238,12 @@ class Agent:
         """A local worker failed: ask the job for a restart while its budget lasts, else close it failed."""
         first = status.first_failure
         self._record_failures(status)
-        what = f"rank {first.rank} on node {self.handler.node_id} failed ({describe_exit(first)})"
-        self._restart_or_close(what, lambda: failure_summary(status, self.handler.run_id, self.info.restart_count,
-                                                             self.info.max_restarts), status.failures)
+        what = f"rank {first.rank} on node {self.handler.node_id} failed ({first.describe()})"
+        self._restart_or_close(
+            what,
+            lambda: failure_summary(status, self.handler.run_id, self.info.restart_count, self.info.max_restarts),
+            status.failures,
+        )
 
     def _restart_or_close(self, what: str, summary: Callable[[], str], failures: tuple) -> None:
         """Ask the job for a restart while its budget lasts, else print the summary and close it failed."""
@@ -228,8 +275,9 @@ class Agent:
         if self.attempt == 0 and self.info is None:
             self.handler.wait_for_etcd(report=self.say)
         done = threading.Event()
-        reporter = threading.Thread(target=report_progress, args=(self.handler.progress, self.say, done), name="progress",
-                                    daemon=True)
+        reporter = threading.Thread(
+            target=report_progress, args=(self.handler.progress, self.say, done), name="progress", daemon=True
+        )
         joining = time.monotonic()
         reporter.start()
         try:
@@ -245,8 +293,15 @@ class Agent:
         finally:
             done.set()
             reporter.join(timeout=2)
-        self.telemetry.round_formed(info.round, info.world_size, info.group_rank, info.group_world_size,
-                                    info.restart_count, info.max_restarts, time.monotonic() - joining)
+        self.telemetry.round_formed(
+            info.round,
+            info.world_size,
+            info.group_rank,
+            info.group_world_size,
+            info.restart_count,
+            info.max_restarts,
+            time.monotonic() - joining,
+        )
         self.say(
             f"round {info.round}: group rank {info.group_rank} of {info.group_world_size} nodes, "
             f"global ranks {info.base_global_rank}..{info.base_global_rank + self.config.nproc_per_node - 1} "
@@ -262,16 +317,28 @@ class Agent:
 
     def _record_failures(self, status: GroupStatus) -> None:
         for failure in status.failures:
-            message = failure.error.message.strip().splitlines()[0] if failure.error and failure.error.message.strip() else None
+            message = (
+                failure.error.message.strip().splitlines()[0]
+                if failure.error and failure.error.message.strip()
+                else None
+            )
             self.history.record(
-                "worker_failed", self.info.round, rank=failure.rank, host=failure.host,
-                exit_code=None if failure.exitcode < 0 else failure.exitcode, signal=failure.signal_name, message=message,
+                "worker_failed",
+                self.info.round,
+                rank=failure.rank,
+                host=failure.host,
+                exit_code=None if failure.exitcode < 0 else failure.exitcode,
+                signal=failure.signal_name,
+                message=message,
             )
 
     def _after_fence(self) -> None:
         silent = self.handler.lease.silent_for()
-        self.history.record("node_left", self.info.round if self.info else 0,
-                            reason=f"fenced: no lease renewal for {silent:.1f} s; it rejoins")
+        self.history.record(
+            "node_left",
+            self.info.round if self.info else 0,
+            reason=f"fenced: no lease renewal for {silent:.1f} s; it rejoins",
+        )
         self.say(
             f"no lease renewal from etcd for {silent:.1f} s (renew deadline {self.handler.settings.fence_after:g} s): "
             "stopped the workers so that no stale rank runs on; rejoining when etcd answers"

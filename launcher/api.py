@@ -22,8 +22,9 @@ import shutil
 import sys
 import tempfile
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from .errors import ChildFailedError, UsageError, WorkerFailedError
 
@@ -90,12 +91,18 @@ def _validate(config: LaunchConfig) -> None:
     whole("max_restarts", 0)
     whole("shutdown_timeout", 0)
     if not isinstance(config.monitor_interval, (int, float)) or not config.monitor_interval > 0:
-        raise ValueError(f"LaunchConfig.monitor_interval must be a positive number of seconds, not {config.monitor_interval!r}")
+        raise ValueError(
+            f"LaunchConfig.monitor_interval must be a positive number of seconds, not {config.monitor_interval!r}"
+        )
     if str(config.rdzv_backend).lower() not in BACKENDS:
-        raise ValueError(f"LaunchConfig.rdzv_backend must be one of {', '.join(BACKENDS)} (etcd v3 here), "
-                         f"not {config.rdzv_backend!r}")
+        raise ValueError(
+            f"LaunchConfig.rdzv_backend must be one of {', '.join(BACKENDS)} (etcd v3 here), "
+            f"not {config.rdzv_backend!r}"
+        )
     if config.start_method not in START_METHODS:
-        raise ValueError(f"LaunchConfig.start_method must be one of {', '.join(START_METHODS)}, not {config.start_method!r}")
+        raise ValueError(
+            f"LaunchConfig.start_method must be one of {', '.join(START_METHODS)}, not {config.start_method!r}"
+        )
     if not config.rdzv_endpoint and config.max_nodes > 1:
         raise ValueError("LaunchConfig.rdzv_endpoint is required for more than one node (host:port of etcd)")
     if config.rdzv_endpoint and config.max_nodes > 1 and not config.run_id:
@@ -106,8 +113,9 @@ def _validate(config: LaunchConfig) -> None:
         raise ValueError("LaunchConfig.role must not be empty")
     for name in ("heartbeat_timeout", "first_heartbeat_timeout"):
         value = getattr(config, name)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                  or not math.isfinite(value) or value <= 0):
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0
+        ):
             raise ValueError(f"LaunchConfig.{name} must be a positive number of seconds or None, not {value!r}")
 
 
@@ -131,6 +139,7 @@ class elastic_launch:
 def launch_agent(config: LaunchConfig, entrypoint: Callable[..., Any] | str, args: list[Any]) -> dict[int, Any]:
     """What ``elastic_launch(config, entrypoint)(*args)`` does."""
     from launcher.cli.run import plan_from_options
+
     from .launch import launch
 
     if not callable(entrypoint) and not isinstance(entrypoint, str):
@@ -145,7 +154,7 @@ def launch_agent(config: LaunchConfig, entrypoint: Callable[..., Any] | str, arg
             raise ChildFailedError(_name(entrypoint), exc.failures, str(exc)) from None
         if callable(entrypoint):
             return {rank: _result(work, rank) for rank in outcome.ranks}
-        return {rank: None for rank in outcome.ranks}
+        return dict.fromkeys(outcome.ranks)
     except UsageError as exc:
         raise ValueError(f"LaunchConfig: {exc}") from None
     finally:
@@ -173,20 +182,40 @@ def _options(config: LaunchConfig, argv: list[str]) -> dict[str, Any]:
     standalone = not config.rdzv_endpoint
     conf = ",".join(f"{key}={value}" for key, value in config.rdzv_configs.items())
     return {
-        "standalone": standalone, "rdzv_backend": "etcd-v3", "rdzv_endpoint": config.rdzv_endpoint or None,
-        "rdzv_id": config.run_id or (None if standalone else uuid.uuid4().hex), "rdzv_conf": conf,
-        "nnodes": f"{config.min_nodes}:{config.max_nodes}", "nproc_per_node": str(config.nproc_per_node),
-        "script": argv[0], "script_args": tuple(argv[1:]), "module": False, "no_python": True, "run_path": False,
-        "redirects": None, "tee": None, "local_ranks_filter": None, "log_dir": None,
-        "logs_specs": config.logs_specs, "log_line_prefix_template": config.log_line_prefix_template,
-        "signals_to_handle": config.signals_to_handle, "stop_grace": float(config.shutdown_timeout),
-        "virtual_local_rank": config.virtual_local_rank, "numa_binding": None,
-        "master_addr": None, "master_port": None, "node_rank": None, "local_addr": config.local_addr,
-        "max_restarts": config.max_restarts, "monitor_interval": float(config.monitor_interval), "role": config.role,
+        "standalone": standalone,
+        "rdzv_backend": "etcd-v3",
+        "rdzv_endpoint": config.rdzv_endpoint or None,
+        "rdzv_id": config.run_id or (None if standalone else uuid.uuid4().hex),
+        "rdzv_conf": conf,
+        "nnodes": f"{config.min_nodes}:{config.max_nodes}",
+        "nproc_per_node": str(config.nproc_per_node),
+        "script": argv[0],
+        "script_args": tuple(argv[1:]),
+        "module": False,
+        "no_python": True,
+        "run_path": False,
+        "redirects": None,
+        "tee": None,
+        "local_ranks_filter": None,
+        "log_dir": None,
+        "logs_specs": config.logs_specs,
+        "log_line_prefix_template": config.log_line_prefix_template,
+        "signals_to_handle": config.signals_to_handle,
+        "stop_grace": float(config.shutdown_timeout),
+        "virtual_local_rank": config.virtual_local_rank,
+        "numa_binding": None,
+        "master_addr": None,
+        "master_port": None,
+        "node_rank": None,
+        "local_addr": config.local_addr,
+        "max_restarts": config.max_restarts,
+        "monitor_interval": float(config.monitor_interval),
+        "role": config.role,
         "event_log_handler": config.event_log_handler,
         "duplicate_stdout_filters": _filters(config.duplicate_stdout_filters),
         "duplicate_stderr_filters": _filters(config.duplicate_stderr_filters),
-        "heartbeat_timeout": config.heartbeat_timeout, "first_heartbeat_timeout": config.first_heartbeat_timeout,
+        "heartbeat_timeout": config.heartbeat_timeout,
+        "first_heartbeat_timeout": config.first_heartbeat_timeout,
     }
 
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 from launcher.hangs.rules import HangTimeouts
+
 from .output import LayoutStrategy
 
 __all__ = ["AgentConfig"]
@@ -22,6 +23,8 @@ class AgentConfig:
     stop_grace: float = 30.0  # seconds between SIGTERM and SIGKILL when stopping workers (--shutdown-timeout)
     virtual_local_rank: bool = False  # LOCAL_RANK=0 and one CUDA device per worker
     event_log_handler: str = "null"  # torchrun's --event-log-handler: null, or console (a JSON line per event)
-    cpu_binding: Mapping[int, tuple[str, ...]] = field(default_factory=dict)  # command before a local rank's (--numa-binding)
+    cpu_binding: Mapping[int, tuple[str, ...]] = field(
+        default_factory=dict
+    )  # command before a local rank's (--numa-binding)
     exit_barrier_timeout: float = 300.0  # how long a finished node waits for the others
     hang_timeouts: HangTimeouts = field(default_factory=HangTimeouts)  # --heartbeat-timeout, --first-heartbeat-timeout

@@ -17,15 +17,32 @@ policy reads them; ``podFailurePolicy`` rules list them explicitly (examples/kub
 from __future__ import annotations
 
 import signal
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from rendezvous.errors import RendezvousConnectionError, RendezvousCredentialsError, RendezvousTimeoutError
 
 __all__ = [
-    "EXIT_OK", "EXIT_WORKER_FAILED", "EXIT_USAGE", "EXIT_RENDEZVOUS", "EXIT_CLOSED", "EXIT_INFRA", "EXIT_SIGNAL_BASE",
-    "EXIT_CODES", "ExitCode", "describe_code", "rendezvous_failure", "LauncherError", "UsageError", "WorkerFailedError", "ChildFailedError",
-    "JobRendezvousError", "JobClosedError", "InfrastructureError", "AgentStopped",
+    "EXIT_OK",
+    "EXIT_WORKER_FAILED",
+    "EXIT_USAGE",
+    "EXIT_RENDEZVOUS",
+    "EXIT_CLOSED",
+    "EXIT_INFRA",
+    "EXIT_SIGNAL_BASE",
+    "EXIT_CODES",
+    "ExitCode",
+    "describe_code",
+    "rendezvous_failure",
+    "LauncherError",
+    "UsageError",
+    "WorkerFailedError",
+    "ChildFailedError",
+    "JobRendezvousError",
+    "JobClosedError",
+    "InfrastructureError",
+    "AgentStopped",
 ]
 
 EXIT_OK = 0
@@ -46,21 +63,34 @@ class ExitCode:
 
 EXIT_CODES = (
     ExitCode("0", "the job succeeded", False),
-    ExitCode("1", "the training code failed: a worker exited non-zero or hung, and no restart was left (torchrun's code)", False),
+    ExitCode(
+        "1",
+        "the training code failed: a worker exited non-zero or hung, and no restart was left (torchrun's code)",
+        False,
+    ),
     ExitCode("2", "bad usage: an option, a setting or the etcd credentials (one line says which)", False),
-    ExitCode("3", "the job cannot be joined: its id is closed (finished or failed), or its state in etcd is not ours", False),
+    ExitCode(
+        "3", "the job cannot be joined: its id is closed (finished or failed), or its state in etcd is not ours", False
+    ),
     ExitCode("4", "an operator closed the job (elastic-ctl close)", False),
-    ExitCode("128+N", "stopped by signal N (143: SIGTERM, as on preemption, eviction or pod deletion); the job stays open", True),
-    ExitCode("200", "the infrastructure failed: etcd unreachable past connect_timeout, no round within join_timeout, "
-                    "or the lease lost with no way back", True),
+    ExitCode(
+        "128+N",
+        "stopped by signal N (143: SIGTERM, as on preemption, eviction or pod deletion); the job stays open",
+        True,
+    ),
+    ExitCode(
+        "200",
+        "the infrastructure failed: etcd unreachable past connect_timeout, no round within join_timeout, "
+        "or the lease lost with no way back",
+        True,
+    ),
 )
 
 
 def describe_code(code: int) -> ExitCode | None:
     """The row of the table for an exit code."""
-    if code > EXIT_SIGNAL_BASE and code != EXIT_INFRA:
-        return EXIT_CODES[5]
-    return next((row for row in EXIT_CODES if row.code == str(code)), None)
+    key = "128+N" if code > EXIT_SIGNAL_BASE and code != EXIT_INFRA else str(code)
+    return next((row for row in EXIT_CODES if row.code == key), None)
 
 
 class LauncherError(Exception):
@@ -106,9 +136,10 @@ class ChildFailedError(WorkerFailedError):
         lines = [f"{name} FAILED" + (f": {reason}" if reason else "")]
         for rank in sorted(failures):
             failure = failures[rank]
-            how = f"killed by {failure.signal_name}" if failure.signal_name else f"exit code {failure.exitcode}"
-            lines.append(f"  rank {rank} (local rank {failure.local_rank}) on {failure.host}: {how}; "
-                         f"error_file: {failure.error_file if failure.error else '<N/A>'}")
+            lines.append(
+                f"  rank {rank} (local rank {failure.local_rank}) on {failure.host}: {failure.describe()}; "
+                f"error_file: {failure.error_file if failure.error else '<N/A>'}"
+            )
             if failure.error is not None and failure.error.traceback:
                 lines += ["    " + line for line in failure.error.traceback.rstrip().splitlines()]
         return "\n".join(lines)

@@ -7,23 +7,24 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
+from launcher.output.console import console_event, say
+from launcher.telemetry.metrics import Telemetry
+from launcher.workers.group import ReaperProcess, reaper_sys_path
 from rendezvous.etcd.client import EtcdClient
-from rendezvous.rounds.handler import RendezvousHandler
 from rendezvous.job.hangboard import HangChannel
 from rendezvous.job.history import HistoryWriter
 from rendezvous.job.keys import JobKeys
+from rendezvous.rounds.handler import RendezvousHandler
 from rendezvous.settings import RendezvousSettings
 
 from .agent import Agent
 from .config import AgentConfig
-from launcher.output.console import console_event, say
 from .errors import UsageError
-from launcher.telemetry.metrics import Telemetry
 from .signals import STOP_SIGNALS, stop_on_signals
-from launcher.workers.group import ReaperProcess, reaper_sys_path
 
 __all__ = ["LaunchPlan", "LaunchOutcome", "launch"]
 
@@ -104,12 +105,25 @@ def _run_agent(plan: LaunchPlan, client: EtcdClient, report: Callable[[str], Non
     try:
         reaper.configure(client.config(), reaper_sys_path(), history={"prefix": keys.root, "node": plan.node_id})
         handler = RendezvousHandler(
-            client, plan.settings, local_addr=plan.local_addr, local_world_size=plan.config.nproc_per_node,
-            node_id=plan.node_id, max_restarts=plan.config.max_restarts, history=history, on_renew=reaper.arm,
+            client,
+            plan.settings,
+            local_addr=plan.local_addr,
+            local_world_size=plan.config.nproc_per_node,
+            node_id=plan.node_id,
+            max_restarts=plan.config.max_restarts,
+            history=history,
+            on_renew=reaper.arm,
         )
         telemetry = _telemetry(plan, client, history)
-        agent = Agent(plan.config, handler, history=history, reaper=reaper, report=report,
-                      hangs=HangChannel(client, keys, plan.node_id), telemetry=telemetry)
+        agent = Agent(
+            plan.config,
+            handler,
+            history=history,
+            reaper=reaper,
+            report=report,
+            hangs=HangChannel(client, keys, plan.node_id),
+            telemetry=telemetry,
+        )
         server = _serve(plan, agent, telemetry, report)
         try:
             code = agent.run()
@@ -143,8 +157,9 @@ def _serve(plan: LaunchPlan, agent: Agent, telemetry: Telemetry, report: Callabl
     try:
         server = ProbeServer(plan.http_host, plan.http_port, agent.snapshot, telemetry.registry)
     except OSError as exc:
-        raise UsageError(f"--http-port {plan.http_port}: cannot listen on {plan.http_host}:{plan.http_port} "
-                         f"({exc.strerror or exc})") from None
+        raise UsageError(
+            f"--http-port {plan.http_port}: cannot listen on {plan.http_host}:{plan.http_port} ({exc.strerror or exc})"
+        ) from None
     host = f"[{plan.http_host}]" if ":" in plan.http_host else plan.http_host
     report(f"metrics and probes on http://{host}:{server.port} (/metrics, /healthz, /readyz)")
     return server

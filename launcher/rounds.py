@@ -8,24 +8,24 @@ from __future__ import annotations
 import enum
 import os
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Mapping
 
-from rendezvous.errors import RendezvousError
-from rendezvous.job.hangboard import HangChannel
-from rendezvous.rounds.handler import RendezvousHandler
-from rendezvous.job.history import HistoryWriter
-from rendezvous.rounds.join import RendezvousInfo
-
-from .hangs import record as beats
-from .config import AgentConfig
-from launcher.workers.env import WorkerSpec
 from launcher.hangs.rules import Verdict
 from launcher.hangs.watch import HangWatch, watch_round
 from launcher.telemetry.metrics import Telemetry
+from launcher.workers.env import WorkerSpec
+from launcher.workers.group import GroupState, GroupStatus, ReaperProcess, WorkerGroup
+from rendezvous.errors import RendezvousError
+from rendezvous.job.hangboard import HangChannel
+from rendezvous.job.history import HistoryWriter
+from rendezvous.rounds.handler import RendezvousHandler
+from rendezvous.rounds.join import RendezvousInfo
+
+from .config import AgentConfig
+from .hangs import record as beats
 from .output import Layout
 from .summary import change_line
-from launcher.workers.group import GroupState, GroupStatus, ReaperProcess, WorkerGroup
 
 __all__ = ["RoundOutcome", "RoundResult", "RoundRunner", "CAUSES"]
 
@@ -40,8 +40,12 @@ class RoundOutcome(str, enum.Enum):
     HUNG = "hung"  # the job agreed that a rank stopped making progress
 
 
-CAUSES = {RoundOutcome.FAILED: "worker_failure", RoundOutcome.HUNG: "hang",
-          RoundOutcome.MEMBERSHIP_CHANGED: "membership_change", RoundOutcome.FENCED: "fence"}  # metrics' restart causes
+CAUSES = {
+    RoundOutcome.FAILED: "worker_failure",
+    RoundOutcome.HUNG: "hang",
+    RoundOutcome.MEMBERSHIP_CHANGED: "membership_change",
+    RoundOutcome.FENCED: "fence",
+}  # metrics' restart causes
 
 
 @dataclass(frozen=True)
@@ -52,9 +56,20 @@ class RoundResult:
 
 
 class RoundRunner:
-    def __init__(self, config: AgentConfig, beats_dir: str, handler: RendezvousHandler, group: WorkerGroup,
-                 reaper: ReaperProcess, *, history: HistoryWriter, say: Callable[[str], None], telemetry: Telemetry,
-                 hangs: HangChannel | None, environ: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        config: AgentConfig,
+        beats_dir: str,
+        handler: RendezvousHandler,
+        group: WorkerGroup,
+        reaper: ReaperProcess,
+        *,
+        history: HistoryWriter,
+        say: Callable[[str], None],
+        telemetry: Telemetry,
+        hangs: HangChannel | None,
+        environ: Mapping[str, str],
+    ) -> None:
         """``beats_dir``: where the workers' heartbeat records go (one per worker and attempt)."""
         self.config = config
         self._beats_dir = beats_dir
@@ -72,8 +87,13 @@ class RoundRunner:
         self.turned = time.monotonic()  # the watch loop's last turn (liveness)
         self.info: RendezvousInfo | None = None
 
-    def run(self, info: RendezvousInfo, attempt: int, layout: Layout,
-            ending: Callable[[RoundOutcome], None] = lambda outcome: None) -> RoundResult:
+    def run(
+        self,
+        info: RendezvousInfo,
+        attempt: int,
+        layout: Layout,
+        ending: Callable[[RoundOutcome], None] = lambda outcome: None,
+    ) -> RoundResult:
         """Start this round's workers and watch them until they end or the round does; ``ending``
         hears how it ended before the workers are stopped."""
         self.info = info
@@ -84,14 +104,22 @@ class RoundRunner:
             beats.create(spec.heartbeat_file)
         self._group.start(specs, layout, self._environ, self.config.cpu_binding)
         self._telemetry.workers(len(specs))
-        self._hangs = watch_round(self._channel, specs, self.config.hang_timeouts, node=self.handler.node_id,
-                                  round_=info.round, lease_id=self.handler.lease.lease_id,
-                                  nodes=info.group_world_size, judge_first=self._beats_used)
+        self._hangs = watch_round(
+            self._channel,
+            specs,
+            self.config.hang_timeouts,
+            node=self.handler.node_id,
+            round_=info.round,
+            lease_id=self.handler.lease.lease_id,
+            nodes=info.group_world_size,
+            judge_first=self._beats_used,
+        )
         try:
             result = self._watch()
             if result.outcome is RoundOutcome.HUNG:
-                self._hangs.report_hang(result.verdict, self._say,
-                                        lambda kind, **details: self._history.record(kind, info.round, **details))
+                self._hangs.report_hang(
+                    result.verdict, self._say, lambda kind, **details: self._history.record(kind, info.round, **details)
+                )
         finally:
             self._beats_used = self._beats_used or (self._hangs is not None and self._hangs.used)
             if self._hangs is not None:
@@ -107,10 +135,19 @@ class RoundRunner:
         n = self.config.nproc_per_node
         return [
             WorkerSpec(
-                local_rank=i, local_world_size=n, base_global_rank=info.base_global_rank, world_size=info.world_size,
-                group_rank=info.group_rank, group_world_size=info.group_world_size, master_addr=info.master_addr,
-                master_port=info.master_port, run_id=info.run_id, restart_count=info.restart_count,
-                max_restarts=info.max_restarts, role=self.config.role, error_file=layout.ranks[i].error_file,
+                local_rank=i,
+                local_world_size=n,
+                base_global_rank=info.base_global_rank,
+                world_size=info.world_size,
+                group_rank=info.group_rank,
+                group_world_size=info.group_world_size,
+                master_addr=info.master_addr,
+                master_port=info.master_port,
+                run_id=info.run_id,
+                restart_count=info.restart_count,
+                max_restarts=info.max_restarts,
+                role=self.config.role,
+                error_file=layout.ranks[i].error_file,
                 virtual_local_rank=self.config.virtual_local_rank,
                 heartbeat_file=os.path.join(self._beats_dir, f"{attempt}-{i}.beat"),
             )
@@ -180,5 +217,10 @@ class RoundRunner:
             monitor = self.handler.round_monitor()
         except RendezvousError:
             return "etcd unreachable: re-rendezvous"
-        return change_line(state, monitor, lease_lost=self.handler.lease.lost(), restarts=self.info.restart_count,
-                           budget=self.info.max_restarts)
+        return change_line(
+            state,
+            monitor,
+            lease_lost=self.handler.lease.lost(),
+            restarts=self.info.restart_count,
+            budget=self.info.max_restarts,
+        )

@@ -4,18 +4,11 @@ from __future__ import annotations
 
 import time
 
-from rendezvous.rounds.monitor import JobMonitor
+from launcher.workers.group import GroupStatus
 from rendezvous.job.state import JobState, JobStatus
+from rendezvous.rounds.monitor import JobMonitor
 
-from launcher.workers.group import GroupStatus, WorkerFailure
-
-__all__ = ["describe_exit", "failure_summary", "hang_summary", "change_line"]
-
-
-def describe_exit(failure: WorkerFailure) -> str:
-    if failure.signal_name is not None:
-        return f"killed by {failure.signal_name}"
-    return f"exit code {failure.exitcode}"
+__all__ = ["failure_summary", "hang_summary", "change_line"]
 
 
 def failure_summary(status: GroupStatus, run_id: str, restarts: int, max_restarts: int) -> str:
@@ -26,7 +19,7 @@ def failure_summary(status: GroupStatus, run_id: str, restarts: int, max_restart
     lines = [
         f"worker group of job '{run_id}' failed after {restarts} of {max_restarts} restarts",
         f"  first failure: rank {first.rank} (local rank {first.local_rank}) on {first.host}",
-        f"  {describe_exit(first)} at {when}",
+        f"  {first.describe()} at {when}",
     ]
     others = sorted(f.rank for f in status.failures if f is not first)
     if others:
@@ -47,14 +40,18 @@ def failure_summary(status: GroupStatus, run_id: str, restarts: int, max_restart
 
 def hang_summary(line: str, run_id: str, restarts: int, max_restarts: int) -> str:
     """The summary when a hang ends the job: the hang's line in the failure summary's shape."""
-    return "\n".join([
-        f"worker group of job '{run_id}' failed after {restarts} of {max_restarts} restarts",
-        f"  first failure: {line}",
-        "  its stacks are above, and in `elastic-ctl history` (event worker_hung)",
-    ])
+    return "\n".join(
+        [
+            f"worker group of job '{run_id}' failed after {restarts} of {max_restarts} restarts",
+            f"  first failure: {line}",
+            "  its stacks are above, and in `elastic-ctl history` (event worker_hung)",
+        ]
+    )
 
 
-def change_line(state: JobState | None, monitor: JobMonitor | None, *, lease_lost: bool, restarts: int, budget: int) -> str:
+def change_line(
+    state: JobState | None, monitor: JobMonitor | None, *, lease_lost: bool, restarts: int, budget: int
+) -> str:
     """Why this node's workers stop for a new round, from what its monitor saw."""
     failures, lost, joining = (monitor.failures, monitor.lost, monitor.newcomers) if monitor else ([], [], [])
     if state is not None and state.status is JobStatus.CLOSED:

@@ -9,12 +9,22 @@ from __future__ import annotations
 import importlib
 
 _WHERE = {
-    "DEFAULT_KEY_PREFIX": "job.keys", "EtcdRendezvousBackend": "job.backend", "Token": "job.backend",
-    "EtcdClient": "etcd.client", "Endpoint": "etcd.endpoints", "parse_endpoints": "etcd.endpoints",
-    "RendezvousClosedError": "errors", "RendezvousConnectionError": "errors", "RendezvousCredentialsError": "errors",
+    "DEFAULT_KEY_PREFIX": "job.keys",
+    "EtcdRendezvousBackend": "job.backend",
+    "Token": "job.backend",
+    "EtcdClient": "etcd.client",
+    "Endpoint": "etcd.endpoints",
+    "parse_endpoints": "etcd.endpoints",
+    "RendezvousClosedError": "errors",
+    "RendezvousConnectionError": "errors",
+    "RendezvousCredentialsError": "errors",
     "RendezvousError": "errors",
-    "RendezvousSettingsError": "errors", "LeaseNotFoundError": "errors", "RendezvousStateError": "errors", "RendezvousTimeoutError": "errors",
-    "EtcdCluster": "etcd.server", "EtcdServer": "etcd.server",
+    "RendezvousSettingsError": "errors",
+    "LeaseNotFoundError": "errors",
+    "RendezvousStateError": "errors",
+    "RendezvousTimeoutError": "errors",
+    "EtcdCluster": "etcd.server",
+    "EtcdServer": "etcd.server",
 }
 
 __all__ = sorted(_WHERE)

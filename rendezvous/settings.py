@@ -7,27 +7,48 @@ close_timeout, read_timeout; cacert, cert, key, protocol for etcd TLS).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Callable, Mapping
 
-from rendezvous.job.keys import DEFAULT_KEY_PREFIX, validate_run_id
 from rendezvous.etcd.client import EtcdClient
-from .etcd import credentials
-from .errors import RendezvousSettingsError
 from rendezvous.etcd.session import default_renew_deadline, keep_alive_interval
+from rendezvous.job.keys import DEFAULT_KEY_PREFIX, validate_run_id
+
+from .errors import RendezvousSettingsError
+from .etcd import credentials
 
 __all__ = ["RendezvousSettings", "parse_conf", "CONF_KEYS", "TORCH_ALIASES", "TORCH_IGNORED"]
 
 # key -> (attribute, kind, help)
 CONF_KEYS: dict[str, tuple[str, type, str]] = {
     "join_timeout": ("join_timeout", float, "seconds to wait for a round to form (default 600)"),
-    "last_call_timeout": ("last_call_timeout", float, "seconds to wait for more nodes once min_nodes joined (default 30)"),
+    "last_call_timeout": (
+        "last_call_timeout",
+        float,
+        "seconds to wait for more nodes once min_nodes joined (default 30)",
+    ),
     "close_timeout": ("close_timeout", float, "seconds to wait while marking the job closed (default 30)"),
     "read_timeout": ("read_timeout", float, "seconds each etcd request may take, failover included (default 5)"),
-    "lease_ttl": ("lease_ttl", int, "seconds a node cut off from etcd stays a member (default 15; etcd's minimum is 2)"),
-    "renew_deadline": ("renew_deadline", float, "seconds without a lease renewal after which a node stops its workers (default lease_ttl - 1)"),
-    "keep_alive_interval": ("keep_alive_interval", float, "seconds between lease renewals (default renew_deadline / 8, at most 1)"),
-    "connect_timeout": ("connect_timeout", float, "seconds an agent waits for etcd to answer at start and after losing it (default 60)"),
+    "lease_ttl": (
+        "lease_ttl",
+        int,
+        "seconds a node cut off from etcd stays a member (default 15; etcd's minimum is 2)",
+    ),
+    "renew_deadline": (
+        "renew_deadline",
+        float,
+        "seconds without a lease renewal after which a node stops its workers (default lease_ttl - 1)",
+    ),
+    "keep_alive_interval": (
+        "keep_alive_interval",
+        float,
+        "seconds between lease renewals (default renew_deadline / 8, at most 1)",
+    ),
+    "connect_timeout": (
+        "connect_timeout",
+        float,
+        "seconds an agent waits for etcd to answer at start and after losing it (default 60)",
+    ),
     "key_prefix": ("key_prefix", str, "etcd key prefix of all jobs (default /elastic)"),
     "protocol": ("protocol", str, "http or https"),
     "cacert": ("ca_cert", str, "CA certificate file for TLS"),
@@ -117,8 +138,13 @@ class RendezvousSettings:
 
     @classmethod
     def from_conf(
-        cls, run_id: str, min_nodes: int, max_nodes: int, conf: Mapping[str, str] | str = "",
-        environ: Mapping[str, str] | None = None, warn: Callable[[str], None] | None = None,
+        cls,
+        run_id: str,
+        min_nodes: int,
+        max_nodes: int,
+        conf: Mapping[str, str] | str = "",
+        environ: Mapping[str, str] | None = None,
+        warn: Callable[[str], None] | None = None,
     ) -> "RendezvousSettings":
         """Settings from ``--rdzv-conf`` entries (a ``k=v,...`` string or a mapping of strings), with
         etcd credentials the conf does not give taken from ``environ`` (``ELASTIC_ETCD_*``;
@@ -131,7 +157,8 @@ class RendezvousSettings:
         unknown = sorted(k for k in entries if k not in CONF_KEYS and k not in TORCH_ALIASES and k not in TORCH_IGNORED)
         if unknown:
             known = ", ".join(sorted([*CONF_KEYS, *TORCH_ALIASES, *TORCH_IGNORED]))
-            line = f"unknown --rdzv-conf key{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; known keys: {known}"
+            names = ", ".join(map(repr, unknown))
+            line = f"unknown --rdzv-conf key{'s' if len(unknown) > 1 else ''} {names}; known keys: {known}"
             if warn is None:
                 raise RendezvousSettingsError(line)
             warn(f"ignoring {line}")  # as torchrun, which ignores keys it does not read
@@ -157,8 +184,13 @@ class RendezvousSettings:
         if self.protocol == "https":
             endpoints = ",".join(e if "://" in e else f"https://{e.strip()}" for e in endpoints.split(","))
         return EtcdClient(
-            endpoints, timeout=self.read_timeout, ca_cert=self.ca_cert, cert_key=self.cert_key,
-            cert_cert=self.cert_cert, user=self.user, password=self.password,
+            endpoints,
+            timeout=self.read_timeout,
+            ca_cert=self.ca_cert,
+            cert_key=self.cert_key,
+            cert_cert=self.cert_cert,
+            user=self.user,
+            password=self.password,
         )
 
 
@@ -188,4 +220,3 @@ def parse_conf(text: str) -> dict[str, str]:
             raise RendezvousSettingsError(f"--rdzv-conf entry {item!r} is not key=value")
         entries[key] = value
     return entries
-

@@ -14,7 +14,13 @@ import pytest
 from rendezvous import EtcdClient, EtcdServer
 
 from .etcd_fixture import (
-    EtcdContainer, FixtureError, chosen_mode, discard_image, docker_client, etcd_image, why_no_engine,
+    EtcdContainer,
+    FixtureError,
+    chosen_mode,
+    discard_image,
+    docker_client,
+    etcd_image,
+    why_no_engine,
 )
 
 
@@ -61,8 +67,11 @@ def etcd_endpoints(request):
             pytest.fail(str(exc), pytrace=False)
         finally:
             client.close()
-        _say(request.config, f"etcd for the tests: container {container.id[:12]} of {image.name} "
-                             f"(etcd {image.version}, {image.origin}) at {container.endpoints}")
+        _say(
+            request.config,
+            f"etcd for the tests: container {container.id[:12]} of {image.name} "
+            f"(etcd {image.version}, {image.origin}) at {container.endpoints}",
+        )
         try:
             yield container.endpoints
         finally:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from typing import Any, Optional, Tuple
+from typing import Any
 
 
 class InMemoryBackend:
@@ -14,13 +14,13 @@ class InMemoryBackend:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._revision = 1
-        self._state: Optional[Tuple[bytes, int]] = None
+        self._state: tuple[bytes, int] | None = None
 
-    def get_state(self) -> Optional[Tuple[bytes, int]]:
+    def get_state(self) -> tuple[bytes, int] | None:
         with self._lock:
             return self._state
 
-    def set_state(self, state: bytes, token: Any = None) -> Optional[Tuple[bytes, int, bool]]:
+    def set_state(self, state: bytes, token: Any = None) -> tuple[bytes, int, bool] | None:
         if not isinstance(state, (bytes, bytearray)):
             raise TypeError(f"state must be bytes, not {type(state).__name__}")
         valid = token is None or (isinstance(token, int) and not isinstance(token, bool) and token > 0)

@@ -10,30 +10,40 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from datetime import datetime, timezone
-from typing import Any, Callable
+from typing import Any
 
 import click
 
+from launcher.errors import LauncherError
 from rendezvous.etcd.client import EtcdClient
+from rendezvous.etcd.watch import EventType, KeyRange, Watch
 from rendezvous.job.history import Event, HistoryWriter, read_history
 from rendezvous.job.keys import JobKeys
 from rendezvous.rounds.membership import read_round
 from rendezvous.rounds.operate import JobNotFound, JobRefused, close_job, request_round, reset_job
-from rendezvous.settings import RendezvousSettings
 from rendezvous.rounds.view import JobView, get_state, view_of
-from rendezvous.etcd.watch import EventType, KeyRange, Watch
-
-from launcher.errors import LauncherError
+from rendezvous.settings import RendezvousSettings
 
 __all__ = ["elastic_ctl", "render", "render_history"]
 
 _CTL_OPTIONS = [
-    click.option("--rdzv-endpoint", "--rdzv_endpoint", envvar="PET_RDZV_ENDPOINT", required=True,
-                 help="etcd endpoints, host:port[,...]."),
+    click.option(
+        "--rdzv-endpoint",
+        "--rdzv_endpoint",
+        envvar="PET_RDZV_ENDPOINT",
+        required=True,
+        help="etcd endpoints, host:port[,...].",
+    ),
     click.option("--rdzv-id", "--rdzv_id", envvar="PET_RDZV_ID", required=True, help="The job id."),
-    click.option("--rdzv-conf", "--rdzv_conf", envvar="PET_RDZV_CONF", default="",
-                 help="key_prefix, read_timeout, TLS and user settings, key=value,..."),
+    click.option(
+        "--rdzv-conf",
+        "--rdzv_conf",
+        envvar="PET_RDZV_CONF",
+        default="",
+        help="key_prefix, read_timeout, TLS and user settings, key=value,...",
+    ),
 ]
 _JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 
@@ -50,7 +60,9 @@ def elastic_ctl() -> None:
 
 
 def _ctl_client(endpoint: str, run_id: str, conf: str) -> tuple[EtcdClient, JobKeys]:
-    settings = RendezvousSettings.from_conf(run_id, 1, 1, conf, warn=lambda line: click.echo(f"elastic-ctl: {line}", err=True))
+    settings = RendezvousSettings.from_conf(
+        run_id, 1, 1, conf, warn=lambda line: click.echo(f"elastic-ctl: {line}", err=True)
+    )
     return settings.connect(endpoint), JobKeys(settings.key_prefix, run_id)
 
 
@@ -62,7 +74,8 @@ def render(view: JobView) -> str:
     """The job as a table: a header line, then one row a node."""
     lines = [
         f"job {view.run_id}: {view.status}, round {view.round}, world size {view.world_size}, "
-        f"master {view.master_addr or '-'}:{view.master_port or '-'} (nodes min {view.min_nodes}, max {view.max_nodes}), "
+        f"master {view.master_addr or '-'}:{view.master_port or '-'} "
+        f"(nodes min {view.min_nodes}, max {view.max_nodes}), "
         f"restarts {view.restarts}/{view.max_restarts}"
     ]
     if view.reason:
@@ -71,8 +84,16 @@ def render(view: JobView) -> str:
     for node in view.nodes:
         alive = ("finished" if node.finished else "yes") if node.alive else "no"
         beat = "-" if node.heartbeat_age is None else f"{node.heartbeat_age:.1f} s ago (rank {node.heartbeat_rank})"
-        rows.append((node.node, "-" if node.group_rank is None else str(node.group_rank), node.addr,
-                     str(node.local_world_size), alive, beat))
+        rows.append(
+            (
+                node.node,
+                "-" if node.group_rank is None else str(node.group_rank),
+                node.addr,
+                str(node.local_world_size),
+                alive,
+                beat,
+            )
+        )
     return "\n".join([*lines, *_table(rows)])
 
 
@@ -102,8 +123,12 @@ def ctl_status(rdzv_endpoint: str, rdzv_id: str, rdzv_conf: str, as_json: bool) 
 @elastic_ctl.command("watch")
 @_ctl_options
 @_JSON
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="Stop after this many seconds (default: until the job closes or Ctrl-C).")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Stop after this many seconds (default: until the job closes or Ctrl-C).",
+)
 def ctl_watch(rdzv_endpoint: str, rdzv_id: str, rdzv_conf: str, as_json: bool, timeout: float | None) -> int:
     """Print the job's state now and again each time it changes, until the job is closed."""
     client, keys = _ctl_client(rdzv_endpoint, rdzv_id, rdzv_conf)
@@ -153,8 +178,15 @@ def _plain(value: Any) -> str:
 @_ctl_options
 @_JSON
 @click.option("--follow", is_flag=True, help="Then print new events as they come, until the job closes.")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None, help="Stop following after this many seconds.")
-def ctl_history(rdzv_endpoint: str, rdzv_id: str, rdzv_conf: str, as_json: bool, follow: bool, timeout: float | None) -> int:
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Stop following after this many seconds.",
+)
+def ctl_history(
+    rdzv_endpoint: str, rdzv_id: str, rdzv_conf: str, as_json: bool, follow: bool, timeout: float | None
+) -> int:
     """Print the job's timeline: rounds, nodes joining and leaving, failures, restarts, the close."""
     client, keys = _ctl_client(rdzv_endpoint, rdzv_id, rdzv_conf)
     with client:
@@ -233,7 +265,9 @@ def ctl_restart(rdzv_endpoint: str, rdzv_id: str, rdzv_conf: str, reason: str) -
     if after is before:
         click.echo(f"job {rdzv_id} is already forming round {before.round}")
     else:
-        click.echo(f"job {rdzv_id}: round {after.round} is forming ({reason}); the restart count stays {after.restarts}")
+        click.echo(
+            f"job {rdzv_id}: round {after.round} is forming ({reason}); the restart count stays {after.restarts}"
+        )
     return 0
 
 

@@ -6,21 +6,28 @@ import glob
 import os
 import shutil
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from launcher.errors import UsageError
 
 __all__ = [
-    "NodeRange", "parse_nnodes", "parse_nproc_per_node", "parse_signals", "expand_abbreviations", "worker_argv",
-    "RDZV_BACKENDS", "parse_rdzv_backend",
+    "NodeRange",
+    "parse_nnodes",
+    "parse_nproc_per_node",
+    "parse_signals",
+    "expand_abbreviations",
+    "worker_argv",
+    "RDZV_BACKENDS",
+    "parse_rdzv_backend",
 ]
 
 RDZV_BACKENDS = {"etcd-v3": "etcd-v3", "etcd": "etcd-v3", "etcd_v3": "etcd-v3", "etcd-v2": "etcd-v3"}
 # torchrun's backends that need no etcd: the line that names what to use instead.
+_INSTEAD = "use --standalone for one node, or --rdzv-endpoint an etcd"
 _NOT_HERE = {
-    "c10d": "c10d keeps the rendezvous in a TCPStore on one node; use --standalone for one node, or --rdzv-endpoint an etcd",
-    "static": "static rendezvous needs --node-rank/--master-addr on every node; use --standalone for one node, or --rdzv-endpoint an etcd",
+    "c10d": "c10d keeps the rendezvous in a TCPStore on one node; " + _INSTEAD,
+    "static": "static rendezvous needs --node-rank/--master-addr on every node; " + _INSTEAD,
 }
 
 
@@ -172,7 +179,12 @@ _RUN_PATH = "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv
 
 
 def worker_argv(
-    script: str, args: Sequence[str], *, module: bool = False, no_python: bool = False, run_path: bool = False,
+    script: str,
+    args: Sequence[str],
+    *,
+    module: bool = False,
+    no_python: bool = False,
+    run_path: bool = False,
     python: str = sys.executable,
 ) -> list[str]:
     """The worker command line, as torchrun builds it (``python -u script args``, or ``-m``, ...)."""

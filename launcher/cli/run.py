@@ -11,26 +11,33 @@ import signal
 import sys
 import tempfile
 import uuid
-from typing import Any, Callable, NoReturn, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
 
 import click
 
+from launcher.config import AgentConfig
+from launcher.errors import EXIT_SIGNAL_BASE, EXIT_USAGE, LauncherError, UsageError, describe_code, rendezvous_failure
+from launcher.hangs.rules import HangTimeouts
+from launcher.launch import LaunchPlan, launch
+from launcher.output import DefaultLayout, TorchLogsSpecsLayout, load_logs_specs
+from launcher.output.console import say, set_log_format
+from launcher.output.plan import parse_filters, parse_ranks_filter, parse_std
+from launcher.workers.env import OMP_WARNING, virtual_device
+from launcher.workers.numa import MODES as NUMA_MODES
+from launcher.workers.numa import binding_commands
 from rendezvous.errors import RendezvousError, RendezvousSettingsError
 from rendezvous.rounds.handler import default_node_id
 from rendezvous.settings import RendezvousSettings
 
-from launcher.config import AgentConfig
-from launcher.output.console import say, set_log_format
-from launcher.launch import LaunchPlan, launch
-from launcher.workers.env import OMP_WARNING, virtual_device
-from launcher.errors import EXIT_SIGNAL_BASE, EXIT_USAGE, LauncherError, UsageError, describe_code, rendezvous_failure
-from launcher.hangs.rules import HangTimeouts
-from launcher.output import DefaultLayout, TorchLogsSpecsLayout, load_logs_specs
-from launcher.output.plan import parse_filters, parse_ranks_filter, parse_std
-from launcher.workers.numa import MODES as NUMA_MODES
-from launcher.workers.numa import binding_commands
 from .options import (
-    NodeRange, expand_abbreviations, parse_nnodes, parse_nproc_per_node, parse_rdzv_backend, parse_signals, worker_argv,
+    NodeRange,
+    expand_abbreviations,
+    parse_nnodes,
+    parse_nproc_per_node,
+    parse_rdzv_backend,
+    parse_signals,
+    worker_argv,
 )
 
 __all__ = ["elastic_run", "plan_from_options", "run_main", "ctl_main"]
@@ -50,62 +57,160 @@ def _option(*names: str, env: str | None, **kwargs: Any) -> Callable:
 
 @click.command("elastic-run", context_settings=_CONTEXT)
 @_option("--nnodes", env="NNODES", default="1:1", show_default=True, help="Number of nodes, N or MIN:MAX.")
-@_option("--nproc-per-node", env="NPROC_PER_NODE", default="1", show_default=True,
-         help="Workers per node: a number, cpu, gpu or auto.")
-@_option("--rdzv-backend", env="RDZV_BACKEND", default="etcd-v3", show_default=True,
-         help="Rendezvous backend: etcd-v3 (alias etcd).")
+@_option(
+    "--nproc-per-node",
+    env="NPROC_PER_NODE",
+    default="1",
+    show_default=True,
+    help="Workers per node: a number, cpu, gpu or auto.",
+)
+@_option(
+    "--rdzv-backend",
+    env="RDZV_BACKEND",
+    default="etcd-v3",
+    show_default=True,
+    help="Rendezvous backend: etcd-v3 (alias etcd).",
+)
 @_option("--rdzv-endpoint", env="RDZV_ENDPOINT", default="", help="etcd endpoints, host:port[,host:port...].")
 @_option("--rdzv-id", env="RDZV_ID", default=None, help="Job id, the same on every node.")
 @_option("--rdzv-conf", env="RDZV_CONF", default="", help="Rendezvous settings, key=value,... (see README).")
 @_option("--standalone", env="STANDALONE", is_flag=True, help="Single node: start a local etcd, random job id.")
-@_option("--max-restarts", env="MAX_RESTARTS", type=click.IntRange(min=0), default=0, show_default=True,
-         help="Worker group restarts after a failure.")
-@_option("--monitor-interval", env="MONITOR_INTERVAL", type=click.FloatRange(min=0, min_open=True), default=0.1,
-         show_default=True, help="Seconds between worker checks.")
-@_option("--start-method", env="START_METHOD", type=click.Choice(["spawn", "fork", "forkserver"]), default="spawn",
-         help="Accepted for torchrun compatibility; workers are always new processes.")
-@_option("--event-log-handler", env="EVENT_LOG_HANDLER", type=click.Choice(["null", "console"]), default="null",
-         show_default=True, help="Where the agent's events go: null, or console (one JSON object per event, on stderr).")
+@_option(
+    "--max-restarts",
+    env="MAX_RESTARTS",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Worker group restarts after a failure.",
+)
+@_option(
+    "--monitor-interval",
+    env="MONITOR_INTERVAL",
+    type=click.FloatRange(min=0, min_open=True),
+    default=0.1,
+    show_default=True,
+    help="Seconds between worker checks.",
+)
+@_option(
+    "--start-method",
+    env="START_METHOD",
+    type=click.Choice(["spawn", "fork", "forkserver"]),
+    default="spawn",
+    help="Accepted for torchrun compatibility; workers are always new processes.",
+)
+@_option(
+    "--event-log-handler",
+    env="EVENT_LOG_HANDLER",
+    type=click.Choice(["null", "console"]),
+    default="null",
+    show_default=True,
+    help="Where the agent's events go: null, or console (one JSON object per event, on stderr).",
+)
 @_option("--role", env="ROLE", default="default", show_default=True, help="ROLE_NAME of the workers.")
 @_option("-m", "--module", env="MODULE", is_flag=True, help="Run SCRIPT as a module (python -m).")
 @_option("--no-python", env="NO_PYTHON", is_flag=True, help="Run SCRIPT as a program, not with python.")
 @_option("--run-path", env="RUN_PATH", is_flag=True, help="Run SCRIPT with runpy.run_path.")
 @_option("--log-dir", env="LOG_DIR", default=None, help="Directory for per-attempt, per-rank logs and error files.")
-@_option("-r", "--redirects", env="REDIRECTS", default="0",
-         help="Send output to log files only: 0-3 or LOCAL_RANK:0-3,... (--tee still shows it).")
-@_option("-t", "--tee", env="TEE", default="0",
-         help="Copy output to log files and to the console, prefixed: 0-3 or LOCAL_RANK:0-3,...")
+@_option(
+    "-r",
+    "--redirects",
+    env="REDIRECTS",
+    default="0",
+    help="Send output to log files only: 0-3 or LOCAL_RANK:0-3,... (--tee still shows it).",
+)
+@_option(
+    "-t",
+    "--tee",
+    env="TEE",
+    default="0",
+    help="Copy output to log files and to the console, prefixed: 0-3 or LOCAL_RANK:0-3,...",
+)
 @_option("--local-ranks-filter", env="LOCAL_RANKS_FILTER", default="", help="Show only these local ranks, e.g. 0,2.")
-@_option("--duplicate-stdout-filters", env="DUPLICATE_STDOUT_FILTERS", default="",
-         help="Copy teed stdout lines containing any of these (a,b; ,, is a comma) to attempt_<n>/filtered_stdout.log.")
-@_option("--duplicate-stderr-filters", env="DUPLICATE_STDERR_FILTERS", default="",
-         help="The same for stderr, to attempt_<n>/filtered_stderr.log.")
+@_option(
+    "--duplicate-stdout-filters",
+    env="DUPLICATE_STDOUT_FILTERS",
+    default="",
+    help="Copy teed stdout lines containing any of these (a,b; ,, is a comma) to attempt_<n>/filtered_stdout.log.",
+)
+@_option(
+    "--duplicate-stderr-filters",
+    env="DUPLICATE_STDERR_FILTERS",
+    default="",
+    help="The same for stderr, to attempt_<n>/filtered_stderr.log.",
+)
 @_option("--local-addr", env="LOCAL_ADDR", default=None, help="This node's address as the others reach it.")
 @_option("--node-rank", env="NODE_RANK", type=int, default=0, help="Static rendezvous only: ignored.")
 @_option("--master-addr", env="MASTER_ADDR", default=None, help="Static rendezvous only: ignored.")
 @_option("--master-port", env="MASTER_PORT", type=int, default=None, help="Static rendezvous only: ignored.")
-@_option("--logs-specs", env=None, default=None,
-         help="A LogsSpecs class from the torchrun.logs_specs entry points; default: the built-in layout.")
-@_option("--numa-binding", env=None, type=click.Choice(list(NUMA_MODES)), default=None,
-         help="Bind each worker to the CPUs near its GPU (or its share of the NUMA nodes).")
-@_option("--signals-to-handle", env="SIGNALS_TO_HANDLE", default="SIGTERM,SIGINT,SIGHUP,SIGQUIT", show_default=True,
-         help="Signals that stop the job gracefully; the workers get the same signal.")
-@_option("--shutdown-timeout", "--stop-grace", "stop_grace", env="SHUTDOWN_TIMEOUT", type=click.FloatRange(min=0),
-         default=None, help="Seconds between the stop signal and SIGKILL [default: $TORCH_ELASTIC_SHUTDOWN_TIMEOUT or 30].")
-@_option("--heartbeat-timeout", env="HEARTBEAT_TIMEOUT", type=click.FloatRange(min=0, min_open=True), default=None,
-         help="Seconds without elastic.heartbeat() after which a worker is hung [default: learned: "
-              "5x the slowest step seen after 5 steps, at least 5 s].")
-@_option("--first-heartbeat-timeout", env="FIRST_HEARTBEAT_TIMEOUT", type=click.FloatRange(min=0, min_open=True),
-         default=None, help="Seconds from a worker's start to its first heartbeat (start-up, loading, compilation) "
-                            "[default: 900; when given, a worker that never beats is judged by it].")
-@_option("--http-port", env="HTTP_PORT", type=click.IntRange(0, 65535), default=None,
-         help="Serve /metrics (Prometheus), /healthz and /readyz on this port (0: a free one, printed) [default: off].")
-@_option("--http-host", env="HTTP_HOST", default="0.0.0.0", show_default=True,
-         help="The address --http-port listens on.")
-@_option("--virtual-local-rank", env="VIRTUAL_LOCAL_RANK", is_flag=True,
-         help="LOCAL_RANK=0 for every worker, each seeing only its own CUDA device.")
-@click.option("--log-format", envvar="ELASTIC_LOG_FORMAT", type=click.Choice(["text", "json"]), default="text",
-              show_default=True, help="The agent's own lines: text, or one JSON object each (workers' lines untouched).")
+@_option(
+    "--logs-specs",
+    env=None,
+    default=None,
+    help="A LogsSpecs class from the torchrun.logs_specs entry points; default: the built-in layout.",
+)
+@_option(
+    "--numa-binding",
+    env=None,
+    type=click.Choice(list(NUMA_MODES)),
+    default=None,
+    help="Bind each worker to the CPUs near its GPU (or its share of the NUMA nodes).",
+)
+@_option(
+    "--signals-to-handle",
+    env="SIGNALS_TO_HANDLE",
+    default="SIGTERM,SIGINT,SIGHUP,SIGQUIT",
+    show_default=True,
+    help="Signals that stop the job gracefully; the workers get the same signal.",
+)
+@_option(
+    "--shutdown-timeout",
+    "--stop-grace",
+    "stop_grace",
+    env="SHUTDOWN_TIMEOUT",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Seconds between the stop signal and SIGKILL [default: $TORCH_ELASTIC_SHUTDOWN_TIMEOUT or 30].",
+)
+@_option(
+    "--heartbeat-timeout",
+    env="HEARTBEAT_TIMEOUT",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Seconds without elastic.heartbeat() after which a worker is hung [default: learned: "
+    "5x the slowest step seen after 5 steps, at least 5 s].",
+)
+@_option(
+    "--first-heartbeat-timeout",
+    env="FIRST_HEARTBEAT_TIMEOUT",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Seconds from a worker's start to its first heartbeat (start-up, loading, compilation) "
+    "[default: 900; when given, a worker that never beats is judged by it].",
+)
+@_option(
+    "--http-port",
+    env="HTTP_PORT",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="Serve /metrics (Prometheus), /healthz and /readyz on this port (0: a free one, printed) [default: off].",
+)
+@_option(
+    "--http-host", env="HTTP_HOST", default="0.0.0.0", show_default=True, help="The address --http-port listens on."
+)
+@_option(
+    "--virtual-local-rank",
+    env="VIRTUAL_LOCAL_RANK",
+    is_flag=True,
+    help="LOCAL_RANK=0 for every worker, each seeing only its own CUDA device.",
+)
+@click.option(
+    "--log-format",
+    envvar="ELASTIC_LOG_FORMAT",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="The agent's own lines: text, or one JSON object each (workers' lines untouched).",
+)
 @click.argument("script")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 def elastic_run(**opts: Any) -> int:
@@ -126,7 +231,11 @@ def plan_from_options(opts: dict[str, Any]) -> LaunchPlan:
     nodes = parse_nnodes(opts["nnodes"])
     nproc = parse_nproc_per_node(opts["nproc_per_node"])
     argv = worker_argv(
-        opts["script"], opts["script_args"], module=opts["module"], no_python=opts["no_python"], run_path=opts["run_path"]
+        opts["script"],
+        opts["script_args"],
+        module=opts["module"],
+        no_python=opts["no_python"],
+        run_path=opts["run_path"],
     )
     redirects, tee = parse_std(opts["redirects"], "--redirects"), parse_std(opts["tee"], "--tee")
     ranks_filter = parse_ranks_filter(opts["local_ranks_filter"])
@@ -149,25 +258,42 @@ def plan_from_options(opts: dict[str, Any]) -> LaunchPlan:
     notes += [numa_line] if numa_line else []
     notes += [f"log files go to {log_root} (set --log-dir to choose)"] if temporary and keep_files else []
     config = AgentConfig(
-        argv=tuple(argv), nproc_per_node=nproc, max_restarts=opts["max_restarts"],
-        monitor_interval=opts["monitor_interval"], role=opts["role"], stop_grace=stop_grace,
+        argv=tuple(argv),
+        nproc_per_node=nproc,
+        max_restarts=opts["max_restarts"],
+        monitor_interval=opts["monitor_interval"],
+        role=opts["role"],
+        stop_grace=stop_grace,
         logs=_output_layout(opts, custom_logs, log_root, redirects, tee, ranks_filter),
-        virtual_local_rank=opts["virtual_local_rank"], event_log_handler=opts["event_log_handler"],
-        cpu_binding=cpu_binding, hang_timeouts=_hang_timeouts(opts),
+        virtual_local_rank=opts["virtual_local_rank"],
+        event_log_handler=opts["event_log_handler"],
+        cpu_binding=cpu_binding,
+        hang_timeouts=_hang_timeouts(opts),
     )
     return LaunchPlan(
-        config, settings, endpoint, node_id, local_addr=opts["local_addr"] or ("127.0.0.1" if endpoint is None else None),
-        signals=signals, exported=(("TORCHELASTIC_SIGNALS_TO_HANDLE", opts["signals_to_handle"]),),
-        log_root=log_root, remove_logs=temporary and not keep_files, notes=tuple(notes),
-        http_host=opts.get("http_host") or "0.0.0.0", http_port=opts.get("http_port"),
+        config,
+        settings,
+        endpoint,
+        node_id,
+        local_addr=opts["local_addr"] or ("127.0.0.1" if endpoint is None else None),
+        signals=signals,
+        exported=(("TORCHELASTIC_SIGNALS_TO_HANDLE", opts["signals_to_handle"]),),
+        log_root=log_root,
+        remove_logs=temporary and not keep_files,
+        notes=tuple(notes),
+        http_host=opts.get("http_host") or "0.0.0.0",
+        http_port=opts.get("http_port"),
     )
 
 
 def _rendezvous_endpoint(opts: dict[str, Any]) -> str | None:
     """etcd's endpoint, or None for --standalone (which overrides the rendezvous options, saying so)."""
     if opts["standalone"]:
-        given = [f"--rdzv-{name.split('_')[1]}" for name in ("rdzv_backend", "rdzv_endpoint", "rdzv_id")
-                 if opts[name] not in (None, "", "etcd-v3", "none")]
+        given = [
+            f"--rdzv-{name.split('_')[1]}"
+            for name in ("rdzv_backend", "rdzv_endpoint", "rdzv_id")
+            if opts[name] not in (None, "", "etcd-v3", "none")
+        ]
         if given:
             say(f"--standalone: ignoring {', '.join(given)}; a local etcd is started for this job")
         return None
@@ -196,8 +322,9 @@ def _check_virtual_devices(nproc: int) -> None:
     try:
         virtual_device(nproc - 1, visible)
     except ValueError:
-        raise UsageError(f"--virtual-local-rank: CUDA_VISIBLE_DEVICES={visible} names fewer devices than "
-                         f"--nproc-per-node {nproc}") from None
+        raise UsageError(
+            f"--virtual-local-rank: CUDA_VISIBLE_DEVICES={visible} names fewer devices than --nproc-per-node {nproc}"
+        ) from None
 
 
 def _output_layout(opts: dict, custom: Any, log_root: str, redirects: Any, tee: Any, ranks_filter: Any):

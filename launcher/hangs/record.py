@@ -77,8 +77,17 @@ class BeatReader:
         magic, stack_signal = HEADER.unpack_from(self._map, 0)
         last, count = BEAT.unpack_from(self._map, BEAT_AT)
         started, timeout, changes, pid, name = PHASE.unpack_from(self._map, PHASE_AT)
-        return Beat(magic == MAGIC, last, count, name.rstrip(b"\0").decode("utf-8", "replace"), started, timeout,
-                    changes, stack_signal, pid)
+        return Beat(
+            magic == MAGIC,
+            last,
+            count,
+            name.rstrip(b"\0").decode("utf-8", "replace"),
+            started,
+            timeout,
+            changes,
+            stack_signal,
+            pid,
+        )
 
     def close(self) -> None:
         self._map.close()

@@ -19,8 +19,20 @@ from dataclasses import asdict, dataclass
 
 from .record import Beat
 
-__all__ = ["HangTimeouts", "RankWatch", "RankReport", "Verdict", "decide", "thread_stacks", "main_thread", "blocked_at", "FACTOR", "FLOOR",
-           "WARMUP", "TIE"]
+__all__ = [
+    "HangTimeouts",
+    "RankWatch",
+    "RankReport",
+    "Verdict",
+    "decide",
+    "thread_stacks",
+    "main_thread",
+    "blocked_at",
+    "FACTOR",
+    "FLOOR",
+    "WARMUP",
+    "TIE",
+]
 
 FACTOR = 5.0  # the learned steady timeout: this many times the slowest step seen ...
 FLOOR = 5.0  # ... and never below this many seconds
@@ -74,9 +86,17 @@ class RankReport:
         """Validated: a report is read from etcd. ValueError names what is wrong."""
         try:
             timeout = math.inf if data["timeout"] is None else float(data["timeout"])
-            report = cls(int(data["rank"]), str(data["node"]), None if data["last"] is None else float(data["last"]),
-                         float(data["started"]), float(data["silent"]), timeout, str(data["kind"]), str(data["phase"]),
-                         bool(data["judged"]))
+            report = cls(
+                int(data["rank"]),
+                str(data["node"]),
+                None if data["last"] is None else float(data["last"]),
+                float(data["started"]),
+                float(data["silent"]),
+                timeout,
+                str(data["kind"]),
+                str(data["phase"]),
+                bool(data["judged"]),
+            )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"a hang report is malformed ({exc!r})") from None
         return report
@@ -123,8 +143,9 @@ class RankWatch:
         started_wall = wall_now - (now - self.started)
         if beat is None:
             timeout = self.timeouts.first if self.judge_first else math.inf
-            return RankReport(self.rank, node, None, started_wall, now - self.started, timeout, "first", "step",
-                              self.judge_first)
+            return RankReport(
+                self.rank, node, None, started_wall, now - self.started, timeout, "first", "step", self.judge_first
+            )
         silent = now - beat.last
         if beat.phase:
             timeout, kind, phase = (beat.phase_timeout or self.timeouts.first), "phase", beat.phase
@@ -156,20 +177,31 @@ class Verdict:
             details.append(f"{self.blocked} rank{'s' if self.blocked > 1 else ''} blocked behind it")
         if self.tied:
             others = ", ".join(map(str, self.tied))
-            details.append(f"rank{'s' if len(self.tied) > 1 else ''} {others} stopped within {TIE * 1000:.0f} ms of it: "
-                           "a deadlock, or a stop between heartbeats; see the stacks")
+            details.append(
+                f"rank{'s' if len(self.tied) > 1 else ''} {others} stopped within {TIE * 1000:.0f} ms of it: "
+                "a deadlock, or a stop between heartbeats; see the stacks"
+            )
         return f"rank {c.rank} on node {c.node} hung: {what} for {_seconds(c.silent)}{since} ({'; '.join(details)})"
 
     def as_dict(self) -> dict:
-        return {"hung": self.hung, "culprit": self.culprit.as_dict(), "blocked": self.blocked, "tied": list(self.tied),
-                "hold_until": self.hold_until}
+        return {
+            "hung": self.hung,
+            "culprit": self.culprit.as_dict(),
+            "blocked": self.blocked,
+            "tied": list(self.tied),
+            "hold_until": self.hold_until,
+        }
 
     @classmethod
     def from_dict(cls, data: dict) -> "Verdict":
         try:
-            return cls(bool(data["hung"]), RankReport.from_dict(data["culprit"]), int(data["blocked"]),
-                       tuple(int(r) for r in data["tied"]),
-                       None if data["hold_until"] is None else float(data["hold_until"]))
+            return cls(
+                bool(data["hung"]),
+                RankReport.from_dict(data["culprit"]),
+                int(data["blocked"]),
+                tuple(int(r) for r in data["tied"]),
+                None if data["hold_until"] is None else float(data["hold_until"]),
+            )
         except (KeyError, TypeError) as exc:
             raise ValueError(f"a hang verdict is malformed ({exc!r})") from None
 
@@ -181,8 +213,13 @@ def decide(reports: list[RankReport]) -> Verdict | None:
         return None
     culprit = min(judged, key=lambda r: (r.progress, r.rank))
     others = [r for r in judged if r is not culprit]
-    tied = tuple(sorted(r.rank for r in others if r.last is not None and culprit.last is not None
-                        and r.progress - culprit.progress <= TIE))
+    tied = tuple(
+        sorted(
+            r.rank
+            for r in others
+            if r.last is not None and culprit.last is not None and r.progress - culprit.progress <= TIE
+        )
+    )
     blocked = sum(1 for r in others if r.silent > r.timeout / 2)
     if culprit.overdue:
         return Verdict(True, culprit, blocked, tied)

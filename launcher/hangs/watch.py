@@ -14,14 +14,14 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
+from launcher.workers.env import WorkerSpec
 from rendezvous.errors import RendezvousError
 from rendezvous.job.hangboard import HangBoard, HangChannel
 
 from .record import BeatReader, stacks_path
-from launcher.workers.env import WorkerSpec
 from .rules import HangTimeouts, RankReport, RankWatch, Verdict, blocked_at, decide, main_thread
 
 __all__ = ["HangWatch", "WatchedWorker", "StackDump", "watch_round", "COLLECT"]
@@ -56,9 +56,19 @@ class _Case:
 class HangWatch:
     """One round's watch; ``tick()`` from the agent's monitor loop returns a hang verdict once there is one."""
 
-    def __init__(self, workers: Sequence[WatchedWorker], timeouts: HangTimeouts, board: Callable[[], HangBoard], *,
-                 node: str, nodes: int, judge_first: bool, publish: Callable[[dict], None] | None = None,
-                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        workers: Sequence[WatchedWorker],
+        timeouts: HangTimeouts,
+        board: Callable[[], HangBoard],
+        *,
+        node: str,
+        nodes: int,
+        judge_first: bool,
+        publish: Callable[[dict], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
         self._workers = list(workers)
         self._readers = [BeatReader(w.record) for w in self._workers]
         self._watches = [RankWatch(w.rank, w.started, timeouts, judge_first=judge_first) for w in self._workers]
@@ -78,7 +88,9 @@ class HangWatch:
         self._finishing = False
 
     # -- each tick --------------------------------------------------------------------------------
-    def tick(self, exited: frozenset[int] = frozenset(), finishing: Callable[[], bool] = lambda: False) -> Verdict | None:
+    def tick(
+        self, exited: frozenset[int] = frozenset(), finishing: Callable[[], bool] = lambda: False
+    ) -> Verdict | None:
         """``exited``: local ranks that exited 0 (no longer judged); ``finishing()``: a node of the
         round finished. Either means the job is past its last step: the long timeout applies."""
         now = self._clock()
@@ -99,7 +111,11 @@ class HangWatch:
     def reports(self, now: float | None = None) -> list[RankReport]:
         now = self._clock() if now is None else now
         wall = self._wall()
-        return [w.report(self._node, now, wall, finishing=self._finishing) for w in self._watches if w.rank not in self._exited]
+        return [
+            w.report(self._node, now, wall, finishing=self._finishing)
+            for w in self._watches
+            if w.rank not in self._exited
+        ]
 
     def _follow_cases(self, now: float) -> Verdict | None:
         board = self._ensure_board()
@@ -190,7 +206,12 @@ class HangWatch:
         if not beaten:
             return
         oldest = min(beaten, key=lambda r: r.last)
-        summary = {"oldest": oldest.last, "rank": oldest.rank, "phase": oldest.phase, "timeout": oldest.as_dict()["timeout"]}
+        summary = {
+            "oldest": oldest.last,
+            "rank": oldest.rank,
+            "phase": oldest.phase,
+            "timeout": oldest.as_dict()["timeout"],
+        }
         self._publisher = threading.Thread(target=self._put_summary, args=(summary,), name="beats", daemon=True)
         self._publisher.start()
 
@@ -237,14 +258,25 @@ class HangWatch:
             if not dump.text.strip():
                 say(f"rank {dump.rank}: no stack came (its process did not answer the dump signal)")
             elif dump.rank in full:
-                say(f"stacks of {'hung ' if dump.rank == culprit.rank else ''}rank {dump.rank} (every thread, most recent call first):\n{dump.text.rstrip()}")
+                say(
+                    f"stacks of {'hung ' if dump.rank == culprit.rank else ''}rank {dump.rank} "
+                    f"(every thread, most recent call first):\n{dump.text.rstrip()}"
+                )
                 if dump.rank == culprit.rank:
                     short = "\n".join(main_thread(dump.text)[:12])
             else:
                 say(f"rank {dump.rank} is blocked at: {blocked_at(main_thread(dump.text))}")
         if here:
-            record("worker_hung", rank=culprit.rank, silent=round(culprit.silent, 1), timeout=round(culprit.timeout, 1),
-                   phase=culprit.phase, blocked=verdict.blocked, tied=list(verdict.tied), stack=short)
+            record(
+                "worker_hung",
+                rank=culprit.rank,
+                silent=round(culprit.silent, 1),
+                timeout=round(culprit.timeout, 1),
+                phase=culprit.phase,
+                blocked=verdict.blocked,
+                tied=list(verdict.tied),
+                stack=short,
+            )
 
     def close(self) -> None:
         if self._board is not None:
@@ -268,12 +300,28 @@ def _read_settled(path: str, offset: int, deadline: float, clock: Callable[[], f
         return handle.read().decode("utf-8", "replace")
 
 
-def watch_round(channel: HangChannel | None, specs: Sequence[WorkerSpec], timeouts: HangTimeouts, *, node: str,
-                round_: int, lease_id: int, nodes: int, judge_first: bool) -> HangWatch | None:
+def watch_round(
+    channel: HangChannel | None,
+    specs: Sequence[WorkerSpec],
+    timeouts: HangTimeouts,
+    *,
+    node: str,
+    round_: int,
+    lease_id: int,
+    nodes: int,
+    judge_first: bool,
+) -> HangWatch | None:
     """The watch over a round's workers, just started (None: no etcd side, no watch)."""
     if channel is None:
         return None
     started = time.monotonic()
     workers = [WatchedWorker(s.local_rank, s.rank, s.heartbeat_file, started) for s in specs]
-    return HangWatch(workers, timeouts, lambda: channel.board(round_, lease_id), node=node, nodes=nodes,
-                     judge_first=judge_first, publish=lambda summary: channel.publish(lease_id, summary))
+    return HangWatch(
+        workers,
+        timeouts,
+        lambda: channel.board(round_, lease_id),
+        node=node,
+        nodes=nodes,
+        judge_first=judge_first,
+        publish=lambda summary: channel.publish(lease_id, summary),
+    )

@@ -8,6 +8,13 @@ from .pump import LogPump
 from .torch_specs import TorchLogsSpecsLayout, load_logs_specs
 
 __all__ = [
-    "DefaultLayout", "Layout", "LayoutStrategy", "LogPump", "RankLogs", "Std", "StreamPlan", "TorchLogsSpecsLayout",
+    "DefaultLayout",
+    "Layout",
+    "LayoutStrategy",
+    "LogPump",
+    "RankLogs",
+    "Std",
+    "StreamPlan",
+    "TorchLogsSpecsLayout",
     "load_logs_specs",
 ]

@@ -8,11 +8,11 @@ import json
 import sys
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from rendezvous.errors import RendezvousError
-from rendezvous.rounds.join import Progress
 from rendezvous.job.history import Event
+from rendezvous.rounds.join import Progress
 
 __all__ = ["say", "set_log_format", "progress_line", "report_progress", "console_event"]
 
@@ -64,14 +64,18 @@ def progress_line(progress: Progress) -> str:
 def console_event(event: Event) -> None:
     """One event as torch's console event handler prints it: a JSON object on stderr."""
     record = {
-        "name": f"elastic.{event.kind}", "source": "AGENT", "timestamp": int(event.time * 1000),
+        "name": f"elastic.{event.kind}",
+        "source": "AGENT",
+        "timestamp": int(event.time * 1000),
         "metadata": {"run_round": event.round, "node": event.node, **event.details},
     }
     sys.stderr.write(json.dumps(record, default=str) + "\n")
     sys.stderr.flush()
 
 
-def report_progress(progress: Callable[[], Progress | None], report: Callable[[str], None], done: threading.Event) -> None:
+def report_progress(
+    progress: Callable[[], Progress | None], report: Callable[[str], None], done: threading.Event
+) -> None:
     """A progress line while nodes are missing: at most one a second, only when it changes (until ``done``)."""
     shown = None
     while not done.wait(1.0):

@@ -33,11 +33,15 @@ class DefaultLayout:
             directory = attempt_dir(self.root, attempt, local_rank)
             os.makedirs(directory, exist_ok=True)
             plans = [
-                plan_stream(local_rank, which, self.redirects, self.tee, self.ranks_filter, os.path.join(directory, name))
+                plan_stream(
+                    local_rank, which, self.redirects, self.tee, self.ranks_filter, os.path.join(directory, name)
+                )
                 for which, name in ((STDOUT, "stdout.log"), (STDERR, "stderr.log"))
             ]
             ranks[local_rank] = RankLogs(
-                plans[0], plans[1], os.path.join(directory, "error.json"),
+                plans[0],
+                plans[1],
+                os.path.join(directory, "error.json"),
                 line_prefix(self.prefix_template, role, base_rank + local_rank, local_rank),
             )
         top = os.path.join(self.root, f"attempt_{attempt}")
@@ -45,5 +49,6 @@ class DefaultLayout:
             ranks,
             os.path.join(top, "filtered_stdout.log") if self.stdout_filters else None,
             os.path.join(top, "filtered_stderr.log") if self.stderr_filters else None,
-            self.stdout_filters, self.stderr_filters,
+            self.stdout_filters,
+            self.stderr_filters,
         )

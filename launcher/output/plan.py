@@ -29,8 +29,19 @@ from typing import Protocol
 from launcher.errors import UsageError
 
 __all__ = [
-    "STDOUT", "STDERR", "Std", "parse_std", "parse_ranks_filter", "parse_filters", "StreamPlan", "plan_stream",
-    "line_prefix", "RankLogs", "Layout", "LayoutStrategy", "attempt_dir",
+    "STDOUT",
+    "STDERR",
+    "Std",
+    "parse_std",
+    "parse_ranks_filter",
+    "parse_filters",
+    "StreamPlan",
+    "plan_stream",
+    "line_prefix",
+    "RankLogs",
+    "Layout",
+    "LayoutStrategy",
+    "attempt_dir",
 ]
 
 STDOUT, STDERR = 1, 2  # bit values, as torchrun's Std
@@ -85,8 +96,12 @@ def _level(setting: dict[int, int] | int, local_rank: int) -> int:
 
 
 def plan_stream(
-    local_rank: int, stream: int, redirects: dict[int, int] | int, tee: dict[int, int] | int,
-    ranks_filter: frozenset[int] | None, path: str | None = None,
+    local_rank: int,
+    stream: int,
+    redirects: dict[int, int] | int,
+    tee: dict[int, int] | int,
+    ranks_filter: frozenset[int] | None,
+    path: str | None = None,
 ) -> StreamPlan:
     """Where one worker stream goes (torch's DefaultLogsSpecs). ``stream`` is STDOUT (1) or STDERR (2);
     ``path`` is its log file."""
@@ -138,8 +153,9 @@ class Layout:
 class LayoutStrategy(Protocol):
     """Where each local rank's output goes in one attempt (the directories are made here)."""
 
-    def layout(self, attempt: int, *, role: str, base_rank: int, nproc: int, run_id: str,
-               restart_count: int) -> Layout: ...
+    def layout(
+        self, attempt: int, *, role: str, base_rank: int, nproc: int, run_id: str, restart_count: int
+    ) -> Layout: ...
 
 
 def attempt_dir(root: str, attempt: int, local_rank: int) -> str:

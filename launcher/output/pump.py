@@ -16,8 +16,14 @@ class _Source:
     """One worker pipe: raw bytes to its log file; whole lines, prefixed, to the console and to the
     duplicate file when they contain one of its needles."""
 
-    def __init__(self, fd: int, prefix: bytes, console: BinaryIO | None, file: BinaryIO | None,
-                 duplicate: tuple[BinaryIO, tuple[bytes, ...]] | None = None) -> None:
+    def __init__(
+        self,
+        fd: int,
+        prefix: bytes,
+        console: BinaryIO | None,
+        file: BinaryIO | None,
+        duplicate: tuple[BinaryIO, tuple[bytes, ...]] | None = None,
+    ) -> None:
         self.fd = fd
         self.prefix = prefix
         self.console = console
@@ -77,8 +83,14 @@ class LogPump:
         self._thread = threading.Thread(target=self._run, name="log-pump", daemon=True)
         self._thread.start()
 
-    def add(self, fd: int, prefix: str, console: BinaryIO | None, file: BinaryIO | None,
-            duplicate: tuple[BinaryIO, tuple[str, ...]] | None = None) -> None:
+    def add(
+        self,
+        fd: int,
+        prefix: str,
+        console: BinaryIO | None,
+        file: BinaryIO | None,
+        duplicate: tuple[BinaryIO, tuple[str, ...]] | None = None,
+    ) -> None:
         """Take over the read end ``fd`` of a worker pipe (it is closed at EOF). ``duplicate``: a file
         and the needles whose lines are copied to it."""
         dup = (duplicate[0], tuple(n.encode() for n in duplicate[1])) if duplicate else None

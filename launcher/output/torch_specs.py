@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from launcher.errors import UsageError
+
 from .plan import Layout, RankLogs, StreamPlan, line_prefix
 
 __all__ = ["GROUP", "load_logs_specs", "TorchLogsSpecsLayout"]
@@ -43,8 +44,12 @@ def load_logs_specs(name: str | None, log_dir: str | None, redirects: Any, tee: 
                 return {rank: Std(level) for rank, level in value.items()}
             return Std(value)
 
-        return cls(log_dir=log_dir, redirects=std(redirects), tee=std(tee),
-                   local_ranks_filter=set(ranks_filter) if ranks_filter else None)
+        return cls(
+            log_dir=log_dir,
+            redirects=std(redirects),
+            tee=std(tee),
+            local_ranks_filter=set(ranks_filter) if ranks_filter else None,
+        )
     except UsageError:
         raise
     except Exception as exc:  # a third party's class: name it and what it said, in one line
@@ -66,19 +71,22 @@ class TorchLogsSpecsLayout:
     stdout_filters: tuple[str, ...] = ()
     stderr_filters: tuple[str, ...] = ()
 
-    def layout(self, attempt: int, *, role: str, base_rank: int, nproc: int, run_id: str,
-               restart_count: int) -> Layout:
+    def layout(self, attempt: int, *, role: str, base_rank: int, nproc: int, run_id: str, restart_count: int) -> Layout:
         envs = {r: {"TORCHELASTIC_RUN_ID": run_id, "TORCHELASTIC_RESTART_COUNT": str(attempt)} for r in range(nproc)}
         try:
             dest = self.specs.reify(envs)
         except Exception as exc:  # a third party's class: one line naming it, never a traceback
-            raise UsageError(f"--logs-specs {type(self.specs).__name__}.reify failed: {type(exc).__name__}: {exc}") from None
+            raise UsageError(
+                f"--logs-specs {type(self.specs).__name__}.reify failed: {type(exc).__name__}: {exc}"
+            ) from None
         ranks = {}
         for r in range(nproc):
             error_file = dest.error_files.get(r) or envs[r].get("TORCHELASTIC_ERROR_FILE") or os.devnull
             ranks[r] = RankLogs(
-                _plan(dest.stdouts.get(r, ""), dest.tee_stdouts, r), _plan(dest.stderrs.get(r, ""), dest.tee_stderrs, r),
-                error_file, line_prefix(self.prefix_template, role, base_rank + r, r),
+                _plan(dest.stdouts.get(r, ""), dest.tee_stdouts, r),
+                _plan(dest.stderrs.get(r, ""), dest.tee_stderrs, r),
+                error_file,
+                line_prefix(self.prefix_template, role, base_rank + r, r),
             )
         filtered_out = getattr(dest, "filtered_stdout", None) if self.stdout_filters else None
         filtered_err = getattr(dest, "filtered_stderr", None) if self.stderr_filters else None

@@ -34,15 +34,19 @@ def liveness(s: AgentSnapshot) -> tuple[bool, str]:
     if s.since_turn > STALL:
         return False, f"not live: the agent's loop has not turned for {s.since_turn:.1f} s (state {s.state})"
     if s.has_lease and s.lease_age > s.renew_deadline:
-        return False, (f"not live: no lease renewal for {s.lease_age:.1f} s (renew deadline {s.renew_deadline:g} s); "
-                       "the workers are fenced")
+        return False, (
+            f"not live: no lease renewal for {s.lease_age:.1f} s (renew deadline {s.renew_deadline:g} s); "
+            "the workers are fenced"
+        )
     lease = f", lease renewed {s.lease_age:.1f} s ago" if s.has_lease else ""
     return True, f"ok: {s.state}{lease}"
 
 
 def readiness(s: AgentSnapshot) -> tuple[bool, str]:
     if s.state == "running" and s.round is not None and s.workers_running > 0:
-        return True, (f"ready: {s.workers_running} workers running in round {s.round} "
-                      f"(world size {s.world_size}, group rank {s.group_rank})")
+        return True, (
+            f"ready: {s.workers_running} workers running in round {s.round} "
+            f"(world size {s.world_size}, group rank {s.group_rank})"
+        )
     where = f" (round {s.round})" if s.round is not None else ""
     return False, f"not ready: {s.state}{where}, {s.workers_running} workers running"

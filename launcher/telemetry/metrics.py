@@ -22,7 +22,7 @@ labels, never a credential.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 __all__ = ["Telemetry", "PrometheusTelemetry", "STATES", "CAUSES"]
 
@@ -37,8 +37,16 @@ class Telemetry:
 
     def state(self, state: str) -> None: ...
 
-    def round_formed(self, round_: int, world_size: int, group_rank: int, group_world_size: int, restarts: int,
-                     max_restarts: int, seconds: float) -> None: ...
+    def round_formed(
+        self,
+        round_: int,
+        world_size: int,
+        group_rank: int,
+        group_world_size: int,
+        restarts: int,
+        max_restarts: int,
+        seconds: float,
+    ) -> None: ...
 
     def restarted(self, cause: str) -> None: ...
 
@@ -53,8 +61,7 @@ class Telemetry:
 
 class PrometheusTelemetry(Telemetry):
     def __init__(self, job: str, node: str) -> None:
-        from prometheus_client import CollectorRegistry, Counter, Enum, Gauge, Histogram
-        from prometheus_client import ProcessCollector
+        from prometheus_client import CollectorRegistry, Counter, Enum, Gauge, Histogram, ProcessCollector
 
         self.registry = CollectorRegistry()
         ProcessCollector(registry=self.registry)  # the agent's own RSS, CPU, open files
@@ -63,8 +70,9 @@ class PrometheusTelemetry(Telemetry):
         def gauge(name: str, doc: str) -> Gauge:
             return Gauge(name, doc, labels, registry=self.registry).labels(**values)
 
-        self._state = Enum("elastic_agent_state", "The agent's state", labels, states=list(STATES),
-                           registry=self.registry).labels(**values)
+        self._state = Enum(
+            "elastic_agent_state", "The agent's state", labels, states=list(STATES), registry=self.registry
+        ).labels(**values)
         self._round = gauge("elastic_round", "The round this agent last joined")
         self._world = gauge("elastic_world_size", "Workers in the round")
         self._nodes = gauge("elastic_group_world_size", "Nodes in the round")
@@ -72,30 +80,61 @@ class PrometheusTelemetry(Telemetry):
         self._restarts = gauge("elastic_job_restarts", "The job's restart count (TORCHELASTIC_RESTART_COUNT)")
         self._budget = gauge("elastic_job_max_restarts", "The job's --max-restarts")
         self._running = gauge("elastic_workers_running", "This node's workers running now")
-        self._lease_age = gauge("elastic_lease_renewal_age_seconds", "Seconds since the last acknowledged lease renewal was sent")
-        self._rendezvous = Histogram("elastic_rendezvous_duration_seconds", "From joining a round to its freeze", labels,
-                                     buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900),
-                                     registry=self.registry).labels(**values)
-        causes = Counter("elastic_restarts", "Rounds this node's workers left, by cause", (*labels, "cause"),
-                         registry=self.registry)
+        self._lease_age = gauge(
+            "elastic_lease_renewal_age_seconds", "Seconds since the last acknowledged lease renewal was sent"
+        )
+        self._rendezvous = Histogram(
+            "elastic_rendezvous_duration_seconds",
+            "From joining a round to its freeze",
+            labels,
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900),
+            registry=self.registry,
+        ).labels(**values)
+        causes = Counter(
+            "elastic_restarts", "Rounds this node's workers left, by cause", (*labels, "cause"), registry=self.registry
+        )
         self._causes = {cause: causes.labels(cause=cause, **values) for cause in CAUSES}
-        self._etcd = Histogram("elastic_etcd_request_duration_seconds", "etcd calls (each try)", (*labels, "method"),
-                               buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
-                               registry=self.registry)
-        self._etcd_errors = Counter("elastic_etcd_request_errors", "etcd calls that failed, by gRPC status",
-                                    (*labels, "method", "kind"), registry=self.registry)
-        self._fences = Counter("elastic_fences", "Times the workers were stopped for want of a lease renewal", labels,
-                               registry=self.registry).labels(**values)
-        self._history = Counter("elastic_history_write_failures", "History records that could not be written", labels,
-                                registry=self.registry).labels(**values)
+        self._etcd = Histogram(
+            "elastic_etcd_request_duration_seconds",
+            "etcd calls (each try)",
+            (*labels, "method"),
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+            registry=self.registry,
+        )
+        self._etcd_errors = Counter(
+            "elastic_etcd_request_errors",
+            "etcd calls that failed, by gRPC status",
+            (*labels, "method", "kind"),
+            registry=self.registry,
+        )
+        self._fences = Counter(
+            "elastic_fences",
+            "Times the workers were stopped for want of a lease renewal",
+            labels,
+            registry=self.registry,
+        ).labels(**values)
+        self._history = Counter(
+            "elastic_history_write_failures",
+            "History records that could not be written",
+            labels,
+            registry=self.registry,
+        ).labels(**values)
         self._values = values
         self._state.state("init")
 
     def state(self, state: str) -> None:
         self._state.state(state)
 
-    def round_formed(self, round_: int, world_size: int, group_rank: int, group_world_size: int, restarts: int,
-                     max_restarts: int, seconds: float) -> None:
+    def round_formed(
+        self,
+        round_: int,
+        world_size: int,
+        group_rank: int,
+        group_world_size: int,
+        restarts: int,
+        max_restarts: int,
+        seconds: float,
+    ) -> None:
         self._round.set(round_)
         self._world.set(world_size)
         self._group_rank.set(group_rank)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import http.server
 import socket
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 from .health import AgentSnapshot, liveness, readiness
 
@@ -70,8 +70,9 @@ class ProbeServer:
         self._server = server((host, port), handler)
         self._server.daemon_threads = True
         self.port = self._server.server_address[1]
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name="http", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="http", daemon=True
+        )
         self._thread.start()
 
     def close(self) -> None:

@@ -2,18 +2,31 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from rendezvous.etcd.credentials import without_credentials
 
 __all__ = ["WorkerSpec", "worker_env", "virtual_device", "EXPORTED", "OMP_WARNING"]
 
 EXPORTED = (
-    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
-    "ROLE_NAME", "ROLE_RANK", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID",
-    "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_USE_AGENT_STORE",
-    "TORCHELASTIC_ERROR_FILE", "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "GROUP_WORLD_SIZE",
+    "ROLE_NAME",
+    "ROLE_RANK",
+    "ROLE_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_RESTART_COUNT",
+    "TORCHELASTIC_MAX_RESTARTS",
+    "TORCHELASTIC_USE_AGENT_STORE",
+    "TORCHELASTIC_ERROR_FILE",
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING",
 )
 # Ours beside torchrun's: ELASTIC_HEARTBEAT_FILE, the worker's heartbeat record (elastic.heartbeat).
 # Also OMP_NUM_THREADS=1 when a node runs more than one worker and the user has not set it.
@@ -93,7 +106,9 @@ def worker_env(spec: WorkerSpec, inherited: Mapping[str, str]) -> dict[str, str]
         TORCHELASTIC_ERROR_FILE=spec.error_file,
     )
     if spec.virtual_local_rank:
-        env.update(LOCAL_RANK="0", CUDA_VISIBLE_DEVICES=virtual_device(spec.local_rank, inherited.get("CUDA_VISIBLE_DEVICES")))
+        env.update(
+            LOCAL_RANK="0", CUDA_VISIBLE_DEVICES=virtual_device(spec.local_rank, inherited.get("CUDA_VISIBLE_DEVICES"))
+        )
     if spec.heartbeat_file:
         env["ELASTIC_HEARTBEAT_FILE"] = spec.heartbeat_file
     else:

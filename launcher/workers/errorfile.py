@@ -1,6 +1,7 @@
 """Worker error files, in the JSON layout torch's ``@record`` writes, so either side reads the other's.
 
-    {"message": {"message": "ValueError: bad", "extraInfo": {"py_callstack": "Traceback ...", "timestamp": "1700000000"}}}
+    {"message": {"message": "ValueError: bad",
+                 "extraInfo": {"py_callstack": "Traceback ...", "timestamp": "1700000000"}}}
 
 A plain ``{"message": "text", "timestamp": 1700000000}`` (an older layout) is read too.
 """
@@ -12,8 +13,9 @@ import json
 import os
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, TypeVar
+from typing import TypeVar
 
 __all__ = ["ErrorRecord", "write_error", "read_error", "record"]
 

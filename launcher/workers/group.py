@@ -23,14 +23,15 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import BinaryIO, Mapping, Sequence
+from typing import BinaryIO
 
+from launcher.output import Layout, LogPump, StreamPlan
 from rendezvous.etcd.lifeline import die_with_parent
 
 from .env import WorkerSpec, worker_env
 from .errorfile import ErrorRecord, read_error
-from launcher.output import Layout, LogPump, StreamPlan
 
 __all__ = ["GroupState", "WorkerFailure", "GroupStatus", "ReaperProcess", "reaper_sys_path", "WorkerGroup"]
 
@@ -62,6 +63,10 @@ class WorkerFailure:
         except ValueError:
             return f"signal {-self.exitcode}"
 
+    def describe(self) -> str:
+        """How it ended, as every summary says it: ``exit code 1`` or ``killed by SIGKILL``."""
+        return f"killed by {self.signal_name}" if self.signal_name else f"exit code {self.exitcode}"
+
 
 @dataclass(frozen=True)
 class GroupStatus:
@@ -74,7 +79,10 @@ class GroupStatus:
         """The failure that happened first: by its error file's time, else when it was seen; then rank."""
         if not self.failures:
             return None
-        return min(self.failures, key=lambda f: (f.error.timestamp if f.error and f.error.timestamp else int(f.at), f.at, f.rank))
+        return min(
+            self.failures,
+            key=lambda f: (f.error.timestamp if f.error and f.error.timestamp else int(f.at), f.at, f.rank),
+        )
 
 
 def reaper_sys_path() -> list[str]:
@@ -93,8 +101,12 @@ class ReaperProcess:
 
     def __init__(self) -> None:
         self._process = subprocess.Popen(
-            [sys.executable, "-I", "-S", _REAPER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True,
+            [sys.executable, "-I", "-S", _REAPER],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            close_fds=True,
         )
         os.set_blocking(self._process.stdout.fileno(), False)
         self._lock = threading.Lock()
@@ -169,8 +181,14 @@ class WorkerGroup:
     """One attempt's local workers: one process per local rank, all running ``argv``."""
 
     def __init__(
-        self, argv: Sequence[str], pump: LogPump, reaper: ReaperProcess | None, *,
-        console_out: BinaryIO | None = None, console_err: BinaryIO | None = None, lifeline: bool = True,
+        self,
+        argv: Sequence[str],
+        pump: LogPump,
+        reaper: ReaperProcess | None,
+        *,
+        console_out: BinaryIO | None = None,
+        console_err: BinaryIO | None = None,
+        lifeline: bool = True,
     ) -> None:
         self.argv = list(argv)
         self._pump = pump
@@ -186,15 +204,22 @@ class WorkerGroup:
     def pids(self) -> list[int]:
         return [w.process.pid for w in self._workers]
 
-    def start(self, specs: Sequence[WorkerSpec], layout: Layout, inherited: Mapping[str, str],
-              wrap: Mapping[int, Sequence[str]] | None = None) -> None:
+    def start(
+        self,
+        specs: Sequence[WorkerSpec],
+        layout: Layout,
+        inherited: Mapping[str, str],
+        wrap: Mapping[int, Sequence[str]] | None = None,
+    ) -> None:
         """Start one worker per spec, its output as ``layout`` says; ``wrap`` puts a command in front
         of a local rank's (CPU binding). Must be called from the main thread (parent-death signals)."""
         if self._workers:
             raise RuntimeError("the worker group is already running")
         self._close_duplicates()
         duplicates = {
-            which: open(path, "ab") for which, path in (("out", layout.filtered_stdout), ("err", layout.filtered_stderr)) if path
+            which: open(path, "ab")
+            for which, path in (("out", layout.filtered_stdout), ("err", layout.filtered_stderr))
+            if path
         }
         self._duplicates = list(duplicates.values())
         for spec in specs:
@@ -208,8 +233,13 @@ class WorkerGroup:
                 argv = die_with_parent(argv, "KILL")
             try:
                 process = subprocess.Popen(
-                    argv, env=worker_env(spec, inherited), stdin=subprocess.DEVNULL, stdout=out[0], stderr=err[0],
-                    start_new_session=True, close_fds=True,
+                    argv,
+                    env=worker_env(spec, inherited),
+                    stdin=subprocess.DEVNULL,
+                    stdout=out[0],
+                    stderr=err[0],
+                    start_new_session=True,
+                    close_fds=True,
                 )
             finally:
                 for target in (out[0], err[0]):
@@ -226,9 +256,12 @@ class WorkerGroup:
             ):
                 if read_end is None:
                     continue
-                duplicate = (duplicates[which], needles) if which in duplicates and plan.prefixed and plan.console else None
-                self._pump.add(read_end, logs.prefix if plan.prefixed else "", console if plan.console else None,
-                               file, duplicate)
+                duplicate = (
+                    (duplicates[which], needles) if which in duplicates and plan.prefixed and plan.console else None
+                )
+                self._pump.add(
+                    read_end, logs.prefix if plan.prefixed else "", console if plan.console else None, file, duplicate
+                )
 
     def _stream(self, plan: StreamPlan, console: BinaryIO):
         """(what the worker writes to, read end for the pump or None, log file for the pump or None)."""
@@ -266,10 +299,17 @@ class WorkerGroup:
             if code == 0:
                 exited.add(worker.spec.local_rank)
             else:
-                failures.append(WorkerFailure(
-                    worker.spec.local_rank, worker.spec.rank, code, self._host, worker.exited_at,
-                    worker.spec.error_file, read_error(worker.spec.error_file),
-                ))
+                failures.append(
+                    WorkerFailure(
+                        worker.spec.local_rank,
+                        worker.spec.rank,
+                        code,
+                        self._host,
+                        worker.exited_at,
+                        worker.spec.error_file,
+                        read_error(worker.spec.error_file),
+                    )
+                )
         if failures:
             return GroupStatus(GroupState.FAILED, tuple(failures), frozenset(exited))
         return GroupStatus(GroupState.RUNNING if running else GroupState.SUCCEEDED, exited=frozenset(exited))

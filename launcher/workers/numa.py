@@ -98,7 +98,7 @@ def _share(groups: list[frozenset[int]], index: int, count: int) -> frozenset[in
         return groups[index % len(groups)]
     size, extra = divmod(len(groups), count)
     start = index * size + min(index, extra)
-    return frozenset().union(*groups[start:start + size + (1 if index < extra else 0)])
+    return frozenset().union(*groups[start : start + size + (1 if index < extra else 0)])
 
 
 def cpus_for(mode: str, local_rank: int, nproc: int, topology: Topology) -> frozenset[int]:
@@ -139,8 +139,11 @@ def _ranges(cpus: frozenset[int]) -> str:
     return ",".join(out)
 
 
-def binding_commands(mode: str | None, nproc: int, topology: Topology | None = None,
-                     ) -> tuple[dict[int, tuple[str, ...]], str | None]:
+def binding_commands(
+    mode: str | None,
+    nproc: int,
+    topology: Topology | None = None,
+) -> tuple[dict[int, tuple[str, ...]], str | None]:
     """(the command in front of each local rank's, a line to say or None). No mode: no binding, and
     sysfs is not read (``topology`` None: this machine's, read only when a mode asks for it)."""
     if mode is None:

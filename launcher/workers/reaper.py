@@ -98,7 +98,6 @@ class Reaper:
         except Exception:  # noqa: BLE001 -- nothing to report to: the lease then expires by its TTL
             pass
 
-
     def record_death(self, client) -> None:
         """A node_left record in the job's history, as the agent's own HistoryWriter would write it."""
         where = (self.config or {}).get("history")
@@ -106,8 +105,13 @@ class Reaper:
             return
         from rendezvous.job.history import Event
 
-        event = Event(time.time(), self.round, where["node"], "node_left",
-                      {"reason": "the agent died; its reaper killed the workers and revoked the lease"})
+        event = Event(
+            time.time(),
+            self.round,
+            where["node"],
+            "node_left",
+            {"reason": "the agent died; its reaper killed the workers and revoked the lease"},
+        )
         client.put(event.key(where["prefix"]), event.encode())
 
 

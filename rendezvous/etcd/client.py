@@ -17,17 +17,23 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from typing import Any, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import grpc
 import grpc.aio
 from etcd3 import etcdrpc
 
+from rendezvous.errors import (
+    LeaseNotFoundError,
+    RendezvousConnectionError,
+    RendezvousCredentialsError,
+    RendezvousError,
+    RendezvousSettingsError,
+)
+
 from . import retry, streams
 from .endpoints import Endpoint, parse_endpoints
-from rendezvous.errors import (
-    LeaseNotFoundError, RendezvousConnectionError, RendezvousCredentialsError, RendezvousError, RendezvousSettingsError,
-)
 from .txn import KeyValue, _b, prefix_range_end
 
 __all__ = ["DEFAULT_TIMEOUT", "EtcdClient", "map_rpc_error"]
@@ -49,6 +55,7 @@ _CHANNEL_OPTIONS = [
 
 # Codes that mean "this endpoint cannot serve us now": try the next one.
 _UNREACHABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
+
 
 def _read_file(path: str | None, what: str) -> bytes | None:
     if path is None:
@@ -115,15 +122,25 @@ class EtcdClient:
         ca_cert, cert_key, cert_cert = self._files
         return {
             "endpoints": ",".join(f"{'https' if ep.secure else 'http'}://{ep.target}" for ep in self.endpoints),
-            "timeout": self.timeout, "ca_cert": ca_cert, "cert_key": cert_key, "cert_cert": cert_cert,
-            "user": self._user, "password": self._password,
+            "timeout": self.timeout,
+            "ca_cert": ca_cert,
+            "cert_key": cert_key,
+            "cert_cert": cert_cert,
+            "user": self._user,
+            "password": self._password,
         }
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> "EtcdClient":
-        return cls(config["endpoints"], timeout=config["timeout"], ca_cert=config.get("ca_cert"),
-                   cert_key=config.get("cert_key"), cert_cert=config.get("cert_cert"),
-                   user=config.get("user"), password=config.get("password"))
+        return cls(
+            config["endpoints"],
+            timeout=config["timeout"],
+            ca_cert=config.get("ca_cert"),
+            cert_key=config.get("cert_key"),
+            cert_cert=config.get("cert_cert"),
+            user=config.get("user"),
+            password=config.get("password"),
+        )
 
     # -- connection management -------------------------------------------------------------
     def _channel(self, index: int) -> grpc.Channel:
@@ -164,9 +181,7 @@ class EtcdClient:
         request = etcdrpc.AuthenticateRequest(name=self._user, password=self._password)
         self._token = stub.Authenticate(request, timeout=timeout).token
 
-    def _call(
-        self, service: str, method: str, request: Any, timeout: float | None = None, *, auth: bool = True
-    ) -> Any:
+    def _call(self, service: str, method: str, request: Any, timeout: float | None = None, *, auth: bool = True) -> Any:
         """One unary call, retried across the endpoints until it succeeds or its budget is spent.
 
         The only place gRPC errors of calls are caught. What is retried, and for how long each
@@ -214,8 +229,9 @@ class EtcdClient:
             failures = {str(ep): "no time left to try" for ep in self.endpoints}
         raise _Unreachable(failures, attempt, time.monotonic() - started)
 
-    def wait_ready(self, key: str | bytes, timeout: float, report: Callable[[str], None] | None = None,
-                   every: float = 5.0) -> None:
+    def wait_ready(
+        self, key: str | bytes, timeout: float, report: Callable[[str], None] | None = None, every: float = 5.0
+    ) -> None:
         """Block until etcd serves a linearizable read of ``key``, up to ``timeout`` seconds.
 
         ``report`` gets a line now and then while it waits (``waiting for etcd at h:p (connection
@@ -286,11 +302,14 @@ class EtcdClient:
         response = self._call("KVStub", "Range", etcdrpc.RangeRequest(key=_b(key)))
         return KeyValue.from_proto(response.kvs[0]) if response.kvs else None
 
-    def get_prefix(self, prefix: str | bytes, *, keys_only: bool = False, limit: int = 0, revision: int = 0) -> tuple[list[KeyValue], int]:
+    def get_prefix(
+        self, prefix: str | bytes, *, keys_only: bool = False, limit: int = 0, revision: int = 0
+    ) -> tuple[list[KeyValue], int]:
         """All keys under ``prefix`` in key order (the first ``limit``, if given; as of ``revision``, if
         given), and the store revision they were read at."""
-        request = etcdrpc.RangeRequest(key=_b(prefix), range_end=prefix_range_end(prefix), keys_only=keys_only, limit=limit,
-                                       revision=revision)
+        request = etcdrpc.RangeRequest(
+            key=_b(prefix), range_end=prefix_range_end(prefix), keys_only=keys_only, limit=limit, revision=revision
+        )
         response = self._call("KVStub", "Range", request)
         return [KeyValue.from_proto(kv) for kv in response.kvs], response.header.revision
 
@@ -310,8 +329,13 @@ class EtcdClient:
             request.range_end = prefix_range_end(key)
         return int(self._call("KVStub", "DeleteRange", request).deleted)
 
-    def txn(self, compare: Iterable[Any], success: Iterable[Any] = (), failure: Iterable[Any] = (),
-            timeout: float | None = None) -> Any:
+    def txn(
+        self,
+        compare: Iterable[Any],
+        success: Iterable[Any] = (),
+        failure: Iterable[Any] = (),
+        timeout: float | None = None,
+    ) -> Any:
         """One etcd transaction; returns the raw TxnResponse (``succeeded``, ``responses``, ``header``)."""
         request = etcdrpc.TxnRequest(compare=list(compare), success=list(success), failure=list(failure))
         return self._call("KVStub", "Txn", request, timeout=timeout)

@@ -9,7 +9,7 @@ in ``--rdzv-conf`` (or as an argument) wins. The workers never see these variabl
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from rendezvous.errors import RendezvousSettingsError
 

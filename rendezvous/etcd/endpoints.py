@@ -50,7 +50,7 @@ def parse_endpoints(text: str, default_port: int = DEFAULT_PORT) -> tuple[Endpoi
                     f"etcd endpoint {item!r}: scheme {name!r} is not supported (use http or https)"
                 )
             secure = name == "https"
-            item = item[scheme.end():].rstrip("/")
+            item = item[scheme.end() :].rstrip("/")
         match = _HOST_PORT.match(item)
         if not item or match is None:
             raise RendezvousSettingsError(f"etcd endpoint {raw.strip()!r} is not host[:port]")

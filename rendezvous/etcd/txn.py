@@ -10,8 +10,15 @@ from typing import Any
 from etcd3 import etcdrpc
 
 __all__ = [
-    "KeyValue", "prefix_range_end", "compare_created", "compare_mod_revision", "compare_value", "compare_lease",
-    "op_put", "op_get", "op_count", "op_delete",
+    "KeyValue",
+    "prefix_range_end",
+    "compare_created",
+    "compare_mod_revision",
+    "compare_value",
+    "op_put",
+    "op_get",
+    "op_count",
+    "op_delete",
 ]
 
 
@@ -55,19 +62,12 @@ def compare_created(key: str | bytes, revision: int = 0) -> Any:
 
 def compare_mod_revision(key: str | bytes, revision: int) -> Any:
     """``mod_revision(key) == revision``: nobody wrote the key since we read it."""
-    return etcdrpc.Compare(
-        key=_b(key), result=etcdrpc.Compare.EQUAL, target=etcdrpc.Compare.MOD, mod_revision=revision
-    )
+    return etcdrpc.Compare(key=_b(key), result=etcdrpc.Compare.EQUAL, target=etcdrpc.Compare.MOD, mod_revision=revision)
 
 
 def compare_value(key: str | bytes, value: bytes) -> Any:
     """``value(key) == value`` (false when the key does not exist)."""
     return etcdrpc.Compare(key=_b(key), result=etcdrpc.Compare.EQUAL, target=etcdrpc.Compare.VALUE, value=value)
-
-
-def compare_lease(key: str | bytes, lease: int) -> Any:
-    """``lease(key) == lease``: the key is still held by this lease."""
-    return etcdrpc.Compare(key=_b(key), result=etcdrpc.Compare.EQUAL, target=etcdrpc.Compare.LEASE, lease=lease)
 
 
 def op_put(key: str | bytes, value: bytes, lease: int = 0) -> Any:

@@ -22,15 +22,15 @@ import grpc
 import grpc.aio
 from etcd3 import etcdrpc
 
+from rendezvous.errors import RendezvousError
+
 from . import streams
 from .client import EtcdClient
+from .retry import BACKOFF_MAX, BACKOFF_START
 from .txn import prefix_range_end
-from rendezvous.errors import RendezvousError
 
 __all__ = ["Watch", "WatchEvent", "EventType", "KeyRange"]
 
-_BACKOFF_START = 0.05
-_BACKOFF_MAX = 1.0
 _PROGRESS = etcdrpc.WatchRequest(progress_request=etcdrpc.WatchProgressRequest())
 
 
@@ -79,7 +79,12 @@ class Watch:
     SILENCE = 3.0
 
     def __init__(
-        self, client: EtcdClient, key: str | bytes | KeyRange, *more: KeyRange, start_revision: int, prefix: bool = False
+        self,
+        client: EtcdClient,
+        key: str | bytes | KeyRange,
+        *more: KeyRange,
+        start_revision: int,
+        prefix: bool = False,
     ) -> None:
         self._client = client
         first = key if isinstance(key, KeyRange) else KeyRange(key, prefix)
@@ -129,7 +134,7 @@ class Watch:
 
     # -- the stream (on the stream loop) ---------------------------------------------------------
     async def _run(self) -> None:
-        backoff = _BACKOFF_START
+        backoff = BACKOFF_START
         while True:
             endpoint = call = prober = None
             silent = False
@@ -157,12 +162,12 @@ class Watch:
                 if call is not None:
                     call.cancel()
             if answered[0]:
-                backoff = _BACKOFF_START
+                backoff = BACKOFF_START
             if silent:
                 self._client.stream_failed(TimeoutError("the watch stream went silent"), endpoint)
-                backoff = _BACKOFF_START
+                backoff = BACKOFF_START
             await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, _BACKOFF_MAX)
+            backoff = min(backoff * 2, BACKOFF_MAX)
             self.reconnects += 1
 
     async def _deliver(self, call: Any, heard: list[float], answered: list[bool]) -> None:

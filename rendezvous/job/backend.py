@@ -10,21 +10,17 @@ RendezvousStateError instead of being handed to the handler). Nothing read from 
 
 from __future__ import annotations
 
-from typing import Any, Optional, Tuple
-
-from rendezvous.etcd.client import EtcdClient
-from rendezvous.etcd.txn import KeyValue, compare_created, compare_mod_revision, op_get, op_put
 from rendezvous.errors import RendezvousStateError  # noqa: F401 (documented raise)
+from rendezvous.etcd.client import EtcdClient
+from rendezvous.etcd.recipes import swap
+from rendezvous.etcd.txn import KeyValue
+
 from .keys import DEFAULT_KEY_PREFIX, frame_state, job_key, unwrap_state, validate_run_id
 
 __all__ = ["EtcdRendezvousBackend", "Token"]
 
 Token = int
 """An etcd mod_revision: positive, and different after every write."""
-
-
-def _valid_token(token: Any) -> bool:
-    return isinstance(token, int) and not isinstance(token, bool) and token > 0
 
 
 class EtcdRendezvousBackend:
@@ -49,7 +45,7 @@ class EtcdRendezvousBackend:
     def client(self) -> EtcdClient:
         return self._client
 
-    def get_state(self) -> Optional[Tuple[bytes, Token]]:
+    def get_state(self) -> tuple[bytes, Token] | None:
         """The stored state and its token, or None when there is no state.
 
         Raises:
@@ -58,7 +54,7 @@ class EtcdRendezvousBackend:
         """
         return self._decode(self._client.get(self._key))
 
-    def set_state(self, state: bytes, token: Optional[Token] = None) -> Optional[Tuple[bytes, Token, bool]]:
+    def set_state(self, state: bytes, token: Token | None = None) -> tuple[bytes, Token, bool] | None:
         """Write ``state`` if nobody wrote since ``token``; returns ``(state, token, written)``.
 
         - no state yet and ``token`` is None: written; returns the new token;
@@ -74,25 +70,17 @@ class EtcdRendezvousBackend:
         """
         if not isinstance(state, (bytes, bytearray)):
             raise TypeError(f"state must be bytes, not {type(state).__name__}")
-        if token is None:
-            guard = compare_created(self._key, 0)
-        elif _valid_token(token):
-            guard = compare_mod_revision(self._key, token)
-        else:
-            current = self.get_state()
-            return None if current is None else (current[0], current[1], False)
-        response = self._client.txn([guard], [op_put(self._key, frame_state(state))], [op_get(self._key)])
-        if response.succeeded:
-            return bytes(state), response.header.revision, True
-        kvs = response.responses[0].response_range.kvs
-        current = self._decode(KeyValue.from_proto(kvs[0]) if kvs else None)
+        swapped = swap(self._client, self._key, frame_state(state), token)
+        if swapped.written:
+            return bytes(state), swapped.revision, True
+        current = self._decode(swapped.current)
         return None if current is None else (current[0], current[1], False)
 
     def delete_state(self) -> bool:
         """Remove the stored state; True when there was one."""
         return self._client.delete(self._key) > 0
 
-    def _decode(self, kv: KeyValue | None) -> Optional[Tuple[bytes, Token]]:
+    def _decode(self, kv: KeyValue | None) -> tuple[bytes, Token] | None:
         if kv is None:
             return None
         return unwrap_state(self._key, kv.value), kv.mod_revision

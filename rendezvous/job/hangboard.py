@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from rendezvous.etcd.client import EtcdClient
-from .keys import JobKeys
-from rendezvous.etcd.txn import compare_created, op_get, op_put
+from rendezvous.etcd.recipes import create_once
 from rendezvous.etcd.watch import EventType, KeyRange, Watch
+
+from .keys import JobKeys
 
 __all__ = ["CaseEvent", "HangBoard", "HangChannel", "read_beats"]
 
@@ -53,11 +54,15 @@ class HangBoard:
         self._lease = lease_id
         existing, revision = client.get_prefix(self._prefix)
         self._pending = [e for e in (self._event(kv.key, kv.value) for kv in existing) if e is not None]
-        self._watch = Watch(client, KeyRange(self._prefix + "s/", prefix=True), KeyRange(self._prefix + "v/", prefix=True),
-                            start_revision=revision + 1)
+        self._watch = Watch(
+            client,
+            KeyRange(self._prefix + "s/", prefix=True),
+            KeyRange(self._prefix + "v/", prefix=True),
+            start_revision=revision + 1,
+        )
 
     def _event(self, key: bytes, value: bytes) -> CaseEvent | None:
-        rest = key.decode(errors="replace")[len(self._prefix):]
+        rest = key.decode(errors="replace")[len(self._prefix) :]
         kind, _, case = rest.partition("/")
         data = _decode(value)
         if kind not in ("s", "v") or not case.isdigit() or data is None:
@@ -76,11 +81,10 @@ class HangBoard:
 
     def _create(self, key: str, data: dict) -> tuple[bool, dict | None]:
         """Write ``key`` unless it exists; (whether we wrote it, the value that stands)."""
-        response = self._client.txn([compare_created(key)], [op_put(key, _encode(data), lease=self._lease)], [op_get(key)])
-        if response.succeeded:
+        created = create_once(self._client, key, _encode(data), lease=self._lease)
+        if created.written:
             return True, data
-        kvs = response.responses[0].response_range.kvs
-        return False, _decode(kvs[0].value) if kvs else None
+        return False, _decode(created.current.value) if created.current is not None else None
 
     def suspect(self, case: int, data: dict) -> bool:
         """Open case ``case``; True when this node opened it (and so decides it)."""
@@ -122,5 +126,5 @@ def read_beats(client: EtcdClient, keys: JobKeys) -> dict[str, dict]:
     for kv in kvs:
         data = _decode(kv.value)
         if data is not None and isinstance(data.get("oldest"), (int, float)):
-            found[kv.key.decode(errors="replace")[len(keys.beats):]] = data
+            found[kv.key.decode(errors="replace")[len(keys.beats) :]] = data
     return found

@@ -22,13 +22,15 @@ import json
 import queue
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
-from .keys import history_prefix
+from rendezvous.errors import RendezvousError, RendezvousStateError
 from rendezvous.etcd.client import EtcdClient
 from rendezvous.etcd.txn import op_delete, op_put
-from rendezvous.errors import RendezvousError, RendezvousStateError
+
+from .keys import history_prefix
 from .state import JobState
 
 __all__ = ["Event", "HistoryWriter", "read_history", "record_freeze", "history_prefix", "DEFAULT_LIMIT"]
@@ -70,7 +72,9 @@ class Event:
         except KeyError as exc:
             raise RendezvousStateError(f"{where} is malformed: {exc.args[0]!r} is missing") from None
         data.pop("schema")
-        if not (isinstance(when, (int, float)) and type(round_) is int and isinstance(node, str) and isinstance(kind, str)):
+        if not (
+            isinstance(when, (int, float)) and type(round_) is int and isinstance(node, str) and isinstance(kind, str)
+        ):
             raise RendezvousStateError(f"{where} is malformed: time, round, node or kind has the wrong type")
         return cls(float(when), round_, node, kind, data)
 
@@ -90,9 +94,17 @@ def read_history(client: EtcdClient, job_prefix: str) -> tuple[list[Event], int]
 class HistoryWriter:
     """Writes a node's history records in the background; never raises, never blocks the caller."""
 
-    def __init__(self, client: EtcdClient, job_prefix: str, node: str, *, limit: int = DEFAULT_LIMIT,
-                 report: Callable[[str], None] | None = None, clock: Callable[[], float] = time.time,
-                 echo: Callable[[Event], None] | None = None) -> None:
+    def __init__(
+        self,
+        client: EtcdClient,
+        job_prefix: str,
+        node: str,
+        *,
+        limit: int = DEFAULT_LIMIT,
+        report: Callable[[str], None] | None = None,
+        clock: Callable[[], float] = time.time,
+        echo: Callable[[Event], None] | None = None,
+    ) -> None:
         self._client = client
         self._job_prefix = job_prefix
         self._prefix = history_prefix(job_prefix)
@@ -170,5 +182,10 @@ def record_freeze(history: HistoryWriter, before: JobState | None, frozen: JobSt
         history.record("node_left", frozen.round, node=node, reason="not in the new round (its lease ended)")
     if before is not None and frozen.restarts > before.restarts:
         history.record("group_restarted", frozen.round, restart_count=frozen.restarts, max_restarts=frozen.max_restarts)
-    history.record("round_frozen", frozen.round, world_size=frozen.world_size, nodes=[p.node for p in frozen.participants],
-                   formed_in=round(formed_in, 3))
+    history.record(
+        "round_frozen",
+        frozen.round,
+        world_size=frozen.world,
+        nodes=[p.node for p in frozen.participants],
+        formed_in=round(formed_in, 3),
+    )

@@ -21,8 +21,16 @@ from dataclasses import dataclass
 
 from rendezvous.errors import RendezvousSettingsError, RendezvousStateError
 
-__all__ = ["DEFAULT_KEY_PREFIX", "STATE_HEADER", "JobKeys", "job_key", "validate_run_id", "frame_state", "unwrap_state",
-           "history_prefix"]
+__all__ = [
+    "DEFAULT_KEY_PREFIX",
+    "STATE_HEADER",
+    "JobKeys",
+    "job_key",
+    "validate_run_id",
+    "frame_state",
+    "unwrap_state",
+    "history_prefix",
+]
 
 DEFAULT_KEY_PREFIX = "/elastic"
 STATE_HEADER = b"elastic-state/1\n"
@@ -59,7 +67,7 @@ def unwrap_state(key: str, value: bytes) -> bytes:
             f"the value under {key} is not etcd-elastic state (it starts with {value[:40]!r}); "
             f"delete the key or use another run id"
         )
-    return value[len(STATE_HEADER):]
+    return value[len(STATE_HEADER) :]
 
 
 @dataclass(frozen=True)

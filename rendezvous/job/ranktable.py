@@ -19,16 +19,29 @@ from __future__ import annotations
 import json
 import uuid
 import zlib
-from typing import NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple
 
-from rendezvous.etcd.client import EtcdClient
 from rendezvous.errors import RendezvousStateError
-from .keys import JobKeys
-from .state import JobState, Participant, parse_json
+from rendezvous.etcd.client import EtcdClient
 from rendezvous.etcd.txn import op_delete, op_put, prefix_range_end
 
-__all__ = ["ROWS_PER_BUCKET", "Placement", "bucket_count", "bucket_of", "encode_buckets", "decode_bucket",
-           "new_table_id", "write_table", "read_placement", "read_table", "drop_other_tables"]
+from .keys import JobKeys
+from .state import JobState, Participant, parse_json
+
+__all__ = [
+    "ROWS_PER_BUCKET",
+    "Placement",
+    "bucket_count",
+    "bucket_of",
+    "encode_buckets",
+    "decode_bucket",
+    "new_table_id",
+    "write_table",
+    "read_placement",
+    "read_table",
+    "drop_other_tables",
+]
 
 ROWS_PER_BUCKET = 32  # rows per bucket: a follower reads about this many rows to find its own
 MAX_OPS = 64  # puts per transaction: half of etcd's default --max-txn-ops
@@ -74,16 +87,28 @@ def decode_bucket(raw: bytes, where: str) -> list[Placement]:
     out = []
     for row in rows:
         if type(row) is not list or len(row) != 5:
-            raise RendezvousStateError(f"{where} is malformed: {row!r} is not [node, group_rank, addr, local_world_size, base_rank]")
+            raise RendezvousStateError(
+                f"{where} is malformed: {row!r} is not [node, group_rank, addr, local_world_size, base_rank]"
+            )
         node, rank, addr, size, base = row
-        if (type(node) is not str or type(addr) is not str or type(rank) is not int or type(size) is not int
-                or type(base) is not int or rank < 0 or size < 1 or base < 0):
+        if (
+            type(node) is not str
+            or type(addr) is not str
+            or type(rank) is not int
+            or type(size) is not int
+            or type(base) is not int
+            or rank < 0
+            or size < 1
+            or base < 0
+        ):
             raise RendezvousStateError(f"{where} is malformed: row {row!r}")
         out.append(Placement(Participant(node, rank, addr, size), base))
     return out
 
 
-def write_table(client: EtcdClient, keys: JobKeys, table: str, participants: Sequence[Participant], buckets: int) -> None:
+def write_table(
+    client: EtcdClient, keys: JobKeys, table: str, participants: Sequence[Participant], buckets: int
+) -> None:
     """Write a new table's buckets, in as few transactions as etcd's limits allow."""
     batch: list = []
     size = 0
@@ -121,7 +146,9 @@ def read_table(client: EtcdClient, keys: JobKeys, state: JobState, revision: int
     rows.sort(key=lambda p: p.group_rank)
     if len(kvs) != state.buckets or [p.group_rank for p in rows] != list(range(state.size)):
         raise RendezvousStateError(
-            f"rank table {prefix} holds {len(rows)} rows in {len(kvs)} buckets; the state says {state.size} in {state.buckets}")
+            f"rank table {prefix} holds {len(rows)} rows in {len(kvs)} buckets; "
+            f"the state says {state.size} in {state.buckets}"
+        )
     return tuple(rows)
 
 

@@ -47,7 +47,12 @@ class Cause(NamedTuple):
     waiting: int = 0  # nodes asking for the next round
 
     def encode(self) -> dict[str, Any]:
-        return {"failures": list(self.failures), "lost": list(self.lost), "joining": list(self.joining), "waiting": self.waiting}
+        return {
+            "failures": list(self.failures),
+            "lost": list(self.lost),
+            "joining": list(self.joining),
+            "waiting": self.waiting,
+        }
 
     @classmethod
     def of(cls, failures, lost, joining, waiting: int) -> "Cause":
@@ -81,10 +86,6 @@ class JobState:
     cause: Cause = Cause()  # why the round before ended (set when the coordinator starts the next)
     schema: int = SCHEMA_VERSION
     participants: tuple[Participant, ...] = field(default=(), compare=False)  # not stored here
-
-    @property
-    def world_size(self) -> int:
-        return self.world
 
     def participant(self, node: str) -> Participant | None:
         """``node``'s entry, when the participants were read with the state."""

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import itertools
 import time
-from typing import Callable
+from collections.abc import Callable
+
+from rendezvous.errors import RendezvousError
+from rendezvous.etcd.client import EtcdClient
 
 from .backend import EtcdRendezvousBackend
-from rendezvous.etcd.client import EtcdClient
-from rendezvous.errors import RendezvousError
 from .keys import JobKeys, unwrap_state
 from .state import JobState
 
@@ -44,10 +45,6 @@ class JobStateStore:
         self._client = client
         self._backend = EtcdRendezvousBackend(client, keys.run_id, keys.prefix)
 
-    @property
-    def backend(self) -> EtcdRendezvousBackend:
-        return self._backend
-
     def read(self) -> tuple[JobState | None, int | None]:
         """The state and its token; (None, None) when the job has none. RendezvousStateError when corrupt."""
         kv = self._client.get(self.keys.state)
@@ -61,7 +58,11 @@ class JobStateStore:
         return result is not None and result[2]
 
     def update(
-        self, change: Callable[[JobState | None], JobState], *, tries: int | None = 20, timeout: float | None = None,
+        self,
+        change: Callable[[JobState | None], JobState],
+        *,
+        tries: int | None = 20,
+        timeout: float | None = None,
         what: str = "update",
     ) -> tuple[JobState | None, JobState | None]:
         """Apply ``change(state) -> new state`` by compare-and-swap until it holds; (before, after).

@@ -8,17 +8,18 @@ then follows by watch (``RoundFollower``); what it decides is ``rendezvous.round
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from rendezvous.etcd.client import EtcdClient
-from .decide import Freeze, decide, forming_state, frozen_state, job_budget, joined, restart_count, round_cause
 from rendezvous.job.history import HistoryWriter, record_freeze
-from rendezvous.job.store import JobStateStore
 from rendezvous.job.keys import JobKeys
-from .membership import Snapshot
 from rendezvous.job.ranktable import drop_other_tables, new_table_id, write_table
-from rendezvous.settings import RendezvousSettings
 from rendezvous.job.state import Cause, JobStatus
+from rendezvous.job.store import JobStateStore
+from rendezvous.settings import RendezvousSettings
+
+from .decide import Freeze, decide, forming_state, frozen_state, job_budget, joined, restart_count, round_cause
+from .membership import Snapshot
 
 __all__ = ["RoundCoordinator", "PROGRESS_EVERY", "progress_every"]
 
@@ -34,9 +35,17 @@ def progress_every(nodes: int) -> float:
 class RoundCoordinator:
     """What this node does about a forming round while it holds the coordinator key."""
 
-    def __init__(self, client: EtcdClient, settings: RendezvousSettings, keys: JobKeys, *, max_restarts: int,
-                 history: HistoryWriter | None, clock: Callable[[], float] = time.monotonic,
-                 wall_clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        client: EtcdClient,
+        settings: RendezvousSettings,
+        keys: JobKeys,
+        *,
+        max_restarts: int,
+        history: HistoryWriter | None,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
         self._client = client
         self._settings = settings
         self._keys = keys
@@ -57,9 +66,13 @@ class RoundCoordinator:
         state = snapshot.state
         previous = state if state is not None and state.participants else None
         decision = decide(
-            previous, snapshot.nodes, target,
-            min_nodes=self._settings.min_nodes, max_nodes=self._settings.max_nodes,
-            last_call_timeout=self._settings.last_call_timeout, last_call_start=self._last_call_start,
+            previous,
+            snapshot.nodes,
+            target,
+            min_nodes=self._settings.min_nodes,
+            max_nodes=self._settings.max_nodes,
+            last_call_timeout=self._settings.last_call_timeout,
+            last_call_start=self._last_call_start,
             now=self._clock(),
         )
         if isinstance(decision, Freeze):
@@ -72,13 +85,22 @@ class RoundCoordinator:
         count = len(joined(snapshot.nodes, target))
         announced = state is not None and state.status is JobStatus.JOINING and state.round == target
         recount = announced and state.joined != count
-        if not announced or (last_call_at is None) != (state.last_call_at is None) or (
-                recount and self._clock() >= self._told_at + progress_every(len(snapshot.nodes))):
+        if (
+            not announced
+            or (last_call_at is None) != (state.last_call_at is None)
+            or (recount and self._clock() >= self._told_at + progress_every(len(snapshot.nodes)))
+        ):
             # Tell everyone a round is forming, how many joined, and when its last call ends (for progress lines).
             ending = state is not None and state.status is JobStatus.RUNNING
             forming = forming_state(
-                state, self._settings.run_id, target, min_nodes=self._settings.min_nodes, max_nodes=self._settings.max_nodes,
-                last_call_at=last_call_at, max_restarts=job_budget(state, self._max_restarts), joined=count,
+                state,
+                self._settings.run_id,
+                target,
+                min_nodes=self._settings.min_nodes,
+                max_nodes=self._settings.max_nodes,
+                last_call_at=last_call_at,
+                max_restarts=job_budget(state, self._max_restarts),
+                joined=count,
                 cause=round_cause(state, snapshot.nodes) if ending else Cause(),
             )
             self._store.compare_and_swap(forming, snapshot.token)
@@ -91,9 +113,15 @@ class RoundCoordinator:
         """Write the round's rank table, then commit the round by CAS of the state that names it."""
         state = snapshot.state
         frozen = frozen_state(
-            self._settings.run_id, target, decision.participants, snapshot.nodes, self._settings.min_nodes,
-            self._settings.max_nodes, restarts=restart_count(state, snapshot.nodes, target),
-            max_restarts=job_budget(state, self._max_restarts), table=new_table_id(target),
+            self._settings.run_id,
+            target,
+            decision.participants,
+            snapshot.nodes,
+            self._settings.min_nodes,
+            self._settings.max_nodes,
+            restarts=restart_count(state, snapshot.nodes, target),
+            max_restarts=job_budget(state, self._max_restarts),
+            table=new_table_id(target),
         )
         write_table(self._client, self._keys, frozen.table, frozen.participants, frozen.buckets)
         if not self._store.compare_and_swap(frozen, snapshot.token):
@@ -101,4 +129,3 @@ class RoundCoordinator:
         self._client.txn([], drop_other_tables(self._keys, frozen.table))
         if self._history is not None:
             record_freeze(self._history, state, frozen, formed_in=self._clock() - self._since)
-

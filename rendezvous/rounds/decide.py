@@ -6,12 +6,11 @@ with made-up node lists and an injected clock.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Sequence
 
 from rendezvous.job.ranktable import bucket_count
 from rendezvous.job.state import Cause, JobState, JobStatus, NodeInfo, Participant
-
 
 __all__ = [
     "LiveNode",
@@ -73,7 +72,9 @@ def assign_ranks(
     """
     old_rank = {p.node: p.group_rank for p in previous}
     stayers = sorted((c for c in candidates if c.info.node in old_rank), key=lambda c: old_rank[c.info.node])
-    newcomers = sorted((c for c in candidates if c.info.node not in old_rank), key=lambda c: (c.create_revision, c.info.node))
+    newcomers = sorted(
+        (c for c in candidates if c.info.node not in old_rank), key=lambda c: (c.create_revision, c.info.node)
+    )
     chosen = (stayers + newcomers)[:max_nodes]
     size = len(chosen)
     ranks: dict[str, int] = {}
@@ -119,50 +120,95 @@ def decide(
         return Wait(until=None, last_call_start=None)
     start = now if last_call_start is None else last_call_start
     everyone_here = all(n.info.round == round_ for n in nodes)
-    if (
-        len(candidates) >= max_nodes
-        or (previous_participants and everyone_here)
-        or now >= start + last_call_timeout
-    ):
+    if len(candidates) >= max_nodes or (previous_participants and everyone_here) or now >= start + last_call_timeout:
         return Freeze(assign_ranks(previous_participants, candidates, max_nodes))
     return Wait(until=start + last_call_timeout, last_call_start=start)
 
 
 def frozen_state(
-    run_id: str, round_: int, participants: tuple[Participant, ...], nodes: Sequence[LiveNode],
-    min_nodes: int, max_nodes: int, restarts: int = 0, max_restarts: int = 0, table: str = "",
+    run_id: str,
+    round_: int,
+    participants: tuple[Participant, ...],
+    nodes: Sequence[LiveNode],
+    min_nodes: int,
+    max_nodes: int,
+    restarts: int = 0,
+    max_restarts: int = 0,
+    table: str = "",
 ) -> JobState:
     """The RUNNING state of a frozen round: the master is group rank 0's node and port; its
     participants go to rank table ``table`` (``bucket_count`` buckets)."""
     master = participants[0]
     port = next(n.info.master_port for n in nodes if n.info.node == master.node)
     return JobState(
-        run_id=run_id, round=round_, status=JobStatus.RUNNING, min_nodes=min_nodes, max_nodes=max_nodes,
-        master_addr=master.addr, master_port=port, restarts=restarts, max_restarts=max_restarts, table=table,
-        size=len(participants), world=sum(p.local_world_size for p in participants),
-        buckets=bucket_count(len(participants)), participants=participants,
+        run_id=run_id,
+        round=round_,
+        status=JobStatus.RUNNING,
+        min_nodes=min_nodes,
+        max_nodes=max_nodes,
+        master_addr=master.addr,
+        master_port=port,
+        restarts=restarts,
+        max_restarts=max_restarts,
+        table=table,
+        size=len(participants),
+        world=sum(p.local_world_size for p in participants),
+        buckets=bucket_count(len(participants)),
+        participants=participants,
     )
 
 
-
-def forming_state(state: JobState | None, run_id: str, round_: int, *, min_nodes: int, max_nodes: int,
-                  last_call_at: float | None, max_restarts: int, cause: Cause = Cause(), joined: int = 0) -> JobState:
+def forming_state(
+    state: JobState | None,
+    run_id: str,
+    round_: int,
+    *,
+    min_nodes: int,
+    max_nodes: int,
+    last_call_at: float | None,
+    max_restarts: int,
+    cause: Cause = Cause(),
+    joined: int = 0,
+) -> JobState:
     """Round ``round_`` forming: the last frozen round's table, master and restart count carried over
     (and, while the same round forms, its cause and reason)."""
     if state is None:
-        return JobState(run_id=run_id, round=round_, status=JobStatus.JOINING, min_nodes=min_nodes, max_nodes=max_nodes,
-                        last_call_at=last_call_at, max_restarts=max_restarts, cause=cause, joined=joined)
+        return JobState(
+            run_id=run_id,
+            round=round_,
+            status=JobStatus.JOINING,
+            min_nodes=min_nodes,
+            max_nodes=max_nodes,
+            last_call_at=last_call_at,
+            max_restarts=max_restarts,
+            cause=cause,
+            joined=joined,
+        )
     same = state.status is JobStatus.JOINING and state.round == round_
-    return replace(state, round=round_, status=JobStatus.JOINING, min_nodes=min_nodes, max_nodes=max_nodes,
-                   last_call_at=last_call_at, max_restarts=max_restarts, cause=state.cause if same else cause,
-                   finishing=False, reason=state.reason if same else "", joined=joined)
+    return replace(
+        state,
+        round=round_,
+        status=JobStatus.JOINING,
+        min_nodes=min_nodes,
+        max_nodes=max_nodes,
+        last_call_at=last_call_at,
+        max_restarts=max_restarts,
+        cause=state.cause if same else cause,
+        finishing=False,
+        reason=state.reason if same else "",
+        joined=joined,
+    )
 
 
 def round_cause(state: JobState | None, nodes: Sequence[LiveNode]) -> Cause:
     """Why the running round ``state`` (read with its participants) ends, from the live nodes."""
     live = {n.info.node for n in nodes}
-    return Cause.of(failures_reported(state, nodes), lost_participants(state, live), newcomers(state, nodes),
-                    nodes_waiting(state, nodes))
+    return Cause.of(
+        failures_reported(state, nodes),
+        lost_participants(state, live),
+        newcomers(state, nodes),
+        nodes_waiting(state, nodes),
+    )
 
 
 def closed_state(state: JobState, reason: str, **changes: object) -> JobState:
@@ -194,8 +240,11 @@ def failures_reported(state: JobState | None, nodes: Sequence[LiveNode]) -> list
     """What the nodes asking to restart the running round said failed (``rank 1 on node b failed (exit code 1)``)."""
     if state is None or state.status is not JobStatus.RUNNING:
         return []
-    return sorted(n.info.failure or f"a worker on node {n.info.node} failed" for n in nodes
-                  if n.info.failed_round == state.round and n.info.round > state.round)
+    return sorted(
+        n.info.failure or f"a worker on node {n.info.node} failed"
+        for n in nodes
+        if n.info.failed_round == state.round and n.info.round > state.round
+    )
 
 
 def newcomers(state: JobState | None, nodes: Sequence[LiveNode]) -> list[str]:

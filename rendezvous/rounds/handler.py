@@ -11,25 +11,43 @@ from __future__ import annotations
 import socket
 import time
 import uuid
-from typing import Callable
+from collections.abc import Callable
 
+from rendezvous.errors import (
+    LeaseNotFoundError,
+    RendezvousClosedError,
+    RendezvousConnectionError,
+    RendezvousError,
+    RendezvousStateError,
+    RendezvousTimeoutError,
+)
 from rendezvous.etcd.client import EtcdClient
+from rendezvous.etcd.ports import free_port
+from rendezvous.etcd.session import Session
+from rendezvous.etcd.txn import op_put
+from rendezvous.job.history import HistoryWriter
+from rendezvous.job.keys import JobKeys
+from rendezvous.job.ranktable import Placement, read_placement
+from rendezvous.job.state import JobState, JobStatus, NodeInfo
+from rendezvous.job.store import GaveUp, JobStateStore, StateUnchanged
+from rendezvous.settings import RendezvousSettings
+
 from .coordinate import RoundCoordinator
 from .decide import closed_state, joined
-from rendezvous.errors import (LeaseNotFoundError, RendezvousClosedError, RendezvousConnectionError, RendezvousError,
-                     RendezvousStateError, RendezvousTimeoutError)
-from rendezvous.job.history import HistoryWriter
-from rendezvous.job.store import GaveUp, JobStateStore, StateUnchanged
-from .join import Announce, Closed, Coordinate, Follow, Frozen, Progress, ReadAll, RendezvousInfo, join_step, target_round
-from rendezvous.job.keys import JobKeys
+from .join import (
+    Announce,
+    Closed,
+    Coordinate,
+    Follow,
+    Frozen,
+    Progress,
+    ReadAll,
+    RendezvousInfo,
+    join_step,
+    target_round,
+)
 from .membership import RoundFollower, Snapshot, read_nodes, read_round
 from .monitor import JobMonitor
-from rendezvous.etcd.ports import free_port
-from rendezvous.job.ranktable import Placement, read_placement
-from rendezvous.etcd.session import Session
-from rendezvous.settings import RendezvousSettings
-from rendezvous.job.state import JobState, JobStatus, NodeInfo
-from rendezvous.etcd.txn import op_put
 
 __all__ = ["RendezvousHandler", "RendezvousInfo", "Progress", "LeaseStatus", "default_node_id"]
 
@@ -109,13 +127,11 @@ class RendezvousHandler:
         self._monitor: JobMonitor | None = None
         self._info: RendezvousInfo | None = None
         self._forming: int | None = None  # the round next_rendezvous is waiting for
-        self._coordinator = RoundCoordinator(client, settings, self._keys, max_restarts=max_restarts, history=history,
-                                             clock=clock, wall_clock=wall_clock)
+        self._coordinator = RoundCoordinator(
+            client, settings, self._keys, max_restarts=max_restarts, history=history, clock=clock, wall_clock=wall_clock
+        )
 
     # -- the torch-shaped surface -----------------------------------------------------------------
-    def get_backend(self) -> str:
-        return self._store.backend.name
-
     @property
     def run_id(self) -> str:
         return self.settings.run_id
@@ -147,8 +163,14 @@ class RendezvousHandler:
                 self._forming = target
                 snapshot = current or read_round(self._client, self._keys, all_nodes=read_all, claim=self._claim())
                 current = None
-                step = join_step(snapshot.state, target, self.node_id, coordinator=snapshot.coordinator,
-                                 all_nodes=snapshot.all_nodes, lease_alive=self._session_alive())
+                step = join_step(
+                    snapshot.state,
+                    target,
+                    self.node_id,
+                    coordinator=snapshot.coordinator,
+                    all_nodes=snapshot.all_nodes,
+                    lease_alive=self._session_alive(),
+                )
                 if isinstance(step, Closed):
                     raise self._closed(snapshot.state)
                 if isinstance(step, Frozen):
@@ -197,16 +219,24 @@ class RendezvousHandler:
             if state is not None and state.status is JobStatus.CLOSED:
                 raise StateUnchanged
             if state is None:  # closed before any round was written
-                state = JobState(run_id=self.run_id, round=0, status=JobStatus.JOINING, min_nodes=self.settings.min_nodes,
-                                 max_nodes=self.settings.max_nodes, max_restarts=self.max_restarts)
-            return closed_state(state, reason, failed=failed, min_nodes=self.settings.min_nodes,
-                                max_nodes=self.settings.max_nodes)
+                state = JobState(
+                    run_id=self.run_id,
+                    round=0,
+                    status=JobStatus.JOINING,
+                    min_nodes=self.settings.min_nodes,
+                    max_nodes=self.settings.max_nodes,
+                    max_restarts=self.max_restarts,
+                )
+            return closed_state(
+                state, reason, failed=failed, min_nodes=self.settings.min_nodes, max_nodes=self.settings.max_nodes
+            )
 
         try:
             self._store.update(close, tries=None, timeout=self.settings.close_timeout, what="close")
         except GaveUp:
             raise RendezvousTimeoutError(
-                f"could not mark rendezvous '{self.run_id}' closed within the close timeout") from None
+                f"could not mark rendezvous '{self.run_id}' closed within the close timeout"
+            ) from None
 
     def num_nodes_waiting(self) -> int:
         """Nodes that want to join and would fit: a reason for the agent to re-rendezvous."""
@@ -311,13 +341,22 @@ class RendezvousHandler:
             if self._session is not None:
                 self._session.close(timeout=0.5)
             self._session = Session(
-                self._client, self.settings.lease_ttl, renew_deadline=self.settings.fence_after,
-                interval=self.settings.renew_every, on_renew=self._renewed,
+                self._client,
+                self.settings.lease_ttl,
+                renew_deadline=self.settings.fence_after,
+                interval=self.settings.renew_every,
+                on_renew=self._renewed,
             )
         failed_round, failure = self._failure or (0, "")
         info = NodeInfo(
-            node=self.node_id, round=round_, addr=self.local_addr, local_world_size=self.local_world_size,
-            master_port=free_port("0.0.0.0"), finished=finished, failed_round=failed_round, failure=failure,
+            node=self.node_id,
+            round=round_,
+            addr=self.local_addr,
+            local_world_size=self.local_world_size,
+            master_port=free_port("0.0.0.0"),
+            finished=finished,
+            failed_round=failed_round,
+            failure=failure,
         )
         put = op_put(self._keys.node(self.node_id), info.encode(), lease=self._session.lease_id)
         try:
@@ -352,7 +391,9 @@ class RendezvousHandler:
         state = snapshot.state
         if state.participants:  # the coordinator read the whole table
             me = state.participant(self.node_id)
-            base = sum(p.local_world_size for p in state.participants if me is not None and p.group_rank < me.group_rank)
+            base = sum(
+                p.local_world_size for p in state.participants if me is not None and p.group_rank < me.group_rank
+            )
             return Placement(me, base) if me is not None else None
         try:
             return read_placement(self._client, self._keys, state, self.node_id)
@@ -363,9 +404,16 @@ class RendezvousHandler:
 
     def _completed(self, state: JobState, me: Placement) -> RendezvousInfo:
         self._info = RendezvousInfo(
-            run_id=self.run_id, round=state.round, node=self.node_id, group_rank=me.participant.group_rank,
-            group_world_size=state.size, master_addr=state.master_addr, master_port=state.master_port,
-            world_size=state.world, base_global_rank=me.base_rank, restart_count=state.restarts,
+            run_id=self.run_id,
+            round=state.round,
+            node=self.node_id,
+            group_rank=me.participant.group_rank,
+            group_world_size=state.size,
+            master_addr=state.master_addr,
+            master_port=state.master_port,
+            world_size=state.world,
+            base_global_rank=me.base_rank,
+            restart_count=state.restarts,
             max_restarts=state.max_restarts,
         )
         self._failure = None
@@ -393,7 +441,9 @@ class RendezvousHandler:
     def _ensure_monitor(self, handover: tuple | None = None) -> JobMonitor | None:
         if self._monitor is None and self._info is not None:
             lease = self._session.lease_id if self._session_alive() else 0
-            self._monitor = JobMonitor(self._client, self._keys, self._info.round, self.node_id, lease, handover=handover)
+            self._monitor = JobMonitor(
+                self._client, self._keys, self._info.round, self.node_id, lease, handover=handover
+            )
         return self._monitor
 
     def _start_monitor(self, kept: tuple | None, snapshot: Snapshot) -> None:

@@ -1,16 +1,27 @@
-"""What a node learns from a round (``RendezvousInfo``, ``Progress``), and the join protocol as pure decisions: from what one read (or the watch since) showed, what this node
-does next on its way into a round. ``RendezvousHandler.next_rendezvous`` executes them; the round's
-own rules (when it freezes, who gets which rank) are ``rendezvous.rounds.decide``'s.
-"""
+"""What a node learns from a round (``RendezvousInfo``, ``Progress``), and the join protocol as pure
+decisions: from what one read (or the watch since) showed, what this node does next on its way into
+a round. ``RendezvousHandler.next_rendezvous`` executes them; the round's own rules (when it
+freezes, who gets which rank) are ``rendezvous.rounds.decide``'s."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Union
 
 from rendezvous.job.state import JobState, JobStatus
 
-__all__ = ["RendezvousInfo", "Progress", "Closed", "Frozen", "Announce", "ReadAll", "Coordinate", "Follow", "JoinStep", "join_step", "target_round"]
+__all__ = [
+    "RendezvousInfo",
+    "Progress",
+    "Closed",
+    "Frozen",
+    "Announce",
+    "ReadAll",
+    "Coordinate",
+    "Follow",
+    "JoinStep",
+    "join_step",
+    "target_round",
+]
 
 
 @dataclass(frozen=True)
@@ -75,7 +86,7 @@ class Follow:
     leader: str
 
 
-JoinStep = Union[Closed, Frozen, Announce, ReadAll, Coordinate, Follow]
+JoinStep = Closed | Frozen | Announce | ReadAll | Coordinate | Follow
 
 
 def target_round(state: JobState | None) -> int:
@@ -86,7 +97,13 @@ def target_round(state: JobState | None) -> int:
 
 
 def join_step(
-    state: JobState | None, target: int, node: str, *, coordinator: str | None, all_nodes: bool, lease_alive: bool,
+    state: JobState | None,
+    target: int,
+    node: str,
+    *,
+    coordinator: str | None,
+    all_nodes: bool,
+    lease_alive: bool,
 ) -> JoinStep:
     """What ``node``, waiting for round ``target``, does next given the state and who coordinates."""
     if state is not None and state.status is JobStatus.CLOSED:

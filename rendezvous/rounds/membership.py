@@ -13,20 +13,29 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
-
-from rendezvous.etcd.client import EtcdClient
-from rendezvous.etcd.txn import KeyValue, compare_created, op_get, op_put
-from .decide import LiveNode
 from rendezvous.errors import RendezvousStateError
-from rendezvous.job.store import decode_state
+from rendezvous.etcd.client import EtcdClient
+from rendezvous.etcd.recipes import Election
+from rendezvous.etcd.txn import KeyValue, op_get
+from rendezvous.etcd.watch import EventType, KeyRange, Watch, WatchEvent
 from rendezvous.job.keys import JobKeys
 from rendezvous.job.ranktable import read_table
 from rendezvous.job.state import JobState, NodeInfo
-from rendezvous.etcd.watch import EventType, KeyRange, Watch, WatchEvent
+from rendezvous.job.store import decode_state
+
+from .decide import LiveNode
 
 __all__ = [
-    "Snapshot", "read_round", "apply_node_event", "apply_round_events", "read_nodes", "RoundFollower", "round_watch",
+    "Snapshot",
+    "read_round",
+    "apply_node_event",
+    "apply_round_events",
+    "read_nodes",
+    "RoundFollower",
+    "round_watch",
+    "coordinator_election",
 ]
+
 
 @dataclass(frozen=True)
 class Snapshot:
@@ -41,7 +50,7 @@ class Snapshot:
     token: int | None
     nodes: tuple[LiveNode, ...]
     revision: int
-    coordinator: str | None  # the coordinator: the live node key created first
+    coordinator: str | None  # the coordinator: the holder of the coordinator key (``coordinator_election``)
     all_nodes: bool = False
 
 
@@ -62,27 +71,24 @@ def _decode_nodes(kvs) -> tuple[LiveNode, ...]:
     return tuple(nodes)
 
 
-def read_round(client: EtcdClient, keys: JobKeys, *, all_nodes: bool, put: Any = None,
-               claim: tuple[str, int] | None = None) -> Snapshot:
+def read_round(
+    client: EtcdClient, keys: JobKeys, *, all_nodes: bool, put: Any = None, claim: tuple[str, int] | None = None
+) -> Snapshot:
     """State, coordinator and (``all_nodes``) every node and the state's rank table, at one revision.
 
     ``put`` (an ``op_put``) is written in the same transaction, before the reads. ``claim`` (node,
     lease): when nobody coordinates, that node becomes the coordinator (its key on that lease).
     """
-    reads = [op_get(keys.state), op_get(keys.coordinator)] + ([op_get(keys.nodes, prefix=True)] if all_nodes else [])
-    writes = [put] if put is not None else []
+    reads = [op_get(keys.state)] + ([op_get(keys.nodes, prefix=True)] if all_nodes else [])
+    before = [put] if put is not None else []
+    election = coordinator_election(keys)
     if claim is None:
-        response = client.txn([], writes + reads)
+        held = election.observe(client, before=before, reads=reads)
     else:
-        node, lease = claim
-        take = op_put(keys.coordinator, node.encode(), lease=lease)
-        response = client.txn([compare_created(keys.coordinator, 0)], writes + [take] + reads, writes + reads)
-    got = response.responses[-len(reads):]
-    state, token = _decode_state(keys, got[0].response_range.kvs)
-    held = got[1].response_range.kvs
-    leader = held[0].value.decode(errors="replace") if held else None
-    nodes = _decode_nodes(got[2].response_range.kvs) if all_nodes else ()
-    revision = response.header.revision
+        held = election.campaign(client, *claim, before=before, reads=reads)
+    state, token = _decode_state(keys, held.reads[0].response_range.kvs)
+    nodes = _decode_nodes(held.reads[1].response_range.kvs) if all_nodes else ()
+    revision, leader = held.revision, held.holder
     if all_nodes and state is not None and state.table:
         state = replace(state, participants=read_table(client, keys, state, revision))
     return Snapshot(state, token, nodes, revision, leader, all_nodes)
@@ -93,7 +99,7 @@ def apply_node_event(keys: JobKeys, nodes: dict[str, LiveNode], event: WatchEven
 
     A value that is not a node record takes the key out, as ``read_round`` leaves it out.
     """
-    node_id = event.key.decode(errors="replace")[len(keys.nodes):]
+    node_id = event.key.decode(errors="replace")[len(keys.nodes) :]
     if event.type is EventType.PUT:
         try:
             nodes[node_id] = LiveNode(NodeInfo.decode(event.value), event.create_revision)
@@ -208,7 +214,12 @@ class RoundFollower:
             self._watch = None
 
 
+def coordinator_election(keys: JobKeys) -> Election:
+    """Who coordinates the job's rounds: the holder of its ``coordinator`` key, on that node's lease."""
+    return Election(keys.coordinator)
+
+
 def round_watch(client: EtcdClient, keys: JobKeys, coordinating: bool, start_revision: int) -> Watch:
-    """The state, and every node (the coordinator) or the coordinator key's deletion (anyone else)."""
-    other = KeyRange(keys.nodes, prefix=True) if coordinating else KeyRange(keys.coordinator, deletes_only=True)
+    """The state, and every node (the coordinator) or the coordinator's going (anyone else)."""
+    other = KeyRange(keys.nodes, prefix=True) if coordinating else coordinator_election(keys).vacated()
     return Watch(client, KeyRange(keys.state), other, start_revision=start_revision)

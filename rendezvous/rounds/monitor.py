@@ -16,24 +16,27 @@ import functools
 import threading
 from dataclasses import replace
 
-from rendezvous.etcd.client import EtcdClient
-from .decide import LiveNode, forming_state, round_cause
 from rendezvous.errors import RendezvousError, RendezvousStateError
-from rendezvous.job.store import JobStateStore, decode_state
-from rendezvous.job.keys import JobKeys
-from .membership import Snapshot, apply_node_event, read_round, round_watch
-from rendezvous.job.state import Cause, JobState, JobStatus
+from rendezvous.etcd.client import EtcdClient
 from rendezvous.etcd.watch import EventType, Watch, WatchEvent
+from rendezvous.job.keys import JobKeys
+from rendezvous.job.state import Cause, JobState, JobStatus
+from rendezvous.job.store import JobStateStore, decode_state
+
+from .decide import LiveNode, forming_state, round_cause
+from .membership import Snapshot, apply_node_event, read_round, round_watch
 
 __all__ = ["JobMonitor"]
 
 
 def _locked(method):
     """Run under the monitor's lock: its thread changes the nodes and the state as events come."""
+
     @functools.wraps(method)
     def locked(self):
         with self._changes:
             return method(self)
+
     return locked
 
 
@@ -43,14 +46,21 @@ class JobMonitor:
     A follower applies the watch's events when asked (``poll``, ``wait``): they only ever change
     what it is told. The keeper applies them in a thread of its own as they come, and publishes what
     changed, so every node learns of a change whatever the keeper's agent is busy with.
-    ``handover``: the watch (the coordinator's, or not) and the snapshot the round was joined with (``RoundFollower.detach``),
-    so that following the round costs no read and no new stream.
+    ``handover``: the watch (the coordinator's, or not) and the snapshot the round was joined with
+    (``RoundFollower.detach``), so that following the round costs no read and no new stream.
     """
 
     RETRY = 0.5  # seconds before the keeper's thread reads again after etcd failed it
 
-    def __init__(self, client: EtcdClient, keys: JobKeys, round_: int, node: str = "", lease: int = 0,
-                 handover: tuple[Watch, bool, Snapshot] | None = None) -> None:
+    def __init__(
+        self,
+        client: EtcdClient,
+        keys: JobKeys,
+        round_: int,
+        node: str = "",
+        lease: int = 0,
+        handover: tuple[Watch, bool, Snapshot] | None = None,
+    ) -> None:
         self._client = client
         self._keys = keys
         self._round = round_
@@ -197,9 +207,19 @@ class JobMonitor:
                 return
             cause = round_cause(state, list(self._nodes.values()))
             if cause.lost or cause.waiting > 0:
-                change, new = "next", forming_state(
-                    state, state.run_id, state.round + 1, min_nodes=state.min_nodes, max_nodes=state.max_nodes,
-                    last_call_at=None, max_restarts=state.max_restarts, cause=cause)
+                change, new = (
+                    "next",
+                    forming_state(
+                        state,
+                        state.run_id,
+                        state.round + 1,
+                        min_nodes=state.min_nodes,
+                        max_nodes=state.max_nodes,
+                        last_call_at=None,
+                        max_restarts=state.max_restarts,
+                        cause=cause,
+                    ),
+                )
             elif self.some_finished and not state.finishing:
                 change, new = "finishing", replace(state, finishing=True)
             else:
@@ -261,8 +281,13 @@ class JobMonitor:
 
     def _closed_finished(self) -> bool:
         state = self._state
-        return (state is not None and state.status is JobStatus.CLOSED and state.round == self._round
-                and not state.failed and not state.closed_by)
+        return (
+            state is not None
+            and state.status is JobStatus.CLOSED
+            and state.round == self._round
+            and not state.failed
+            and not state.closed_by
+        )
 
     @property
     @_locked
@@ -287,8 +312,10 @@ class JobMonitor:
             return self._closed_finished()
         if state.finishing or not self.keeper:
             return state.finishing
-        return any((node := self._nodes.get(p.node)) is not None and node.info.finished_round(self._round)
-                   for p in state.participants)
+        return any(
+            (node := self._nodes.get(p.node)) is not None and node.info.finished_round(self._round)
+            for p in state.participants
+        )
 
     @property
     @_locked

@@ -5,15 +5,25 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from rendezvous.etcd.client import EtcdClient
-from .decide import closed_state
 from rendezvous.errors import RendezvousError
+from rendezvous.etcd.client import EtcdClient
 from rendezvous.job.history import HistoryWriter
-from rendezvous.job.store import GaveUp, JobStateStore, StateUnchanged
 from rendezvous.job.keys import JobKeys
 from rendezvous.job.state import JobState, JobStatus
+from rendezvous.job.store import GaveUp, JobStateStore, StateUnchanged
 
-__all__ = ["OPERATOR", "closed_by_operator", "new_round", "close_job", "request_round", "reset_job", "JobNotFound", "JobRefused"]
+from .decide import closed_state
+
+__all__ = [
+    "OPERATOR",
+    "closed_by_operator",
+    "new_round",
+    "close_job",
+    "request_round",
+    "reset_job",
+    "JobNotFound",
+    "JobRefused",
+]
 
 OPERATOR = "operator"
 _TRIES = 20  # CAS attempts before giving up on a job that keeps changing
@@ -54,14 +64,20 @@ def _change(client: EtcdClient, keys: JobKeys, change) -> tuple[JobState, JobSta
         raise RendezvousError(f"job '{keys.run_id}' kept changing: gave up after {_TRIES} tries") from None
 
 
-def close_job(client: EtcdClient, keys: JobKeys, reason: str, history: HistoryWriter | None = None) -> tuple[JobState, JobState]:
-    before, after = _change(client, keys, lambda s: None if s.status is JobStatus.CLOSED else closed_by_operator(s, reason))
+def close_job(
+    client: EtcdClient, keys: JobKeys, reason: str, history: HistoryWriter | None = None
+) -> tuple[JobState, JobState]:
+    before, after = _change(
+        client, keys, lambda s: None if s.status is JobStatus.CLOSED else closed_by_operator(s, reason)
+    )
     if history is not None and after is not before:
         history.record("job_closed", after.round, reason=reason, failed=False, by=OPERATOR)
     return before, after
 
 
-def request_round(client: EtcdClient, keys: JobKeys, reason: str, history: HistoryWriter | None = None) -> tuple[JobState, JobState]:
+def request_round(
+    client: EtcdClient, keys: JobKeys, reason: str, history: HistoryWriter | None = None
+) -> tuple[JobState, JobState]:
     def change(state: JobState) -> JobState | None:
         if state.status is JobStatus.CLOSED:
             raise JobRefused(f"job '{keys.run_id}' is closed ({state.reason}): no new round")
@@ -80,7 +96,8 @@ def reset_job(client: EtcdClient, keys: JobKeys, *, force: bool = False) -> int:
     alive = client.count_prefix(keys.nodes)
     if alive and not force:
         raise JobRefused(
-            f"job '{keys.run_id}' has {alive} live node{'s' if alive > 1 else ''}: stop {'them' if alive > 1 else 'it'} "
+            f"job '{keys.run_id}' has {alive} live node{'s' if alive > 1 else ''}: "
+            f"stop {'them' if alive > 1 else 'it'} "
             "first, or reset with --force"
         )
     return client.delete(keys.root, prefix=True)

@@ -8,9 +8,10 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from rendezvous.etcd import credentials
-from rendezvous.job.keys import DEFAULT_KEY_PREFIX, JobKeys
 from rendezvous.etcd.client import EtcdClient
 from rendezvous.job.hangboard import read_beats
+from rendezvous.job.keys import DEFAULT_KEY_PREFIX, JobKeys
+
 from .membership import Snapshot, read_round
 
 __all__ = ["JobView", "NodeView", "get_state", "view_of"]
@@ -50,7 +51,12 @@ class JobView:
 
 
 def get_state(
-    endpoint: str | EtcdClient, run_id: str, *, key_prefix: str = DEFAULT_KEY_PREFIX, timeout: float = 5.0, **client_options: Any
+    endpoint: str | EtcdClient,
+    run_id: str,
+    *,
+    key_prefix: str = DEFAULT_KEY_PREFIX,
+    timeout: float = 5.0,
+    **client_options: Any,
 ) -> JobView | None:
     """The job's state as etcd holds it now, or None when there is no such job.
 
@@ -80,20 +86,35 @@ def view_of(snapshot: Snapshot, beats: dict[str, dict] | None = None, now: float
         return None
     live = {n.info.node: n.info for n in snapshot.nodes}
     views = [
-        NodeView(p.node, p.group_rank, p.addr, p.local_world_size, p.node in live,
-                 p.node in live and live[p.node].finished_round(state.round))
+        NodeView(
+            p.node,
+            p.group_rank,
+            p.addr,
+            p.local_world_size,
+            p.node in live,
+            p.node in live and live[p.node].finished_round(state.round),
+        )
         for p in state.participants
     ]
     views = [_with_beats(v, (beats or {}).get(v.node), time.time() if now is None else now) for v in views]
     members = {p.node for p in state.participants}
     views += [
         NodeView(info.node, None, info.addr, info.local_world_size, True)
-        for node, info in sorted(live.items()) if node not in members
+        for node, info in sorted(live.items())
+        if node not in members
     ]
     return JobView(
-        run_id=state.run_id, status=state.status.value, round=state.round, world_size=state.world_size,
-        master_addr=state.master_addr, master_port=state.master_port, min_nodes=state.min_nodes,
-        max_nodes=state.max_nodes, nodes=tuple(views), reason=state.reason, restarts=state.restarts,
+        run_id=state.run_id,
+        status=state.status.value,
+        round=state.round,
+        world_size=state.world,
+        master_addr=state.master_addr,
+        master_port=state.master_port,
+        min_nodes=state.min_nodes,
+        max_nodes=state.max_nodes,
+        nodes=tuple(views),
+        reason=state.reason,
+        restarts=state.restarts,
         max_restarts=state.max_restarts,
     )
 
@@ -102,5 +123,8 @@ def _with_beats(view: NodeView, summary: dict | None, now: float) -> NodeView:
     if summary is None or not view.alive:
         return view
     rank = summary.get("rank")
-    return replace(view, heartbeat_age=round(max(now - float(summary["oldest"]), 0.0), 1),
-                   heartbeat_rank=rank if isinstance(rank, int) else None)
+    return replace(
+        view,
+        heartbeat_age=round(max(now - float(summary["oldest"]), 0.0), 1),
+        heartbeat_rank=rank if isinstance(rank, int) else None,
+    )

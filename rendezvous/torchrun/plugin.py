@@ -19,17 +19,19 @@ agent must not pay for importing it.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import torch.distributed as dist
 
 from rendezvous import errors
-from rendezvous.job.backend import EtcdRendezvousBackend
 from rendezvous.etcd.client import EtcdClient
-from .store import EtcdKVStore
+from rendezvous.job.backend import EtcdRendezvousBackend
 from rendezvous.settings import CONF_KEYS, RendezvousSettings
+
+from .store import EtcdKVStore
 
 __all__ = ["EtcdStore", "TorchBackend", "torch_error", "create_handler", "handler_creator"]
 
@@ -97,8 +99,14 @@ class TorchBackend:
 class EtcdStore(dist.Store):
     """c10d's Store API over ``EtcdKVStore``: usable with ``init_process_group(store=...)``."""
 
-    def __init__(self, client: EtcdClient, run_id: str, *, key_prefix: str = "/elastic",
-                 timeout: timedelta = timedelta(seconds=300)) -> None:
+    def __init__(
+        self,
+        client: EtcdClient,
+        run_id: str,
+        *,
+        key_prefix: str = "/elastic",
+        timeout: timedelta = timedelta(seconds=300),
+    ) -> None:
         super().__init__()
         self._kv = EtcdKVStore(client, run_id, key_prefix=key_prefix)
         self._where = (client, run_id, key_prefix)

@@ -8,13 +8,23 @@ counters (``add``) are decimal strings, as torch's TCPStore keeps them, updated 
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
-from rendezvous.job.keys import JobKeys
-from rendezvous.etcd.client import EtcdClient
-from rendezvous.etcd.txn import compare_created, compare_mod_revision, compare_value, op_count, op_delete, op_get, op_put
 from rendezvous.errors import RendezvousStateError, RendezvousTimeoutError
+from rendezvous.etcd.client import EtcdClient
+from rendezvous.etcd.recipes import swap
+from rendezvous.etcd.txn import (
+    compare_created,
+    compare_mod_revision,
+    compare_value,
+    op_count,
+    op_delete,
+    op_get,
+    op_put,
+)
 from rendezvous.etcd.watch import EventType, KeyRange, Watch
+from rendezvous.job.keys import JobKeys
 
 __all__ = ["EtcdKVStore"]
 
@@ -31,7 +41,9 @@ class EtcdKVStore:
     """set / get / add / compare_set / wait / check / delete_key / num_keys / list_keys and FIFO queues,
     shared by every process that opens the same (prefix, run id)."""
 
-    def __init__(self, client: EtcdClient, run_id: str, *, key_prefix: str = "/elastic", timeout: float = 300.0) -> None:
+    def __init__(
+        self, client: EtcdClient, run_id: str, *, key_prefix: str = "/elastic", timeout: float = 300.0
+    ) -> None:
         self.client = client
         keys = JobKeys(key_prefix, run_id)
         self.root = keys.store
@@ -51,16 +63,18 @@ class EtcdKVStore:
         if names:
             self.client.txn([], [op_put(self.key(n), _bytes(v)) for n, v in zip(names, values)])
 
-    def _update(self, key: str, change: Callable[[bytes | None], bytes],
-                also: Callable[[bytes], list[Any]] = lambda value: []) -> bytes:
+    def _update(
+        self, key: str, change: Callable[[bytes | None], bytes], also: Callable[[bytes], list[Any]] = lambda value: []
+    ) -> bytes:
         """Replace the value at ``key`` (None when absent) by ``change(value)``, by compare-and-swap,
         with the operations ``also(new value)`` in the same transaction."""
+        current = self.client.get(key)
         while True:
-            current = self.client.get(key)
-            guard = compare_created(key, 0) if current is None else compare_mod_revision(key, current.mod_revision)
             value = change(None if current is None else current.value)
-            if self.client.txn([guard], [op_put(key, value), *also(value)]).succeeded:
+            swapped = swap(self.client, key, value, None if current is None else current.mod_revision, also=also(value))
+            if swapped.written:
                 return value
+            current = swapped.current  # the race was lost: the value that won is read in the same trip
 
     def add(self, name: str, amount: int) -> int:
         """Add ``amount`` to the counter at ``name`` (0 when absent) atomically; returns the new value."""
@@ -140,7 +154,7 @@ class EtcdKVStore:
 
     def list_keys(self) -> list[str]:
         kvs, _ = self.client.get_prefix(self.root, keys_only=True)
-        return [kv.key.decode(errors="replace")[len(self.root):] for kv in kvs]
+        return [kv.key.decode(errors="replace")[len(self.root) :] for kv in kvs]
 
     # -- queues: FIFO by a per-queue sequence number (keys sort by it) -------------------------------
     def _items(self, name: str) -> str:
@@ -156,8 +170,9 @@ class EtcdKVStore:
                 raise RendezvousStateError(f"store queue {name!r} has a corrupt counter: {current[:40]!r}") from None
 
         item = _bytes(value)
-        self._update(f"{self.queues}{name}/seq", next_seq,
-                     also=lambda seq: [op_put(f"{self._items(name)}{int(seq):020d}", item)])
+        self._update(
+            f"{self.queues}{name}/seq", next_seq, also=lambda seq: [op_put(f"{self._items(name)}{int(seq):020d}", item)]
+        )
 
     def queue_len(self, name: str) -> int:
         return self.client.count_prefix(self._items(name))
@@ -171,7 +186,9 @@ class EtcdKVStore:
             kvs, revision = self.client.get_prefix(prefix, limit=1)
             if kvs:
                 head = kvs[0]
-                if self.client.txn([compare_mod_revision(head.key, head.mod_revision)], [op_delete(head.key)]).succeeded:
+                if self.client.txn(
+                    [compare_mod_revision(head.key, head.mod_revision)], [op_delete(head.key)]
+                ).succeeded:
                     return head.value
                 continue  # another consumer took it
             if not block:
@@ -181,8 +198,10 @@ class EtcdKVStore:
                     remaining = deadline - time.monotonic()
                     event = watch.get(timeout=remaining) if remaining > 0 else None
                     if event is None:
-                        raise RendezvousTimeoutError(f"timeout after {timeout if timeout is not None else self.timeout:g}s "
-                                                     f"waiting for an item in store queue {name!r}")
+                        raise RendezvousTimeoutError(
+                            f"timeout after {timeout if timeout is not None else self.timeout:g}s "
+                            f"waiting for an item in store queue {name!r}"
+                        )
                     if event.type in (EventType.PUT, EventType.RESYNC):
                         break
 

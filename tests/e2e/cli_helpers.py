@@ -26,21 +26,39 @@ def run_id() -> str:
 
 def run(args: list[str], timeout: float = 60, env: dict | None = None, tool_name: str = "elastic-run"):
     return subprocess.run(
-        [tool(tool_name), *args], capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
+        [tool(tool_name), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
         env={**os.environ, **(env or {})},
     )
 
 
 def start(args: list[str], env: dict | None = None) -> subprocess.Popen:
     return subprocess.Popen(
-        [tool("elastic-run"), *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})},
+        [tool("elastic-run"), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, **(env or {})},
     )
 
 
 def agent_args(endpoints: str, rdzv_id: str, nnodes: str, nproc: int = 2, conf: str = "") -> list[str]:
-    args = ["--nnodes", nnodes, "--nproc-per-node", str(nproc), "--rdzv-endpoint", endpoints,
-            "--rdzv-id", rdzv_id, "--local-addr", "127.0.0.1"]
+    args = [
+        "--nnodes",
+        nnodes,
+        "--nproc-per-node",
+        str(nproc),
+        "--rdzv-endpoint",
+        endpoints,
+        "--rdzv-id",
+        rdzv_id,
+        "--local-addr",
+        "127.0.0.1",
+    ]
     return args + (["--rdzv-conf", conf] if conf else [])
 
 
@@ -83,5 +101,5 @@ def finish(process: subprocess.Popen, timeout: float = 30) -> tuple[int, str]:
             output, _ = process.communicate(timeout=10)
         except subprocess.TimeoutExpired:  # orphans still hold the pipe: that is a finding too
             output = "(its output pipe is still held open by processes it left behind)"
-        raise AssertionError(f"agent did not exit within {timeout}s:\n{output}")
+        raise AssertionError(f"agent did not exit within {timeout}s:\n{output}") from None
     return process.returncode, output

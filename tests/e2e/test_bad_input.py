@@ -16,7 +16,12 @@ CASES = [
     (["--nnodes", "abc", *BASE, PROBE], {}, 2, "--nnodes must be N or MIN:MAX"),
     (["--nproc-per-node", "0", *BASE, PROBE], {}, 2, "--nproc-per-node must be at least 1"),
     (["--nproc_per_node", "lots", *BASE, PROBE], {}, 2, "a number, cpu, gpu, xpu or auto"),
-    (["--rdzv-backend", "c10d", *BASE, PROBE], {}, 2, "unknown --rdzv-backend 'c10d': c10d keeps the rendezvous in a TCPStore"),
+    (
+        ["--rdzv-backend", "c10d", *BASE, PROBE],
+        {},
+        2,
+        "unknown --rdzv-backend 'c10d': c10d keeps the rendezvous in a TCPStore",
+    ),
     (["--rdzv-backend", "static", *BASE, PROBE], {}, 2, "use --standalone for one node, or --rdzv-endpoint an etcd"),
     (["--rdzv-backend", "zookeeper", *BASE, PROBE], {}, 2, "supports etcd-v3 (aliases: etcd, etcd-v2)"),
     (["--rdzv-endpoint", "localhost:http", "--rdzv-id", "j", PROBE], {}, 2, "port 'http' is not a number"),
@@ -45,13 +50,27 @@ CASES = [
     (["--n", "2", *BASE, PROBE], {}, 2, "ambiguous option: --n could match --nnodes, --no-python"),
     (["--rdzv", "x", *BASE, PROBE], {}, 2, "ambiguous option: --rdzv could match --rdzv-backend"),
     (["--signals-to-handle", "SIGKILL", *BASE, PROBE], {}, 2, "'SIGKILL' is not a signal that can be handled"),
-    (["--numa-binding", "rack", *BASE, PROBE], {}, 2, "'rack' is not one of 'node', 'socket', 'exclusive', 'core-complex'"),
-    (["--logs-specs", "fancy", *BASE, PROBE], {}, 2, "--logs-specs 'fancy': no such entry point in group torchrun.logs_specs"),
+    (
+        ["--numa-binding", "rack", *BASE, PROBE],
+        {},
+        2,
+        "'rack' is not one of 'node', 'socket', 'exclusive', 'core-complex'",
+    ),
+    (
+        ["--logs-specs", "fancy", *BASE, PROBE],
+        {},
+        2,
+        "--logs-specs 'fancy': no such entry point in group torchrun.logs_specs",
+    ),
     (["--event-log-handler", "kafka", *BASE, PROBE], {}, 2, "'kafka' is not one of 'null', 'console'"),
     (["--shutdown-timeout", "-1", *BASE, PROBE], {}, 2, "--shutdown-timeout"),
     ([*BASE, PROBE], {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "soon"}, 2, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT must be a number"),
-    (["--virtual-local-rank", "--nproc-per-node", "3", *BASE, PROBE], {"CUDA_VISIBLE_DEVICES": "0,1"}, 2,
-     "CUDA_VISIBLE_DEVICES=0,1 names fewer devices than --nproc-per-node 3"),
+    (
+        ["--virtual-local-rank", "--nproc-per-node", "3", *BASE, PROBE],
+        {"CUDA_VISIBLE_DEVICES": "0,1"},
+        2,
+        "CUDA_VISIBLE_DEVICES=0,1 names fewer devices than --nproc-per-node 3",
+    ),
 ]
 
 

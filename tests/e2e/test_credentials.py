@@ -28,9 +28,14 @@ def auth_etcd():
         call("AuthStub", "UserAdd", etcdrpc.AuthUserAddRequest(name="root", password=ROOT_PASSWORD))
         call("AuthStub", "UserGrantRole", etcdrpc.AuthUserGrantRoleRequest(user="root", role="root"))
         call("AuthStub", "RoleAdd", etcdrpc.AuthRoleAddRequest(name="elastic-job"))
-        permission = auth_pb2.Permission(permType=auth_pb2.Permission.READWRITE, key=b"/elastic/",
-                                        range_end=prefix_range_end(b"/elastic/"))
-        call("AuthStub", "RoleGrantPermission", etcdrpc.AuthRoleGrantPermissionRequest(name="elastic-job", perm=permission))
+        permission = auth_pb2.Permission(
+            permType=auth_pb2.Permission.READWRITE, key=b"/elastic/", range_end=prefix_range_end(b"/elastic/")
+        )
+        call(
+            "AuthStub",
+            "RoleGrantPermission",
+            etcdrpc.AuthRoleGrantPermissionRequest(name="elastic-job", perm=permission),
+        )
         call("AuthStub", "UserAdd", etcdrpc.AuthUserAddRequest(name="trainer", password=PASSWORD))
         call("AuthStub", "UserGrantRole", etcdrpc.AuthUserGrantRoleRequest(user="trainer", role="elastic-job"))
         call("AuthStub", "AuthEnable", etcdrpc.AuthEnableRequest())
@@ -46,13 +51,16 @@ def password_file(tmp_path):
     return str(path)
 
 
-def test_a_prefix_only_role_runs_a_job_and_elastic_ctl_with_credentials_from_the_environment(auth_etcd, password_file, tmp_path):
+def test_a_prefix_only_role_runs_a_job_and_elastic_ctl_with_credentials_from_the_environment(
+    auth_etcd, password_file, tmp_path
+):
     env = {"ELASTIC_ETCD_USER": "trainer", "ELASTIC_ETCD_PASSWORD_FILE": password_file}
     out = tmp_path / "out"
     out.mkdir()
     rdzv_id = run_id()
-    agents = [start(agent_args(auth_etcd, rdzv_id, "2", nproc=1) + [PROBE, str(out), "--run", "3"], env=env)
-              for _ in range(2)]
+    agents = [
+        start(agent_args(auth_etcd, rdzv_id, "2", nproc=1) + [PROBE, str(out), "--run", "3"], env=env) for _ in range(2)
+    ]
     try:
         wait_for(lambda: len(records(str(out), 0)) == 2, 30, what="2 workers")
         shown = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
@@ -70,22 +78,37 @@ def test_a_prefix_only_role_runs_a_job_and_elastic_ctl_with_credentials_from_the
         assert not [name for name, value in record["env"].items() if PASSWORD in value]
     for _, output in results:
         assert PASSWORD not in output
-    anonymous = run(["status", "--rdzv-endpoint", auth_etcd, "--rdzv-id", rdzv_id, "--rdzv-conf", "read_timeout=2"],
-                    tool_name="elastic-ctl")
+    anonymous = run(
+        ["status", "--rdzv-endpoint", auth_etcd, "--rdzv-id", rdzv_id, "--rdzv-conf", "read_timeout=2"],
+        tool_name="elastic-ctl",
+    )
     assert anonymous.returncode == 2 and "refused the credentials" in anonymous.stderr  # configuration: no retry
 
 
 def test_the_conf_wins_over_the_environment(auth_etcd, password_file):
     env = {"ELASTIC_ETCD_USER": "trainer", "ELASTIC_ETCD_PASSWORD": "wrong-pw-from-env"}
-    result = run(["status", "--rdzv-endpoint", auth_etcd, "--rdzv-id", "none-such",
-                  "--rdzv-conf", f"user=trainer,password={PASSWORD}"], env=env, tool_name="elastic-ctl")
+    result = run(
+        [
+            "status",
+            "--rdzv-endpoint",
+            auth_etcd,
+            "--rdzv-id",
+            "none-such",
+            "--rdzv-conf",
+            f"user=trainer,password={PASSWORD}",
+        ],
+        env=env,
+        tool_name="elastic-ctl",
+    )
     assert result.returncode == 1 and "no job 'none-such'" in result.stderr, result.stderr
 
 
 def test_a_wrong_password_is_one_line_and_exit_2_and_is_not_echoed(auth_etcd, tmp_path):
     wrong = "Wr0ng-pw-xyz"
     env = {"ELASTIC_ETCD_USER": "trainer", "ELASTIC_ETCD_PASSWORD": wrong}
-    result = run(agent_args(auth_etcd, run_id(), "1", nproc=1, conf="connect_timeout=2") + [PROBE, str(tmp_path)], env=env)
+    result = run(
+        agent_args(auth_etcd, run_id(), "1", nproc=1, conf="connect_timeout=2") + [PROBE, str(tmp_path)], env=env
+    )
     assert result.returncode == 2, result.stderr  # the exit-code table: configuration, not worth a retry
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "refused the credentials" in lines[0], lines
@@ -95,7 +118,9 @@ def test_a_wrong_password_is_one_line_and_exit_2_and_is_not_echoed(auth_etcd, tm
 def test_a_password_file_that_cannot_be_read_is_a_usage_error(auth_etcd, tmp_path):
     env = {"ELASTIC_ETCD_USER": "trainer", "ELASTIC_ETCD_PASSWORD_FILE": str(tmp_path / "missing")}
     result = run(agent_args(auth_etcd, run_id(), "1", nproc=1) + [PROBE, str(tmp_path)], env=env)
-    assert result.returncode == 2 and "ELASTIC_ETCD_PASSWORD_FILE=" in result.stderr and "cannot be read" in result.stderr
+    assert (
+        result.returncode == 2 and "ELASTIC_ETCD_PASSWORD_FILE=" in result.stderr and "cannot be read" in result.stderr
+    )
 
 
 def test_the_library_view_takes_credentials_from_the_environment(auth_etcd, monkeypatch):

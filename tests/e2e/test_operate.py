@@ -11,9 +11,33 @@ from .test_restart_count import COUNTED, _by_restart, _seen
 
 
 def _agent(endpoints, rdzv_id, out, nnodes="2", fail="", run_for=60, extra=()):
-    return start(["--nnodes", nnodes, "--nproc-per-node", "1", "--max-restarts", "2", "--stop-grace", "2",
-                  "--rdzv-endpoint", endpoints, "--rdzv-id", rdzv_id, "--local-addr", "127.0.0.1",
-                  "--rdzv-conf", "last_call_timeout=1", *extra, COUNTED, out, "--fail", fail, "--run", str(run_for)])
+    return start(
+        [
+            "--nnodes",
+            nnodes,
+            "--nproc-per-node",
+            "1",
+            "--max-restarts",
+            "2",
+            "--stop-grace",
+            "2",
+            "--rdzv-endpoint",
+            endpoints,
+            "--rdzv-id",
+            rdzv_id,
+            "--local-addr",
+            "127.0.0.1",
+            "--rdzv-conf",
+            "last_call_timeout=1",
+            *extra,
+            COUNTED,
+            out,
+            "--fail",
+            fail,
+            "--run",
+            str(run_for),
+        ]
+    )
 
 
 def _ctl(*args, endpoints, rdzv_id):
@@ -48,7 +72,13 @@ def test_history_shows_a_failure_a_node_loss_and_an_operator_close_in_order(etcd
     events = json.loads(_ctl("history", "--json", endpoints=etcd_endpoints, rdzv_id=rdzv_id).stdout)
     kinds = [e["kind"] for e in events]
     first = {kind: kinds.index(kind) for kind in reversed(kinds)}
-    assert first["round_frozen"] < first["worker_failed"] < first["group_restarted"] < first["node_left"] < first["job_closed"], kinds
+    assert (
+        first["round_frozen"]
+        < first["worker_failed"]
+        < first["group_restarted"]
+        < first["node_left"]
+        < first["job_closed"]
+    ), kinds
     failed = next(e for e in events if e["kind"] == "worker_failed")
     assert (failed["rank"], failed["exit_code"]) == (1, 1) and failed["host"]
     assert {"time", "round", "node", "kind"} <= set(failed) and "signal" not in failed
@@ -104,8 +134,26 @@ def test_write_commands_on_a_job_that_does_not_exist_say_so_and_exit_1(etcd_endp
 
 
 def test_log_format_json_makes_every_agent_line_a_json_object_and_leaves_worker_lines(etcd_endpoints, tmp_path):
-    result = run(["--log-format", "json", "--nnodes", "1", "--max-restarts", "1", "--rdzv-endpoint", etcd_endpoints,
-                  "--rdzv-id", run_id(), "--local-addr", "127.0.0.1", COUNTED, str(tmp_path), "--fail", "0@0"])
+    result = run(
+        [
+            "--log-format",
+            "json",
+            "--nnodes",
+            "1",
+            "--max-restarts",
+            "1",
+            "--rdzv-endpoint",
+            etcd_endpoints,
+            "--rdzv-id",
+            run_id(),
+            "--local-addr",
+            "127.0.0.1",
+            COUNTED,
+            str(tmp_path),
+            "--fail",
+            "0@0",
+        ]
+    )
     assert result.returncode == 0, result.stderr
     agent_lines = [line for line in result.stderr.splitlines() if line.startswith("{")]
     assert "elastic-run:" not in result.stderr
@@ -125,9 +173,23 @@ def test_history_follow_prints_new_records_until_the_job_closes(etcd_endpoints, 
     agent = _agent(etcd_endpoints, rdzv_id, out, nnodes="1")
     try:
         wait_for(lambda: len(_seen(out)) == 1, 30, what="the worker")
-        follow = subprocess.Popen([tool("elastic-ctl"), "history", "--follow", "--json", "--timeout", "30",
-                                   "--rdzv-endpoint", etcd_endpoints, "--rdzv-id", rdzv_id],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        follow = subprocess.Popen(
+            [
+                tool("elastic-ctl"),
+                "history",
+                "--follow",
+                "--json",
+                "--timeout",
+                "30",
+                "--rdzv-endpoint",
+                etcd_endpoints,
+                "--rdzv-id",
+                rdzv_id,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         time.sleep(1.0)
         _ctl("close", "--reason", "done for today", endpoints=etcd_endpoints, rdzv_id=rdzv_id)
         printed, errors = follow.communicate(timeout=20)

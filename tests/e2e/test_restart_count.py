@@ -13,9 +13,30 @@ COUNTED = os.path.join(HERE, "workers", "counted.py")
 
 
 def _agent(endpoints, rdzv_id, out, *, nnodes="2", max_restarts=2, fail="", run_for=0.5, conf="last_call_timeout=1"):
-    return start(["--nnodes", nnodes, "--nproc-per-node", "1", "--max-restarts", str(max_restarts),
-                  "--rdzv-endpoint", endpoints, "--rdzv-id", rdzv_id, "--local-addr", "127.0.0.1",
-                  "--rdzv-conf", conf, COUNTED, out, "--fail", fail, "--run", str(run_for)])
+    return start(
+        [
+            "--nnodes",
+            nnodes,
+            "--nproc-per-node",
+            "1",
+            "--max-restarts",
+            str(max_restarts),
+            "--rdzv-endpoint",
+            endpoints,
+            "--rdzv-id",
+            rdzv_id,
+            "--local-addr",
+            "127.0.0.1",
+            "--rdzv-conf",
+            conf,
+            COUNTED,
+            out,
+            "--fail",
+            fail,
+            "--run",
+            str(run_for),
+        ]
+    )
 
 
 def _seen(out: str) -> list[dict]:
@@ -96,7 +117,9 @@ def test_status_shows_the_restart_count_and_the_budget(etcd_endpoints, tmp_path)
     agent = _agent(etcd_endpoints, rdzv_id, out, nnodes="1", fail="0@0", run_for=5)
     wait_for(lambda: 1 in _by_restart(out), 30, what="the restarted worker")
     table = run(["status", "--rdzv-endpoint", etcd_endpoints, "--rdzv-id", rdzv_id], tool_name="elastic-ctl")
-    as_json = run(["status", "--rdzv-endpoint", etcd_endpoints, "--rdzv-id", rdzv_id, "--json"], tool_name="elastic-ctl")
+    as_json = run(
+        ["status", "--rdzv-endpoint", etcd_endpoints, "--rdzv-id", rdzv_id, "--json"], tool_name="elastic-ctl"
+    )
     finish(agent, timeout=30)
     assert "restarts 1/2" in table.stdout.splitlines()[0], table.stdout
     data = json.loads(as_json.stdout)

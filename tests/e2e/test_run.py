@@ -19,8 +19,10 @@ from .cli_helpers import PROBE, agent_args, finish, records, run, run_id, start,
 def test_standalone_gives_every_rank_the_torchrun_environment(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
-    result = run(["--standalone", "--nproc-per-node", "2", "--log-dir", str(tmp_path / "logs"), PROBE, str(out)],
-                 env={"USER_SETTING": "kept"})
+    result = run(
+        ["--standalone", "--nproc-per-node", "2", "--log-dir", str(tmp_path / "logs"), PROBE, str(out)],
+        env={"USER_SETTING": "kept"},
+    )
     assert result.returncode == 0, result.stderr
     found = records(str(out))
     assert sorted(found) == [0, 1]
@@ -68,8 +70,9 @@ def test_three_agents_two_workers_each_get_unique_global_ranks(etcd_endpoints, t
 
 
 def test_failed_worker_is_restarted_and_the_job_succeeds(tmp_path):
-    result = run(["--standalone", "--nproc-per-node", "2", "--max-restarts", "2", PROBE, str(tmp_path),
-                  "--fail-until", "1"])
+    result = run(
+        ["--standalone", "--nproc-per-node", "2", "--max-restarts", "2", PROBE, str(tmp_path), "--fail-until", "1"]
+    )
     assert result.returncode == 0, result.stderr
     assert "failed (exit code 1); restarting the workers (1/2)" in result.stderr and "rank 1 on node " in result.stderr
     again = records(str(tmp_path), restart=1)
@@ -79,8 +82,9 @@ def test_failed_worker_is_restarted_and_the_job_succeeds(tmp_path):
 
 
 def test_exhausted_restarts_print_a_summary_with_the_traceback(tmp_path):
-    result = run(["--standalone", "--nproc-per-node", "2", "--max-restarts", "1", PROBE, str(tmp_path),
-                  "--fail-until", "5"])
+    result = run(
+        ["--standalone", "--nproc-per-node", "2", "--max-restarts", "1", PROBE, str(tmp_path), "--fail-until", "5"]
+    )
     assert result.returncode == 1
     err = result.stderr
     assert "failed after 1 of 1 restarts" in err
@@ -88,7 +92,7 @@ def test_exhausted_restarts_print_a_summary_with_the_traceback(tmp_path):
     assert "exit code 1 at " in err
     assert "error: ValueError: planned failure of rank 1 at restart 1" in err
     assert "traceback (from the error file):" in err
-    assert "raise ValueError(f\"planned failure" in err
+    assert 'raise ValueError(f"planned failure' in err
     agent = "\n".join(line for line in err.splitlines() if line.startswith("elastic-run:"))
     assert "Traceback" not in agent.split("traceback (from the error file):")[0]
 
@@ -105,8 +109,23 @@ def test_worker_without_error_file_gets_a_clear_note(tmp_path):
 
 def test_logs_tee_redirect_and_rank_filter(tmp_path):
     logs = tmp_path / "logs"
-    result = run(["--standalone", "--nproc-per-node", "3", "--log-dir", str(logs),
-                  "--tee", "3", "--redirects", "2:1", "--local-ranks-filter", "0,2", PROBE, str(tmp_path)])
+    result = run(
+        [
+            "--standalone",
+            "--nproc-per-node",
+            "3",
+            "--log-dir",
+            str(logs),
+            "--tee",
+            "3",
+            "--redirects",
+            "2:1",
+            "--local-ranks-filter",
+            "0,2",
+            PROBE,
+            str(tmp_path),
+        ]
+    )
     assert result.returncode == 0, result.stderr
     assert "[default0]:worker rank 0 of 3 restart 0" in result.stdout.splitlines()  # teed: prefixed
     assert "[default1]:" not in result.stdout and "rank 1 of 3" not in result.stdout  # filtered
@@ -134,8 +153,10 @@ def _alive(pid: int) -> bool:
 @pytest.mark.parametrize("trial", range(5))
 def test_sigkilled_agent_takes_its_workers_and_the_others_go_on(etcd_endpoints, tmp_path, trial):
     rid = run_id()
-    agents = [start(agent_args(etcd_endpoints, rid, "2:3") + [PROBE, str(tmp_path), "--run", "60", "--grandchild"])
-              for _ in range(3)]
+    agents = [
+        start(agent_args(etcd_endpoints, rid, "2:3") + [PROBE, str(tmp_path), "--run", "60", "--grandchild"])
+        for _ in range(3)
+    ]
     try:
         _worker_pids(str(tmp_path), 6)
         first = records(str(tmp_path), 0)
@@ -149,9 +170,20 @@ def test_sigkilled_agent_takes_its_workers_and_the_others_go_on(etcd_endpoints, 
         wait_for(lambda: not any(_alive(pid) for pid in doomed), 2.0, what="the killed agent's workers to die")
         # The two survivors re-rendezvous without a restart and start 2 x 2 workers.
         survivors = wait_for(
-            lambda: (r := {k: v for k, v in records(str(tmp_path), 0).items()
-                           if v["env"]["WORLD_SIZE"] == "4" and v["pid"] not in [x["pid"] for x in first.values()]})
-            and len(r) == 4 and r, 15, what="4 restarted workers")
+            lambda: (
+                (
+                    r := {
+                        k: v
+                        for k, v in records(str(tmp_path), 0).items()
+                        if v["env"]["WORLD_SIZE"] == "4" and v["pid"] not in [x["pid"] for x in first.values()]
+                    }
+                )
+                and len(r) == 4
+                and r
+            ),
+            15,
+            what="4 restarted workers",
+        )
         recovery = time.monotonic() - killed_at
         assert sorted(survivors) == [0, 1, 2, 3]
         assert recovery < 6, f"recovery took {recovery:.1f}s"
@@ -169,11 +201,21 @@ def test_a_fourth_agent_scales_the_job_up(etcd_endpoints, tmp_path):
     args = agent_args(etcd_endpoints, rid, "2:4", nproc=1, conf=conf) + [PROBE, str(tmp_path), "--run", "60"]
     agents = [start(args) for _ in range(3)]
     try:
-        wait_for(lambda: len([r for r in records(str(tmp_path), 0).values() if r["env"]["WORLD_SIZE"] == "3"]) == 3,
-                 30, what="a round of 3")
+        wait_for(
+            lambda: len([r for r in records(str(tmp_path), 0).values() if r["env"]["WORLD_SIZE"] == "3"]) == 3,
+            30,
+            what="a round of 3",
+        )
         agents.append(start(args))
-        grown = wait_for(lambda: (r := [x for x in records(str(tmp_path), 0).values() if x["env"]["WORLD_SIZE"] == "4"])
-                         and len(r) == 4 and r, 30, what="a round of 4")
+        grown = wait_for(
+            lambda: (
+                (r := [x for x in records(str(tmp_path), 0).values() if x["env"]["WORLD_SIZE"] == "4"])
+                and len(r) == 4
+                and r
+            ),
+            30,
+            what="a round of 4",
+        )
         assert sorted(int(r["env"]["RANK"]) for r in grown) == [0, 1, 2, 3]
         state = elastic.get_state(etcd_endpoints, rid)
         assert state.status == "running" and len(state.nodes) == 4
@@ -186,7 +228,10 @@ def test_a_fourth_agent_scales_the_job_up(etcd_endpoints, tmp_path):
 
 def test_sigterm_stops_workers_gracefully_and_leaves_the_job_open(etcd_endpoints, tmp_path):
     rid = run_id()
-    agent = start(agent_args(etcd_endpoints, rid, "1:2", conf="last_call_timeout=0.5") + [PROBE, str(tmp_path), "--run", "60", "--trap-term"])
+    agent = start(
+        agent_args(etcd_endpoints, rid, "1:2", conf="last_call_timeout=0.5")
+        + [PROBE, str(tmp_path), "--run", "60", "--trap-term"]
+    )
     pids = _worker_pids(str(tmp_path), 2)
     agent.send_signal(signal.SIGTERM)
     code, output = finish(agent, timeout=20)
@@ -210,22 +255,40 @@ def test_elastic_ctl_status_shows_a_running_job(etcd_endpoints, tmp_path):
         assert lines[0].startswith(f"job {rid}: running, round 1, world size 2, master 127.0.0.1:")
         assert lines[1].split() == ["NODE", "GROUP", "RANK", "ADDRESS", "WORKERS", "ALIVE", "OLDEST", "HEARTBEAT"]
         assert lines[2].split()[1:] == ["0", "127.0.0.1", "2", "yes", "-"]  # its workers never call elastic.heartbeat()
-        as_json = run(["status", "--rdzv-endpoint", etcd_endpoints, "--rdzv-id", rid, "--json"], tool_name="elastic-ctl")
+        as_json = run(
+            ["status", "--rdzv-endpoint", etcd_endpoints, "--rdzv-id", rid, "--json"], tool_name="elastic-ctl"
+        )
         data = json.loads(as_json.stdout)
         assert data["status"] == "running" and data["world_size"] == 2 and data["nodes"][0]["alive"] is True
         assert data["nodes"][0]["heartbeat_age"] is None
-        watched = run(["watch", "--rdzv-endpoint", etcd_endpoints, "--rdzv-id", rid, "--timeout", "0.5"],
-                      tool_name="elastic-ctl")
+        watched = run(
+            ["watch", "--rdzv-endpoint", etcd_endpoints, "--rdzv-id", rid, "--timeout", "0.5"], tool_name="elastic-ctl"
+        )
         assert watched.returncode == 0 and watched.stdout.startswith(f"job {rid}: running")
     finally:
         agent.send_signal(signal.SIGTERM)
         finish(agent)
     missing = run(["status", "--rdzv-endpoint", etcd_endpoints, "--rdzv-id", "no-such-job"], tool_name="elastic-ctl")
-    assert missing.returncode == 1 and missing.stderr.strip() == f"elastic-ctl: no job 'no-such-job' at {etcd_endpoints} (under /elastic)"
+    assert (
+        missing.returncode == 1
+        and missing.stderr.strip() == f"elastic-ctl: no job 'no-such-job' at {etcd_endpoints} (under /elastic)"
+    )
 
 
 def test_etcd_v2_is_an_alias_that_runs_on_the_v3_api(etcd_endpoints, tmp_path):
-    result = run(["--rdzv-backend", "etcd-v2", "--rdzv-endpoint", etcd_endpoints, "--rdzv-id", run_id(),
-                  "--local-addr", "127.0.0.1", PROBE, str(tmp_path)])
+    result = run(
+        [
+            "--rdzv-backend",
+            "etcd-v2",
+            "--rdzv-endpoint",
+            etcd_endpoints,
+            "--rdzv-id",
+            run_id(),
+            "--local-addr",
+            "127.0.0.1",
+            PROBE,
+            str(tmp_path),
+        ]
+    )
     assert result.returncode == 0, result.stderr
     assert "--rdzv-backend etcd-v2: using etcd's v3 API (etcd 3.6 removed v2)" in result.stderr

@@ -19,9 +19,22 @@ SIGNALLED = os.path.join(HERE, "workers", "signalled.py")
 
 def test_a_signal_named_in_signals_to_handle_stops_the_job_and_reaches_the_workers(tmp_path):
     agent = subprocess.Popen(
-        [tool("elastic-run"), "--standalone", "--nproc-per-node", "2", "--signals-to-handle", "SIGTERM,SIGUSR1",
-         "--shutdown-timeout", "5", SIGNALLED, str(tmp_path)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+        [
+            tool("elastic-run"),
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            "--signals-to-handle",
+            "SIGTERM,SIGUSR1",
+            "--shutdown-timeout",
+            "5",
+            SIGNALLED,
+            str(tmp_path),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
     )
     try:
         wait_for(lambda: all((tmp_path / f"{r}.ready").exists() for r in (0, 1)), 30, what="both workers ready")
@@ -32,19 +45,25 @@ def test_a_signal_named_in_signals_to_handle_stops_the_job_and_reaches_the_worke
         agent.kill()
     assert agent.returncode == 128 + signal.SIGUSR1, err
     assert [(tmp_path / f"{r}.signal").read_text() for r in (0, 1)] == ["SIGUSR1", "SIGUSR1"]
-    print(f"\nSIGUSR1 to the agent: both workers got SIGUSR1; agent exit {agent.returncode} "
-          f"{time.monotonic() - started:.2f} s after the signal")
+    print(
+        f"\nSIGUSR1 to the agent: both workers got SIGUSR1; agent exit {agent.returncode} "
+        f"{time.monotonic() - started:.2f} s after the signal"
+    )
 
 
-@pytest.mark.parametrize("how", [["--shutdown-timeout", "2"], {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "2"}],
-                         ids=["option", "environment"])
+@pytest.mark.parametrize(
+    "how", [["--shutdown-timeout", "2"], {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "2"}], ids=["option", "environment"]
+)
 def test_workers_that_ignore_the_stop_signal_are_killed_after_the_shutdown_timeout(tmp_path, how):
     import psutil
 
     options, env = (how, {}) if isinstance(how, list) else ([], how)
     agent = subprocess.Popen(
         [tool("elastic-run"), "--standalone", "--nproc-per-node", "2", *options, SIGNALLED, str(tmp_path), "--stay"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
         env={**{k: v for k, v in os.environ.items() if k != "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"}, **env},
     )
     try:
@@ -82,7 +101,9 @@ def test_event_log_handler_console_prints_each_event_as_a_json_object(tmp_path):
     events = [json.loads(line) for line in result.stderr.splitlines() if line.startswith("{")]
     names = [e["name"] for e in events]
     assert "elastic.node_joined" in names and "elastic.round_frozen" in names and "elastic.node_left" in names
-    assert all(e["source"] == "AGENT" and isinstance(e["timestamp"], int) and "run_round" in e["metadata"] for e in events)
+    assert all(
+        e["source"] == "AGENT" and isinstance(e["timestamp"], int) and "run_round" in e["metadata"] for e in events
+    )
     quiet = run(["--standalone", "--nproc-per-node", "1", PROBE, str(tmp_path)])  # null: none
     assert not [line for line in quiet.stderr.splitlines() if line.startswith("{")]
 
@@ -94,7 +115,8 @@ def logs_specs_plugin(tmp_path, monkeypatch):
     site = tmp_path / "site"
     package = site / "flatlogs"
     package.mkdir(parents=True)
-    (package / "__init__.py").write_text(textwrap.dedent('''
+    (package / "__init__.py").write_text(
+        textwrap.dedent('''
         import os
         from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
 
@@ -107,7 +129,8 @@ def logs_specs_plugin(tmp_path, monkeypatch):
                 with open(os.path.join(self.root_log_dir, "asked"), "a") as handle:
                     handle.write(envs[0]["TORCHELASTIC_RESTART_COUNT"] + "\\n")
                 return dest
-    '''))
+    ''')
+    )
     info = site / "flatlogs-1.0.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: flatlogs\nVersion: 1.0\n")
@@ -118,8 +141,22 @@ def logs_specs_plugin(tmp_path, monkeypatch):
 
 def test_logs_specs_uses_the_named_entry_points_layout(tmp_path, logs_specs_plugin):
     logs = tmp_path / "logs"
-    result = run(["--standalone", "--nproc-per-node", "2", "--logs-specs", "flat", "--log-dir", str(logs),
-                  "--redirects", "3", PROBE, str(tmp_path)], env={"PYTHONPATH": os.environ["PYTHONPATH"]})
+    result = run(
+        [
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            "--logs-specs",
+            "flat",
+            "--log-dir",
+            str(logs),
+            "--redirects",
+            "3",
+            PROBE,
+            str(tmp_path),
+        ],
+        env={"PYTHONPATH": os.environ["PYTHONPATH"]},
+    )
     assert result.returncode == 0, result.stderr
     assert "worker rank" not in result.stdout  # redirected by the class's own rules
     (asked,) = logs.rglob("asked")

@@ -11,7 +11,6 @@ import psutil
 
 from rendezvous import EtcdClient
 from rendezvous.etcd.server import EtcdCluster
-
 from tests.e2e.cli_helpers import json_records, wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -19,7 +18,17 @@ LIFE = os.path.join(HERE, "workers", "life.py")
 ELASTIC_RUN = os.path.join(os.path.dirname(sys.executable), "elastic-run")
 
 # No restart of its own making: these lines mean the job noticed something.
-__all__ = ["Agent", "DISTURBED", "alive", "leader_index", "member_endpoint", "run_id", "signal_member", "wait_for", "workers"]
+__all__ = [
+    "Agent",
+    "DISTURBED",
+    "alive",
+    "leader_index",
+    "member_endpoint",
+    "run_id",
+    "signal_member",
+    "wait_for",
+    "workers",
+]
 
 DISTURBED = ("re-rendezvous", "restarting the workers", "no lease renewal", "lease expired")
 
@@ -31,16 +40,39 @@ def run_id() -> str:
 class Agent:
     """One elastic-run process whose output goes to a file the test can read at any time."""
 
-    def __init__(self, endpoints: str, rdzv_id: str, nnodes: str, out: str, seconds: float, log: str,
-                 conf: str = "", nproc: int = 1) -> None:
+    def __init__(
+        self,
+        endpoints: str,
+        rdzv_id: str,
+        nnodes: str,
+        out: str,
+        seconds: float,
+        log: str,
+        conf: str = "",
+        nproc: int = 1,
+    ) -> None:
         self.log = log
-        args = [ELASTIC_RUN, "--nnodes", nnodes, "--nproc-per-node", str(nproc), "--rdzv-endpoint", endpoints,
-                "--rdzv-id", rdzv_id, "--local-addr", "127.0.0.1", "--stop-grace", "2"]
+        args = [
+            ELASTIC_RUN,
+            "--nnodes",
+            nnodes,
+            "--nproc-per-node",
+            str(nproc),
+            "--rdzv-endpoint",
+            endpoints,
+            "--rdzv-id",
+            rdzv_id,
+            "--local-addr",
+            "127.0.0.1",
+            "--stop-grace",
+            "2",
+        ]
         if conf:
             args += ["--rdzv-conf", conf]
         with open(log, "wb") as handle:
-            self.process = subprocess.Popen(args + [LIFE, out, str(seconds)], stdout=handle,
-                                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            self.process = subprocess.Popen(
+                args + [LIFE, out, str(seconds)], stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            )
 
     @property
     def pid(self) -> int:
@@ -55,7 +87,7 @@ class Agent:
             return self.process.wait(timeout)
         except subprocess.TimeoutExpired:
             self.kill()
-            raise AssertionError(f"agent did not exit within {timeout}s:\n{self.output()}")
+            raise AssertionError(f"agent did not exit within {timeout}s:\n{self.output()}") from None
 
     def kill(self) -> None:
         if self.process.poll() is None:

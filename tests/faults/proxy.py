@@ -100,9 +100,7 @@ class Proxy:
                 return  # the member is down: the client sees its connection closed
             self._writers.add(server_writer)
             try:
-                await asyncio.gather(
-                    self._pump(client_reader, server_writer), self._pump(server_reader, client_writer)
-                )
+                await asyncio.gather(self._pump(client_reader, server_writer), self._pump(server_reader, client_writer))
             finally:
                 server_writer.close()
                 self._writers.discard(server_writer)

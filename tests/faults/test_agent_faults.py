@@ -70,8 +70,10 @@ def test_a_partitioned_agent_stops_its_workers_before_the_others_form_a_new_roun
     assert codes == [0, 0, 0], [a.output() for a in [victim, *others]]
     assert "no lease renewal from etcd" in victim.output()
     stopped = died[0] - cut
-    print(f"\none agent partitioned 10 s: its workers stopped {stopped:.2f} s after the cut (deadline {DEADLINE:g} s), "
-          f"the others' world-2 round started {new_start - cut:.2f} s after the cut; split-brain window {window:.2f} s")
+    print(
+        f"\none agent partitioned 10 s: its workers stopped {stopped:.2f} s after the cut (deadline {DEADLINE:g} s), "
+        f"the others' world-2 round started {new_start - cut:.2f} s after the cut; split-brain window {window:.2f} s"
+    )
     assert window == 0.0
     assert stopped <= DEADLINE + 0.5
     assert max(w["world_size"] for w in workers(out) if w["created"] > new_start) == 3, "the victim came back"
@@ -100,8 +102,11 @@ def test_a_frozen_agent_is_fenced_by_its_reaper(cluster, agents, tmp_path):
     new = [w for w in workers(out) if w["created"] > frozen]
     assert any(w["world_size"] == 2 for w in new), "no round without the frozen agent formed: nothing to race"
     window = max(died[0] - min(w["created"] for w in new), 0.0)
-    print(f"\nagent SIGSTOPped {thawed - frozen:.1f} s: its worker stopped {stopped:.2f} s after the freeze (deadline {DEADLINE:g} s) "
-          f"by its reaper; split-brain window {window:.2f} s")
+    print(
+        f"\nagent SIGSTOPped {thawed - frozen:.1f} s: its worker stopped {stopped:.2f} s after the freeze "
+        f"(deadline {DEADLINE:g} s) "
+        f"by its reaper; split-brain window {window:.2f} s"
+    )
     assert stopped <= DEADLINE + 0.5
     assert window == 0.0
 
@@ -131,8 +136,10 @@ def test_a_killed_agent_is_announced_by_its_reaper_and_the_others_restart_at_onc
     restarted = min(w["created"] for w in workers(out) if w["world_size"] == 2) - killed
     codes = [agent.wait(60) for agent in started[:2]]
     assert codes == [0, 0], [a.output() for a in started[:2]]
-    print(f"\nagent SIGKILLed (3 agents, --nnodes 2:3): its worker died {died[0] - killed:.2f} s after the kill; "
-          f"the survivors' workers restarted as world 2 {restarted:.2f} s after it")
+    print(
+        f"\nagent SIGKILLed (3 agents, --nnodes 2:3): its worker died {died[0] - killed:.2f} s after the kill; "
+        f"the survivors' workers restarted as world 2 {restarted:.2f} s after it"
+    )
     assert died[0] - killed <= 1.0
     assert restarted <= 1.0
 

@@ -95,8 +95,11 @@ def test_a_node_lost_while_the_listed_first_member_is_frozen_is_heard_through_an
         time.sleep(DEADLINE)  # every stream on member 0 has gone silent and been moved
         started[2].process.send_signal(signal.SIGKILL)
         killed = time.time()
-        wait_for(lambda: any(w["world_size"] == 2 for w in workers(out)), FAULT - DEADLINE - 1,
-                 what="a round of 2 while member 0 is still frozen")
+        wait_for(
+            lambda: any(w["world_size"] == 2 for w in workers(out)),
+            FAULT - DEADLINE - 1,
+            what="a round of 2 while member 0 is still frozen",
+        )
         reranked = min(w["created"] for w in workers(out) if w["world_size"] == 2) - killed
         assert time.time() - frozen < FAULT, "member 0 thawed before the survivors heard of the loss"
     finally:
@@ -105,8 +108,10 @@ def test_a_node_lost_while_the_listed_first_member_is_frozen_is_heard_through_an
     outputs = [agent.output() for agent in started[:2]]
     assert codes == [0, 0], outputs
     assert not [line for text in outputs for line in text.splitlines() if "lease" in line], outputs
-    print(f"\nmember 0 (listed first) frozen {FAULT:g} s; a node SIGKILLed {DEADLINE:g} s into it: the survivors "
-          f"re-ranked as world 2 {reranked:.2f} s after the kill, through the other members")
+    print(
+        f"\nmember 0 (listed first) frozen {FAULT:g} s; a node SIGKILLed {DEADLINE:g} s into it: the survivors "
+        f"re-ranked as world 2 {reranked:.2f} s after the kill, through the other members"
+    )
 
 
 def test_compaction_and_defrag_during_a_run_cost_no_restart(cluster, agents, tmp_path):
@@ -203,5 +208,7 @@ def test_a_whole_cluster_outage_longer_than_the_renew_deadline_fences_and_the_jo
     second = [w for w in workers(out) if w["pid"] not in first]
     assert len(second) == 3 and {w["restart"] for w in second} == {0}, second
     resumed = min(w["created"] for w in second) - down
-    print(f"\nwhole cluster down 7 s: workers stopped {fenced_after:.1f} s after (deadline 4 s), "
-          f"job resumed {resumed:.1f} s after the outage began, no restart used")
+    print(
+        f"\nwhole cluster down 7 s: workers stopped {fenced_after:.1f} s after (deadline 4 s), "
+        f"job resumed {resumed:.1f} s after the outage began, no restart used"
+    )

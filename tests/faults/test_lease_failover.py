@@ -80,9 +80,11 @@ def test_a_frozen_leader_delays_renewals_by_the_election_and_one_interval_only(c
             first = [min((answered for sent, answered in times if sent > frozen), default=None) for times in acked]
         assert all(t is not None for t in first), f"a session renewed nothing in {DEADLINE} s: {first}"
         late = [t - elected for t in first]
-        print(f"\nleader (member {leader}) frozen; a new leader known {elected - frozen:.2f} s later; the first "
-              f"renewal sent since was answered {', '.join(f'{x:+.2f}' for x in late)} s from then "
-              f"(sessions starting on members {', '.join(str(o[0]) for o in orders)})")
+        print(
+            f"\nleader (member {leader}) frozen; a new leader known {elected - frozen:.2f} s later; the first "
+            f"renewal sent since was answered {', '.join(f'{x:+.2f}' for x in late)} s from then "
+            f"(sessions starting on members {', '.join(str(o[0]) for o in orders)})"
+        )
         bound = sessions[0].interval + SLACK
         assert max(late) <= bound, f"a renewal got through {max(late):.2f} s after a leader was known (> {bound} s)"
         assert all(not s.overdue() for s in sessions), "a session missed its renew deadline"

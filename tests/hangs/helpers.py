@@ -22,8 +22,14 @@ class Agent:
 
     def __init__(self, args: list[str], env: dict[str, str] | None = None) -> None:
         """``env``: the agent's whole environment (default: this process's)."""
-        self.process = subprocess.Popen([tool("elastic-run"), *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                        text=True, stdin=subprocess.DEVNULL, env=env)
+        self.process = subprocess.Popen(
+            [tool("elastic-run"), *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            env=env,
+        )
         self.lines: list[tuple[float, str]] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()

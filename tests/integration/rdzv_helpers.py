@@ -19,8 +19,9 @@ class Nodes:
     def add(self, name: str, local_world_size: int = 1, **changes) -> RendezvousHandler:
         client = EtcdClient(self.endpoints, timeout=5)
         settings = self.settings.with_(**changes) if changes else self.settings
-        handler = RendezvousHandler(client, settings, local_addr="127.0.0.1",
-                                    local_world_size=local_world_size, node_id=name)
+        handler = RendezvousHandler(
+            client, settings, local_addr="127.0.0.1", local_world_size=local_world_size, node_id=name
+        )
         self.clients.append(client)
         self.handlers.append(handler)
         return handler

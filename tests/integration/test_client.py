@@ -193,15 +193,52 @@ def _openssl(*args: str) -> None:
 def tls_files(tmp_path):
     """A CA, a server certificate for 127.0.0.1 and a client certificate, made with openssl."""
     d = tmp_path
-    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=test-ca",
-             "-keyout", str(d / "ca.key"), "-out", str(d / "ca.pem"))
+    _openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=test-ca",
+        "-keyout",
+        str(d / "ca.key"),
+        "-out",
+        str(d / "ca.pem"),
+    )
     (d / "san.cnf").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
     for name in ("server", "client"):
-        _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={name}",
-                 "-keyout", str(d / f"{name}.key"), "-out", str(d / f"{name}.csr"))
-        _openssl("x509", "-req", "-in", str(d / f"{name}.csr"), "-CA", str(d / "ca.pem"), "-CAkey",
-                 str(d / "ca.key"), "-CAcreateserial", "-days", "1", "-extfile", str(d / "san.cnf"),
-                 "-out", str(d / f"{name}.pem"))
+        _openssl(
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            f"/CN={name}",
+            "-keyout",
+            str(d / f"{name}.key"),
+            "-out",
+            str(d / f"{name}.csr"),
+        )
+        _openssl(
+            "x509",
+            "-req",
+            "-in",
+            str(d / f"{name}.csr"),
+            "-CA",
+            str(d / "ca.pem"),
+            "-CAkey",
+            str(d / "ca.key"),
+            "-CAcreateserial",
+            "-days",
+            "1",
+            "-extfile",
+            str(d / "san.cnf"),
+            "-out",
+            str(d / f"{name}.pem"),
+        )
     return d
 
 
@@ -210,8 +247,13 @@ def test_tls_with_a_client_certificate(tls_files):
     tls = ServerTLS(str(d / "server.pem"), str(d / "server.key"), str(d / "ca.pem"))
     with EtcdServer(tls=tls) as server:
         assert server.endpoints.startswith("https://")
-        client = EtcdClient(server.endpoints, timeout=5.0, ca_cert=str(d / "ca.pem"),
-                            cert_key=str(d / "client.key"), cert_cert=str(d / "client.pem"))
+        client = EtcdClient(
+            server.endpoints,
+            timeout=5.0,
+            ca_cert=str(d / "ca.pem"),
+            cert_key=str(d / "client.key"),
+            cert_cert=str(d / "client.pem"),
+        )
         client.put("/tls", b"ok")
         assert client.get("/tls").value == b"ok"
         _streams_work(client)
@@ -250,8 +292,11 @@ def _watch_messages(endpoint: str) -> float:
     import urllib.request
 
     text = urllib.request.urlopen(f"http://{endpoint}/metrics", timeout=10).read().decode()
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith("grpc_server_msg_received_total{") and 'grpc_method="Watch"' in line)
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("grpc_server_msg_received_total{") and 'grpc_method="Watch"' in line
+    )
 
 
 def test_a_quiet_watch_asks_for_progress_only_while_no_lease_renewal_vouches_for_its_member(monkeypatch):
@@ -270,8 +315,10 @@ def test_a_quiet_watch_asks_for_progress_only_while_no_lease_renewal_vouches_for
                 watch.close()
                 if session is not None:
                     session.close()
-            print(f"\nprogress requests of a watch quiet for 3 s: {counts[False]:.0f} alone, {counts[True]:.0f} "
-                  f"beside a lease renewed every 0.2 s")
+            print(
+                f"\nprogress requests of a watch quiet for 3 s: {counts[False]:.0f} alone, {counts[True]:.0f} "
+                f"beside a lease renewed every 0.2 s"
+            )
             assert counts[False] >= 4, "a quiet watch with nothing else on its connection must ask its member"
             assert counts[True] <= 1, "renewals answered on the same connection already say the member is alive"
         finally:

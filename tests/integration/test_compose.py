@@ -17,7 +17,6 @@ import pytest
 
 from elastic import get_state
 from rendezvous import EtcdClient
-
 from tests.e2e.cli_helpers import finish, run_id, start, wait_for
 from tests.etcd_fixture import ROOT, docker_client, etcd_image
 from tests.faults.helpers import DISTURBED, LIFE, workers
@@ -76,9 +75,23 @@ def test_the_compose_cluster_carries_a_job_through_the_loss_of_a_member(compose_
     # reached etcd again would fence their workers; the job must finish and be closed in etcd. The
     # deadline leaves room for the leader election a killed leader costs on a loaded 2-core machine
     # (one CI run saw more than 4 s without a renewal there).
-    args = ["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-endpoint", ",".join(ENDPOINTS),
-            "--rdzv-id", rdzv_id, "--local-addr", "127.0.0.1", "--rdzv-conf", "last_call_timeout=1,renew_deadline=8",
-            LIFE, out, "18"]
+    args = [
+        "--nnodes",
+        "2",
+        "--nproc-per-node",
+        "1",
+        "--rdzv-endpoint",
+        ",".join(ENDPOINTS),
+        "--rdzv-id",
+        rdzv_id,
+        "--local-addr",
+        "127.0.0.1",
+        "--rdzv-conf",
+        "last_call_timeout=1,renew_deadline=8",
+        LIFE,
+        out,
+        "18",
+    ]
     agents = [start(args), start(args)]
     try:
         wait_for(lambda: len(workers(out)) == 2, 60, what="2 workers")
@@ -97,5 +110,7 @@ def test_the_compose_cluster_carries_a_job_through_the_loss_of_a_member(compose_
     assert len(workers(out)) == 2, "a worker was restarted"
     view = get_state(",".join(ENDPOINTS[1:]), rdzv_id)
     assert view is not None and view.status == "closed", view
-    print(f"\ncompose: etcd-1 killed mid-run; the job finished {time.monotonic() - began:.1f} s later with 0 restarts "
-          f"and its state in etcd is {view.status} ({view.reason})")
+    print(
+        f"\ncompose: etcd-1 killed mid-run; the job finished {time.monotonic() - began:.1f} s later with 0 restarts "
+        f"and its state in etcd is {view.status} ({view.reason})"
+    )

@@ -13,7 +13,6 @@ import stat
 import pytest
 
 from rendezvous.etcd.server import find_etcd_binary
-
 from tests.etcd_fixture import DIGEST_LABEL, FixtureError, discard_image, docker_client, local_image
 
 
@@ -64,8 +63,10 @@ def test_a_stale_image_under_the_same_name_is_rebuilt_from_the_real_binary(engin
     # What an earlier run left behind: an image of that name built from something else.
     _program(tmp_path, "etcd", b"#!/usr/bin/env python3\n")
     _program(tmp_path, "etcdctl", b"#!/bin/sh\n")
-    shutil.copy(os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "docker", "etcd",
-                             "Dockerfile"), tmp_path)
+    shutil.copy(
+        os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "docker", "etcd", "Dockerfile"),
+        tmp_path,
+    )
     engine.images.build(path=str(tmp_path), tag=real.name, rm=True)
     assert not engine.images.get(real.name).labels.get(DIGEST_LABEL)
     again = local_image(engine)

@@ -19,7 +19,13 @@ def test_the_newest_records_are_kept_in_time_order(etcd_client, key_prefix):
     events, _ = read_history(etcd_client, root)
     assert [e.round for e in events] == list(range(15, 25))
     assert all(a.time <= b.time for a, b in zip(events, events[1:]))
-    assert events[-1].as_dict() == {"time": events[-1].time, "round": 24, "node": "n1", "kind": "round_frozen", "world_size": 24}
+    assert events[-1].as_dict() == {
+        "time": events[-1].time,
+        "round": 24,
+        "node": "n1",
+        "kind": "round_frozen",
+        "world_size": 24,
+    }
 
 
 def test_records_that_are_not_ours_are_skipped(etcd_client, key_prefix):
@@ -48,7 +54,7 @@ def test_the_agents_writer_keeps_the_newest_1000_records(etcd_client, key_prefix
     root = f"{key_prefix}/job/"
     old = [Event(1_000_000 + i, 1, "old", "round_frozen") for i in range(1000)]
     for start in range(0, len(old), 100):
-        ops = [op_put(e.key(root), e.encode()) for e in old[start:start + 100]]
+        ops = [op_put(e.key(root), e.encode()) for e in old[start : start + 100]]
         etcd_client.txn([], ops)
     writer = HistoryWriter(etcd_client, root, "n1")  # the agent's: the default limit
     for i in range(5):

@@ -19,7 +19,9 @@ def test_get_state_shows_the_running_round_and_its_nodes(etcd_endpoints, key_pre
         assert (view.run_id, view.status, view.round, view.world_size) == ("job", "running", 1, 5)
         assert (view.master_addr, view.master_port) == (results["a"].master_addr, results["a"].master_port)
         assert {(n.node, n.group_rank, n.alive) for n in view.nodes} == {
-            ("a", results["a"].group_rank, True), ("b", results["b"].group_rank, True)}
+            ("a", results["a"].group_rank, True),
+            ("b", results["b"].group_rank, True),
+        }
         handlers[1].shutdown()
         # the coordinator's node starts round 2 as soon as it hears b is gone (when b was the
         # coordinator, a takes over as it follows its round, as its agent does); the view shows round 1's

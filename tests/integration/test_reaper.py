@@ -5,7 +5,8 @@ from __future__ import annotations
 import subprocess
 import time
 
-from launcher.workers.group import ReaperProcess as Reaper, reaper_sys_path as _project_path
+from launcher.workers.group import ReaperProcess as Reaper
+from launcher.workers.group import reaper_sys_path as _project_path
 from rendezvous import EtcdClient
 
 

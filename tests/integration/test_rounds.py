@@ -8,8 +8,8 @@ import time
 import pytest
 
 from rendezvous import RendezvousClosedError, RendezvousStateError, RendezvousTimeoutError
-from rendezvous.rounds.join import RendezvousInfo
 from rendezvous.job.state import NodeInfo
+from rendezvous.rounds.join import RendezvousInfo
 from rendezvous.rounds.view import get_state
 from tests.integration.rdzv_helpers import Nodes
 
@@ -34,7 +34,9 @@ def test_eight_participants_form_one_round_with_ranks_0_to_7(etcd_endpoints, key
         results = _ok(group.rendezvous(handlers))
         assert sorted(r.group_rank for r in results.values()) == list(range(8))
         assert {r.round for r in results.values()} == {1}
-        assert {(r.master_addr, r.master_port) for r in results.values()} == {(results["node0"].master_addr, results["node0"].master_port)}
+        assert {(r.master_addr, r.master_port) for r in results.values()} == {
+            (results["node0"].master_addr, results["node0"].master_port)
+        }
         assert {r.world_size for r in results.values()} == {16}
         assert sorted(r.base_global_rank for r in results.values()) == list(range(0, 16, 2))
         assert {r.group_world_size for r in results.values()} == {8}
@@ -77,7 +79,9 @@ def test_revoked_participant_makes_the_others_re_rendezvous_into_a_smaller_round
             assert second[handler.node_id].group_rank == 0
 
 
-def test_when_the_keeper_of_a_running_round_leaves_another_node_takes_over_and_the_others_hear_it(nodes, etcd_client, key_prefix):
+def test_when_the_keeper_of_a_running_round_leaves_another_node_takes_over_and_the_others_hear_it(
+    nodes, etcd_client, key_prefix
+):
     handlers = [nodes.add(n) for n in "abc"]
     first = _ok(nodes.rendezvous(handlers))
     keeper_id = etcd_client.get(f"{key_prefix}/job/coordinator").value.decode()
@@ -94,8 +98,11 @@ def test_when_the_keeper_of_a_running_round_leaves_another_node_takes_over_and_t
     assert claimed in {h.node_id for h in survivors}
     second = _ok(nodes.rendezvous(survivors))
     assert sorted(r.group_rank for r in second.values()) == [0, 1] and {r.round for r in second.values()} == {2}
-    assert all(second[h.node_id].group_rank == first[h.node_id].group_rank for h in survivors
-               if first[h.node_id].group_rank < 2)
+    assert all(
+        second[h.node_id].group_rank == first[h.node_id].group_rank
+        for h in survivors
+        if first[h.node_id].group_rank < 2
+    )
 
 
 def test_a_killed_agent_is_noticed_within_its_lease_ttl_and_recovery_takes_about_one_ttl(nodes):
@@ -216,7 +223,10 @@ def test_a_follower_takes_over_when_the_coordinator_dies_while_the_round_forms(n
     took_over = time.monotonic() - died
     infos = _ok(results)
     assert sorted(i.group_rank for i in infos.values()) == [0, 1] and infos["b"].group_world_size == 2
-    assert {n.node for n in get_state(etcd_client, "job", key_prefix=key_prefix).nodes if n.group_rank is not None} == {"b", "c"}
+    assert {n.node for n in get_state(etcd_client, "job", key_prefix=key_prefix).nodes if n.group_rank is not None} == {
+        "b",
+        "c",
+    }
     assert took_over < 2.0, f"the round froze {took_over:.2f}s after the coordinator died"
 
 

@@ -15,8 +15,8 @@ import urllib.request
 
 import pytest
 
-from rendezvous.job.ranktable import read_placement, read_table, write_table
 from rendezvous.job.keys import JobKeys
+from rendezvous.job.ranktable import read_placement, read_table, write_table
 from rendezvous.job.state import JobState, JobStatus, Participant
 from rendezvous.rounds.view import get_state
 from tests.integration.rdzv_helpers import Nodes
@@ -27,7 +27,9 @@ COUNTERS = ("etcd_network_client_grpc_sent_bytes_total", "etcd_debugging_mvcc_ev
 
 def _counters(endpoint: str) -> dict[str, float]:
     text = urllib.request.urlopen(f"http://{endpoint}/metrics", timeout=10).read().decode()
-    return {name: float(value) for name, _, value in (line.partition(" ") for line in text.splitlines()) if name in COUNTERS}
+    return {
+        name: float(value) for name, _, value in (line.partition(" ") for line in text.splitlines()) if name in COUNTERS
+    }
 
 
 def _rerank(survivors, bound: float = 60.0) -> dict:
@@ -60,8 +62,14 @@ def _one_size(endpoints: str, key_prefix: str, k: int) -> dict:
         errors = [v for v in second.values() if isinstance(v, Exception)]
         assert not errors, errors[:1]
         view = get_state(nodes.clients[0], "job", key_prefix=f"{key_prefix}-{k}")
-        return {"first": first, "second": second, "victim": victim.node_id, "view": view,
-                "bytes": (after[COUNTERS[0]] - before[COUNTERS[0]]) / k, "events": (after[COUNTERS[1]] - before[COUNTERS[1]]) / k}
+        return {
+            "first": first,
+            "second": second,
+            "victim": victim.node_id,
+            "view": view,
+            "bytes": (after[COUNTERS[0]] - before[COUNTERS[0]]) / k,
+            "events": (after[COUNTERS[1]] - before[COUNTERS[1]]) / k,
+        }
     finally:
         nodes.close()
 
@@ -83,7 +91,9 @@ def test_a_few_hundred_participants_form_one_round_and_re_rank_keeping_their_ran
     assert len(second) == k - 1 and {i.round for i in second.values()} == {2}
     assert sorted(i.group_rank for i in second.values()) == list(range(k - 1))
     moved = [n for n, i in second.items() if i.group_rank != first[n].group_rank]
-    assert moved == [next(n for n, i in first.items() if i.group_rank == k - 1)], "only the last rank moves, into the gap"
+    assert moved == [next(n for n, i in first.items() if i.group_rank == k - 1)], (
+        "only the last rank moves, into the gap"
+    )
     print(f"\nK={k}: {k} ranks in round 1; one node left; {k - 1} survivors re-ranked, {len(moved)} moved")
 
 
@@ -101,19 +111,26 @@ def test_what_etcd_sends_each_node_does_not_grow_with_the_job(runs):
     small, big = runs[SIZES[0]], runs[SIZES[-1]]
     grow = big["bytes"] / small["bytes"]
     grow_events = big["events"] / small["events"]
-    print(f"\nper node, a round, a loss and a re-rank: K={SIZES[0]}: {small['bytes'] / 1024:.1f} KB, {small['events']:.1f} events; "
-          f"K={SIZES[-1]}: {big['bytes'] / 1024:.1f} KB, {big['events']:.1f} events (x{grow:.2f}, x{grow_events:.2f})")
+    print(
+        f"\nper node, a round, a loss and a re-rank: "
+        f"K={SIZES[0]}: {small['bytes'] / 1024:.1f} KB, {small['events']:.1f} events; "
+        f"K={SIZES[-1]}: {big['bytes'] / 1024:.1f} KB, {big['events']:.1f} events (x{grow:.2f}, x{grow_events:.2f})"
+    )
     # A term that grows with K per node would make 4x the nodes cost each node up to 4x as much.
     assert grow < 1.5, f"each node received {grow:.2f}x the bytes with {SIZES[-1] // SIZES[0]}x the nodes"
-    assert grow_events < 1.5, f"each node received {grow_events:.2f}x the events with {SIZES[-1] // SIZES[0]}x the nodes"
+    assert grow_events < 1.5, (
+        f"each node received {grow_events:.2f}x the events with {SIZES[-1] // SIZES[0]}x the nodes"
+    )
     assert big["bytes"] < 16 * 1024, f"{big['bytes'] / 1024:.1f} KB a node"
 
 
 def test_a_table_of_16384_nodes_fits_etcds_default_limits(etcd_client, key_prefix):
     # the test etcd runs with the default --max-txn-ops (128) and request size (1.5 MiB)
     keys = JobKeys(key_prefix, "big")
-    members = tuple(Participant(f"node-{i:05d}-{i * 7919 % 16**8:08x}", i, f"10.{i // 65536}.{i // 256 % 256}.{i % 256}", 8)
-                    for i in range(16384))
+    members = tuple(
+        Participant(f"node-{i:05d}-{i * 7919 % 16**8:08x}", i, f"10.{i // 65536}.{i // 256 % 256}.{i % 256}", 8)
+        for i in range(16384)
+    )
     state = JobState("big", 1, JobStatus.RUNNING, 1, 16384, table="1-t", size=16384, world=8 * 16384, buckets=512)
     write_table(etcd_client, keys, "1-t", members, 512)
     assert read_table(etcd_client, keys, state) == members

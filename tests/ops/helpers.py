@@ -32,7 +32,7 @@ def endpoint_of(lines: list[tuple[float, str]], timeout: float = 30) -> str:
             if found:
                 return found.group(1)
         time.sleep(0.05)
-    raise AssertionError("the agent never said where its endpoint listens:\n" + "\n".join(l for _, l in lines))
+    raise AssertionError("the agent never said where its endpoint listens:\n" + "\n".join(line for _, line in lines))
 
 
 def until(url: str, status: int, words: str, timeout: float) -> str:

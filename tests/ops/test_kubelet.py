@@ -17,9 +17,9 @@ import psutil
 import yaml
 
 import elastic
-
 from tests.e2e.cli_helpers import run, run_id, wait_for
 from tests.hangs.helpers import Agent
+
 from .helpers import PHASED, endpoint_of, until
 
 MANIFEST = Path(__file__).resolve().parents[2] / "examples" / "kubernetes" / "indexed-job.yaml"
@@ -31,13 +31,22 @@ def _pod_environment(endpoints: str, rdzv_id: str) -> tuple[dict[str, str], list
     pod = job["spec"]["template"]["spec"]
     container = pod["containers"][0]
     env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
-    env.update(PET_RDZV_ID=rdzv_id, PET_LOCAL_ADDR="127.0.0.1", PET_RDZV_ENDPOINT=endpoints, PET_HTTP_PORT="0",
-               PET_HTTP_HOST="127.0.0.1")  # fieldRefs, and what differs on loopback; the etcd here has no auth
-    env.update(PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"], HOME=os.environ.get("HOME", "/root"))
+    env.update(
+        PET_RDZV_ID=rdzv_id,
+        PET_LOCAL_ADDR="127.0.0.1",
+        PET_RDZV_ENDPOINT=endpoints,
+        PET_HTTP_PORT="0",
+        PET_HTTP_HOST="127.0.0.1",
+    )  # fieldRefs, and what differs on loopback; the etcd here has no auth
+    env.update(
+        PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"], HOME=os.environ.get("HOME", "/root")
+    )
     return env, container["command"], float(pod["terminationGracePeriodSeconds"])
 
 
-def test_an_agent_of_the_manifest_stops_on_sigterm_within_the_grace_period_and_leaves_the_job_open(etcd_endpoints, tmp_path):
+def test_an_agent_of_the_manifest_stops_on_sigterm_within_the_grace_period_and_leaves_the_job_open(
+    etcd_endpoints, tmp_path
+):
     rdzv_id = run_id()
     env, command, grace = _pod_environment(etcd_endpoints, rdzv_id)
     assert command[0] == "elastic-run"
@@ -51,8 +60,11 @@ def test_an_agent_of_the_manifest_stops_on_sigterm_within_the_grace_period_and_l
         ranks = victim.ranks()
 
         def started() -> list[int]:  # the victim's workers, by the files they wrote when they started
-            return [int(p.rsplit(".", 1)[1]) for p in glob.glob(str(tmp_path / "*.0.*"))
-                    if int(Path(p).name.split(".")[0]) in ranks]
+            return [
+                int(p.rsplit(".", 1)[1])
+                for p in glob.glob(str(tmp_path / "*.0.*"))
+                if int(Path(p).name.split(".")[0]) in ranks
+            ]
 
         mine = wait_for(lambda: len(started()) == 2 and started(), 30, what="the victim's 2 workers")
         sent = time.monotonic()
@@ -65,13 +77,17 @@ def test_an_agent_of_the_manifest_stops_on_sigterm_within_the_grace_period_and_l
         took = time.monotonic() - sent
         assert code == 128 + signal.SIGTERM, victim.output  # the table: stopped by a signal, worth a retry
         assert took < grace, f"the agent needed the kubelet's SIGKILL ({took:.1f} s)"
-        assert len(mine) == 2 and not [p for p in mine if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
+        assert len(mine) == 2 and not [
+            p for p in mine if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"
+        ]
         state = elastic.get_state(etcd_endpoints, rdzv_id)
         assert state is not None and state.status != "closed", state
         survivor = until(urls[1] + "/readyz", 503, "not ready", 30)
-        print(f"\nSIGTERM: the agent exited {code} after {took:.1f} s (grace {grace:g} s, PET_SHUTDOWN_TIMEOUT "
-              f"{env['PET_SHUTDOWN_TIMEOUT']}); its workers {mine} are gone; the job is {state.status}; "
-              f"the other pod: {survivor}")
+        print(
+            f"\nSIGTERM: the agent exited {code} after {took:.1f} s (grace {grace:g} s, PET_SHUTDOWN_TIMEOUT "
+            f"{env['PET_SHUTDOWN_TIMEOUT']}); its workers {mine} are gone; the job is {state.status}; "
+            f"the other pod: {survivor}"
+        )
     finally:
         run(["close", "--rdzv-endpoint", etcd_endpoints, "--rdzv-id", rdzv_id], tool_name="elastic-ctl")
         for pod in pods:

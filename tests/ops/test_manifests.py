@@ -20,11 +20,36 @@ VERSION = "1.30"
 DOCS = [(path.name, doc) for path in sorted(K8S.glob("*.yaml")) for doc in yaml.safe_load_all(path.read_text()) if doc]
 CUSTOM = {"PyTorchJob", "PodMonitor"}
 # kubeflow.org/v1 PyTorchJob (training-operator's published CRD) and monitoring.coreos.com/v1 PodMonitor: the fields
-ELASTIC_POLICY = {"minReplicas", "maxReplicas", "rdzvBackend", "rdzvPort", "rdzvHost", "rdzvId", "rdzvConf", "standalone",
-                  "nProcPerNode", "maxRestarts", "metrics"}
+ELASTIC_POLICY = {
+    "minReplicas",
+    "maxReplicas",
+    "rdzvBackend",
+    "rdzvPort",
+    "rdzvHost",
+    "rdzvId",
+    "rdzvConf",
+    "standalone",
+    "nProcPerNode",
+    "maxRestarts",
+    "metrics",
+}
 REPLICA_SPEC = {"replicas", "template", "restartPolicy"}
-POD_MONITOR_ENDPOINT = {"port", "targetPort", "path", "scheme", "params", "interval", "scrapeTimeout", "honorLabels",
-                        "relabelings", "metricRelabelings", "tlsConfig", "bearerTokenSecret", "basicAuth", "followRedirects"}
+POD_MONITOR_ENDPOINT = {
+    "port",
+    "targetPort",
+    "path",
+    "scheme",
+    "params",
+    "interval",
+    "scrapeTimeout",
+    "honorLabels",
+    "relabelings",
+    "metricRelabelings",
+    "tlsConfig",
+    "bearerTokenSecret",
+    "basicAuth",
+    "followRedirects",
+}
 
 
 def _pod(template: dict) -> dict:
@@ -35,7 +60,9 @@ def _containers(doc: dict) -> list[dict]:
     if doc["kind"] == "Job":
         return doc["spec"]["template"]["spec"]["containers"]
     if doc["kind"] == "PyTorchJob":
-        return [c for spec in doc["spec"]["pytorchReplicaSpecs"].values() for c in spec["template"]["spec"]["containers"]]
+        return [
+            c for spec in doc["spec"]["pytorchReplicaSpecs"].values() for c in spec["template"]["spec"]["containers"]
+        ]
     return []
 
 
@@ -47,8 +74,11 @@ def _templates(doc: dict) -> list[dict]:
     return []
 
 
-@pytest.mark.parametrize("name,doc", [d for d in DOCS if d[1]["kind"] not in CUSTOM],
-                         ids=[f"{n}:{d['kind']}/{d['metadata']['name']}" for n, d in DOCS if d["kind"] not in CUSTOM])
+@pytest.mark.parametrize(
+    "name,doc",
+    [d for d in DOCS if d[1]["kind"] not in CUSTOM],
+    ids=[f"{n}:{d['kind']}/{d['metadata']['name']}" for n, d in DOCS if d["kind"] not in CUSTOM],
+)
 def test_core_objects_validate_against_the_kubernetes_schemas(name, doc):
     kubernetes_validate.validate(doc, VERSION, strict=True)
 
@@ -68,7 +98,13 @@ def test_the_pytorchjob_uses_only_published_fields_and_its_pods_validate():
 def test_the_pod_monitor_uses_only_published_fields():
     monitor = next(d for _, d in DOCS if d["kind"] == "PodMonitor")
     assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
-    assert set(monitor["spec"]) <= {"selector", "podMetricsEndpoints", "namespaceSelector", "jobLabel", "podTargetLabels"}
+    assert set(monitor["spec"]) <= {
+        "selector",
+        "podMetricsEndpoints",
+        "namespaceSelector",
+        "jobLabel",
+        "podTargetLabels",
+    }
     assert all(set(e) <= POD_MONITOR_ENDPOINT for e in monitor["spec"]["podMetricsEndpoints"])
     pods = [t for _, d in DOCS for t in _templates(d)]
     assert all(monitor["spec"]["selector"]["matchLabels"].items() <= t["metadata"]["labels"].items() for t in pods)
@@ -76,7 +112,9 @@ def test_the_pod_monitor_uses_only_published_fields():
 
 def test_every_pet_variable_is_an_elastic_run_option():
     known = {p.envvar for p in elastic_run.params if p.envvar}
-    used = {e["name"] for _, d in DOCS for c in _containers(d) for e in c.get("env", []) if e["name"].startswith("PET_")}
+    used = {
+        e["name"] for _, d in DOCS for c in _containers(d) for e in c.get("env", []) if e["name"].startswith("PET_")
+    }
     assert used and used <= known, used - known
 
 
@@ -94,7 +132,10 @@ def test_the_grace_period_outlasts_the_shutdown_timeout():
         env = {e["name"]: e.get("value") for e in container.get("env", [])}
         assert template["spec"]["terminationGracePeriodSeconds"] >= float(env["PET_SHUTDOWN_TIMEOUT"]) + 10
         probes = {container["livenessProbe"]["httpGet"]["path"], container["readinessProbe"]["httpGet"]["path"]}
-        assert probes == {"/healthz", "/readyz"} and env["PET_HTTP_PORT"] == template["metadata"]["annotations"]["prometheus.io/port"]
+        assert (
+            probes == {"/healthz", "/readyz"}
+            and env["PET_HTTP_PORT"] == template["metadata"]["annotations"]["prometheus.io/port"]
+        )
 
 
 def _relabel(rules: list[dict], labels: dict[str, str]) -> dict[str, str] | None:
@@ -114,9 +155,13 @@ def _relabel(rules: list[dict], labels: dict[str, str]) -> dict[str, str] | None
 def test_the_scrape_config_finds_an_agents_endpoint_from_its_annotations():
     config = yaml.safe_load((K8S / "prometheus-scrape.yml").read_text())
     rules = config["scrape_configs"][0]["relabel_configs"]
-    pod = {"__address__": "10.1.2.3:8080", "__meta_kubernetes_pod_annotation_prometheus_io_scrape": "true",
-           "__meta_kubernetes_pod_annotation_prometheus_io_port": "9400",
-           "__meta_kubernetes_pod_annotation_prometheus_io_path": "/metrics", "__meta_kubernetes_pod_name": "train-0"}
+    pod = {
+        "__address__": "10.1.2.3:8080",
+        "__meta_kubernetes_pod_annotation_prometheus_io_scrape": "true",
+        "__meta_kubernetes_pod_annotation_prometheus_io_port": "9400",
+        "__meta_kubernetes_pod_annotation_prometheus_io_path": "/metrics",
+        "__meta_kubernetes_pod_name": "train-0",
+    }
     target = _relabel(rules, dict(pod))
     assert target is not None and target["__address__"] == "10.1.2.3:9400" and target["__metrics_path__"] == "/metrics"
     assert _relabel(rules, {**pod, "__meta_kubernetes_pod_annotation_prometheus_io_scrape": "false"}) is None

@@ -9,16 +9,43 @@ import subprocess
 from tests.e2e.cli_helpers import run, run_id, tool
 from tests.faults.proxy import Proxy
 from tests.hangs.helpers import Agent
+
 from .helpers import PHASED, endpoint_of, get, until
 
 
 def test_the_probes_follow_a_job_through_its_phases(etcd_endpoints, tmp_path):
     host, port = etcd_endpoints.split(",")[0].rsplit(":", 1)
     rdzv_id, answers = run_id(), []
-    common = ["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-id", rdzv_id, "--local-addr", "127.0.0.1",
-              "--max-restarts", "2", "--shutdown-timeout", "5", "--http-port", "0", "--http-host", "127.0.0.1",
-              "--rdzv-conf", "last_call_timeout=1,renew_deadline=4", PHASED, str(tmp_path), "--run", "120",
-              "--fail-rank", "1", "--fail-after", "2", "--linger", "2"]
+    common = [
+        "--nnodes",
+        "2",
+        "--nproc-per-node",
+        "1",
+        "--rdzv-id",
+        rdzv_id,
+        "--local-addr",
+        "127.0.0.1",
+        "--max-restarts",
+        "2",
+        "--shutdown-timeout",
+        "5",
+        "--http-port",
+        "0",
+        "--http-host",
+        "127.0.0.1",
+        "--rdzv-conf",
+        "last_call_timeout=1,renew_deadline=4",
+        PHASED,
+        str(tmp_path),
+        "--run",
+        "120",
+        "--fail-rank",
+        "1",
+        "--fail-after",
+        "2",
+        "--linger",
+        "2",
+    ]
     with Proxy(host, int(port)) as proxy:
         first = Agent(["--rdzv-endpoint", proxy.endpoint, *common])
         agents = [first]
@@ -41,13 +68,17 @@ def test_the_probes_follow_a_job_through_its_phases(etcd_endpoints, tmp_path):
             proxy.heal()
             seen("link healed: rejoined", "/healthz", 200, "ok: running", 30)
             seen("link healed: rejoined", "/readyz", 200, "ready: 1 workers running", 30)
-            closed = run(["close", "--rdzv-endpoint", etcd_endpoints, "--rdzv-id", rdzv_id, "--reason", "probe test"],
-                         tool_name="elastic-ctl")
+            closed = run(
+                ["close", "--rdzv-endpoint", etcd_endpoints, "--rdzv-id", rdzv_id, "--reason", "probe test"],
+                tool_name="elastic-ctl",
+            )
             assert closed.returncode == 0, closed.stderr
             codes = [agent.wait(60) for agent in agents]
             answers.append(("closed by an operator: the agent exited", "/healthz", *get(url + "/healthz")))
         except AssertionError as exc:
-            raise AssertionError(f"{exc}\nseen so far: {answers}\n" + "\n---\n".join(a.output for a in agents)) from None
+            raise AssertionError(
+                f"{exc}\nseen so far: {answers}\n" + "\n---\n".join(a.output for a in agents)
+            ) from None
         finally:
             for agent in agents:
                 agent.kill()
@@ -62,22 +93,54 @@ def test_bad_requests_get_404_or_405_and_the_port_is_the_one_asked_for(tmp_path)
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    agent = Agent(["--standalone", "--nproc-per-node", "1", "--http-port", str(port), "--http-host", "127.0.0.1",
-                   PHASED, str(tmp_path), "--run", "30"])
+    agent = Agent(
+        [
+            "--standalone",
+            "--nproc-per-node",
+            "1",
+            "--http-port",
+            str(port),
+            "--http-host",
+            "127.0.0.1",
+            PHASED,
+            str(tmp_path),
+            "--run",
+            "30",
+        ]
+    )
     try:
         assert endpoint_of(agent.lines) == f"127.0.0.1:{port}"
         url = f"http://127.0.0.1:{port}"
         until(url + "/readyz", 200, "ready", 30)
         assert get(url + "/nope")[0] == 404 and "try /metrics" in get(url + "/nope")[1]
-        post = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-X", "POST", url + "/metrics"],
-                              capture_output=True, text=True, timeout=10)
+        post = subprocess.run(
+            ["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-X", "POST", url + "/metrics"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
         assert post.stdout == "405", post
         status, body = get(url + "/metrics")
         assert status == 200 and "elastic_workers_running{" in body and "Traceback" not in body
-        busy = subprocess.run([tool("elastic-run"), "--standalone", "--http-port", str(port), "--http-host", "127.0.0.1",
-                               PHASED, str(tmp_path)], capture_output=True, text=True, timeout=60)
+        busy = subprocess.run(
+            [
+                tool("elastic-run"),
+                "--standalone",
+                "--http-port",
+                str(port),
+                "--http-host",
+                "127.0.0.1",
+                PHASED,
+                str(tmp_path),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         lines = [line for line in busy.stderr.splitlines() if line.strip() and "Setting OMP" not in line]
-        assert busy.returncode == 2 and lines[-1].startswith(f"elastic-run: error: --http-port {port}: cannot listen"), busy.stderr
+        assert busy.returncode == 2 and lines[-1].startswith(
+            f"elastic-run: error: --http-port {port}: cannot listen"
+        ), busy.stderr
         assert "Traceback" not in busy.stderr
     finally:
         agent.kill()

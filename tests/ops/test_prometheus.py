@@ -16,6 +16,7 @@ import pytest
 
 from tests.e2e.cli_helpers import run_id
 from tests.hangs.helpers import Agent
+
 from .helpers import PHASED, endpoint_of, get
 
 PROMETHEUS = shutil.which("prometheus")
@@ -31,13 +32,20 @@ class Prometheus:
     def __init__(self, targets: list[str], workdir: str) -> None:
         config = os.path.join(workdir, "prometheus.yml")
         with open(config, "w") as handle:
-            handle.write("global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n"
-                         f"  - job_name: elastic\n    static_configs:\n      - targets: {json.dumps(targets)}\n")
+            handle.write(
+                "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n"
+                f"  - job_name: elastic\n    static_configs:\n      - targets: {json.dumps(targets)}\n"
+            )
         self.url = f"http://127.0.0.1:{_free_port()}"
         self.process = subprocess.Popen(
-            [PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={os.path.join(workdir, 'data')}",
-             f"--web.listen-address={self.url[7:]}"],
-            stdout=subprocess.DEVNULL, stderr=open(os.path.join(workdir, "prometheus.log"), "w"),
+            [
+                PROMETHEUS,
+                f"--config.file={config}",
+                f"--storage.tsdb.path={os.path.join(workdir, 'data')}",
+                f"--web.listen-address={self.url[7:]}",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=open(os.path.join(workdir, "prometheus.log"), "w"),
         )
 
     def query(self, expr: str) -> dict[str, float]:
@@ -70,32 +78,74 @@ def test_prometheus_sees_the_restart_counter_rise_and_the_world_shrink(etcd_endp
     rdzv_id = run_id()
     out = tmp_path / "out"
     out.mkdir()
-    args = ["--nnodes", "2:3", "--nproc-per-node", "1", "--rdzv-endpoint", etcd_endpoints, "--rdzv-id", rdzv_id,
-            "--local-addr", "127.0.0.1", "--max-restarts", "2", "--http-port", "0", "--http-host", "127.0.0.1",
-            "--rdzv-conf", "last_call_timeout=2", PHASED, str(out), "--run", "120", "--fail-rank", "2", "--fail-after", "6"]
+    args = [
+        "--nnodes",
+        "2:3",
+        "--nproc-per-node",
+        "1",
+        "--rdzv-endpoint",
+        etcd_endpoints,
+        "--rdzv-id",
+        rdzv_id,
+        "--local-addr",
+        "127.0.0.1",
+        "--max-restarts",
+        "2",
+        "--http-port",
+        "0",
+        "--http-host",
+        "127.0.0.1",
+        "--rdzv-conf",
+        "last_call_timeout=2",
+        PHASED,
+        str(out),
+        "--run",
+        "120",
+        "--fail-rank",
+        "2",
+        "--fail-after",
+        "6",
+    ]
     agents = [Agent(args) for _ in range(3)]
     prometheus = None
     try:
         targets = [endpoint_of(agent.lines) for agent in agents]
         prometheus = Prometheus(targets, str(tmp_path))
         job = f'run_id="{rdzv_id}"'
-        before = prometheus.until(f"elastic_job_restarts{{{job}}}", lambda v: len(v) == 3, 30, "3 agents' restart count")
+        before = prometheus.until(
+            f"elastic_job_restarts{{{job}}}", lambda v: len(v) == 3, 30, "3 agents' restart count"
+        )
         failures_before = prometheus.query(f'sum(elastic_restarts_total{{{job},cause="worker_failure"}})')
-        after = prometheus.until(f"elastic_job_restarts{{{job}}}", lambda v: len(v) == 3 and set(v.values()) == {1.0},
-                                 40, "the restart count at 1 on every node")
-        failures_after = prometheus.until(f'sum(elastic_restarts_total{{{job},cause="worker_failure"}})',
-                                          lambda v: list(v.values()) == [1.0], 20, "one worker_failure restart")
-        worlds = prometheus.until(f"elastic_world_size{{{job}}}", lambda v: set(v.values()) == {3.0}, 20, "world size 3")
+        after = prometheus.until(
+            f"elastic_job_restarts{{{job}}}",
+            lambda v: len(v) == 3 and set(v.values()) == {1.0},
+            40,
+            "the restart count at 1 on every node",
+        )
+        failures_after = prometheus.until(
+            f'sum(elastic_restarts_total{{{job},cause="worker_failure"}})',
+            lambda v: list(v.values()) == [1.0],
+            20,
+            "one worker_failure restart",
+        )
+        worlds = prometheus.until(
+            f"elastic_world_size{{{job}}}", lambda v: set(v.values()) == {3.0}, 20, "world size 3"
+        )
         victim = agents[0]
         victim.process.kill()
         survivors = set(targets[1:])
-        shrunk = prometheus.until(f"elastic_world_size{{{job}}} and on(instance) up == 1",
-                                  lambda v: set(v) == survivors and set(v.values()) == {2.0}, 40,
-                                  "world size 2 on the survivors")
-        print(f"\nelastic_job_restarts before the failure: {sorted(before.values())}, after: {sorted(after.values())}"
-              f"\nsum(elastic_restarts_total{{cause=\"worker_failure\"}}): {list(failures_before.values())} -> "
-              f"{list(failures_after.values())}\nelastic_world_size: {sorted(worlds.values())} -> after a node was "
-              f"killed {sorted(shrunk.values())} (survivors {sorted(shrunk)})")
+        shrunk = prometheus.until(
+            f"elastic_world_size{{{job}}} and on(instance) up == 1",
+            lambda v: set(v) == survivors and set(v.values()) == {2.0},
+            40,
+            "world size 2 on the survivors",
+        )
+        print(
+            f"\nelastic_job_restarts before the failure: {sorted(before.values())}, after: {sorted(after.values())}"
+            f'\nsum(elastic_restarts_total{{cause="worker_failure"}}): {list(failures_before.values())} -> '
+            f"{list(failures_after.values())}\nelastic_world_size: {sorted(worlds.values())} -> after a node was "
+            f"killed {sorted(shrunk.values())} (survivors {sorted(shrunk)})"
+        )
         assert set(before.values()) == {0.0}
     finally:
         if prometheus is not None:

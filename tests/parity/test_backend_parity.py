@@ -56,9 +56,16 @@ class _Handlers:
 
     def new(self, min_nodes: int, max_nodes: int, **conf):
         params = RendezvousParameters(
-            "etcd-v3", self.endpoints, self.run_id, min_nodes, max_nodes,
-            local_addr=f"127.0.0.{len(self.handlers) + 1}", join_timeout="60", last_call_timeout="1",
-            key_prefix=self.key_prefix, **conf,
+            "etcd-v3",
+            self.endpoints,
+            self.run_id,
+            min_nodes,
+            max_nodes,
+            local_addr=f"127.0.0.{len(self.handlers) + 1}",
+            join_timeout="60",
+            last_call_timeout="1",
+            key_prefix=self.key_prefix,
+            **conf,
         )
         handler = create_handler(params)
         self.handlers.append(handler)
@@ -145,8 +152,10 @@ def test_a_node_beyond_max_waits_then_takes_the_place_of_one_that_stops_heartbea
     ranks = {again["info"].rank, late["info"].rank}
     assert ranks == {0, 1} and late["info"].world_size == 2
     assert set(_participants(first)) == {first._this_node, third._this_node}
-    print(f"\ntorch's handler over etcd: the silenced participant was dropped {dropped_after:.1f} s after its last "
-          f"heartbeat; the late node took its place (ranks {sorted(ranks)})")
+    print(
+        f"\ntorch's handler over etcd: the silenced participant was dropped {dropped_after:.1f} s after its last "
+        f"heartbeat; the late node took its place (ranks {sorted(ranks)})"
+    )
 
 
 def _state(handler):

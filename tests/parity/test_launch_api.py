@@ -36,8 +36,14 @@ def _free_port() -> int:
 def _start(side: str, case: dict) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PET_")}
     env["TEST_SENTINEL_PARENT"] = "FOOBAR"
-    return subprocess.Popen([sys.executable, DRIVER, side, json.dumps(case)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL, env=env)
+    return subprocess.Popen(
+        [sys.executable, DRIVER, side, json.dumps(case)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        env=env,
+    )
 
 
 def _finish(process: subprocess.Popen, timeout: float = 120) -> dict:
@@ -46,21 +52,41 @@ def _finish(process: subprocess.Popen, timeout: float = 120) -> dict:
     except subprocess.TimeoutExpired:
         process.kill()
         out, err = process.communicate(timeout=10)
-        raise AssertionError(f"the launching process did not end within {timeout}s:\n{err[-2000:]}")
+        raise AssertionError(f"the launching process did not end within {timeout}s:\n{err[-2000:]}") from None
     lines = [line for line in out.splitlines() if line.startswith("RESULT ")]
     assert lines, (process.returncode, err[-3000:])
-    return json.loads(lines[-1][len("RESULT "):])
+    return json.loads(lines[-1][len("RESULT ") :])
 
 
-def _configs(etcd: str, min_nodes: int, max_nodes: int, nproc: int, *, torch_backend: str = "c10d",
-             run_id: str | None = None, **extra) -> tuple[dict, dict]:
+def _configs(
+    etcd: str,
+    min_nodes: int,
+    max_nodes: int,
+    nproc: int,
+    *,
+    torch_backend: str = "c10d",
+    run_id: str | None = None,
+    **extra,
+) -> tuple[dict, dict]:
     """(torch's, ours): torch's test config with only the rendezvous swapped."""
     rdzv = {"last_call_timeout": 1, "join_timeout": 60}
-    base = {"min_nodes": min_nodes, "max_nodes": max_nodes, "nproc_per_node": nproc, "monitor_interval": 0.1,
-            "start_method": "spawn", "max_restarts": 0, "run_id": run_id or uuid.uuid4().hex, **extra}
+    base = {
+        "min_nodes": min_nodes,
+        "max_nodes": max_nodes,
+        "nproc_per_node": nproc,
+        "monitor_interval": 0.1,
+        "start_method": "spawn",
+        "max_restarts": 0,
+        "run_id": run_id or uuid.uuid4().hex,
+        **extra,
+    }
     port = _free_port()
-    theirs = {**base, "rdzv_backend": torch_backend, "rdzv_endpoint": f"127.0.0.1:{port}",
-              "rdzv_configs": {"rank": 0} if torch_backend == "static" else dict(rdzv)}
+    theirs = {
+        **base,
+        "rdzv_backend": torch_backend,
+        "rdzv_endpoint": f"127.0.0.1:{port}",
+        "rdzv_configs": {"rank": 0} if torch_backend == "static" else dict(rdzv),
+    }
     ours = {**base, "rdzv_backend": "etcd", "rdzv_endpoint": etcd, "rdzv_configs": dict(rdzv)}
     return theirs, ours
 
@@ -70,14 +96,18 @@ def _both(theirs: dict, ours: dict, timeout: float = 120) -> tuple[dict, dict]:
     return _finish(processes[0], timeout), _finish(processes[1], timeout)
 
 
-@pytest.mark.parametrize("entrypoint,args,nproc", [
-    ("cmd:" + sys.executable, ["-u", SCRIPT, "--touch-file-dir={dir}"], 2),  # launch_script_python
-    ("cmd:" + SHELL, ["{dir}"], 2),  # launch_script_bash
-], ids=["script_python", "script_bash"])
+@pytest.mark.parametrize(
+    "entrypoint,args,nproc",
+    [
+        ("cmd:" + sys.executable, ["-u", SCRIPT, "--touch-file-dir={dir}"], 2),  # launch_script_python
+        ("cmd:" + SHELL, ["{dir}"], 2),  # launch_script_bash
+    ],
+    ids=["script_python", "script_bash"],
+)
 def test_a_command_runs_on_every_rank_under_both(tmp_path, etcd_endpoints, entrypoint, args, nproc):
     dirs = {side: tmp_path / side for side in ("torch", "ours")}
     cases = {}
-    for (side, config) in zip(dirs, _configs(etcd_endpoints, 1, 1, nproc)):
+    for side, config in zip(dirs, _configs(etcd_endpoints, 1, 1, nproc)):
         dirs[side].mkdir()
         cases[side] = {"config": config, "entrypoint": entrypoint, "args": [a.format(dir=dirs[side]) for a in args]}
     theirs, ours = _both(cases["torch"], cases["ours"])
@@ -88,22 +118,27 @@ def test_a_command_runs_on_every_rank_under_both(tmp_path, etcd_endpoints, entry
 
 def test_a_function_returns_each_ranks_value_under_both(etcd_endpoints):
     theirs_config, ours_config = _configs(etcd_endpoints, 1, 1, 2)
-    theirs, ours = _both({"config": theirs_config, "entrypoint": "fn:simple_rank_scale"},
-                         {"config": ours_config, "entrypoint": "fn:simple_rank_scale"})
+    theirs, ours = _both(
+        {"config": theirs_config, "entrypoint": "fn:simple_rank_scale"},
+        {"config": ours_config, "entrypoint": "fn:simple_rank_scale"},
+    )
     assert theirs["results"] == ours["results"] == [{"0": 10, "1": 11}], (theirs, ours)
 
 
 def test_a_function_of_the_callers_main_module_runs_under_both(etcd_endpoints):
     theirs_config, ours_config = _configs(etcd_endpoints, 1, 1, 2)
-    theirs, ours = _both({"config": theirs_config, "entrypoint": "main:rank_squared"},
-                         {"config": ours_config, "entrypoint": "main:rank_squared"})
+    theirs, ours = _both(
+        {"config": theirs_config, "entrypoint": "main:rank_squared"},
+        {"config": ours_config, "entrypoint": "main:rank_squared"},
+    )
     assert theirs["results"] == ours["results"] == [{"0": 0, "1": 1}], (theirs, ours)
 
 
 def test_a_gloo_all_reduce_returns_the_sum_under_both(etcd_endpoints):
     theirs_config, ours_config = _configs(etcd_endpoints, 1, 1, 2, torch_backend="static")  # dist_sum_with_static_rdzv
-    theirs, ours = _both({"config": theirs_config, "entrypoint": "fn:dist_sum"},
-                         {"config": ours_config, "entrypoint": "fn:dist_sum"})
+    theirs, ours = _both(
+        {"config": theirs_config, "entrypoint": "fn:dist_sum"}, {"config": ours_config, "entrypoint": "fn:dist_sum"}
+    )
     assert theirs["results"] == ours["results"] == [{"0": 1, "1": 1}], (theirs, ours)
 
 
@@ -111,8 +146,11 @@ def test_elastic_min_1_max_2_with_one_agent_runs_under_both(tmp_path, etcd_endpo
     cases = {}
     for side, config in zip(("torch", "ours"), _configs(etcd_endpoints, 1, 2, 2)):
         (tmp_path / side).mkdir()
-        cases[side] = {"config": config, "entrypoint": "cmd:" + sys.executable,
-                       "args": ["-u", SCRIPT, f"--touch-file-dir={tmp_path / side}"]}
+        cases[side] = {
+            "config": config,
+            "entrypoint": "cmd:" + sys.executable,
+            "args": ["-u", SCRIPT, f"--touch-file-dir={tmp_path / side}"],
+        }
     theirs, ours = _both(cases["torch"], cases["ours"])
     assert "error" not in theirs and "error" not in ours, (theirs, ours)
     assert sorted(os.listdir(tmp_path / "torch")) == sorted(os.listdir(tmp_path / "ours")) == ["0", "1"]
@@ -120,8 +158,10 @@ def test_elastic_min_1_max_2_with_one_agent_runs_under_both(tmp_path, etcd_endpo
 
 def test_a_failing_worker_raises_child_failed_error_under_both(etcd_endpoints):
     theirs_config, ours_config = _configs(etcd_endpoints, 1, 2, 2)
-    theirs, ours = _both({"config": theirs_config, "entrypoint": "fn:function_with_bug"},
-                         {"config": ours_config, "entrypoint": "fn:function_with_bug"})
+    theirs, ours = _both(
+        {"config": theirs_config, "entrypoint": "fn:function_with_bug"},
+        {"config": ours_config, "entrypoint": "fn:function_with_bug"},
+    )
     assert theirs["error"] == ours["error"] == "ChildFailedError", (theirs, ours)
     for side in (theirs, ours):  # both ranks raise at once: which failures are seen first is a race under both
         assert side["failures"] and set(side["failures"]) <= {"0", "1"}, side
@@ -135,8 +175,11 @@ def test_multiple_agents_in_separate_processes_form_one_job_under_both(tmp_path,
     processes = {}
     for side, config in (("torch", theirs_config), ("ours", ours_config)):
         (tmp_path / side).mkdir()
-        case = {"config": config, "entrypoint": "cmd:" + sys.executable,
-                "args": ["-u", SCRIPT, f"--touch-file-dir={tmp_path / side}"]}
+        case = {
+            "config": config,
+            "entrypoint": "cmd:" + sys.executable,
+            "args": ["-u", SCRIPT, f"--touch-file-dir={tmp_path / side}"],
+        }
         processes[side] = [_start(side, case) for _ in range(2)]
     outcomes = {side: [_finish(p, 150) for p in procs] for side, procs in processes.items()}
     for side, results in outcomes.items():
@@ -154,24 +197,37 @@ def test_a_rank_that_fails_once_is_restarted_and_every_value_returned_under_both
     theirs, ours = _both(cases["torch"], cases["ours"])
     assert (tmp_path / "ours" / "failed-once").exists()
     assert theirs["results"] == ours["results"] == [{"0": [0, 1], "1": [1, 1]}], (theirs, ours)
-    print(f"\nrank 1 failed once; after the restart the call returned {ours['results'][0]} (torch: {theirs['results'][0]})")
+    print(
+        f"\nrank 1 failed once; after the restart the call returned {ours['results'][0]} "
+        f"(torch: {theirs['results'][0]})"
+    )
 
 
 def test_launching_twice_from_one_process_leaves_nothing_behind():
-    case = {"config": {"min_nodes": 1, "max_nodes": 1, "nproc_per_node": 2, "max_restarts": 0},
-            "entrypoint": "fn:simple_rank_scale", "times": 2}  # no endpoint: a local etcd, as --standalone
+    case = {
+        "config": {"min_nodes": 1, "max_nodes": 1, "nproc_per_node": 2, "max_restarts": 0},
+        "entrypoint": "fn:simple_rank_scale",
+        "times": 2,
+    }  # no endpoint: a local etcd, as --standalone
     ours = _finish(_start("ours", case))
     assert ours["results"] == [{"0": 10, "1": 11}] * 2, ours
     assert ours["children"] == [] and ours["env_changed"] == [], ours
     assert ours["extra_threads"] <= 2, ours  # grpc's and the stream loop's, kept for the next launch
 
 
-@pytest.mark.parametrize("changes,field", [
-    ({"nproc_per_node": 0}, "nproc_per_node"), ({"min_nodes": 3, "max_nodes": 2}, "min_nodes"),
-    ({"max_restarts": -1}, "max_restarts"), ({"rdzv_backend": "zeus"}, "rdzv_backend"),
-    ({"monitor_interval": 0}, "monitor_interval"), ({"start_method": "thread"}, "start_method"),
-    ({"max_nodes": 2}, "rdzv_endpoint"), ({"shutdown_timeout": -5}, "shutdown_timeout"),
-])
+@pytest.mark.parametrize(
+    "changes,field",
+    [
+        ({"nproc_per_node": 0}, "nproc_per_node"),
+        ({"min_nodes": 3, "max_nodes": 2}, "min_nodes"),
+        ({"max_restarts": -1}, "max_restarts"),
+        ({"rdzv_backend": "zeus"}, "rdzv_backend"),
+        ({"monitor_interval": 0}, "monitor_interval"),
+        ({"start_method": "thread"}, "start_method"),
+        ({"max_nodes": 2}, "rdzv_endpoint"),
+        ({"shutdown_timeout": -5}, "shutdown_timeout"),
+    ],
+)
 def test_a_bad_config_field_is_one_value_error_naming_it(changes, field):
     from elastic.launch import LaunchConfig
 

@@ -48,7 +48,9 @@ def _swap(args: list[str], etcd: str) -> list[str]:
         rdzv_id = rdzv_id or arg.startswith(("--rdzv-id=", "--rdzv_id="))
         out.append(arg)
     if "--standalone" not in args and not endpoint:  # torchrun's static rendezvous: an etcd job instead
-        out[:0] = [f"--rdzv-endpoint={etcd}", "--local-addr=127.0.0.1"] + ([] if rdzv_id else [f"--rdzv-id={uuid.uuid4().hex}"])
+        out[:0] = [f"--rdzv-endpoint={etcd}", "--local-addr=127.0.0.1"] + (
+            [] if rdzv_id else [f"--rdzv-id={uuid.uuid4().hex}"]
+        )
     return out
 
 
@@ -68,8 +70,16 @@ class Side:
         return {p.name for p in self.dir.iterdir() if p.is_file() and p.name.isdigit()}
 
 
-def _run_both(tmp_path: Path, etcd: str, args: list[str], script: list[str], *, env: dict | None = None,
-              agents: int = 1, timeout: float = 120) -> tuple[Side, Side]:
+def _run_both(
+    tmp_path: Path,
+    etcd: str,
+    args: list[str],
+    script: list[str],
+    *,
+    env: dict | None = None,
+    agents: int = 1,
+    timeout: float = 120,
+) -> tuple[Side, Side]:
     """torchrun and elastic-run at once, ``agents`` agents each; each side's results on its Side."""
     theirs, ours = Side("torchrun", TORCHRUN, tmp_path), Side("elastic-run", ELASTIC, tmp_path)
     run_id = uuid.uuid4().hex
@@ -83,8 +93,15 @@ def _run_both(tmp_path: Path, etcd: str, args: list[str], script: list[str], *, 
             side_args = _swap(side_args, etcd)
         command = [*side.launcher, *side_args, *side.fill(script)]
         side.procs = [
-            subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             stdin=subprocess.DEVNULL, env={**base, **(env or {})}, cwd=tmp_path)
+            subprocess.Popen(
+                command,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                stdin=subprocess.DEVNULL,
+                env={**base, **(env or {})},
+                cwd=tmp_path,
+            )
             for _ in range(agents)
         ]
         running += side.procs
@@ -104,39 +121,153 @@ def _same_outcome(theirs: Side, ours: Side, expected: set[str]) -> None:
 # (id, torchrun's arguments, script and its arguments, env, the files the workers touch). Every case
 # runs through both launchers; the expected files are torch's test's.
 CASES = [
-    ("user_script_python", ["--nnodes=1", "--nproc-per-node=4", "--rdzv-id={run_id}", "--monitor-interval=1",
-                            "--start-method=spawn"], [SCRIPT, "--touch-file-dir={dir}"], {}, "0123"),
-    ("user_script_python_caffe2_bc", ["--nnodes=1", "--nproc-per-node=4", "--monitor-interval=1",
-                                      "--start-method=spawn", "--master-addr=localhost", "--master-port={port}",
-                                      "--node-rank=0"], [SCRIPT, "--touch-file-dir={dir}"], {}, "0123"),
-    ("user_script_bash", ["--nnodes=1", "--nproc-per-node=4", "--rdzv-id={run_id}", "--monitor-interval=1",
-                          "--start-method=spawn", "--no-python"], [SHELL, "{dir}"], {}, "0123"),
-    ("user_script_default_nproc", ["--nnodes=1", "--rdzv-id={run_id}", "--monitor-interval=1", "--start-method=spawn",
-                                   "--no-python"], [SHELL, "{dir}"], {}, "0"),
-    ("with_env_vars", [], [SHELL, "{dir}"], {"PET_NNODES": "1", "PET_NPROC_PER_NODE": "4", "PET_RDZV_ID": "envjob",
-                                             "PET_MONITOR_INTERVAL": "1", "PET_START_METHOD": "spawn",
-                                             "PET_NO_PYTHON": "1", "PET_MODULE": "0"}, "0123"),
-    ("nproc_number", ["--nnodes=1", "--nproc-per-node=4", "--rdzv-id={run_id}", "--monitor-interval=1",
-                      "--start-method=spawn", "--no-python"], [SHELL, "{dir}"], {}, "0123"),
-    ("nproc_auto", ["--nnodes=1", "--nproc-per-node=auto", "--rdzv-id={run_id}", "--monitor-interval=1",
-                    "--start-method=spawn", "--no-python"], [SHELL, "{dir}"], {},
-     "".join(str(i) for i in range(len(os.sched_getaffinity(0))))),  # side by side in test_env_parity
-    ("elastic", ["--nnodes=1:2", "--nproc-per-node=4", "--rdzv-backend=c10d", "--rdzv-endpoint=localhost:{port}",
-                 "--rdzv-conf='join_timeout=5,last_call_timeout=1,timeout=5'", "--rdzv-id={run_id}",
-                 "--monitor-interval=1", "--start-method=spawn"], [SCRIPT, "--touch-file-dir={dir}"], {}, "0123"),
-    ("elastic_worker_raise_exception", ["--nnodes=1:2", "--nproc-per-node=4", "--rdzv-backend=c10d",
-                                        "--rdzv-endpoint=localhost:{port}",
-                                        "--rdzv-conf='join_timeout=5,last_call_timeout=1,timeout=5'",
-                                        "--rdzv-id={run_id}", "--monitor-interval=1", "--max-restarts=0",
-                                        "--start-method=spawn"], [SCRIPT, "--touch-file-dir={dir}", "--fail"], {}, "0123"),
-    ("standalone", ["--nnodes=1", "--nproc-per-node=4", "--standalone", "--monitor-interval=1", "--start-method=spawn"],
-     [SCRIPT, "--touch-file-dir={dir}"], {}, "0123"),
-    ("run_path", ["--run-path", "--nnodes=1", "--nproc-per-node=4", "--monitor-interval=1", "--start-method=spawn"],
-     [SCRIPT, "--touch-file-dir={dir}"], {}, "0123"),
-    ("logs_specs_default", ["--run-path", "--nnodes=1", "--nproc-per-node=1", "--monitor-interval=1",
-                            "--logs_specs=default"], [SCRIPT, "--touch-file-dir={dir}"], {}, "0"),
-    ("abbreviated_options", ["--nnodes=1", "--nproc_per=2", "--redirect=3", "--tee=3", "--monitor_i=1", "--max_r=0"],
-     [SCRIPT, "--touch-file-dir={dir}"], {}, "01"),
+    (
+        "user_script_python",
+        ["--nnodes=1", "--nproc-per-node=4", "--rdzv-id={run_id}", "--monitor-interval=1", "--start-method=spawn"],
+        [SCRIPT, "--touch-file-dir={dir}"],
+        {},
+        "0123",
+    ),
+    (
+        "user_script_python_caffe2_bc",
+        [
+            "--nnodes=1",
+            "--nproc-per-node=4",
+            "--monitor-interval=1",
+            "--start-method=spawn",
+            "--master-addr=localhost",
+            "--master-port={port}",
+            "--node-rank=0",
+        ],
+        [SCRIPT, "--touch-file-dir={dir}"],
+        {},
+        "0123",
+    ),
+    (
+        "user_script_bash",
+        [
+            "--nnodes=1",
+            "--nproc-per-node=4",
+            "--rdzv-id={run_id}",
+            "--monitor-interval=1",
+            "--start-method=spawn",
+            "--no-python",
+        ],
+        [SHELL, "{dir}"],
+        {},
+        "0123",
+    ),
+    (
+        "user_script_default_nproc",
+        ["--nnodes=1", "--rdzv-id={run_id}", "--monitor-interval=1", "--start-method=spawn", "--no-python"],
+        [SHELL, "{dir}"],
+        {},
+        "0",
+    ),
+    (
+        "with_env_vars",
+        [],
+        [SHELL, "{dir}"],
+        {
+            "PET_NNODES": "1",
+            "PET_NPROC_PER_NODE": "4",
+            "PET_RDZV_ID": "envjob",
+            "PET_MONITOR_INTERVAL": "1",
+            "PET_START_METHOD": "spawn",
+            "PET_NO_PYTHON": "1",
+            "PET_MODULE": "0",
+        },
+        "0123",
+    ),
+    (
+        "nproc_number",
+        [
+            "--nnodes=1",
+            "--nproc-per-node=4",
+            "--rdzv-id={run_id}",
+            "--monitor-interval=1",
+            "--start-method=spawn",
+            "--no-python",
+        ],
+        [SHELL, "{dir}"],
+        {},
+        "0123",
+    ),
+    (
+        "nproc_auto",
+        [
+            "--nnodes=1",
+            "--nproc-per-node=auto",
+            "--rdzv-id={run_id}",
+            "--monitor-interval=1",
+            "--start-method=spawn",
+            "--no-python",
+        ],
+        [SHELL, "{dir}"],
+        {},
+        "".join(str(i) for i in range(len(os.sched_getaffinity(0)))),
+    ),  # side by side in test_env_parity
+    (
+        "elastic",
+        [
+            "--nnodes=1:2",
+            "--nproc-per-node=4",
+            "--rdzv-backend=c10d",
+            "--rdzv-endpoint=localhost:{port}",
+            "--rdzv-conf='join_timeout=5,last_call_timeout=1,timeout=5'",
+            "--rdzv-id={run_id}",
+            "--monitor-interval=1",
+            "--start-method=spawn",
+        ],
+        [SCRIPT, "--touch-file-dir={dir}"],
+        {},
+        "0123",
+    ),
+    (
+        "elastic_worker_raise_exception",
+        [
+            "--nnodes=1:2",
+            "--nproc-per-node=4",
+            "--rdzv-backend=c10d",
+            "--rdzv-endpoint=localhost:{port}",
+            "--rdzv-conf='join_timeout=5,last_call_timeout=1,timeout=5'",
+            "--rdzv-id={run_id}",
+            "--monitor-interval=1",
+            "--max-restarts=0",
+            "--start-method=spawn",
+        ],
+        [SCRIPT, "--touch-file-dir={dir}", "--fail"],
+        {},
+        "0123",
+    ),
+    (
+        "standalone",
+        ["--nnodes=1", "--nproc-per-node=4", "--standalone", "--monitor-interval=1", "--start-method=spawn"],
+        [SCRIPT, "--touch-file-dir={dir}"],
+        {},
+        "0123",
+    ),
+    (
+        "run_path",
+        ["--run-path", "--nnodes=1", "--nproc-per-node=4", "--monitor-interval=1", "--start-method=spawn"],
+        [SCRIPT, "--touch-file-dir={dir}"],
+        {},
+        "0123",
+    ),
+    (
+        "logs_specs_default",
+        ["--run-path", "--nnodes=1", "--nproc-per-node=1", "--monitor-interval=1", "--logs_specs=default"],
+        [SCRIPT, "--touch-file-dir={dir}"],
+        {},
+        "0",
+    ),
+    (
+        "abbreviated_options",
+        ["--nnodes=1", "--nproc_per=2", "--redirect=3", "--tee=3", "--monitor_i=1", "--max_r=0"],
+        [SCRIPT, "--touch-file-dir={dir}"],
+        {},
+        "01",
+    ),
 ]
 
 
@@ -144,13 +275,23 @@ CASES = [
 def test_torchs_launcher_case_runs_the_same_through_elastic_run(tmp_path, etcd_endpoints, args, script, env, expected):
     theirs, ours = _run_both(tmp_path, etcd_endpoints, args, script, env=env)
     _same_outcome(theirs, ours, set(expected))
-    print(f"\n{ours.name}: exit {ours.codes}, touched {sorted(ours.touched)}; "
-          f"{theirs.name}: exit {theirs.codes}, touched {sorted(theirs.touched)}")
+    print(
+        f"\n{ours.name}: exit {ours.codes}, touched {sorted(ours.touched)}; "
+        f"{theirs.name}: exit {theirs.codes}, touched {sorted(theirs.touched)}"
+    )
 
 
 def test_multiple_agents(tmp_path, etcd_endpoints):
-    args = ["--nnodes=1:2", "--nproc-per-node=4", "--rdzv-backend=c10d", "--rdzv-endpoint=localhost:{port}",
-            "--rdzv_conf=timeout=5", "--rdzv-id={run_id}", "--monitor-interval=1", "--start-method=spawn"]
+    args = [
+        "--nnodes=1:2",
+        "--nproc-per-node=4",
+        "--rdzv-backend=c10d",
+        "--rdzv-endpoint=localhost:{port}",
+        "--rdzv_conf=timeout=5",
+        "--rdzv-id={run_id}",
+        "--monitor-interval=1",
+        "--start-method=spawn",
+    ]
     theirs, ours = _run_both(tmp_path, etcd_endpoints, args, [SCRIPT, "--touch-file-dir={dir}"], agents=2)
     assert theirs.codes == ours.codes == [0, 0], (theirs.stderr[-2000:], ours.stderr[-2000:])
     # both agents in one round of 8, or (either launcher may close the round at min=1 before the
@@ -160,8 +301,11 @@ def test_multiple_agents(tmp_path, etcd_endpoints):
     print(f"\ntwo agents each: torchrun touched {sorted(theirs.touched)}, elastic-run {sorted(ours.touched)}")
 
 
-@pytest.mark.parametrize("bad", [["--no-python", "--module"], ["--nproc-per-node=unknown"], ["--logs_specs=DOESNOT_EXIST"]],
-                         ids=["no_python_with_module", "nproc_unknown", "logs_specs_must_exist"])
+@pytest.mark.parametrize(
+    "bad",
+    [["--no-python", "--module"], ["--nproc-per-node=unknown"], ["--logs_specs=DOESNOT_EXIST"]],
+    ids=["no_python_with_module", "nproc_unknown", "logs_specs_must_exist"],
+)
 def test_torchs_refused_cases_are_refused_with_one_line(tmp_path, etcd_endpoints, bad):
     args = ["--nnodes=1", "--nproc-per-node=1", "--monitor-interval=1", "--standalone", *bad]
     theirs, ours = _run_both(tmp_path, etcd_endpoints, args, [SHELL if "--no-python" in bad else SCRIPT, "{dir}"])
@@ -169,7 +313,9 @@ def test_torchs_refused_cases_are_refused_with_one_line(tmp_path, etcd_endpoints
     assert ours.codes == [2] and ours.touched == set()
     lines = [line for line in ours.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("elastic-run: error: "), ours.stderr
-    print(f"\ntorchrun: exit {theirs.codes[0]} ({theirs.stderr.strip().splitlines()[-1][:100]}); elastic-run: {lines[0]}")
+    print(
+        f"\ntorchrun: exit {theirs.codes[0]} ({theirs.stderr.strip().splitlines()[-1][:100]}); elastic-run: {lines[0]}"
+    )
 
 
 def test_is_torchelastic_launched(tmp_path, etcd_endpoints):
@@ -181,8 +327,14 @@ def test_is_torchelastic_launched(tmp_path, etcd_endpoints):
 
 @pytest.mark.parametrize("init", ["tcp://localhost:{port}", "env://"], ids=["tcp", "env"])
 def test_init_method_with_torchelastic(tmp_path, etcd_endpoints, init):
-    args = ["--run-path", "--nnodes=1", "--nproc-per-node=2", "--master-addr=localhost", "--master-port={port}",
-            "--monitor-interval=1"]  # torch's case runs 4 workers; 2 show the same and cost half on 2 CPUs
+    args = [
+        "--run-path",
+        "--nnodes=1",
+        "--nproc-per-node=2",
+        "--master-addr=localhost",
+        "--master-port={port}",
+        "--monitor-interval=1",
+    ]  # torch's case runs 4 workers; 2 show the same and cost half on 2 CPUs
     theirs, ours = _run_both(tmp_path, etcd_endpoints, args, [SCRIPT, f"--init-method={init}"])
     assert theirs.codes == ours.codes == [0], (theirs.stderr[-1500:], ours.stderr[-1500:])
 
@@ -196,18 +348,35 @@ OUTPUT_CASES = [
     # torch's per-local-rank settings put several rules in one run: rank 0 verbatim; rank 1 stdout
     # redirected (file only), stderr verbatim; rank 2 redirected and teed (tee wins); rank 3 teed
     # stdout only, stderr redirected; rank 4 filtered out though teed; rank 5 filtered out, verbatim
-    ("per_rank_rules_with_the_default_prefix", ["--nproc-per-node=6", "--role=trainer", "--redirects=1:1,2:3,3:2",
-                                                "--tee=2:3,3:1,4:3", "--local-ranks-filter=0,1,2,3"], {}),
-    ("prefix_template_on_tee_over_redirects", ["--nproc-per-node=2", "--redirect=3", "--tee=3"],
-     {"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "[rank${rank}]: "}),  # torch's capture_logs case
+    (
+        "per_rank_rules_with_the_default_prefix",
+        [
+            "--nproc-per-node=6",
+            "--role=trainer",
+            "--redirects=1:1,2:3,3:2",
+            "--tee=2:3,3:1,4:3",
+            "--local-ranks-filter=0,1,2,3",
+        ],
+        {},
+    ),
+    (
+        "prefix_template_on_tee_over_redirects",
+        ["--nproc-per-node=2", "--redirect=3", "--tee=3"],
+        {"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "[rank${rank}]: "},
+    ),  # torch's capture_logs case
     ("verbatim_by_default", ["--nproc-per-node=2"], {}),
 ]
 
 
 @pytest.mark.parametrize("args,env", [c[1:] for c in OUTPUT_CASES], ids=[c[0] for c in OUTPUT_CASES])
 def test_worker_output_on_the_console_is_torchruns(tmp_path, etcd_endpoints, args, env):
-    theirs, ours = _run_both(tmp_path, etcd_endpoints, ["--standalone", "--log-dir={dir}/logs", *args],
-                             [SCRIPT, "--touch-file-dir={dir}"], env=env)
+    theirs, ours = _run_both(
+        tmp_path,
+        etcd_endpoints,
+        ["--standalone", "--log-dir={dir}/logs", *args],
+        [SCRIPT, "--touch-file-dir={dir}"],
+        env=env,
+    )
     assert theirs.codes == ours.codes == [0]
     assert _worker_lines(ours.stdout) == _worker_lines(theirs.stdout), (theirs.stdout, ours.stdout)
     assert _worker_lines(ours.stderr) == _worker_lines(theirs.stderr), (theirs.stderr, ours.stderr)
@@ -215,12 +384,20 @@ def test_worker_output_on_the_console_is_torchruns(tmp_path, etcd_endpoints, arg
 
 
 def test_duplicate_filters_write_the_same_filtered_files(tmp_path, etcd_endpoints):
-    args = ["--standalone", "--nproc-per-node=3", "--log-dir={dir}/logs", "--tee=3",
-            "--duplicate-stdout-filters=creating 1,creating 2", "--duplicate_stderr_filters=err 0"]
+    args = [
+        "--standalone",
+        "--nproc-per-node=3",
+        "--log-dir={dir}/logs",
+        "--tee=3",
+        "--duplicate-stdout-filters=creating 1,creating 2",
+        "--duplicate_stderr_filters=err 0",
+    ]
     theirs, ours = _run_both(tmp_path, etcd_endpoints, args, [SCRIPT, "--touch-file-dir={dir}"])
     assert theirs.codes == ours.codes == [0]
-    for name, expected in (("filtered_stdout.log", ["[default1]:creating 1", "[default2]:creating 2"]),
-                           ("filtered_stderr.log", ["[default0]:err 0"])):
+    for name, expected in (
+        ("filtered_stdout.log", ["[default1]:creating 1", "[default2]:creating 2"]),
+        ("filtered_stderr.log", ["[default0]:err 0"]),
+    ):
         (mine,) = (ours.dir / "logs").rglob(name)
         (torchs,) = (theirs.dir / "logs").rglob(name)
         assert sorted(mine.read_text().splitlines()) == sorted(torchs.read_text().splitlines()) == expected
@@ -230,8 +407,9 @@ def test_virtual_local_rank_gives_the_same_environment(tmp_path, etcd_endpoints)
     import json
 
     args = ["--standalone", "--nproc-per-node=2", "--virtual-local-rank"]
-    theirs, ours = _run_both(tmp_path, etcd_endpoints, args, [SCRIPT, "--env-dir={dir}"],
-                             env={"CUDA_VISIBLE_DEVICES": "3,5"})
+    theirs, ours = _run_both(
+        tmp_path, etcd_endpoints, args, [SCRIPT, "--env-dir={dir}"], env={"CUDA_VISIBLE_DEVICES": "3,5"}
+    )
     assert theirs.codes == ours.codes == [0]
     for rank in ("0", "1"):
         mine = json.loads((ours.dir / f"{rank}.json").read_text())

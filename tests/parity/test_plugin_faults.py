@@ -31,9 +31,17 @@ BEAT_AFTER_THAW = KEEP_ALIVE + READ_TIMEOUT
 
 
 def _handler(endpoints: str, run_id: str):
-    params = RendezvousParameters("etcd-v3", endpoints, run_id, 1, 1, local_addr="127.0.0.1",
-                                  keep_alive_interval=KEEP_ALIVE, keep_alive_max_attempt=MISSED,
-                                  read_timeout=READ_TIMEOUT)
+    params = RendezvousParameters(
+        "etcd-v3",
+        endpoints,
+        run_id,
+        1,
+        1,
+        local_addr="127.0.0.1",
+        keep_alive_interval=KEEP_ALIVE,
+        keep_alive_max_attempt=MISSED,
+        read_timeout=READ_TIMEOUT,
+    )
     return create_handler(params)
 
 
@@ -66,8 +74,10 @@ def test_a_3_s_etcd_freeze_leaves_torchs_keep_alive_alive_and_heartbeating(own_e
         time.sleep(0.1)
     after = (beat - thawed).total_seconds()
     alive = _keep_alive_threads()
-    print(f"\netcd frozen 3 s under torch's handler: keep-alive thread alive, heartbeat {after:.2f} s after the "
-          f"thaw (torch drops a node after {KEEP_ALIVE * MISSED:g} s)")
+    print(
+        f"\netcd frozen 3 s under torch's handler: keep-alive thread alive, heartbeat {after:.2f} s after the "
+        f"thaw (torch drops a node after {KEEP_ALIVE * MISSED:g} s)"
+    )
     assert after <= BEAT_AFTER_THAW
     assert alive and all(t.is_alive() for t in alive)
     assert handler.shutdown() is True

@@ -113,7 +113,13 @@ def test_torchs_set_get_sequence_and_key_count(make_store):
     for amount in (3, 4, 5, 6):
         store.add("key3", amount)
     assert store.num_keys() == 5
-    assert [store.get(k) for k in ("key", "key0", "key1", "key2", "key3")] == [b"6", b"value0", b"value1", b"value2", b"21"]
+    assert [store.get(k) for k in ("key", "key0", "key1", "key2", "key3")] == [
+        b"6",
+        b"value0",
+        b"value1",
+        b"value2",
+        b"21",
+    ]
     store.set("-key3", "7")
     assert store.get("-key3") == b"7"
     store.delete_key("-key3")
@@ -224,8 +230,15 @@ dist.destroy_process_group()
 
 def test_a_gloo_process_group_bootstraps_from_it(etcd_endpoints, key_prefix):
     run_id = f"pg-{uuid.uuid4().hex[:8]}"
-    procs = [subprocess.Popen([sys.executable, "-c", WORKER, etcd_endpoints, run_id, key_prefix, str(rank)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", WORKER, etcd_endpoints, run_id, key_prefix, str(rank)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in range(2)
+    ]
     outputs = [p.communicate(timeout=90) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outputs
     assert [out.strip() for out, _ in outputs] == ["3", "3"]

@@ -2,12 +2,11 @@
 
 from dataclasses import replace
 
-from rendezvous.job.keys import STATE_HEADER
-from rendezvous.rounds.decide import LiveNode
-from rendezvous.job.keys import JobKeys
-from rendezvous.rounds.membership import Snapshot, apply_round_events
-from rendezvous.job.state import JobState, JobStatus, NodeInfo, Participant
 from rendezvous.etcd.watch import EventType, WatchEvent
+from rendezvous.job.keys import STATE_HEADER, JobKeys
+from rendezvous.job.state import JobState, JobStatus, NodeInfo, Participant
+from rendezvous.rounds.decide import LiveNode
+from rendezvous.rounds.membership import Snapshot, apply_round_events
 
 KEYS = JobKeys("/elastic", "job")
 

@@ -2,11 +2,21 @@
 
 import pytest
 
-from rendezvous.rounds.decide import (
-    Freeze, LiveNode, Wait, assign_ranks, decide, failures_reported, frozen_state, job_budget,
-    lost_participants, newcomers, nodes_waiting, restart_count,
-)
 from rendezvous.job.state import JobState, JobStatus, NodeInfo, Participant
+from rendezvous.rounds.decide import (
+    Freeze,
+    LiveNode,
+    Wait,
+    assign_ranks,
+    decide,
+    failures_reported,
+    frozen_state,
+    job_budget,
+    lost_participants,
+    newcomers,
+    nodes_waiting,
+    restart_count,
+)
 
 
 def node(name, round_=1, rev=None, lws=2, port=1000):
@@ -22,8 +32,16 @@ def p(name, rank, lws=2):
 
 
 def call(nodes, round_=1, previous=None, min_nodes=2, max_nodes=4, last_call=5.0, start=None, now=100.0):
-    return decide(previous, nodes, round_, min_nodes=min_nodes, max_nodes=max_nodes,
-                  last_call_timeout=last_call, last_call_start=start, now=now)
+    return decide(
+        previous,
+        nodes,
+        round_,
+        min_nodes=min_nodes,
+        max_nodes=max_nodes,
+        last_call_timeout=last_call,
+        last_call_start=start,
+        now=now,
+    )
 
 
 def test_round_freezes_at_once_when_max_nodes_joined():
@@ -104,7 +122,7 @@ def test_frozen_state_takes_master_from_group_rank_zero():
     participants = (p("n1", 0), p("n0", 1))
     state = frozen_state("job", 3, participants, nodes, 1, 2)
     assert (state.master_addr, state.master_port, state.round) == ("n1.host", 2222, 3)
-    assert state.world_size == 4
+    assert state.world == 4
 
 
 def test_nodes_waiting_counts_newcomers_only_while_there_is_room():
@@ -139,9 +157,16 @@ def _asking(node: str, round_: int, revision: int, failed_round: int = 0, failur
 
 def _running(round_: int, restarts: int, members=("a", "b")) -> JobState:
     return JobState(
-        run_id="job", round=round_, status=JobStatus.RUNNING, min_nodes=1, max_nodes=4,
+        run_id="job",
+        round=round_,
+        status=JobStatus.RUNNING,
+        min_nodes=1,
+        max_nodes=4,
         participants=tuple(Participant(n, i, "h", 1) for i, n in enumerate(members)),
-        master_addr="h", master_port=1, restarts=restarts, max_restarts=3,
+        master_addr="h",
+        master_port=1,
+        restarts=restarts,
+        max_restarts=3,
     )
 
 
@@ -171,7 +196,8 @@ def test_others_learn_what_failed_and_who_joined():
     state = _running(4, restarts=0)
     nodes = [
         _asking("a", 5, 1, failed_round=4, failure="rank 0 on node a failed (exit code 1)"),
-        _asking("b", 4, 2), _asking("c", 5, 3),
+        _asking("b", 4, 2),
+        _asking("c", 5, 3),
     ]
     assert failures_reported(state, nodes) == ["rank 0 on node a failed (exit code 1)"]
     assert newcomers(state, nodes) == ["c"]

@@ -13,7 +13,7 @@ TORCH_MODULES = ("rendezvous.torchrun.plugin",)  # imports torch: checked where 
 
 
 def _modules() -> list[str]:
-    """Every module of the packages; a sub-package whose __init__ holds only its docstring is no module to import names from."""
+    """Every module of the packages (a sub-package whose __init__ holds only its docstring exports nothing)."""
     found = []
     for package in PACKAGES:
         for path in sorted((ROOT / package).rglob("*.py")):
@@ -70,10 +70,16 @@ def test_no_module_imports_torch_or_pickle():
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "False"
     root = Path(__file__).resolve().parents[2]
-    for path in list((root / "rendezvous").rglob("*.py")) + list((root / "elastic").rglob("*.py")) + list((root / "launcher").rglob("*.py")):
+    for path in (
+        list((root / "rendezvous").rglob("*.py"))
+        + list((root / "elastic").rglob("*.py"))
+        + list((root / "launcher").rglob("*.py"))
+    ):
         text = path.read_text()
         if path.name in PICKLE_BETWEEN_PARENT_AND_CHILD:
-            assert "pickle.loads" not in text and "from rendezvous" not in text.split('"""', 2)[2].split("def ", 1)[0], path
+            assert (
+                "pickle.loads" not in text and "from rendezvous" not in text.split('"""', 2)[2].split("def ", 1)[0]
+            ), path
             continue
         assert "import pickle" not in text and "pickle.loads" not in text, path
 

@@ -82,8 +82,9 @@ def test_the_rank_with_the_oldest_heartbeat_is_blamed_and_its_blocked_peers_coun
     verdict = decide([_report(0, 100.2, 4.8, node="a"), _report(1, 100.0, 5.0, node="b"), _report(2, 104.9, 0.1)])
     assert verdict.hung and verdict.culprit.rank == 1 and verdict.blocked == 1 and verdict.tied == ()
     line = verdict.line()
-    assert line.startswith("rank 1 on node b hung: no heartbeat for 5.0 s (last in phase \"step\"; timeout 4.0 s; "
-                           "1 rank blocked behind it)"), line
+    assert line.startswith(
+        'rank 1 on node b hung: no heartbeat for 5.0 s (last in phase "step"; timeout 4.0 s; 1 rank blocked behind it)'
+    ), line
 
 
 def test_ranks_that_stopped_together_are_named_as_a_tie():
@@ -93,7 +94,9 @@ def test_ranks_that_stopped_together_are_named_as_a_tie():
 
 
 def test_a_culprit_within_its_phase_timeout_is_no_hang_until_that_timeout_ends():
-    verdict = decide([_report(0, 100.0, 50.0, timeout=900.0, kind="phase", phase="checkpoint"), _report(1, 100.5, 49.5)])
+    verdict = decide(
+        [_report(0, 100.0, 50.0, timeout=900.0, kind="phase", phase="checkpoint"), _report(1, 100.5, 49.5)]
+    )
     assert not verdict.hung and verdict.hold_until == 1000.0
 
 
@@ -127,8 +130,10 @@ Current thread 0x00007f00 (most recent call first):
 def test_the_main_thread_is_found_in_a_dump_and_where_it_blocks_is_said_in_one_line():
     frames = main_thread(DUMP)
     assert frames[0].startswith("Current thread") and frames[-1].endswith("in <module>")
-    assert blocked_at(frames) == ('File "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", '
-                                  'line 3252 in all_reduce, called from File "/job/train.py", line 40 in step')
+    assert blocked_at(frames) == (
+        'File "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", '
+        'line 3252 in all_reduce, called from File "/job/train.py", line 40 in step'
+    )
 
 
 WORKER = textwrap.dedent("""
@@ -155,7 +160,9 @@ def test_the_worker_api_writes_its_record_and_a_forked_child_does_not(tmp_path):
     reader = BeatReader(record)
     script = tmp_path / "w.py"
     script.write_text(WORKER)
-    process = subprocess.Popen([sys.executable, str(script), record, "1.0"], env={**os.environ, "ELASTIC_HEARTBEAT_FILE": record})
+    process = subprocess.Popen(
+        [sys.executable, str(script), record, "1.0"], env={**os.environ, "ELASTIC_HEARTBEAT_FILE": record}
+    )
     deadline = time.monotonic() + 30
     while not os.path.exists(record + ".inner"):
         assert process.poll() is None and time.monotonic() < deadline
@@ -173,8 +180,10 @@ def test_the_worker_api_writes_its_record_and_a_forked_child_does_not(tmp_path):
 
 
 def test_the_api_does_nothing_outside_elastic_run_and_refuses_a_bad_phase():
-    code = ("import elastic, time\nelastic.heartbeat()\nwith elastic.phase('x', timeout=5): pass\n"
-            "try:\n    elastic.phase('', timeout=-1).__enter__()\nexcept ValueError as e: print(e)\n")
+    code = (
+        "import elastic, time\nelastic.heartbeat()\nwith elastic.phase('x', timeout=5): pass\n"
+        "try:\n    elastic.phase('', timeout=-1).__enter__()\nexcept ValueError as e: print(e)\n"
+    )
     env = {k: v for k, v in os.environ.items() if k != "ELASTIC_HEARTBEAT_FILE"}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=30)
     assert done.returncode == 0 and done.stderr == "", done.stderr
@@ -184,9 +193,13 @@ def test_the_api_does_nothing_outside_elastic_run_and_refuses_a_bad_phase():
 def test_a_stack_dump_never_takes_a_signal_the_program_handles(tmp_path):
     record = str(tmp_path / "0.beat")
     beats.create(record)
-    code = ("import signal, elastic\nfirst = signal.SIGRTMAX - 1\n"
-            "signal.signal(first, lambda *a: None)\nelastic.heartbeat()\n")
-    done = subprocess.run([sys.executable, "-c", code], env={**os.environ, "ELASTIC_HEARTBEAT_FILE": record}, timeout=30)
+    code = (
+        "import signal, elastic\nfirst = signal.SIGRTMAX - 1\n"
+        "signal.signal(first, lambda *a: None)\nelastic.heartbeat()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], env={**os.environ, "ELASTIC_HEARTBEAT_FILE": record}, timeout=30
+    )
     assert done.returncode == 0
     taken = BeatReader(record).read().stack_signal
     assert taken != 0 and taken != signal.SIGRTMAX - 1

@@ -1,7 +1,7 @@
 """The join protocol's decisions, without etcd."""
 
-from rendezvous.rounds.join import Announce, Closed, Coordinate, Follow, Frozen, ReadAll, join_step, target_round
 from rendezvous.job.state import JobState, JobStatus, Participant
+from rendezvous.rounds.join import Announce, Closed, Coordinate, Follow, Frozen, ReadAll, join_step, target_round
 
 A = Participant("a", 0, "h", 1)
 B = Participant("b", 1, "h", 1)

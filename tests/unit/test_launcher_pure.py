@@ -9,18 +9,30 @@ import sys
 import pytest
 
 import elastic
-from launcher.output.console import progress_line
-from launcher.workers.errorfile import read_error, write_error
+from launcher.cli.options import (
+    NodeRange,
+    expand_abbreviations,
+    parse_nnodes,
+    parse_nproc_per_node,
+    parse_rdzv_backend,
+    parse_signals,
+    worker_argv,
+)
 from launcher.errors import UsageError
-from launcher.workers.env import virtual_device
+from launcher.output.console import progress_line
 from launcher.output.plan import (
-    STDOUT, StreamPlan, line_prefix, parse_filters, parse_ranks_filter, parse_std, plan_stream,
+    STDOUT,
+    StreamPlan,
+    line_prefix,
+    parse_filters,
+    parse_ranks_filter,
+    parse_std,
+    plan_stream,
 )
 from launcher.output.pump import _Source
-from launcher.cli.options import (
-    NodeRange, expand_abbreviations, parse_nnodes, parse_nproc_per_node, parse_rdzv_backend, parse_signals, worker_argv,
-)
 from launcher.summary import failure_summary
+from launcher.workers.env import virtual_device
+from launcher.workers.errorfile import read_error, write_error
 from launcher.workers.group import GroupState, GroupStatus, WorkerFailure
 from rendezvous.rounds.join import Progress
 
@@ -88,16 +100,19 @@ def test_redirect_and_tee_values():
     assert parse_ranks_filter("0, 2") == frozenset({0, 2}) and parse_ranks_filter("") is None
 
 
-@pytest.mark.parametrize("redirects,tee,shown,expected", [
-    (0, 0, None, StreamPlan(console=True, prefixed=False, file=None)),  # verbatim, as torchrun
-    (1, 0, None, StreamPlan(console=False, prefixed=False, file="f")),  # redirected: file only
-    (0, 1, None, StreamPlan(console=True, prefixed=True, file="f")),  # teed: file and console, prefixed
-    (3, 3, None, StreamPlan(console=True, prefixed=True, file="f")),  # tee wins over redirects
-    (2, 0, None, StreamPlan(console=True, prefixed=False, file=None)),  # stderr redirected, stdout not
-    (0, 0, frozenset({1}), StreamPlan(console=False, prefixed=False, file=None)),  # filtered out: nowhere
-    (0, 1, frozenset({1}), StreamPlan(console=False, prefixed=True, file="f")),  # filtered: file still written
-    ({0: 1}, {1: 1}, None, StreamPlan(console=False, prefixed=False, file="f")),  # per local rank
-])
+@pytest.mark.parametrize(
+    "redirects,tee,shown,expected",
+    [
+        (0, 0, None, StreamPlan(console=True, prefixed=False, file=None)),  # verbatim, as torchrun
+        (1, 0, None, StreamPlan(console=False, prefixed=False, file="f")),  # redirected: file only
+        (0, 1, None, StreamPlan(console=True, prefixed=True, file="f")),  # teed: file and console, prefixed
+        (3, 3, None, StreamPlan(console=True, prefixed=True, file="f")),  # tee wins over redirects
+        (2, 0, None, StreamPlan(console=True, prefixed=False, file=None)),  # stderr redirected, stdout not
+        (0, 0, frozenset({1}), StreamPlan(console=False, prefixed=False, file=None)),  # filtered out: nowhere
+        (0, 1, frozenset({1}), StreamPlan(console=False, prefixed=True, file="f")),  # filtered: file still written
+        ({0: 1}, {1: 1}, None, StreamPlan(console=False, prefixed=False, file="f")),  # per local rank
+    ],
+)
 def test_stream_routing_is_torchs(redirects, tee, shown, expected):
     assert plan_stream(0, STDOUT, redirects, tee, shown, "f") == expected
 
@@ -114,6 +129,7 @@ def test_a_teed_source_copies_matching_lines_with_their_prefix(tmp_path):
     import io
 
     read_end, write_end = os.pipe()
+
     class Kept(io.BytesIO):
         def close(self):  # the source closes its log file at the end; keep what it got
             self.kept = self.getvalue()
@@ -144,26 +160,45 @@ def test_a_verbatim_source_passes_partial_lines_through_unchanged():
     assert console.getvalue() == b"10%\r20%\rdone\n"
 
 
-OPTIONS = {"--nnodes": "nnodes", "--nproc-per-node": "nproc", "--nproc_per_node": "nproc", "--no-python": "np",
-           "--no_python": "np", "--redirects": "redirects", "-r": "redirects", "-m": "module", "--module": "module",
-           "--rdzv-id": "rdzv_id", "--rdzv-conf": "rdzv_conf", "--help": "help"}
+OPTIONS = {
+    "--nnodes": "nnodes",
+    "--nproc-per-node": "nproc",
+    "--nproc_per_node": "nproc",
+    "--no-python": "np",
+    "--no_python": "np",
+    "--redirects": "redirects",
+    "-r": "redirects",
+    "-m": "module",
+    "--module": "module",
+    "--rdzv-id": "rdzv_id",
+    "--rdzv-conf": "rdzv_conf",
+    "--help": "help",
+}
 VALUED = {"--nnodes", "--nproc-per-node", "--nproc_per_node", "--redirects", "-r", "--rdzv-id", "--rdzv-conf"}
 
 
-@pytest.mark.parametrize("argv,expected", [
-    (["--nproc", "2", "s.py"], ["--nproc-per-node", "2", "s.py"]),  # both spellings of one option: unique
-    (["--redirect=3", "s.py"], ["--redirects=3", "s.py"]),
-    (["--nn", "1", "--rdzv-i", "x", "s.py", "--nproc", "7"], ["--nnodes", "1", "--rdzv-id", "x", "s.py", "--nproc", "7"]),
-    (["-r", "--nproc", "s.py"], ["-r", "--nproc", "s.py"]),  # a value that looks like an option stays a value
-    (["-m", "--he"], ["-m", "--help"]),
-    (["--nothing", "s.py"], ["--nothing", "s.py"]),  # unknown: the parser refuses it
-    (["--", "--nproc"], ["--", "--nproc"]),
-])
+@pytest.mark.parametrize(
+    "argv,expected",
+    [
+        (["--nproc", "2", "s.py"], ["--nproc-per-node", "2", "s.py"]),  # both spellings of one option: unique
+        (["--redirect=3", "s.py"], ["--redirects=3", "s.py"]),
+        (
+            ["--nn", "1", "--rdzv-i", "x", "s.py", "--nproc", "7"],
+            ["--nnodes", "1", "--rdzv-id", "x", "s.py", "--nproc", "7"],
+        ),
+        (["-r", "--nproc", "s.py"], ["-r", "--nproc", "s.py"]),  # a value that looks like an option stays a value
+        (["-m", "--he"], ["-m", "--help"]),
+        (["--nothing", "s.py"], ["--nothing", "s.py"]),  # unknown: the parser refuses it
+        (["--", "--nproc"], ["--", "--nproc"]),
+    ],
+)
 def test_unique_prefixes_expand_as_argparse_does(argv, expected):
     assert expand_abbreviations(argv, OPTIONS, VALUED) == expected
 
 
-@pytest.mark.parametrize("argv,named", [(["--n", "2", "s.py"], "--nnodes, --no-python"), (["--rdzv", "x", "s.py"], "--rdzv-conf, --rdzv-id")])
+@pytest.mark.parametrize(
+    "argv,named", [(["--n", "2", "s.py"], "--nnodes, --no-python"), (["--rdzv", "x", "s.py"], "--rdzv-conf, --rdzv-id")]
+)
 def test_an_ambiguous_prefix_is_one_error_naming_the_candidates(argv, named):
     with pytest.raises(UsageError, match=f"ambiguous option: {argv[0]} could match {named}"):
         expand_abbreviations(argv, OPTIONS, VALUED)
@@ -235,7 +270,9 @@ def test_failure_summary_names_the_first_failure():
     from launcher.workers.errorfile import ErrorRecord
 
     late = WorkerFailure(0, 4, -9, "h1", 200.0, "/e0", None)
-    early = WorkerFailure(1, 5, 3, "h1", 100.0, "/e1", ErrorRecord("ValueError: x", "Traceback\n  line\nValueError: x", 100))
+    early = WorkerFailure(
+        1, 5, 3, "h1", 100.0, "/e1", ErrorRecord("ValueError: x", "Traceback\n  line\nValueError: x", 100)
+    )
     text = failure_summary(GroupStatus(GroupState.FAILED, (late, early)), "job", 2, 2)
     lines = text.splitlines()
     assert lines[0] == "worker group of job 'job' failed after 2 of 2 restarts"
@@ -300,7 +337,9 @@ def test_numa_binding_on_one_node_is_a_no_op_said_once():
     from launcher.workers.numa import Topology, binding_commands
 
     commands, line = binding_commands("exclusive", 2, Topology({0: frozenset([0, 1])}))
-    assert commands == {} and line == "--numa-binding exclusive: this machine has one NUMA node; the workers are not bound"
+    assert (
+        commands == {} and line == "--numa-binding exclusive: this machine has one NUMA node; the workers are not bound"
+    )
     with pytest.raises(UsageError, match="physical cores"):
         from launcher.workers.numa import cpus_for
 

@@ -56,7 +56,7 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
         stack.append(node)
         for nxt in sorted(graph[node]):
             if state.get(nxt) == 1:
-                return stack[stack.index(nxt):] + [nxt]
+                return stack[stack.index(nxt) :] + [nxt]
             if nxt not in state and (found := visit(nxt)):
                 return found
         stack.pop()
@@ -91,8 +91,10 @@ def _allowed(target: str, prefixes: tuple[str, ...]) -> bool:
 def test_each_rendezvous_layer_imports_only_the_layers_below_it(layer, allowed):
     modules = {m: t for m, t in _imports().items() if m == layer or m.startswith(layer + ".")}
     assert modules, f"no module in {layer}"
-    wrong = {m: sorted(t for t in targets if not _allowed(t, (layer, *allowed)) and t != "rendezvous")
-             for m, targets in modules.items()}
+    wrong = {
+        m: sorted(t for t in targets if not _allowed(t, (layer, *allowed)) and t != "rendezvous")
+        for m, targets in modules.items()
+    }
     assert not {m: t for m, t in wrong.items() if t}, wrong
 
 

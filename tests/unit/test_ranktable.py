@@ -5,17 +5,26 @@ import zlib
 
 import pytest
 
-from rendezvous.job.ranktable import ROWS_PER_BUCKET, bucket_count
 from rendezvous.errors import RendezvousStateError
-from rendezvous.job.keys import JobKeys
-from rendezvous.job.ranktable import Placement, bucket_of, decode_bucket, drop_other_tables, encode_buckets
-from rendezvous.job.state import Participant
 from rendezvous.etcd.txn import prefix_range_end
+from rendezvous.job.keys import JobKeys
+from rendezvous.job.ranktable import (
+    ROWS_PER_BUCKET,
+    Placement,
+    bucket_count,
+    bucket_of,
+    decode_bucket,
+    drop_other_tables,
+    encode_buckets,
+)
+from rendezvous.job.state import Participant
 
 
 def _participants(k: int, lws=lambda i: 1 + i % 3):
-    return tuple(Participant(f"node-{i:05d}-{i * 7919 % 16**8:08x}", i, f"10.{i // 65536}.{i // 256 % 256}.{i % 256}", lws(i))
-                 for i in range(k))
+    return tuple(
+        Participant(f"node-{i:05d}-{i * 7919 % 16**8:08x}", i, f"10.{i // 65536}.{i // 256 % 256}.{i % 256}", lws(i))
+        for i in range(k)
+    )
 
 
 def test_a_nodes_bucket_is_the_same_in_every_process():
@@ -52,14 +61,17 @@ def test_an_empty_bucket_is_written_so_that_a_missing_one_means_a_lost_table():
     assert len(values) == 8 and values[next(b for b in range(8) if values[b] == b"[]")] == b"[]"
 
 
-@pytest.mark.parametrize("raw, fragment", [
-    (b"{", "not valid JSON"),
-    (b'{"a": 1}', "not a list of rows"),
-    (b'[["a", 0, "h", 1]]', "is not \\[node, group_rank"),
-    (b'[["a", 0, "h", 0, 0]]', "malformed: row"),
-    (b'[["a", -1, "h", 1, 0]]', "malformed: row"),
-    (b'[["a", 0, 7, 1, 0]]', "malformed: row"),
-])
+@pytest.mark.parametrize(
+    "raw, fragment",
+    [
+        (b"{", "not valid JSON"),
+        (b'{"a": 1}', "not a list of rows"),
+        (b'[["a", 0, "h", 1]]', "is not \\[node, group_rank"),
+        (b'[["a", 0, "h", 0, 0]]', "malformed: row"),
+        (b'[["a", -1, "h", 1, 0]]', "malformed: row"),
+        (b'[["a", 0, 7, 1, 0]]', "malformed: row"),
+    ],
+)
 def test_a_bucket_that_is_not_rows_is_refused_naming_it(raw, fragment):
     with pytest.raises(RendezvousStateError, match=fragment):
         decode_bucket(raw, "bucket x")

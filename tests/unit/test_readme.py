@@ -7,7 +7,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _first_code_block(text: str) -> list[str]:
     start = text.index("```bash\n") + len("```bash\n")
-    return text[start:text.index("```", start)].strip().splitlines()
+    return text[start : text.index("```", start)].strip().splitlines()
 
 
 def test_ci_runs_the_readme_test_command_verbatim():
@@ -34,8 +34,8 @@ def test_the_readme_exit_code_table_is_the_codes_table():
     from launcher.errors import EXIT_CODES, EXIT_INFRA, describe_code
 
     text = (ROOT / "README.md").read_text()
-    section = text[text.index("### Exit codes"):]
-    section = section[:section.index("\n#", 1)]
+    section = text[text.index("### Exit codes") :]
+    section = section[: section.index("\n#", 1)]
     rows = [line for line in section.splitlines() if line.startswith("| `")]
     stated = [tuple(cell.strip().strip("`") for cell in row.strip("|").split("|")) for row in rows]
     assert stated == [(r.code, r.meaning, "yes" if r.retry else "no") for r in EXIT_CODES]

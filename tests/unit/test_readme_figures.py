@@ -8,10 +8,10 @@ import re
 from pathlib import Path
 
 from rendezvous.job.history import DEFAULT_LIMIT
-from rendezvous.settings import RendezvousSettings
-from rendezvous.rounds.decide import LiveNode, frozen_state
 from rendezvous.job.ranktable import encode_buckets, new_table_id
 from rendezvous.job.state import NodeInfo, Participant
+from rendezvous.rounds.decide import LiveNode, frozen_state
+from rendezvous.settings import RendezvousSettings
 
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
 
@@ -24,8 +24,9 @@ def _figure(pattern: str) -> float:
 
 def _frozen(k: int):
     # node ids as default_node_id() makes them on a host named like node-0001 (18 characters), IPv4
-    nodes = tuple(Participant(f"node-{i:04d}-{i * 7919 % 16**8:08x}", i, f"10.0.{i // 256 % 256}.{i % 256}", 8)
-                  for i in range(k))
+    nodes = tuple(
+        Participant(f"node-{i:04d}-{i * 7919 % 16**8:08x}", i, f"10.0.{i // 256 % 256}.{i % 256}", 8) for i in range(k)
+    )
     live = [LiveNode(NodeInfo(p.node, 7, p.addr, 8, 29500), i) for i, p in enumerate(nodes)]
     return frozen_state("job-42", 7, nodes, live, k // 2, k, restarts=1, max_restarts=3, table=new_table_id(7))
 
@@ -38,7 +39,9 @@ def test_what_every_node_reads_of_a_frozen_round_is_the_size_the_readme_says():
     buckets = encode_buckets(state.participants, state.buckets)
     average = sum(map(len, buckets.values())) / len(buckets)
     stated = _figure(r"bucket \(([\d.]+) KB on average at 1024 nodes")
-    assert abs(average / 1000 - stated) < 0.1, f"{average:.0f} bytes a bucket at 1024 nodes; the README says {stated:g} KB"
+    assert abs(average / 1000 - stated) < 0.1, (
+        f"{average:.0f} bytes a bucket at 1024 nodes; the README says {stated:g} KB"
+    )
 
 
 def test_the_history_keeps_as_many_records_as_the_readme_says():

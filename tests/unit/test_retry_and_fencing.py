@@ -9,32 +9,41 @@ import time
 
 import pytest
 
-from rendezvous.etcd import retry
 from rendezvous.errors import RendezvousSettingsError
+from rendezvous.etcd import retry
 from rendezvous.etcd.session import AnswerWait, default_renew_deadline, hear, keep_alive_interval
 from rendezvous.settings import RendezvousSettings
 
 
-@pytest.mark.parametrize("code, details", [
-    ("UNAVAILABLE", "failed to connect to all addresses; last error: Connection refused"),
-    ("DEADLINE_EXCEEDED", "Deadline Exceeded"),
-    ("UNAVAILABLE", "etcdserver: no leader"),
-    ("UNAVAILABLE", "etcdserver: leader changed"),
-    ("UNAVAILABLE", "etcdserver: request timed out"),
-    ("UNKNOWN", "etcdserver: request timed out, possibly due to previous leader failure"),
-    ("RESOURCE_EXHAUSTED", "etcdserver: too many requests"),
-])
+@pytest.mark.parametrize(
+    "code, details",
+    [
+        ("UNAVAILABLE", "failed to connect to all addresses; last error: Connection refused"),
+        ("DEADLINE_EXCEEDED", "Deadline Exceeded"),
+        ("UNAVAILABLE", "etcdserver: no leader"),
+        ("UNAVAILABLE", "etcdserver: leader changed"),
+        ("UNAVAILABLE", "etcdserver: request timed out"),
+        ("UNKNOWN", "etcdserver: request timed out, possibly due to previous leader failure"),
+        ("RESOURCE_EXHAUSTED", "etcdserver: too many requests"),
+    ],
+)
 def test_unreachable_members_and_elections_are_retried(code, details):
     assert retry.is_retryable(code, details)
 
 
-@pytest.mark.parametrize("code, details", [
-    ("INVALID_ARGUMENT", "etcdserver: authentication failed, invalid user ID or password"),
-    ("PERMISSION_DENIED", "etcdserver: permission denied"),
-    ("NOT_FOUND", "etcdserver: requested lease not found"),
-    ("FAILED_PRECONDITION", "etcdserver: mvcc: required revision has been compacted"),
-    ("UNAVAILABLE", "failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:1: Ssl handshake failed"),
-])
+@pytest.mark.parametrize(
+    "code, details",
+    [
+        ("INVALID_ARGUMENT", "etcdserver: authentication failed, invalid user ID or password"),
+        ("PERMISSION_DENIED", "etcdserver: permission denied"),
+        ("NOT_FOUND", "etcdserver: requested lease not found"),
+        ("FAILED_PRECONDITION", "etcdserver: mvcc: required revision has been compacted"),
+        (
+            "UNAVAILABLE",
+            "failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:1: Ssl handshake failed",
+        ),
+    ],
+)
 def test_answers_that_will_not_change_are_not_retried(code, details):
     assert not retry.is_retryable(code, details)
 
@@ -62,7 +71,10 @@ def test_backoff_comes_between_passes_only_and_is_capped():
 
 
 def test_reasons_are_a_few_words():
-    assert retry.reason("UNAVAILABLE", "ipv4:127.0.0.1:1: Failed to connect to remote host: Connection refused") == "connection refused"
+    assert (
+        retry.reason("UNAVAILABLE", "ipv4:127.0.0.1:1: Failed to connect to remote host: Connection refused")
+        == "connection refused"
+    )
     assert retry.reason("DEADLINE_EXCEEDED", "Deadline Exceeded", 1.25) == "no answer within 1.2 s"
     assert retry.reason("UNAVAILABLE", "etcdserver: no leader") == "no leader"
     assert retry.reason("UNAVAILABLE", "Socket closed") == "connection closed"
@@ -70,7 +82,10 @@ def test_reasons_are_a_few_words():
 
 def test_the_unreachable_message_says_where_why_and_how_long():
     text = retry.unreachable_message({"h1:2379": "connection refused", "h2:2379": "no answer within 1.7 s"}, 9, 5.04)
-    assert text == "cannot reach etcd at h1:2379 (connection refused), h2:2379 (no answer within 1.7 s); tried 9 times over 5.0 s"
+    assert (
+        text == "cannot reach etcd at h1:2379 (connection refused), h2:2379 (no answer within 1.7 s); "
+        "tried 9 times over 5.0 s"
+    )
 
 
 def _wait_after(round_trips, deadline=14.0):
@@ -114,16 +129,24 @@ def test_default_fencing_settings_renew_every_second_and_fence_a_second_before_t
     settings = RendezvousSettings(run_id="job")
     assert (settings.lease_ttl, settings.fence_after, settings.renew_every) == (15, 14.0, 1.0)
     assert default_renew_deadline(5) == 4.0 and keep_alive_interval(4.0) == 0.5
-    short = RendezvousSettings.from_conf("job", 1, 1, "lease_ttl=5,renew_deadline=3,keep_alive_interval=0.2,connect_timeout=9")
+    short = RendezvousSettings.from_conf(
+        "job", 1, 1, "lease_ttl=5,renew_deadline=3,keep_alive_interval=0.2,connect_timeout=9"
+    )
     assert (short.fence_after, short.renew_every, short.connect_timeout) == (3.0, 0.2, 9.0)
 
 
-@pytest.mark.parametrize("conf, words", [
-    ("lease_ttl=5,renew_deadline=5", "renew_deadline must be from 0.1 s to lease_ttl - 0.5 (4.5)"),
-    ("renew_deadline=0", "renew_deadline must be"),
-    ("lease_ttl=5,keep_alive_interval=3", "keep_alive_interval must be from 0.01 s to half the renew deadline (2 s)"),
-    ("connect_timeout=0", "connect_timeout must be a positive number"),
-])
+@pytest.mark.parametrize(
+    "conf, words",
+    [
+        ("lease_ttl=5,renew_deadline=5", "renew_deadline must be from 0.1 s to lease_ttl - 0.5 (4.5)"),
+        ("renew_deadline=0", "renew_deadline must be"),
+        (
+            "lease_ttl=5,keep_alive_interval=3",
+            "keep_alive_interval must be from 0.01 s to half the renew deadline (2 s)",
+        ),
+        ("connect_timeout=0", "connect_timeout must be a positive number"),
+    ],
+)
 def test_fencing_settings_that_cannot_be_safe_are_refused(conf, words):
     with pytest.raises(RendezvousSettingsError, match=words.replace("(", r"\(").replace(")", r"\)")):
         RendezvousSettings.from_conf("job", 1, 1, conf)

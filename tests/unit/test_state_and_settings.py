@@ -3,28 +3,48 @@ import json
 import pytest
 
 from rendezvous.errors import RendezvousSettingsError, RendezvousStateError
-from rendezvous.settings import RendezvousSettings, parse_conf
-from rendezvous.rounds.decide import LiveNode, frozen_state
 from rendezvous.job.state import CAUSE_NAMES, Cause, JobState, JobStatus, NodeInfo, Participant
+from rendezvous.rounds.decide import LiveNode, frozen_state
+from rendezvous.settings import RendezvousSettings, parse_conf
 
 
 def _state():
-    return JobState("job", 2, JobStatus.RUNNING, 1, 3, "h", 29500, None, "", table="2-abc", size=2, world=6, buckets=1,
-                    cause=Cause(("rank 1 on node b failed (exit code 1)",), ("c",), (), 2))
+    return JobState(
+        "job",
+        2,
+        JobStatus.RUNNING,
+        1,
+        3,
+        "h",
+        29500,
+        None,
+        "",
+        table="2-abc",
+        size=2,
+        world=6,
+        buckets=1,
+        cause=Cause(("rank 1 on node b failed (exit code 1)",), ("c",), (), 2),
+    )
 
 
 def test_job_state_round_trips_through_json():
     state = _state()
     assert JobState.decode(state.encode()) == state
-    assert state.world_size == 6
+    assert state.world == 6
     assert state.as_dict()["status"] == "running"
-    assert state.as_dict()["cause"] == {"failures": ["rank 1 on node b failed (exit code 1)"], "lost": ["c"],
-                                        "joining": [], "waiting": 2}
+    assert state.as_dict()["cause"] == {
+        "failures": ["rank 1 on node b failed (exit code 1)"],
+        "lost": ["c"],
+        "joining": [],
+        "waiting": 2,
+    }
 
 
 def _frozen(k: int) -> JobState:
-    participants = tuple(Participant(f"node-{i:05d}-{i * 7919 % 16**8:08x}", i, f"10.{i // 65536}.{i // 256 % 256}.{i % 256}", 8)
-                         for i in range(k))
+    participants = tuple(
+        Participant(f"node-{i:05d}-{i * 7919 % 16**8:08x}", i, f"10.{i // 65536}.{i // 256 % 256}.{i % 256}", 8)
+        for i in range(k)
+    )
     nodes = [LiveNode(NodeInfo(p.node, 3, p.addr, 8, 29500), i) for i, p in enumerate(participants)]
     return frozen_state("job-42", 3, participants, nodes, k // 2, k, restarts=1, max_restarts=3, table="3-0123abcd")
 
@@ -34,7 +54,7 @@ def test_the_state_every_node_reads_is_the_same_size_at_16_and_at_16384_nodes():
     assert (big.size, big.world, big.buckets) == (16384, 16384 * 8, 512)
     assert len(big.encode()) - len(small.encode()) <= 16  # a few more digits in five counts, no participant
     decoded = JobState.decode(big.encode())
-    assert decoded.participants == () and decoded.world_size == 16384 * 8
+    assert decoded.participants == () and decoded.world == 16384 * 8
 
 
 def test_a_cause_keeps_a_few_names_however_many_nodes_went():
@@ -134,18 +154,37 @@ def test_both_password_variables_at_once_are_refused(tmp_path):
 def test_workers_never_get_the_credential_variables():
     from launcher.workers.env import WorkerSpec, worker_env
 
-    spec = WorkerSpec(local_rank=0, local_world_size=1, base_global_rank=0, world_size=1, group_rank=0,
-                      group_world_size=1, master_addr="h", master_port=1, run_id="job", restart_count=0,
-                      max_restarts=0, role="default", error_file="/tmp/e.json")
-    env = worker_env(spec, {"ELASTIC_ETCD_PASSWORD": "pw", "ELASTIC_ETCD_PASSWORD_FILE": "/pw", "ELASTIC_ETCD_KEY": "/k",
-                            "HOME": "/root"})
+    spec = WorkerSpec(
+        local_rank=0,
+        local_world_size=1,
+        base_global_rank=0,
+        world_size=1,
+        group_rank=0,
+        group_world_size=1,
+        master_addr="h",
+        master_port=1,
+        run_id="job",
+        restart_count=0,
+        max_restarts=0,
+        role="default",
+        error_file="/tmp/e.json",
+    )
+    env = worker_env(
+        spec,
+        {"ELASTIC_ETCD_PASSWORD": "pw", "ELASTIC_ETCD_PASSWORD_FILE": "/pw", "ELASTIC_ETCD_KEY": "/k", "HOME": "/root"},
+    )
     assert not [name for name in env if name.startswith("ELASTIC_ETCD_")] and env["HOME"] == "/root"
 
 
 def test_torchs_conf_keys_and_its_quoted_form_are_accepted():
     conf = "'join_timeout=5,last_call_timeout=1,timeout=7,etcd_prefix=/t,ssl_cert=/c.pem,heartbeat=9,is_host=1,rank=0'"
     settings = RendezvousSettings.from_conf("job", 1, 2, conf, environ={})
-    assert (settings.join_timeout, settings.last_call_timeout, settings.key_prefix, settings.cert_cert) == (7.0, 1.0, "/t", "/c.pem")
+    assert (settings.join_timeout, settings.last_call_timeout, settings.key_prefix, settings.cert_cert) == (
+        7.0,
+        1.0,
+        "/t",
+        "/c.pem",
+    )
     assert parse_conf('"a=1,b=2"') == {"a": "1", "b": "2"}
 
 

@@ -4,9 +4,20 @@ from launcher.workers.env import EXPORTED, WorkerSpec, worker_env
 
 
 def spec(**changes):
-    values = dict(local_rank=1, local_world_size=2, base_global_rank=4, world_size=8, group_rank=2,
-                  group_world_size=4, master_addr="10.0.0.1", master_port=29500, run_id="job",
-                  restart_count=3, max_restarts=5, error_file="/tmp/err.json")
+    values = dict(
+        local_rank=1,
+        local_world_size=2,
+        base_global_rank=4,
+        world_size=8,
+        group_rank=2,
+        group_world_size=4,
+        master_addr="10.0.0.1",
+        master_port=29500,
+        run_id="job",
+        restart_count=3,
+        max_restarts=5,
+        error_file="/tmp/err.json",
+    )
     values.update(changes)
     return WorkerSpec(**values)
 
@@ -14,11 +25,22 @@ def spec(**changes):
 def test_worker_env_exports_what_torchrun_exports():
     env = worker_env(spec(), {"PATH": "/bin"})
     assert {k: env[k] for k in EXPORTED} == {
-        "RANK": "5", "LOCAL_RANK": "1", "WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "2",
-        "GROUP_WORLD_SIZE": "4", "ROLE_NAME": "default", "ROLE_RANK": "5", "ROLE_WORLD_SIZE": "8",
-        "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500", "TORCHELASTIC_RUN_ID": "job",
-        "TORCHELASTIC_RESTART_COUNT": "3", "TORCHELASTIC_MAX_RESTARTS": "5",
-        "TORCHELASTIC_USE_AGENT_STORE": "False", "TORCHELASTIC_ERROR_FILE": "/tmp/err.json",
+        "RANK": "5",
+        "LOCAL_RANK": "1",
+        "WORLD_SIZE": "8",
+        "LOCAL_WORLD_SIZE": "2",
+        "GROUP_RANK": "2",
+        "GROUP_WORLD_SIZE": "4",
+        "ROLE_NAME": "default",
+        "ROLE_RANK": "5",
+        "ROLE_WORLD_SIZE": "8",
+        "MASTER_ADDR": "10.0.0.1",
+        "MASTER_PORT": "29500",
+        "TORCHELASTIC_RUN_ID": "job",
+        "TORCHELASTIC_RESTART_COUNT": "3",
+        "TORCHELASTIC_MAX_RESTARTS": "5",
+        "TORCHELASTIC_USE_AGENT_STORE": "False",
+        "TORCHELASTIC_ERROR_FILE": "/tmp/err.json",
         "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
     }
     assert env["PATH"] == "/bin" and env["OMP_NUM_THREADS"] == "1"

@@ -20,8 +20,13 @@ args = parser.parse_args()
 env = os.environ
 rank, restart = int(env["RANK"]), int(env["TORCHELASTIC_RESTART_COUNT"])
 record = {
-    "rank": rank, "world_size": int(env["WORLD_SIZE"]), "restart": restart, "group_rank": int(env["GROUP_RANK"]),
-    "max_restarts": int(env["TORCHELASTIC_MAX_RESTARTS"]), "pid": os.getpid(), "at": time.time(),
+    "rank": rank,
+    "world_size": int(env["WORLD_SIZE"]),
+    "restart": restart,
+    "group_rank": int(env["GROUP_RANK"]),
+    "max_restarts": int(env["TORCHELASTIC_MAX_RESTARTS"]),
+    "pid": os.getpid(),
+    "at": time.time(),
 }
 path = os.path.join(args.out, f"{restart}-{rank}-{os.getpid()}.json")
 with open(path + ".tmp", "w") as handle:

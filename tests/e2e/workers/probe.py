@@ -34,10 +34,12 @@ def main() -> None:
     if args.grandchild:
         record["grandchild"] = subprocess.Popen(["sleep", "600"]).pid
     if args.trap_term:
+
         def on_term(signum, frame):
             with open(os.path.join(args.out, f"{name}.term"), "w") as handle:
                 handle.write("SIGTERM")
             sys.exit(0)
+
         signal.signal(signal.SIGTERM, on_term)
     with open(os.path.join(args.out, f"{name}.json.tmp"), "w") as handle:
         json.dump(record, handle)
