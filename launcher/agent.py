@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from launcher.output.console import report_progress, say
 from launcher.telemetry.health import AgentSnapshot
 from launcher.telemetry.metrics import Telemetry
-from launcher.workers.group import GroupStatus, ReaperProcess, WorkerGroup
+from launcher.workers.group import ReaperProcess, WorkerGroup
 from rendezvous.errors import (
     RendezvousClosedError,
     RendezvousConnectionError,
@@ -46,6 +46,7 @@ from rendezvous.rounds.handler import RendezvousHandler
 from rendezvous.rounds.join import RendezvousInfo
 from rendezvous.rounds.operate import OPERATOR
 
+from . import restart
 from .config import AgentConfig
 from .errors import (
     AgentStopped,
@@ -58,7 +59,6 @@ from .errors import (
 from .output import LogPump
 from .rounds import CAUSES, RoundOutcome, RoundResult, RoundRunner
 from .signals import ignore_stop_signals
-from .summary import failure_summary, hang_summary
 
 __all__ = ["AgentConfig", "Agent", "AgentState", "RoundOutcome", "RoundResult"]
 
@@ -173,16 +173,11 @@ class Agent:
             if result.outcome is RoundOutcome.FENCED:
                 self._after_fence()
             elif result.outcome is RoundOutcome.FAILED:
-                self._restart_or_fail(result.status)
+                for record in restart.failure_records(result.status):
+                    self.history.record("worker_failed", self.info.round, **record)
+                self._restart_or_close(restart.failure_of(result.status, self.handler.node_id, self.info))
             elif result.outcome is RoundOutcome.HUNG:
-                line = result.verdict.line()
-                self._restart_or_close(
-                    line,
-                    lambda line=line: hang_summary(
-                        line, self.handler.run_id, self.info.restart_count, self.info.max_restarts
-                    ),
-                    (),
-                )
+                self._restart_or_close(restart.hang_of(result.verdict, self.info))
 
     # -- the steps ------------------------------------------------------------------------------
     def _open(self) -> None:
@@ -234,28 +229,17 @@ class Agent:
 
         return self._rounds.run(self.info, self.attempt, layout, ending)
 
-    def _restart_or_fail(self, status: GroupStatus) -> None:
-        """A local worker failed: ask the job for a restart while its budget lasts, else close it failed."""
-        first = status.first_failure
-        self._record_failures(status)
-        what = f"rank {first.rank} on node {self.handler.node_id} failed ({first.describe()})"
-        self._restart_or_close(
-            what,
-            lambda: failure_summary(status, self.handler.run_id, self.info.restart_count, self.info.max_restarts),
-            status.failures,
-        )
-
-    def _restart_or_close(self, what: str, summary: Callable[[], str], failures: tuple) -> None:
+    def _restart_or_close(self, failure: restart.Failure) -> None:
         """Ask the job for a restart while its budget lasts, else print the summary and close it failed."""
         count, budget = self.info.restart_count, self.info.max_restarts
         if count < budget:
-            self.say(f"{what}; restarting the workers ({count + 1}/{budget})")
-            self.handler.request_restart(what)
+            self.say(restart.restart_line(failure.what, count, budget))
+            self.handler.request_restart(failure.what)
             return
         self.state = AgentState.FAILED
-        self.say(summary())
-        self._close(f"{what} and no restart was left ({count}/{budget})", failed=True)
-        raise WorkerFailedError(what, failures)
+        self.say(failure.summary())
+        self._close(restart.spent_reason(failure.what, count, budget), failed=True)
+        raise WorkerFailedError(failure.what, failure.failures)
 
     def _closed_error(self, exc: RendezvousClosedError) -> LauncherError:
         """The job was closed under this node: by a failure elsewhere, by an operator, or before it joined."""
@@ -314,23 +298,6 @@ class Agent:
                 "(the first agent's); following the job's"
             )
         return info
-
-    def _record_failures(self, status: GroupStatus) -> None:
-        for failure in status.failures:
-            message = (
-                failure.error.message.strip().splitlines()[0]
-                if failure.error and failure.error.message.strip()
-                else None
-            )
-            self.history.record(
-                "worker_failed",
-                self.info.round,
-                rank=failure.rank,
-                host=failure.host,
-                exit_code=None if failure.exitcode < 0 else failure.exitcode,
-                signal=failure.signal_name,
-                message=message,
-            )
 
     def _after_fence(self) -> None:
         silent = self.handler.lease.silent_for()

@@ -25,7 +25,7 @@ from rendezvous.rounds.join import RendezvousInfo
 from .config import AgentConfig
 from .hangs import record as beats
 from .output import Layout
-from .summary import change_line
+from .restart import change_line
 
 __all__ = ["RoundOutcome", "RoundResult", "RoundRunner", "CAUSES"]
 

@@ -1,17 +1,10 @@
-"""The agent's hang watch over one round: reads its workers' heartbeat records each monitor tick,
-agrees with the other nodes through etcd on which rank to blame (``rendezvous.job.hangboard``), and
-dumps the hung ranks' Python stacks before the agent stops the group.
-
-The case protocol, per round: a node with a worker past its timeout opens case N (created once;
-the opener decides); on seeing case N every node writes one report of its ranks; the decider waits
-for every node's report (at most ``COLLECT`` seconds), applies ``hangs.decide`` and writes the
-verdict (created once). A hang verdict is acted on by every node alike. A "not hung" verdict (the
-oldest rank is in a phase within its timeout) holds suspicion off until that timeout ends.
+"""The agent's hang watch over one round: each monitor tick it reads its workers' heartbeat
+records into the rules (``rules.RankWatch``), follows the round's hang cases (``cases``: the nodes
+agree on one verdict through etcd), and, once a hang stands, reports it with the stacks (``stacks``).
 """
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -21,13 +14,13 @@ from launcher.workers.env import WorkerSpec
 from rendezvous.errors import RendezvousError
 from rendezvous.job.hangboard import HangBoard, HangChannel
 
-from .record import BeatReader, stacks_path
-from .rules import HangTimeouts, RankReport, RankWatch, Verdict, blocked_at, decide, main_thread
+from .cases import CaseFollower
+from .record import BeatReader
+from .rules import HangTimeouts, RankReport, RankWatch, Verdict
+from .stacks import StackDump, dump_stacks, report_hang
 
-__all__ = ["HangWatch", "WatchedWorker", "StackDump", "watch_round", "COLLECT"]
+__all__ = ["HangWatch", "WatchedWorker", "watch_round", "PUBLISH_EVERY"]
 
-COLLECT = 2.0  # seconds the decider waits for every node's report
-TAKE_OVER = 5.0  # seconds after COLLECT with no verdict when any node decides instead
 PUBLISH_EVERY = 5.0  # seconds between heartbeat summaries for elastic-ctl status (more for big jobs)
 
 
@@ -37,20 +30,6 @@ class WatchedWorker:
     rank: int
     record: str  # its heartbeat record
     started: float  # monotonic
-
-
-@dataclass(frozen=True)
-class StackDump:
-    rank: int
-    text: str  # faulthandler's dump of every thread ("" when none came)
-
-
-@dataclass
-class _Case:
-    number: int
-    opened: float  # monotonic, here
-    deciding: bool
-    reported: bool = False
 
 
 class HangWatch:
@@ -72,13 +51,9 @@ class HangWatch:
         self._workers = list(workers)
         self._readers = [BeatReader(w.record) for w in self._workers]
         self._watches = [RankWatch(w.rank, w.started, timeouts, judge_first=judge_first) for w in self._workers]
-        self._board_factory = board
-        self._board: HangBoard | None = None
-        self._node, self._nodes = node, nodes
+        self._node = node
         self._clock, self._wall = clock, wall
-        self._case: _Case | None = None
-        self._last_case = 0
-        self._hold_until: float | None = None
+        self._cases = CaseFollower(board, self.reports, node=node, nodes=nodes, wall=wall)
         self.used = False  # a worker of this round called the API
         self._publish = publish
         self._published = 0.0
@@ -104,7 +79,7 @@ class HangWatch:
                 return None  # nobody uses the API: nothing to judge, nothing written to etcd
         self._maybe_publish(now)
         try:
-            return self._follow_cases(now)
+            return self._cases.follow(now)
         except RendezvousError:
             return None  # etcd away: the fence deals with that; look again next tick
 
@@ -116,84 +91,6 @@ class HangWatch:
             for w in self._watches
             if w.rank not in self._exited
         ]
-
-    def _follow_cases(self, now: float) -> Verdict | None:
-        board = self._ensure_board()
-        for event in board.poll():
-            if event.case <= self._last_case and event.kind == "suspect":
-                continue
-            if event.kind == "suspect" and (self._case is None or event.case > self._case.number):
-                self._case = _Case(event.case, now, deciding=event.data.get("node") == self._node)
-            elif event.kind == "verdict":
-                verdict = self._verdict(event.data)
-                if verdict is not None and self._close_case(event.case, verdict):
-                    return verdict
-        if self._case is None:
-            self._maybe_open(now)
-        if self._case is not None:
-            return self._advance(self._case, now)
-        return None
-
-    def _maybe_open(self, now: float) -> None:
-        if self._hold_until is not None and self._wall() < self._hold_until:
-            return
-        if not any(r.overdue for r in self.reports(now)):
-            return
-        number = self._last_case + 1
-        opened = self._ensure_board().suspect(number, {"at": self._wall()})
-        self._case = _Case(number, now, deciding=opened)
-
-    def _advance(self, case: _Case, now: float) -> Verdict | None:
-        board = self._ensure_board()
-        if not case.reported:
-            board.report(case.number, {"node": self._node, "ranks": [r.as_dict() for r in self.reports(now)]})
-            case.reported = True
-        waited = now - case.opened
-        if not case.deciding and waited < COLLECT + TAKE_OVER:
-            return None
-        reports = self._collect(board.reports(case.number))
-        if len({r.node for r in reports}) < self._nodes and waited < COLLECT:
-            return None
-        verdict = decide(reports)
-        if verdict is None:
-            return None
-        standing = board.settle(case.number, verdict.as_dict())
-        verdict = self._verdict(standing) if standing is not None else verdict
-        if verdict is not None and self._close_case(case.number, verdict):
-            return verdict
-        return None
-
-    def _close_case(self, number: int, verdict: Verdict) -> bool:
-        """The case is decided: True when it is a hang (the agent acts), else suspicion holds off."""
-        self._case, self._last_case = None, max(self._last_case, number)
-        if verdict.hung:
-            return True
-        self._hold_until = verdict.hold_until
-        return False
-
-    @staticmethod
-    def _collect(raw: list[dict]) -> list[RankReport]:
-        reports = []
-        for node_report in raw:
-            entries = node_report.get("ranks")
-            for entry in entries if isinstance(entries, list) else []:
-                try:
-                    reports.append(RankReport.from_dict(entry))
-                except ValueError:
-                    continue  # not ours: left out
-        return reports
-
-    @staticmethod
-    def _verdict(data: dict) -> Verdict | None:
-        try:
-            return Verdict.from_dict(data)
-        except ValueError:
-            return None
-
-    def _ensure_board(self) -> HangBoard:
-        if self._board is None:
-            self._board = self._board_factory()
-        return self._board
 
     # -- heartbeat summary for elastic-ctl status ------------------------------------------------------
     def _maybe_publish(self, now: float) -> None:
@@ -223,81 +120,18 @@ class HangWatch:
 
     # -- stacks -------------------------------------------------------------------------------------
     def dump_stacks(self, ranks: set[int], wait: float = 2.0) -> list[StackDump]:
-        """Ask the given local ranks for every thread's stack (faulthandler, on their registered
-        signal); what each wrote within ``wait`` seconds."""
-        asked = []
-        for worker, reader in zip(self._workers, self._readers):
-            beat = reader.read()
-            if worker.rank not in ranks or not beat.stack_signal or not beat.pid:
-                continue
-            path = stacks_path(worker.record)
-            size = os.path.getsize(path)
-            try:
-                os.kill(beat.pid, beat.stack_signal)
-            except (ProcessLookupError, PermissionError):
-                continue
-            asked.append((worker.rank, path, size))
-        deadline = self._clock() + wait
-        dumps = []
-        for rank, path, size in asked:
-            text = _read_settled(path, size, deadline, self._clock)
-            dumps.append(StackDump(rank, text))
-        return dumps
+        """Every thread's stack of the given local ranks (what each wrote within ``wait`` seconds)."""
+        workers = [(w.rank, w.record, r) for w, r in zip(self._workers, self._readers)]
+        return dump_stacks(workers, ranks, wait, self._clock)
 
     def report_hang(self, verdict: Verdict, say: Callable[[str], None], record: Callable[..., None]) -> None:
-        """Before the group stops: the culprit's stacks (every thread) and the top frame of each
-        local rank stuck behind it go to the console; the culprit's node records the hang in the
-        job's history with the culprit's main-thread stack."""
-        culprit = verdict.culprit
-        here = culprit.node == self._node
-        stuck = {r.rank for r in self.reports() if r.judged and r.silent > r.timeout / 2}
-        full = ({culprit.rank} if here else set()) | set(verdict.tied)
-        dumps = self.dump_stacks(full | stuck)
-        short = ""
-        for dump in sorted(dumps, key=lambda d: (d.rank not in full, d.rank)):
-            if not dump.text.strip():
-                say(f"rank {dump.rank}: no stack came (its process did not answer the dump signal)")
-            elif dump.rank in full:
-                say(
-                    f"stacks of {'hung ' if dump.rank == culprit.rank else ''}rank {dump.rank} "
-                    f"(every thread, most recent call first):\n{dump.text.rstrip()}"
-                )
-                if dump.rank == culprit.rank:
-                    short = "\n".join(main_thread(dump.text)[:12])
-            else:
-                say(f"rank {dump.rank} is blocked at: {blocked_at(main_thread(dump.text))}")
-        if here:
-            record(
-                "worker_hung",
-                rank=culprit.rank,
-                silent=round(culprit.silent, 1),
-                timeout=round(culprit.timeout, 1),
-                phase=culprit.phase,
-                blocked=verdict.blocked,
-                tied=list(verdict.tied),
-                stack=short,
-            )
+        """The hang's lines and stacks on the console, and (on the culprit's node) its history record."""
+        report_hang(verdict, self._node, self.reports(), self.dump_stacks, say, record)
 
     def close(self) -> None:
-        if self._board is not None:
-            self._board.close()
+        self._cases.close()
         for reader in self._readers:
             reader.close()
-
-
-def _read_settled(path: str, offset: int, deadline: float, clock: Callable[[], float]) -> str:
-    """What was appended to ``path`` after ``offset``, once it stopped growing (or at the deadline)."""
-    seen, stable = -1, 0
-    while clock() < deadline:
-        size = os.path.getsize(path)
-        stable = stable + 1 if size == seen and size > offset else 0
-        if stable >= 2:
-            break
-        seen = size
-        time.sleep(0.05)
-    with open(path, "rb") as handle:
-        handle.seek(offset)
-        return handle.read().decode("utf-8", "replace")
 
 
 def watch_round(

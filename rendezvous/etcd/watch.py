@@ -34,6 +34,9 @@ __all__ = ["Watch", "WatchEvent", "EventType", "KeyRange"]
 _PROGRESS = etcdrpc.WatchRequest(progress_request=etcdrpc.WatchProgressRequest())
 
 
+_CLOSED = object()  # put on the queue by close(): get() returns None at once
+
+
 class EventType(str, enum.Enum):
     PUT = "put"
     DELETE = "delete"
@@ -91,7 +94,7 @@ class Watch:
         self._ranges = (first, *more)
         # Each range resumes from its own revision: etcd orders events within a watch, not across.
         self._next_revision = [max(int(start_revision), 1)] * len(self._ranges)
-        self._events: queue.Queue[WatchEvent] = queue.Queue()
+        self._events: queue.Queue[WatchEvent | object] = queue.Queue()
         self._closed = False
         self.reconnects = 0
         try:
@@ -102,26 +105,31 @@ class Watch:
 
     # -- consumer side ---------------------------------------------------------------------------
     def get(self, timeout: float | None) -> WatchEvent | None:
-        """The next event, or None when none came within ``timeout`` seconds (or the watch is closed)."""
+        """The next event, or None when none came within ``timeout`` seconds or the watch is closed
+        (``close`` wakes a consumer waiting here at once)."""
         if self._closed and self._events.empty():
             return None
         try:
-            return self._events.get(timeout=None if timeout is None else max(timeout, 0.0))
+            event = self._events.get(timeout=None if timeout is None else max(timeout, 0.0))
         except queue.Empty:
             return None
+        return None if event is _CLOSED else event
 
     def drain(self) -> list[WatchEvent]:
         """Every event already delivered, without waiting."""
         events = []
         while True:
             try:
-                events.append(self._events.get_nowait())
+                event = self._events.get_nowait()
             except queue.Empty:
                 return events
+            if event is not _CLOSED:
+                events.append(event)
 
     def close(self, wait: bool = True) -> None:
         """Stop the stream (waiting, unless ``wait`` is False, until it is gone; at most 5 s)."""
         self._closed = True
+        self._events.put(_CLOSED)  # wakes a consumer blocked in get()
         self._task.cancel()
         if wait:
             concurrent.futures.wait([self._task], timeout=5)

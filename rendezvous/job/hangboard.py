@@ -1,4 +1,5 @@
-"""A suspected hang agreed on through etcd: one agent suspects, every agent reports, one decides.
+"""A round's hang cases in etcd: the keys and their JSON, nothing of the protocol that uses them
+(that is ``launcher.hangs.cases``):
 
     <job>/hangs/<round>/s/<case>          the suspicion (created once; its creator decides)
     <job>/hangs/<round>/r/<case>/<node>   each node's report of its ranks
@@ -6,8 +7,8 @@
     <job>/beats/<node>                    a node's oldest heartbeat, for elastic-ctl status
 
 Every key is on its writer's lease. Agents watch only suspicions and verdicts, so a case costs the
-job K reports and one range read by the decider -- not K events for each of K nodes -- and nothing
-at all is written while no hang is suspected. What this module reads is JSON, checked on decode.
+job K reports and one range read by the decider, not K events for each of K nodes. What this module
+reads is JSON, checked on decode.
 """
 
 from __future__ import annotations

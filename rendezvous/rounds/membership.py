@@ -112,11 +112,13 @@ def apply_node_event(keys: JobKeys, nodes: dict[str, LiveNode], event: WatchEven
 def apply_round_events(keys: JobKeys, snapshot: Snapshot, events: list[WatchEvent]) -> Snapshot | None:
     """The snapshot after the events of a round's watch, or None when only a read can tell.
 
-    The watch carries values, so a new state is the state now (its token is the event's revision),
-    and a snapshot of every node follows node puts and deletions. A follower's snapshot holds no
-    nodes: a change of coordinator needs a read (which may make this node the coordinator). A
-    resync (history lost), a deleted or corrupt state, or (for the coordinator) a state naming
-    another rank table need a read too.
+    The one way watch events are applied, for a node joining a round and for the monitor of a
+    running one alike. The watch carries values, so a new state is the state now (its token is the
+    event's revision), and a snapshot of every node follows node puts and deletions. A read is
+    needed for: a resync (history lost), the coordinator key changing (the read may make this node
+    the coordinator), a deleted state or one that is not ours (the read reports it), and any node
+    event in a snapshot that holds no nodes. A state naming another rank table than the one read
+    carries no participants: a view that needs them reads them (``RoundFollower`` does).
     """
     state, token = snapshot.state, snapshot.token
     nodes = {n.info.node: n for n in snapshot.nodes} if snapshot.all_nodes else None
@@ -137,10 +139,8 @@ def apply_round_events(keys: JobKeys, snapshot: Snapshot, events: list[WatchEven
                 new = decode_state(keys, event.value)
             except RendezvousStateError:
                 return None  # the read that follows reports it
-            if nodes is not None:
-                if new.table != (state.table if state is not None else ""):
-                    return None  # a table this snapshot has not read
-                new = replace(new, participants=state.participants if state is not None else ())
+            if state is not None and new.table == state.table:
+                new = replace(new, participants=state.participants)
             state, token = new, event.revision
             continue
         if nodes is None:
@@ -148,6 +148,12 @@ def apply_round_events(keys: JobKeys, snapshot: Snapshot, events: list[WatchEven
         apply_node_event(keys, nodes, event)
     live = tuple(nodes.values()) if nodes is not None else ()
     return Snapshot(state, token, live, snapshot.revision, snapshot.coordinator, snapshot.all_nodes)
+
+
+def lacks_table(snapshot: Snapshot) -> bool:
+    """The state names a rank table whose rows this snapshot did not read."""
+    state = snapshot.state
+    return state is not None and bool(state.table) and not state.participants
 
 
 def read_nodes(client: EtcdClient, keys: JobKeys) -> tuple[tuple[LiveNode, ...], int]:
@@ -191,7 +197,10 @@ class RoundFollower:
         events = [event, *self._watch.drain()]
         if not leader:
             events += self._gather()
-        return apply_round_events(self._keys, snapshot, events)
+        after = apply_round_events(self._keys, snapshot, events)
+        if after is not None and coordinating and lacks_table(after):
+            return None  # the coordinator decides from the table of the round before: read it
+        return after
 
     def _gather(self) -> list[WatchEvent]:
         events: list[WatchEvent] = []

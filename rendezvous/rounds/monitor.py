@@ -18,13 +18,13 @@ from dataclasses import replace
 
 from rendezvous.errors import RendezvousError, RendezvousStateError
 from rendezvous.etcd.client import EtcdClient
-from rendezvous.etcd.watch import EventType, Watch, WatchEvent
+from rendezvous.etcd.watch import Watch, WatchEvent
 from rendezvous.job.keys import JobKeys
 from rendezvous.job.state import Cause, JobState, JobStatus
-from rendezvous.job.store import JobStateStore, decode_state
+from rendezvous.job.store import JobStateStore
 
 from .decide import LiveNode, forming_state, round_cause
-from .membership import Snapshot, apply_node_event, read_round, round_watch
+from .membership import Snapshot, apply_round_events, read_round, round_watch
 
 __all__ = ["JobMonitor"]
 
@@ -72,6 +72,8 @@ class JobMonitor:
         self._watch: Watch | None = None
         self._thread: threading.Thread | None = None
         self._published: tuple | None = None
+        self.keeper = False
+        self._view = Snapshot(None, None, (), 0, None)  # what the read and the watch since showed
         if handover is not None:
             watch, coordinating, snapshot = handover
             if coordinating != (snapshot.coordinator == node) or (coordinating and not snapshot.all_nodes):
@@ -83,11 +85,21 @@ class JobMonitor:
             self._adopt(watch, snapshot)
 
     def _setup(self) -> None:
-        """Read the state and the coordinator (claiming it if nobody holds it); the keeper reads every node too."""
+        """Read the state and the coordinator (claiming it if nobody holds it); the keeper reads every node too.
+
+        A state that is not ours ends the round for this monitor: the join that follows reads it
+        again and names the error."""
         claim = (self._node, self._lease) if self._node and self._lease else None
-        snapshot = read_round(self._client, self._keys, all_nodes=False, claim=claim)
-        if self._node and snapshot.coordinator == self._node:
-            snapshot = read_round(self._client, self._keys, all_nodes=True)
+        try:
+            snapshot = read_round(self._client, self._keys, all_nodes=False, claim=claim)
+            if self._node and snapshot.coordinator == self._node:
+                snapshot = read_round(self._client, self._keys, all_nodes=True)
+        except RendezvousStateError:
+            with self._changes:
+                self._view = replace(self._view, state=None, token=None)
+                self._changed()
+            self._closed.set()
+            return
         watch = round_watch(self._client, self._keys, snapshot.all_nodes, snapshot.revision + 1)
         self._adopt(watch, snapshot)
 
@@ -98,8 +110,7 @@ class JobMonitor:
         with self._changes:
             old, self._watch = self._watch, watch
             self.keeper = bool(self._node) and snapshot.coordinator == self._node
-            self._nodes: dict[str, LiveNode] = {n.info.node: n for n in snapshot.nodes}
-            self._state, self._token, self._revision = snapshot.state, snapshot.token, snapshot.revision
+            self._view = snapshot
             self._changed()
         if old is not None and old is not watch:
             old.close(wait=False)
@@ -116,7 +127,7 @@ class JobMonitor:
                     self._setup()
                     stale = False
                     continue
-                event = self._watch.get(timeout=0.5)
+                event = self._watch.get(timeout=None)  # close() wakes it
                 if event is not None:
                     stale = not self._apply_all([event, *self._watch.drain()])
             except RendezvousError:
@@ -128,7 +139,7 @@ class JobMonitor:
 
     def poll(self) -> None:
         """Apply what the watch delivered so far (the keeper's thread does that by itself)."""
-        if self._thread is None:
+        if self._thread is None and self._watch is not None:
             self._take(self._watch.drain())
 
     def wait(self, timeout: float) -> bool:
@@ -142,7 +153,7 @@ class JobMonitor:
     def next_event(self, timeout: float) -> bool:
         """Wait up to ``timeout`` for the watch to deliver something (applied by then)."""
         if self._thread is None:
-            event = self._watch.get(timeout)
+            event = self._watch.get(timeout) if self._watch is not None else None
             if event is None:
                 return False
             self._take([event, *self._watch.drain()])
@@ -152,18 +163,20 @@ class JobMonitor:
             return self._changes.wait_for(lambda: self._version != seen, timeout=max(timeout, 0.0))
 
     def _take(self, events: list[WatchEvent]) -> None:
-        """A follower applies events in its caller's thread; a change of coordinator means a read."""
+        """A follower applies events in its caller's thread; what only a read can tell means a read."""
         if events and not self._apply_all(events):
             self._setup()
 
     def _apply_all(self, events: list[WatchEvent]) -> bool:
-        """Apply a batch and publish what it changed; False when a new read is needed."""
+        """Apply a batch (``apply_round_events``) and publish what it changed; False when a new read is needed."""
         with self._changes:
-            complete = all(self._apply(event) for event in events)
-            self._changed()
-        if complete:
+            after = apply_round_events(self._keys, self._view, events)
+            if after is not None:
+                self._view = after
+                self._changed()
+        if after is not None:
             self._publish()
-        return complete
+        return after is not None
 
     def detach(self) -> tuple[Watch, bool] | None:
         """A follower's watch, for the next round's join to go on with (None for the keeper)."""
@@ -173,39 +186,13 @@ class JobMonitor:
         self._closed.set()
         return watch, False
 
-    def _apply(self, event: WatchEvent) -> bool:
-        """Apply one event; False when only a new read can tell (history lost, the coordinator gone)."""
-        if event.type is EventType.RESYNC:
-            return False
-        if event.revision <= self._revision:
-            return True  # the read (or the join's watch) already showed it
-        if event.key == self._keys.coordinator.encode():
-            return False
-        if event.key == self._keys.state_bytes:
-            if self._token is not None and event.revision <= self._token:
-                return True
-            if event.type is EventType.DELETE:
-                self._state, self._token = None, None
-                return True
-            try:
-                state = decode_state(self._keys, event.value)
-            except RendezvousStateError:
-                return True  # the next read by next_rendezvous reports it
-            if self._state is not None and state.table == self._state.table:
-                state = replace(state, participants=self._state.participants)
-            self._state, self._token = state, event.revision
-            return True
-        if self.keeper:
-            apply_node_event(self._keys, self._nodes, event)
-        return True
-
     def _publish(self) -> None:
         """The keeper tells every node, by one write of the state, that the round ends or is ending."""
         with self._changes:
-            state, token = self._mine(), self._token
+            state, token = self._mine(), self._view.token
             if not self.keeper or state is None:
                 return
-            cause = round_cause(state, list(self._nodes.values()))
+            cause = round_cause(state, list(self._view.nodes))
             if cause.lost or cause.waiting > 0:
                 change, new = (
                     "next",
@@ -231,18 +218,21 @@ class JobMonitor:
 
     @property
     def state(self) -> JobState | None:
-        return self._state
+        return self._view.state
+
+    def _by_node(self) -> dict[str, LiveNode]:
+        return {n.info.node: n for n in self._view.nodes}
 
     def _mine(self) -> JobState | None:
         """The state, while it is still the running round this monitor follows."""
-        state = self._state
+        state = self._view.state
         if state is None or state.round != self._round or state.status is not JobStatus.RUNNING:
             return None
         return state
 
     def _cause(self) -> Cause | None:
         """What the keeper said ended this round, once the next one is forming."""
-        state = self._state
+        state = self._view.state
         if state is not None and state.status is JobStatus.JOINING and state.round > self._round:
             return state.cause
         return None
@@ -252,7 +242,7 @@ class JobMonitor:
         cause = self._cause()
         if cause is not None or not self.keeper:
             return cause or Cause()
-        return round_cause(self._mine(), list(self._nodes.values()))
+        return round_cause(self._mine(), list(self._view.nodes))
 
     @property
     @_locked
@@ -280,7 +270,7 @@ class JobMonitor:
         return self._mine() is None
 
     def _closed_finished(self) -> bool:
-        state = self._state
+        state = self._view.state
         return (
             state is not None
             and state.status is JobStatus.CLOSED
@@ -297,8 +287,9 @@ class JobMonitor:
         state = self._mine()
         if state is None or not self.keeper:
             return self._closed_finished()
+        nodes = self._by_node()
         for participant in state.participants:
-            node = self._nodes.get(participant.node)
+            node = nodes.get(participant.node)
             if node is None or not node.info.finished_round(self._round):
                 return False
         return True
@@ -312,8 +303,9 @@ class JobMonitor:
             return self._closed_finished()
         if state.finishing or not self.keeper:
             return state.finishing
+        nodes = self._by_node()
         return any(
-            (node := self._nodes.get(p.node)) is not None and node.info.finished_round(self._round)
+            (node := nodes.get(p.node)) is not None and node.info.finished_round(self._round)
             for p in state.participants
         )
 
@@ -324,8 +316,8 @@ class JobMonitor:
         return bool(told.lost) or told.waiting > 0 or self.moved_on
 
     def close(self, join: bool = False) -> None:
-        """Stop following. The keeper's thread ends within its next half-second look; ``join``
-        waits for that (when the node leaves: nothing of it stays behind)."""
+        """Stop following: the keeper's thread is woken (its watch closed, a retry's wait ended) and
+        ends at once; ``join`` waits for that (when the node leaves: nothing of it stays behind)."""
         self._closed.set()
         if self._watch is not None:
             self._watch.close(wait=False)

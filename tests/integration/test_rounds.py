@@ -112,7 +112,7 @@ def test_a_killed_agent_is_noticed_within_its_lease_ttl_and_recovery_takes_about
     for handler in survivors:
         assert not handler.membership_changed()
     # Kill the agent: its keep-alive stops and nothing revokes the lease (as with SIGKILL).
-    victim._session.done.set()
+    victim._member._session.done.set()
     started = time.monotonic()
     assert survivors[0].membership_changed(timeout=10)
     noticed = time.monotonic() - started

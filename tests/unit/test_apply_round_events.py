@@ -6,7 +6,7 @@ from rendezvous.etcd.watch import EventType, WatchEvent
 from rendezvous.job.keys import STATE_HEADER, JobKeys
 from rendezvous.job.state import JobState, JobStatus, NodeInfo, Participant
 from rendezvous.rounds.decide import LiveNode
-from rendezvous.rounds.membership import Snapshot, apply_round_events
+from rendezvous.rounds.membership import Snapshot, apply_round_events, lacks_table
 
 KEYS = JobKeys("/elastic", "job")
 
@@ -78,7 +78,9 @@ def test_the_coordinator_keeps_the_participants_it_read_until_a_state_names_anot
     snapshot = Snapshot(replace(RUNNING, participants=members), 9, (LiveNode(_node("a"), 5),), 10, "a", all_nodes=True)
     finishing = apply_round_events(KEYS, snapshot, [_state_put(replace(RUNNING, finishing=True), 11)])
     assert finishing.state.finishing and finishing.state.participants == members
-    assert apply_round_events(KEYS, snapshot, [_state_put(replace(RUNNING, round=2, table="2-bb"), 11)]) is None
+    other = apply_round_events(KEYS, snapshot, [_state_put(replace(RUNNING, round=2, table="2-bb"), 11)])
+    assert other.state.table == "2-bb" and other.state.participants == () and lacks_table(other)
+    assert not lacks_table(finishing)
 
 
 def test_a_followers_snapshot_needs_a_read_for_any_node_event():

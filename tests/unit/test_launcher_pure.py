@@ -30,7 +30,7 @@ from launcher.output.plan import (
     plan_stream,
 )
 from launcher.output.pump import _Source
-from launcher.summary import failure_summary
+from launcher.restart import failure_summary
 from launcher.workers.env import virtual_device
 from launcher.workers.errorfile import read_error, write_error
 from launcher.workers.group import GroupState, GroupStatus, WorkerFailure

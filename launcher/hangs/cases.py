@@ -1,0 +1,138 @@
+"""The hang case protocol: how the nodes of a round agree on one verdict through etcd.
+
+Per round (keys: ``rendezvous.job.hangboard``): a node with a worker past its timeout opens case N
+(created once: its opener decides); on seeing case N every node writes one report of its ranks;
+the decider waits for every node's report (at most ``COLLECT`` seconds), applies ``rules.decide``
+and writes the verdict (created once), which every node acts on alike. If no verdict stands
+``TAKE_OVER`` seconds after that, any node decides instead. A "not hung" verdict (the oldest rank is
+in a phase within its timeout) holds suspicion off until that timeout ends. Nothing is written while
+no node suspects a hang.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from rendezvous.job.hangboard import HangBoard
+
+from .rules import RankReport, Verdict, decide
+
+__all__ = ["CaseFollower", "COLLECT", "TAKE_OVER"]
+
+COLLECT = 2.0  # seconds the decider waits for every node's report
+TAKE_OVER = 5.0  # seconds after COLLECT with no verdict when any node decides instead
+
+
+@dataclass
+class _Case:
+    number: int
+    opened: float  # monotonic, here
+    deciding: bool
+    reported: bool = False
+
+
+class CaseFollower:
+    """One node's side of one round's cases; ``follow(now)`` returns a hang verdict once one stands."""
+
+    def __init__(
+        self,
+        board: Callable[[], HangBoard],
+        reports: Callable[[float], list[RankReport]],
+        *,
+        node: str,
+        nodes: int,
+        wall: Callable[[], float],
+    ) -> None:
+        """``board``: opens the round's board on first use; ``reports(now)``: this node's ranks now."""
+        self._board_factory = board
+        self._board: HangBoard | None = None
+        self._reports = reports
+        self._node, self._nodes = node, nodes
+        self._wall = wall
+        self._case: _Case | None = None
+        self._last_case = 0
+        self._hold_until: float | None = None
+
+    def follow(self, now: float) -> Verdict | None:
+        board = self._ensure_board()
+        for event in board.poll():
+            if event.case <= self._last_case and event.kind == "suspect":
+                continue
+            if event.kind == "suspect" and (self._case is None or event.case > self._case.number):
+                self._case = _Case(event.case, now, deciding=event.data.get("node") == self._node)
+            elif event.kind == "verdict":
+                verdict = _verdict(event.data)
+                if verdict is not None and self._close_case(event.case, verdict):
+                    return verdict
+        if self._case is None:
+            self._maybe_open(now)
+        if self._case is not None:
+            return self._advance(self._case, now)
+        return None
+
+    def _maybe_open(self, now: float) -> None:
+        if self._hold_until is not None and self._wall() < self._hold_until:
+            return
+        if not any(r.overdue for r in self._reports(now)):
+            return
+        number = self._last_case + 1
+        opened = self._ensure_board().suspect(number, {"at": self._wall()})
+        self._case = _Case(number, now, deciding=opened)
+
+    def _advance(self, case: _Case, now: float) -> Verdict | None:
+        board = self._ensure_board()
+        if not case.reported:
+            board.report(case.number, {"node": self._node, "ranks": [r.as_dict() for r in self._reports(now)]})
+            case.reported = True
+        waited = now - case.opened
+        if not case.deciding and waited < COLLECT + TAKE_OVER:
+            return None
+        reports = _collect(board.reports(case.number))
+        if len({r.node for r in reports}) < self._nodes and waited < COLLECT:
+            return None
+        verdict = decide(reports)
+        if verdict is None:
+            return None
+        standing = board.settle(case.number, verdict.as_dict())
+        verdict = _verdict(standing) if standing is not None else verdict
+        if verdict is not None and self._close_case(case.number, verdict):
+            return verdict
+        return None
+
+    def _close_case(self, number: int, verdict: Verdict) -> bool:
+        """The case is decided: True when it is a hang (the agent acts), else suspicion holds off."""
+        self._case, self._last_case = None, max(self._last_case, number)
+        if verdict.hung:
+            return True
+        self._hold_until = verdict.hold_until
+        return False
+
+    def _ensure_board(self) -> HangBoard:
+        if self._board is None:
+            self._board = self._board_factory()
+        return self._board
+
+    def close(self) -> None:
+        if self._board is not None:
+            self._board.close()
+
+
+def _collect(raw: list[dict]) -> list[RankReport]:
+    """Every rank of the nodes' reports; an entry that is not ours is left out."""
+    reports = []
+    for node_report in raw:
+        entries = node_report.get("ranks")
+        for entry in entries if isinstance(entries, list) else []:
+            try:
+                reports.append(RankReport.from_dict(entry))
+            except ValueError:
+                continue
+    return reports
+
+
+def _verdict(data: dict) -> Verdict | None:
+    try:
+        return Verdict.from_dict(data)
+    except ValueError:
+        return None

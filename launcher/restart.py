@@ -1,0 +1,157 @@
+"""Restarts: the job's one restart count, and what every node says when its workers stop for a new round.
+
+A restart, from start to end:
+
+1. a worker fails (``workers.group``) or hangs (``hangs``) on some node: its round ends FAILED or
+   HUNG (``launcher.rounds``);
+2. that node's agent decides here (``restart_or_close``): while the job's count is under its
+   budget it asks the next round for a restart -- ``RendezvousHandler.request_restart``, which the
+   node key of its next join carries (which round failed, and the line saying why); else it prints
+   the failure summary, closes the job failed and exits 1;
+3. the next round's coordinator counts it once, whichever and however many nodes asked
+   (``rendezvous.rounds.decide.restart_count``); the count and the budget (the first agent's
+   ``--max-restarts``) travel in the job state, so every worker of the round sees the same
+   TORCHELASTIC_RESTART_COUNT;
+4. the coordinator of the running round says in the state why it ended (its cause:
+   ``rendezvous.rounds.monitor``), so every other node prints the same line (``change_line``), and the
+   metrics count the restart by that cause.
+
+A membership change (a node gone or arriving) or a fence re-rendezvouses without using a restart.
+Everything here is pure formatting and decisions; the agent does the I/O.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from launcher.hangs.rules import Verdict
+from launcher.workers.group import GroupStatus
+from rendezvous.job.state import JobState, JobStatus
+from rendezvous.rounds.join import RendezvousInfo
+from rendezvous.rounds.monitor import JobMonitor
+
+__all__ = [
+    "Failure",
+    "failure_of",
+    "hang_of",
+    "restart_line",
+    "spent_reason",
+    "failure_summary",
+    "hang_summary",
+    "change_line",
+    "failure_records",
+]
+
+
+@dataclass(frozen=True)
+class Failure:
+    """What ended a round on this node, as a restart needs it said."""
+
+    what: str  # one line: "rank 3 on node n1 failed (exit code 1)"
+    summary: Callable[[], str]  # the whole summary, printed when no restart is left
+    failures: tuple = ()  # this node's worker failures (for the error the agent raises)
+
+
+def restart_line(what: str, restarts: int, budget: int) -> str:
+    """The line every node prints when a failure uses a restart, or finds none left."""
+    if restarts < budget:
+        return f"{what}; restarting the workers ({restarts + 1}/{budget})"
+    return f"{what}; no restart left ({restarts}/{budget})"
+
+
+def spent_reason(what: str, restarts: int, budget: int) -> str:
+    """Why the job is closed failed, as its state and history say it."""
+    return f"{what} and no restart was left ({restarts}/{budget})"
+
+
+def failure_of(status: GroupStatus, node: str, info: RendezvousInfo) -> Failure:
+    first = status.first_failure
+    what = f"rank {first.rank} on node {node} failed ({first.describe()})"
+    return Failure(
+        what,
+        lambda: failure_summary(status, info.run_id, info.restart_count, info.max_restarts),
+        status.failures,
+    )
+
+
+def hang_of(verdict: Verdict, info: RendezvousInfo) -> Failure:
+    line = verdict.line()
+    return Failure(line, lambda: hang_summary(line, info.run_id, info.restart_count, info.max_restarts))
+
+
+def failure_records(status: GroupStatus) -> list[dict]:
+    """The ``worker_failed`` history records of a failed group: one per failed worker."""
+    records = []
+    for failure in status.failures:
+        text = failure.error.message.strip() if failure.error else ""
+        records.append(
+            {
+                "rank": failure.rank,
+                "host": failure.host,
+                "exit_code": None if failure.exitcode < 0 else failure.exitcode,
+                "signal": failure.signal_name,
+                "message": text.splitlines()[0] if text else None,
+            }
+        )
+    return records
+
+
+def failure_summary(status: GroupStatus, run_id: str, restarts: int, max_restarts: int) -> str:
+    first = status.first_failure
+    if first is None:
+        return ""
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(first.at))
+    lines = [
+        f"worker group of job '{run_id}' failed after {restarts} of {max_restarts} restarts",
+        f"  first failure: rank {first.rank} (local rank {first.local_rank}) on {first.host}",
+        f"  {first.describe()} at {when}",
+    ]
+    others = sorted(f.rank for f in status.failures if f is not first)
+    if others:
+        lines.append(f"  also failed: rank{'s' if len(others) > 1 else ''} {', '.join(map(str, others))}")
+    if first.error is not None:
+        lines.append(f"  error: {first.error.message}")
+        trace = first.error.traceback.rstrip()
+        if trace:
+            lines.append("  traceback (from the error file):")
+            lines += ["    " + line for line in trace.splitlines()]
+    else:
+        lines.append(
+            f"  no error file at {first.error_file}: decorate the worker's entry point with "
+            f"@elastic.record (or torch's @record) to get its traceback here"
+        )
+    return "\n".join(lines)
+
+
+def hang_summary(line: str, run_id: str, restarts: int, max_restarts: int) -> str:
+    """The summary when a hang ends the job: the hang's line in the failure summary's shape."""
+    return "\n".join(
+        [
+            f"worker group of job '{run_id}' failed after {restarts} of {max_restarts} restarts",
+            f"  first failure: {line}",
+            "  its stacks are above, and in `elastic-ctl history` (event worker_hung)",
+        ]
+    )
+
+
+def change_line(
+    state: JobState | None, monitor: JobMonitor | None, *, lease_lost: bool, restarts: int, budget: int
+) -> str:
+    """Why this node's workers stop for a new round, from what its monitor saw."""
+    failures, lost, joining = (monitor.failures, monitor.lost, monitor.newcomers) if monitor else ([], [], [])
+    if state is not None and state.status is JobStatus.CLOSED:
+        return f"the job was closed ({state.reason})" if state.reason else "the job was closed"
+    if state is not None and state.status is JobStatus.JOINING and state.reason:
+        return f"{state.reason}: re-rendezvous"
+    if failures:
+        more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
+        return restart_line(f"{failures[0]}{more}", restarts, budget)
+    if lease_lost:
+        return "this node's lease expired: re-rendezvous"
+    if lost:
+        return f"node{'s' if len(lost) > 1 else ''} {', '.join(lost)} left: re-rendezvous"
+    if joining:
+        return f"node{'s' if len(joining) > 1 else ''} {', '.join(joining)} joined: re-rendezvous"
+    return "another node started a new round: re-rendezvous"

@@ -1,0 +1,155 @@
+"""This node as a member of a job: its identity, its lease (``etcd.session.Session``), and its node key.
+
+The node key (``nodes/<node>``, a ``NodeInfo`` on the lease) is all a node ever writes of a forming
+round: which round it asks for, its address and workers, that it finished, or that its workers of
+a round failed (a restart request: see ``launcher/restart.py`` for the whole path). It vanishes
+with the lease, so everyone watching hears a node go at once.
+"""
+
+from __future__ import annotations
+
+import socket
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from rendezvous.errors import LeaseNotFoundError
+from rendezvous.etcd.client import EtcdClient
+from rendezvous.etcd.ports import free_port
+from rendezvous.etcd.session import Session
+from rendezvous.etcd.txn import op_put
+from rendezvous.job.keys import JobKeys
+from rendezvous.job.state import NodeInfo
+from rendezvous.settings import RendezvousSettings
+
+from .membership import Snapshot, read_round
+
+__all__ = ["Member", "Identity", "LeaseStatus", "default_node_id"]
+
+
+def default_node_id() -> str:
+    return f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}"
+
+
+class LeaseStatus:
+    """This node's lease as the fence sees it (before the first round: no lease, nothing overdue)."""
+
+    def __init__(self, session: Session | None) -> None:
+        self._session = session
+
+    def overdue(self) -> bool:
+        """No renewal past the renew deadline (now, or since ``handled``): the workers must stop,
+        since the lease may expire and the others may start a round without this node."""
+        return self._session is not None and self._session.overdue()
+
+    def handled(self) -> None:
+        """The fence was carried out: that missed deadline is forgotten."""
+        if self._session is not None:
+            self._session.clear_overdue()
+
+    def silent_for(self) -> float:
+        """Seconds since the last acknowledged renewal was sent."""
+        return self._session.silent_for() if self._session is not None else 0.0
+
+    @property
+    def lease_id(self) -> int:
+        """The lease this node's keys live on (0 before the first round)."""
+        return self._session.lease_id if self._session is not None else 0
+
+    def lost(self) -> bool:
+        """etcd said the lease is gone (unreachable past the TTL): this node is no longer a member."""
+        return self._session is not None and self._session.lost.is_set()
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who this node is to the others: its id, the address its workers are reached at, its workers."""
+
+    node_id: str
+    addr: str
+    local_world_size: int
+
+
+class Member:
+    """This node's lease and node key."""
+
+    def __init__(
+        self,
+        client: EtcdClient,
+        settings: RendezvousSettings,
+        keys: JobKeys,
+        identity: Identity,
+        on_renew: Callable[[int, float], None] | None = None,
+    ) -> None:
+        """``on_renew(lease id, fence deadline)``: after every acknowledged renewal, from the stream
+        loop's thread (the agent hands it to the process that enforces the deadline)."""
+        self._client, self._settings, self._keys = client, settings, keys
+        self.identity = identity
+        self._on_renew = on_renew
+        self._session: Session | None = None
+        self._request: tuple[int, str] | None = None  # (round, what failed): ask the next round for a restart
+
+    @property
+    def node_id(self) -> str:
+        return self.identity.node_id
+
+    @property
+    def alive(self) -> bool:
+        return self._session is not None and self._session.alive
+
+    @property
+    def lease(self) -> LeaseStatus:
+        return LeaseStatus(self._session)
+
+    def claim(self) -> tuple[str, int] | None:
+        """Who becomes the coordinator if nobody is: this node, on its lease (None: no live lease)."""
+        return (self.node_id, self._session.lease_id) if self.alive else None
+
+    def request_restart(self, round_: int, failure: str) -> None:
+        """This node's workers of ``round_`` failed: its next announcement asks for a restart."""
+        self._request = (round_, failure)
+
+    def placed(self) -> None:
+        """A round took this node in: a restart it asked for is counted (or was not needed)."""
+        self._request = None
+
+    def announce(self, round_: int, *, finished: bool = False) -> Snapshot:
+        """Write (or rewrite) this node's key asking for ``round_``, on a live lease (a new one if
+        the last ended); returns what the same transaction read: the state and the coordinator."""
+        if not self.alive:
+            if self._session is not None:
+                self._session.close(timeout=0.5)
+            self._session = Session(
+                self._client,
+                self._settings.lease_ttl,
+                renew_deadline=self._settings.fence_after,
+                interval=self._settings.renew_every,
+                on_renew=self._renewed,
+            )
+        failed_round, failure = self._request or (0, "")
+        info = NodeInfo(
+            node=self.node_id,
+            round=round_,
+            addr=self.identity.addr,
+            local_world_size=self.identity.local_world_size,
+            master_port=free_port("0.0.0.0"),
+            finished=finished,
+            failed_round=failed_round,
+            failure=failure,
+        )
+        put = op_put(self._keys.node(self.node_id), info.encode(), lease=self._session.lease_id)
+        try:
+            return read_round(self._client, self._keys, all_nodes=False, put=put, claim=self.claim())
+        except LeaseNotFoundError:
+            self._session.lost.set()
+            return self.announce(round_, finished=finished)
+
+    def leave(self) -> None:
+        """Revoke the lease: the node key goes, and the others hear it at once."""
+        if self._session is not None:
+            self._session.close()
+            self._session = None
+
+    def _renewed(self, lease_id: int, deadline: float) -> None:
+        if self._on_renew is not None:
+            self._on_renew(lease_id, deadline)
