@@ -15,7 +15,6 @@ connection error then names every endpoint tried, why each failed, and the time 
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -32,39 +31,15 @@ from rendezvous.errors import (
     RendezvousSettingsError,
 )
 
-from . import retry, streams
+from . import retry
+from .channels import Channels
 from .endpoints import Endpoint, parse_endpoints
+from .rpcerrors import Unreachable, details_of, map_rpc_error
 from .txn import KeyValue, _b, prefix_range_end
 
-__all__ = ["DEFAULT_TIMEOUT", "EtcdClient", "map_rpc_error"]
+__all__ = ["DEFAULT_TIMEOUT", "EtcdClient"]
 
 DEFAULT_TIMEOUT = 5.0
-
-# gRPC retries a dead endpoint with exponential backoff up to two minutes by default; an etcd member
-# that comes back after a short outage must be usable again within about a second.
-_CHANNEL_OPTIONS = [
-    ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),
-    ("grpc.max_reconnect_backoff_ms", 1000),
-    ("grpc.enable_http_proxy", 0),
-    # Notice a silently dead peer on long-lived watch streams (etcd allows pings every 5 s).
-    ("grpc.keepalive_time_ms", 10_000),
-    ("grpc.keepalive_timeout_ms", 5_000),
-    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
-]
-
-# Codes that mean "this endpoint cannot serve us now": try the next one.
-_UNREACHABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
-
-
-def _read_file(path: str | None, what: str) -> bytes | None:
-    if path is None:
-        return None
-    try:
-        with open(path, "rb") as handle:
-            return handle.read()
-    except OSError as exc:
-        raise RendezvousSettingsError(f"cannot read the etcd {what} {path!r}: {exc.strerror}") from exc
 
 
 class EtcdClient:
@@ -99,23 +74,9 @@ class EtcdClient:
         self.timeout = float(timeout)
         self._user, self._password = user, password
         self._files = (ca_cert, cert_key, cert_cert)
-        tls = ca_cert is not None or cert_cert is not None
-        self._credentials = None
-        if tls or any(ep.secure for ep in self.endpoints):
-            self._credentials = grpc.ssl_channel_credentials(
-                root_certificates=_read_file(ca_cert, "CA certificate"),
-                private_key=_read_file(cert_key, "client key"),
-                certificate_chain=_read_file(cert_cert, "client certificate"),
-            )
-        self._lock = threading.Lock()
-        self._channels: list[grpc.Channel | None] = [None] * len(self.endpoints)
-        self._stream_channels: list[Any] = [None] * len(self.endpoints)  # grpc.aio, on the stream loop
-        self._stubs: dict[tuple[int, str], Any] = {}
-        self._current = 0
-        self._answered: dict[Endpoint, float] = {}  # endpoint -> when a lease renewal on it was last answered
+        self.channels = Channels(self.endpoints, self._files)
         self.observer: Callable[[str, float, str | None], None] | None = None  # each call, for metrics
         self._token: str | None = None
-        self._closed = False
 
     def config(self) -> dict[str, Any]:
         """What ``from_config`` needs to connect the same way (for a helper process; holds the password)."""
@@ -142,32 +103,7 @@ class EtcdClient:
             password=config.get("password"),
         )
 
-    # -- connection management -------------------------------------------------------------
-    def _channel(self, index: int) -> grpc.Channel:
-        return self._open(self._channels, index, grpc)
-
-    def _open(self, channels: list[Any], index: int, flavour: Any) -> Any:
-        """The channel of endpoint ``index`` in ``channels``, made by ``flavour`` (grpc or grpc.aio)."""
-        with self._lock:
-            if self._closed:
-                raise RendezvousConnectionError("the etcd client is closed")
-            channel = channels[index]
-            if channel is None:
-                target = self.endpoints[index].target
-                if self._credentials is not None:
-                    channel = flavour.secure_channel(target, self._credentials, options=_CHANNEL_OPTIONS)
-                else:
-                    channel = flavour.insecure_channel(target, options=_CHANNEL_OPTIONS)
-                channels[index] = channel
-            return channel
-
-    def _stub(self, index: int, service: str) -> Any:
-        """The stub of ``service`` on endpoint ``index`` (made once: a stub builds a callable per method)."""
-        stub = self._stubs.get((index, service))
-        if stub is None:
-            stub = self._stubs[(index, service)] = getattr(etcdrpc, service)(self._channel(index))
-        return stub
-
+    # -- auth ------------------------------------------------------------------------------------
     def _metadata(self, *, require_leader: bool = False) -> tuple[tuple[str, str], ...] | None:
         """The auth token, and for streams etcd's "require leader" flag: a member that loses its
         leader then ends the stream instead of serving it from a store that no longer moves."""
@@ -177,7 +113,7 @@ class EtcdClient:
         return metadata or None
 
     def _authenticate(self, index: int, timeout: float) -> None:
-        stub = self._stub(index, "AuthStub")
+        stub = self.channels.stub(index, "AuthStub")
         request = etcdrpc.AuthenticateRequest(name=self._user, password=self._password)
         self._token = stub.Authenticate(request, timeout=timeout).token
 
@@ -192,7 +128,7 @@ class EtcdClient:
         deadline = started + budget
         count = len(self.endpoints)
         failures: dict[str, str] = {}
-        index = self._current
+        index = self.channels.current
         attempt = 0
         while True:
             pause = retry.backoff(attempt, count)
@@ -206,7 +142,7 @@ class EtcdClient:
             try:
                 if auth and self._user is not None and self._token is None:
                     self._authenticate(index, share)
-                stub = self._stub(index, service)
+                stub = self.channels.stub(index, service)
                 try:
                     response = self._invoke(stub, method, request, share, auth)
                 except grpc.RpcError as exc:
@@ -216,18 +152,18 @@ class EtcdClient:
                     self._authenticate(index, max(deadline - time.monotonic(), 0.1))
                     response = self._invoke(stub, method, request, max(deadline - time.monotonic(), 0.1), auth)
             except grpc.RpcError as exc:
-                code, details = exc.code(), _details(exc)
+                code, details = exc.code(), details_of(exc)
                 if retry.is_retryable(code.name, details):
                     failures[str(self.endpoints[index])] = retry.reason(code.name, details, share)
                     index = (index + 1) % count
                     continue
                 raise map_rpc_error(exc, self.endpoints[index]) from exc
-            self._current = index
+            self.channels.current = index
             return response
-        self._current = index  # the next call starts where this one would have gone on
+        self.channels.current = index  # the next call starts where this one would have gone on
         if not failures:
             failures = {str(ep): "no time left to try" for ep in self.endpoints}
-        raise _Unreachable(failures, attempt, time.monotonic() - started)
+        raise Unreachable(failures, attempt, time.monotonic() - started)
 
     def wait_ready(
         self, key: str | bytes, timeout: float, report: Callable[[str], None] | None = None, every: float = 5.0
@@ -255,7 +191,7 @@ class EtcdClient:
                         f"{exc} (waited {now - started:.0f} s for etcd; connect_timeout is {timeout:g} s)"
                     ) from None
                 if report is not None and now >= next_report:
-                    where = exc.where if isinstance(exc, _Unreachable) else str(exc)
+                    where = exc.where if isinstance(exc, Unreachable) else str(exc)
                     report(f"waiting for etcd at {where}, {deadline - now:.0f} s left")
                     next_report = now + every
                 time.sleep(min(0.2, max(deadline - time.monotonic(), 0.0)))
@@ -273,20 +209,7 @@ class EtcdClient:
                 self.observer(method, time.monotonic() - started, error)
 
     def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            channels, self._channels = self._channels, [None] * len(self.endpoints)
-            self._stubs = {}
-            stream_channels, self._stream_channels = self._stream_channels, [None] * len(self.endpoints)
-        for channel in channels:
-            if channel is not None:
-                channel.close()
-        stream_channels = [c for c in stream_channels if c is not None]
-        if stream_channels:
-            try:
-                streams.run(_close_stream_channels(stream_channels), timeout=2.0)
-            except (TimeoutError, RuntimeError):
-                pass  # the loop is gone (interpreter exit): the channels go with it
+        self.channels.close()
 
     def __enter__(self) -> "EtcdClient":
         return self
@@ -376,8 +299,8 @@ class EtcdClient:
         if self._user is not None and self._token is None:
             await asyncio.to_thread(self.ensure_token)
         if index is None:
-            index = self._current
-        channel = self._open(self._stream_channels, index, grpc.aio)
+            index = self.channels.current
+        channel = self.channels.stream_channel(index)
         return channel, self.endpoints[index], self._metadata(require_leader=True)
 
     def stream_failed(self, exc: BaseException, endpoint: Endpoint | None) -> None:
@@ -385,65 +308,7 @@ class EtcdClient:
         if isinstance(exc, grpc.RpcError) and exc.code() == grpc.StatusCode.UNAUTHENTICATED:
             self._token = None
         elif endpoint is not None:
-            self.rotate(endpoint)
-
-    def answered(self, endpoint: Endpoint) -> None:
-        """A lease renewal sent on ``endpoint`` was answered: the member and the link to it are alive."""
-        self._answered[endpoint] = time.monotonic()
-
-    def last_answer(self, endpoint: Endpoint | None) -> float:
-        """When ``endpoint`` last answered a lease renewal (monotonic; 0: never)."""
-        return self._answered.get(endpoint, 0.0)
-
-    def prefer(self, endpoint: Endpoint) -> None:
-        """``endpoint`` answered when another did not: the next call starts there."""
-        self._current = self.endpoints.index(endpoint)
-
-    def rotate(self, failed: Endpoint) -> None:
-        """Move on from an endpoint a stream found dead, so the next call starts elsewhere."""
-        if self.endpoints[self._current] == failed:
-            self._current = (self._current + 1) % len(self.endpoints)
+            self.channels.rotate(endpoint)
 
     def status(self) -> Any:
         return self._call("MaintenanceStub", "Status", etcdrpc.StatusRequest())
-
-
-async def _close_stream_channels(channels: list[Any]) -> None:
-    for channel in channels:
-        await channel.close()
-
-
-class _Unreachable(RendezvousConnectionError):
-    """No endpoint answered within a call's budget; ``where`` says which were tried and why."""
-
-    def __init__(self, failures: dict[str, str], attempts: int, spent: float) -> None:
-        super().__init__(retry.unreachable_message(failures, attempts, spent))
-        self.where = retry.where(failures)
-
-
-def _details(exc: grpc.RpcError) -> str:
-    return (exc.details() or "") if hasattr(exc, "details") else ""
-
-
-def _describe(exc: grpc.RpcError) -> str:
-    details = _details(exc)
-    code = exc.code().name if hasattr(exc, "code") else "ERROR"
-    return f"{code}: {details}" if details else code
-
-
-def map_rpc_error(exc: grpc.RpcError, endpoint: Endpoint | None = None) -> RendezvousError:
-    """Map a gRPC error to the rendezvous error tree."""
-    code = exc.code()
-    where = f"etcd at {endpoint}" if endpoint else "etcd"
-    details = _details(exc)
-    if code in _UNREACHABLE:
-        return RendezvousConnectionError(f"cannot reach {where}: {_describe(exc)}")
-    if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
-        return RendezvousCredentialsError(f"{where} refused the credentials: {details or code.name}")
-    if code == grpc.StatusCode.INVALID_ARGUMENT and "user name is empty" in details:
-        return RendezvousCredentialsError(f"{where} refused the credentials: it requires a user and password")
-    if code == grpc.StatusCode.INVALID_ARGUMENT and "authentication failed" in details:
-        return RendezvousCredentialsError(f"{where} refused the credentials: {details}")
-    if code == grpc.StatusCode.NOT_FOUND and "lease not found" in details:
-        return LeaseNotFoundError(f"{where}: {details}")
-    return RendezvousError(f"{where} failed: {_describe(exc)}")

@@ -195,7 +195,7 @@ class Session:
                     self.lost.set()
                     return
                 wait.answered(self._clock() - sent, in_time=in_time)
-                self._client.answered(endpoint)
+                self._client.channels.answered(endpoint)
                 self._acknowledged(sent)
                 next_send = sent + self.interval
         finally:
@@ -242,7 +242,7 @@ class Session:
                 starved = self._starved(now + self.interval)
                 if winner is not None:
                     call, endpoint, response = winner.result()
-                    self._client.prefer(endpoint)
+                    self._client.channels.prefer(endpoint)
                     return (call, endpoint, response), tries[winner]
         finally:
             for task in tries:

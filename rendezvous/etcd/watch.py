@@ -217,7 +217,7 @@ class Watch:
         """
         while True:
             await asyncio.sleep(self.PROBE_EVERY / 2)
-            quiet = time.monotonic() - max(heard[0], self._client.last_answer(endpoint))
+            quiet = time.monotonic() - max(heard[0], self._client.channels.last_answer(endpoint))
             if quiet >= self.SILENCE:
                 call.cancel()
                 return True

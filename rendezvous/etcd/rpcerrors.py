@@ -1,0 +1,57 @@
+"""gRPC failures mapped to the ``rendezvous.errors`` tree: the one boundary where an ``grpc.RpcError``
+becomes an error of ours (callers never see gRPC's or etcd3's exceptions)."""
+
+from __future__ import annotations
+
+import grpc
+
+from rendezvous.errors import (
+    LeaseNotFoundError,
+    RendezvousConnectionError,
+    RendezvousCredentialsError,
+    RendezvousError,
+)
+
+from . import retry
+from .endpoints import Endpoint
+
+__all__ = ["Unreachable", "map_rpc_error", "details_of"]
+
+# Codes that mean "this endpoint cannot serve us now".
+_UNREACHABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
+
+
+class Unreachable(RendezvousConnectionError):
+    """No endpoint answered within a call's budget; ``where`` says which were tried and why."""
+
+    def __init__(self, failures: dict[str, str], attempts: int, spent: float) -> None:
+        super().__init__(retry.unreachable_message(failures, attempts, spent))
+        self.where = retry.where(failures)
+
+
+def details_of(exc: grpc.RpcError) -> str:
+    return (exc.details() or "") if hasattr(exc, "details") else ""
+
+
+def _describe(exc: grpc.RpcError) -> str:
+    details = details_of(exc)
+    code = exc.code().name if hasattr(exc, "code") else "ERROR"
+    return f"{code}: {details}" if details else code
+
+
+def map_rpc_error(exc: grpc.RpcError, endpoint: Endpoint | None = None) -> RendezvousError:
+    """Map a gRPC error to the rendezvous error tree."""
+    code = exc.code()
+    where = f"etcd at {endpoint}" if endpoint else "etcd"
+    details = details_of(exc)
+    if code in _UNREACHABLE:
+        return RendezvousConnectionError(f"cannot reach {where}: {_describe(exc)}")
+    if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+        return RendezvousCredentialsError(f"{where} refused the credentials: {details or code.name}")
+    if code == grpc.StatusCode.INVALID_ARGUMENT and "user name is empty" in details:
+        return RendezvousCredentialsError(f"{where} refused the credentials: it requires a user and password")
+    if code == grpc.StatusCode.INVALID_ARGUMENT and "authentication failed" in details:
+        return RendezvousCredentialsError(f"{where} refused the credentials: {details}")
+    if code == grpc.StatusCode.NOT_FOUND and "lease not found" in details:
+        return LeaseNotFoundError(f"{where}: {details}")
+    return RendezvousError(f"{where} failed: {_describe(exc)}")
