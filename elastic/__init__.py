@@ -1,11 +1,24 @@
 """The small public API for code running under elastic-run: am I launched, where do I stand, what
-does the job look like, an error-recording decorator, and heartbeats for hang detection."""
+does the job look like, an error-recording decorator, and heartbeats for hang detection.
+
+What every worker uses (the environment, ``record``, heartbeats) is imported at once and is light;
+reading a job's state and launching from Python (which need the etcd client and gRPC) are imported
+on first use, so a worker that does not use them never loads gRPC.
+"""
+
+import importlib
 
 from .heartbeat import heartbeat, phase
-from .jobstate import JobView, NodeView, get_state
-from .launch import LaunchConfig, elastic_launch
 from .record import record
 from .worker import NotLaunchedError, WorkerEnv, is_torchelastic_launched
+
+_LAZY = {
+    "get_state": "jobstate",
+    "JobView": "jobstate",
+    "NodeView": "jobstate",
+    "LaunchConfig": "launch",
+    "elastic_launch": "launch",
+}
 
 __all__ = [
     "is_torchelastic_launched",
@@ -20,3 +33,16 @@ __all__ = [
     "heartbeat",
     "phase",
 ]
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'elastic' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -6,7 +6,7 @@
     results = elastic_launch(config, train)(lr)    # {global rank: train(lr)} of this node's ranks
 
 The fields, their defaults and meanings are torch 2.13's (torch/distributed/launcher/api.py) where
-they apply. The launch is elastic-run's own: the same plan (``launcher.cli.run.plan_from_options``) and
+they apply. The launch is elastic-run's own: the same plan (``launcher.cli.plan.plan_from``) and
 the same ``launcher.launch.launch`` -- rendezvous on etcd v3, the job's restart count, fencing,
 the reaper, history and output rules. ``rdzv_backend`` ``etcd``, ``etcd-v2`` and ``etcd-v3`` all mean
 this project's etcd v3 rendezvous; an empty ``rdzv_endpoint`` with one node starts a local etcd, as
@@ -15,7 +15,6 @@ this project's etcd v3 rendezvous; an empty ``rdzv_endpoint`` with one node star
 
 from __future__ import annotations
 
-import math
 import os
 import pickle
 import shutil
@@ -24,9 +23,13 @@ import tempfile
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import ChildFailedError, UsageError, WorkerFailedError
+from .hangs.rules import positive_seconds
+
+if TYPE_CHECKING:
+    from .cli.plan import RunOptions
 
 __all__ = ["LaunchConfig", "elastic_launch", "launch_agent"]
 
@@ -112,11 +115,7 @@ def _validate(config: LaunchConfig) -> None:
     if not config.role:
         raise ValueError("LaunchConfig.role must not be empty")
     for name in ("heartbeat_timeout", "first_heartbeat_timeout"):
-        value = getattr(config, name)
-        if value is not None and (
-            isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0
-        ):
-            raise ValueError(f"LaunchConfig.{name} must be a positive number of seconds or None, not {value!r}")
+        positive_seconds(getattr(config, name), f"LaunchConfig.{name}")
 
 
 class elastic_launch:
@@ -138,8 +137,7 @@ class elastic_launch:
 
 def launch_agent(config: LaunchConfig, entrypoint: Callable[..., Any] | str, args: list[Any]) -> dict[int, Any]:
     """What ``elastic_launch(config, entrypoint)(*args)`` does."""
-    from launcher.cli.run import plan_from_options
-
+    from .cli.plan import plan_from
     from .launch import launch
 
     if not callable(entrypoint) and not isinstance(entrypoint, str):
@@ -147,7 +145,7 @@ def launch_agent(config: LaunchConfig, entrypoint: Callable[..., Any] | str, arg
     work = tempfile.mkdtemp(prefix="elastic-launch-")
     try:
         argv = _worker_command(entrypoint, args, work)
-        plan = plan_from_options(_options(config, argv))
+        plan = plan_from(_options(config, argv))
         try:
             outcome = launch(plan)
         except WorkerFailedError as exc:
@@ -177,46 +175,36 @@ def _worker_command(entrypoint: Callable[..., Any] | str, args: list[Any], work:
     return [sys.executable, "-u", "-m", "launcher.workers.fn_worker", payload, work]
 
 
-def _options(config: LaunchConfig, argv: list[str]) -> dict[str, Any]:
+def _options(config: LaunchConfig, argv: list[str]) -> RunOptions:
     """The config as elastic-run's options (one plan for both): the worker command goes as --no-python."""
+    from .cli.plan import RunOptions
+
     standalone = not config.rdzv_endpoint
-    conf = ",".join(f"{key}={value}" for key, value in config.rdzv_configs.items())
-    return {
-        "standalone": standalone,
-        "rdzv_backend": "etcd-v3",
-        "rdzv_endpoint": config.rdzv_endpoint or None,
-        "rdzv_id": config.run_id or (None if standalone else uuid.uuid4().hex),
-        "rdzv_conf": conf,
-        "nnodes": f"{config.min_nodes}:{config.max_nodes}",
-        "nproc_per_node": str(config.nproc_per_node),
-        "script": argv[0],
-        "script_args": tuple(argv[1:]),
-        "module": False,
-        "no_python": True,
-        "run_path": False,
-        "redirects": None,
-        "tee": None,
-        "local_ranks_filter": None,
-        "log_dir": None,
-        "logs_specs": config.logs_specs,
-        "log_line_prefix_template": config.log_line_prefix_template,
-        "signals_to_handle": config.signals_to_handle,
-        "stop_grace": float(config.shutdown_timeout),
-        "virtual_local_rank": config.virtual_local_rank,
-        "numa_binding": None,
-        "master_addr": None,
-        "master_port": None,
-        "node_rank": None,
-        "local_addr": config.local_addr,
-        "max_restarts": config.max_restarts,
-        "monitor_interval": float(config.monitor_interval),
-        "role": config.role,
-        "event_log_handler": config.event_log_handler,
-        "duplicate_stdout_filters": _filters(config.duplicate_stdout_filters),
-        "duplicate_stderr_filters": _filters(config.duplicate_stderr_filters),
-        "heartbeat_timeout": config.heartbeat_timeout,
-        "first_heartbeat_timeout": config.first_heartbeat_timeout,
-    }
+    return RunOptions(
+        script=argv[0],
+        script_args=tuple(argv[1:]),
+        no_python=True,
+        standalone=standalone,
+        rdzv_endpoint=config.rdzv_endpoint or None,
+        rdzv_id=config.run_id or (None if standalone else uuid.uuid4().hex),
+        rdzv_conf=",".join(f"{key}={value}" for key, value in config.rdzv_configs.items()),
+        nnodes=f"{config.min_nodes}:{config.max_nodes}",
+        nproc_per_node=str(config.nproc_per_node),
+        max_restarts=config.max_restarts,
+        monitor_interval=float(config.monitor_interval),
+        role=config.role,
+        event_log_handler=config.event_log_handler,
+        local_addr=config.local_addr,
+        logs_specs=config.logs_specs,
+        log_line_prefix_template=config.log_line_prefix_template,
+        signals_to_handle=config.signals_to_handle,
+        stop_grace=float(config.shutdown_timeout),
+        virtual_local_rank=config.virtual_local_rank,
+        duplicate_stdout_filters=_filters(config.duplicate_stdout_filters),
+        duplicate_stderr_filters=_filters(config.duplicate_stderr_filters),
+        heartbeat_timeout=config.heartbeat_timeout,
+        first_heartbeat_timeout=config.first_heartbeat_timeout,
+    )
 
 
 def _filters(needles: list[str] | None) -> str | None:

@@ -32,12 +32,23 @@ __all__ = [
     "FLOOR",
     "WARMUP",
     "TIE",
+    "positive_seconds",
 ]
 
 FACTOR = 5.0  # the learned steady timeout: this many times the slowest step seen ...
 FLOOR = 5.0  # ... and never below this many seconds
 WARMUP = 5  # steps seen before the steady timeout is learned
 TIE = 0.05  # seconds: ranks whose last heartbeats are this close stopped "together"
+
+
+def positive_seconds(value: object, what: str) -> float | None:
+    """A hang timeout as given (None: not given): a finite number of seconds above 0, else one
+    ValueError naming ``what``. The one check of the CLI, the launch API and ``HangTimeouts``."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{what} must be a positive number of seconds, not {value!r}")
+    return float(value)
 
 
 @dataclass(frozen=True)
@@ -47,10 +58,8 @@ class HangTimeouts:
     judge_first: bool = False  # a worker that never beat is judged by ``first`` (set when it was given)
 
     def __post_init__(self) -> None:
-        for name in ("first", "steady"):
-            value = getattr(self, name)
-            if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-                raise ValueError(f"the {name} heartbeat timeout must be a positive number of seconds, not {value!r}")
+        positive_seconds(self.first, "the first-heartbeat timeout")
+        positive_seconds(self.steady, "the heartbeat timeout")
 
 
 @dataclass(frozen=True)
