@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from launcher.hangs.rules import Verdict
 from launcher.workers.group import GroupStatus
-from rendezvous.job.state import JobState, JobStatus
+from rendezvous.job.state import Cause, JobState, JobStatus
 from rendezvous.rounds.join import RendezvousInfo
 from rendezvous.rounds.monitor import JobMonitor
 
@@ -140,7 +140,8 @@ def change_line(
     state: JobState | None, monitor: JobMonitor | None, *, lease_lost: bool, restarts: int, budget: int
 ) -> str:
     """Why this node's workers stop for a new round, from what its monitor saw."""
-    failures, lost, joining = (monitor.failures, monitor.lost, monitor.newcomers) if monitor else ([], [], [])
+    cause = monitor.cause if monitor else Cause()
+    failures, lost, joining = cause.failures, cause.lost, cause.joining
     if state is not None and state.status is JobStatus.CLOSED:
         return f"the job was closed ({state.reason})" if state.reason else "the job was closed"
     if state is not None and state.status is JobStatus.JOINING and state.reason:

@@ -61,7 +61,7 @@ class Telemetry:
 
 class PrometheusTelemetry(Telemetry):
     def __init__(self, job: str, node: str) -> None:
-        from prometheus_client import CollectorRegistry, Counter, Enum, Gauge, Histogram, ProcessCollector
+        from prometheus_client import CollectorRegistry, Enum, Gauge, ProcessCollector
 
         self.registry = CollectorRegistry()
         ProcessCollector(registry=self.registry)  # the agent's own RSS, CPU, open files
@@ -83,6 +83,14 @@ class PrometheusTelemetry(Telemetry):
         self._lease_age = gauge(
             "elastic_lease_renewal_age_seconds", "Seconds since the last acknowledged lease renewal was sent"
         )
+        self._counters(labels, values)
+        self._values = values
+        self._state.state("init")
+
+    def _counters(self, labels: tuple[str, ...], values: dict[str, str]) -> None:
+        """The histograms and counters: rendezvous time, restarts by cause, etcd calls, fences, history."""
+        from prometheus_client import Counter, Histogram
+
         self._rendezvous = Histogram(
             "elastic_rendezvous_duration_seconds",
             "From joining a round to its freeze",
@@ -119,8 +127,6 @@ class PrometheusTelemetry(Telemetry):
             labels,
             registry=self.registry,
         ).labels(**values)
-        self._values = values
-        self._state.state("init")
 
     def state(self, state: str) -> None:
         self._state.state(state)

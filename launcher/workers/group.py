@@ -223,45 +223,49 @@ class WorkerGroup:
         }
         self._duplicates = list(duplicates.values())
         for spec in specs:
-            logs = layout.ranks[spec.local_rank]
-            if os.path.isfile(spec.error_file):
-                os.unlink(spec.error_file)
-            out = self._stream(logs.stdout, self._out)
-            err = self._stream(logs.stderr, self._err)
-            argv = [*(wrap or {}).get(spec.local_rank, ()), *self.argv]
-            if self._lifeline:
-                argv = die_with_parent(argv, "KILL")
-            try:
-                process = subprocess.Popen(
-                    argv,
-                    env=worker_env(spec, inherited),
-                    stdin=subprocess.DEVNULL,
-                    stdout=out[0],
-                    stderr=err[0],
-                    start_new_session=True,
-                    close_fds=True,
-                )
-            finally:
-                for target in (out[0], err[0]):
-                    if isinstance(target, int) and target >= 0:
-                        os.close(target)
-                    elif hasattr(target, "close"):
-                        target.close()
-            if self._reaper is not None:
-                self._reaper.register(process.pid)
-            self._workers.append(_Worker(spec, process))
-            for (_, read_end, file), plan, console, which, needles in (
-                (out, logs.stdout, self._out, "out", layout.stdout_filters),
-                (err, logs.stderr, self._err, "err", layout.stderr_filters),
-            ):
-                if read_end is None:
-                    continue
-                duplicate = (
-                    (duplicates[which], needles) if which in duplicates and plan.prefixed and plan.console else None
-                )
-                self._pump.add(
-                    read_end, logs.prefix if plan.prefixed else "", console if plan.console else None, file, duplicate
-                )
+            self._start_one(spec, layout, inherited, (wrap or {}).get(spec.local_rank, ()), duplicates)
+
+    def _start_one(
+        self, spec: WorkerSpec, layout: Layout, inherited: Mapping[str, str], wrap: Sequence[str], duplicates: dict
+    ) -> None:
+        """One worker: its process (in a session of its own, dying with the agent) and its pipes to the pump."""
+        logs = layout.ranks[spec.local_rank]
+        if os.path.isfile(spec.error_file):
+            os.unlink(spec.error_file)
+        out = self._stream(logs.stdout, self._out)
+        err = self._stream(logs.stderr, self._err)
+        argv = [*wrap, *self.argv]
+        if self._lifeline:
+            argv = die_with_parent(argv, "KILL")
+        try:
+            process = subprocess.Popen(
+                argv,
+                env=worker_env(spec, inherited),
+                stdin=subprocess.DEVNULL,
+                stdout=out[0],
+                stderr=err[0],
+                start_new_session=True,
+                close_fds=True,
+            )
+        finally:
+            for target in (out[0], err[0]):
+                if isinstance(target, int) and target >= 0:
+                    os.close(target)
+                elif hasattr(target, "close"):
+                    target.close()
+        if self._reaper is not None:
+            self._reaper.register(process.pid)
+        self._workers.append(_Worker(spec, process))
+        for (_, read_end, file), plan, console, which, needles in (
+            (out, logs.stdout, self._out, "out", layout.stdout_filters),
+            (err, logs.stderr, self._err, "err", layout.stderr_filters),
+        ):
+            if read_end is None:
+                continue
+            duplicate = (duplicates[which], needles) if which in duplicates and plan.prefixed and plan.console else None
+            self._pump.add(
+                read_end, logs.prefix if plan.prefixed else "", console if plan.console else None, file, duplicate
+            )
 
     def _stream(self, plan: StreamPlan, console: BinaryIO):
         """(what the worker writes to, read end for the pump or None, log file for the pump or None)."""

@@ -150,7 +150,7 @@ class RendezvousHandler:
     def num_nodes_waiting(self) -> int:
         """Nodes that want to join and would fit: a reason for the agent to re-rendezvous."""
         monitor = self.round_monitor()
-        return monitor.waiting if monitor is not None else 0
+        return monitor.cause.waiting if monitor is not None else 0
 
     def round_monitor(self) -> JobMonitor | None:
         """What this node follows of its round (brought up to date now); None before the first round."""
@@ -192,7 +192,7 @@ class RendezvousHandler:
             monitor.poll()
             if monitor.finished:
                 return True
-            if monitor.moved_on or monitor.lost:
+            if monitor.moved_on or monitor.cause.lost:
                 return False
             remaining = deadline - self._clock()
             if remaining <= 0:

@@ -246,23 +246,10 @@ class JobMonitor:
 
     @property
     @_locked
-    def lost(self) -> list[str]:
-        return list(self._told().lost)
-
-    @property
-    @_locked
-    def waiting(self) -> int:
-        return self._told().waiting
-
-    @property
-    @_locked
-    def failures(self) -> list[str]:
-        return list(self._told().failures)
-
-    @property
-    @_locked
-    def newcomers(self) -> list[str]:
-        return list(self._told().joining)
+    def cause(self) -> Cause:
+        """Why this round ends (who failed, who left, who joins, how many wait): what the keeper said
+        in the state, or for the keeper, until it said so, what it sees."""
+        return self._told()
 
     @property
     def moved_on(self) -> bool:

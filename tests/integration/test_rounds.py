@@ -70,7 +70,7 @@ def test_revoked_participant_makes_the_others_re_rendezvous_into_a_smaller_round
     victim.shutdown()
     for handler in survivors:
         assert handler.membership_changed(timeout=5)
-        assert handler.round_monitor().lost == [victim.node_id]
+        assert list(handler.round_monitor().cause.lost) == [victim.node_id]
     second = _ok(nodes.rendezvous(survivors))
     assert sorted(r.group_rank for r in second.values()) == [0, 1]
     assert {r.round for r in second.values()} == {2}
@@ -93,7 +93,7 @@ def test_when_the_keeper_of_a_running_round_leaves_another_node_takes_over_and_t
     keeper.shutdown()  # its coordinator key goes with its lease: nobody watches the nodes now
     for handler in survivors:
         assert handler.membership_changed(timeout=5), "the keeper's node left and nobody noticed"
-        assert handler.round_monitor().lost == [keeper_id]
+        assert list(handler.round_monitor().cause.lost) == [keeper_id]
     claimed = etcd_client.get(f"{key_prefix}/job/coordinator").value.decode()
     assert claimed in {h.node_id for h in survivors}
     second = _ok(nodes.rendezvous(survivors))
