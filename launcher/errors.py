@@ -21,7 +21,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rendezvous.errors import RendezvousConnectionError, RendezvousCredentialsError, RendezvousTimeoutError
+from rendezvous.errors import (
+    RendezvousConnectionError,
+    RendezvousCredentialsError,
+    RendezvousNoSpaceError,
+    RendezvousTimeoutError,
+)
 
 __all__ = [
     "EXIT_OK",
@@ -80,8 +85,8 @@ EXIT_CODES = (
     ),
     ExitCode(
         "200",
-        "the infrastructure failed: etcd unreachable past connect_timeout, no round within join_timeout, "
-        "or the lease lost with no way back",
+        "the infrastructure failed: etcd unreachable past connect_timeout, etcd out of space (NOSPACE), "
+        "no round within join_timeout, or the lease lost with no way back",
         True,
     ),
 )
@@ -177,6 +182,6 @@ def rendezvous_failure(exc: Exception) -> LauncherError:
     """A rendezvous error as the exit-code table classes it."""
     if isinstance(exc, RendezvousCredentialsError):
         return UsageError(str(exc))
-    if isinstance(exc, (RendezvousTimeoutError, RendezvousConnectionError)):
+    if isinstance(exc, (RendezvousTimeoutError, RendezvousConnectionError, RendezvousNoSpaceError)):
         return InfrastructureError(str(exc))
     return JobRendezvousError(str(exc))

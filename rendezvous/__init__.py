@@ -18,6 +18,7 @@ _WHERE = {
     "RendezvousClosedError": "errors",
     "RendezvousConnectionError": "errors",
     "RendezvousCredentialsError": "errors",
+    "RendezvousNoSpaceError": "errors",
     "RendezvousError": "errors",
     "RendezvousSettingsError": "errors",
     "LeaseNotFoundError": "errors",

@@ -6,6 +6,7 @@ never see a ``grpc.RpcError`` or an ``etcd3`` exception::
     RendezvousError
     ├── RendezvousConnectionError   etcd could not be reached (or answered too late)
     │   └── RendezvousCredentialsError  etcd refused the user, password or certificate
+    ├── RendezvousNoSpaceError      etcd is out of space (its NOSPACE alarm): nothing can be written
     ├── RendezvousStateError        a value read from etcd is not what we wrote
     ├── LeaseNotFoundError          etcd has no such lease (it expired or was revoked)
     ├── RendezvousClosedError       the job was closed; a new run id starts fresh
@@ -21,6 +22,7 @@ __all__ = [
     "RendezvousError",
     "RendezvousConnectionError",
     "RendezvousCredentialsError",
+    "RendezvousNoSpaceError",
     "RendezvousStateError",
     "LeaseNotFoundError",
     "RendezvousClosedError",
@@ -39,6 +41,13 @@ class RendezvousConnectionError(RendezvousError):
 
 class RendezvousCredentialsError(RendezvousConnectionError):
     """Raised when etcd refuses the credentials: waiting will not help."""
+
+
+class RendezvousNoSpaceError(RendezvousError):
+    """Raised when etcd refuses a write because its database reached its quota (the NOSPACE alarm).
+
+    Reads still work; writes fail until an operator compacts, defragments and disarms the alarm.
+    """
 
 
 class RendezvousStateError(RendezvousError):

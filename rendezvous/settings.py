@@ -17,7 +17,10 @@ from rendezvous.job.keys import DEFAULT_KEY_PREFIX, validate_run_id
 from .errors import RendezvousSettingsError
 from .etcd import credentials
 
-__all__ = ["RendezvousSettings", "parse_conf", "CONF_KEYS", "TORCH_ALIASES", "TORCH_IGNORED"]
+__all__ = ["RendezvousSettings", "parse_conf", "CONF_KEYS", "TORCH_ALIASES", "TORCH_IGNORED", "DEFAULT_RETENTION"]
+
+DEFAULT_RETENTION = 3 * 24 * 3600  # seconds a finished job's keys stay (elastic-ctl history, status)
+MAX_RETENTION = 365 * 24 * 3600
 
 # key -> (attribute, kind, help)
 CONF_KEYS: dict[str, tuple[str, type, str]] = {
@@ -48,6 +51,11 @@ CONF_KEYS: dict[str, tuple[str, type, str]] = {
         "connect_timeout",
         float,
         "seconds an agent waits for etcd to answer at start and after losing it (default 60)",
+    ),
+    "retention": (
+        "retention",
+        int,
+        "seconds a finished or abandoned job's keys stay in etcd (default 259200, 3 days; 0: forever)",
     ),
     "key_prefix": ("key_prefix", str, "etcd key prefix of all jobs (default /elastic)"),
     "protocol": ("protocol", str, "http or https"),
@@ -84,6 +92,7 @@ class RendezvousSettings:
     renew_deadline: float | None = None  # None: lease_ttl - 1
     keep_alive_interval: float | None = None  # None: renew_deadline / 8, at most 1 s
     connect_timeout: float = 60.0
+    retention: int = DEFAULT_RETENTION
     key_prefix: str = DEFAULT_KEY_PREFIX
     protocol: str = "http"
     ca_cert: str | None = None
@@ -105,6 +114,10 @@ class RendezvousSettings:
             lowest_ok = 0 if name == "last_call_timeout" else 1e-9
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not lowest_ok <= value < float("inf"):
                 raise RendezvousSettingsError(f"{name} must be a positive number of seconds, not {value!r}")
+        if not _is_int(self.retention) or not 0 <= self.retention <= MAX_RETENTION:
+            raise RendezvousSettingsError(
+                f"retention must be whole seconds from 0 (keep forever) to {MAX_RETENTION}, not {self.retention!r}"
+            )
         if not _is_int(self.lease_ttl) or not 2 <= self.lease_ttl <= 3600:
             raise RendezvousSettingsError(f"lease_ttl must be whole seconds from 2 to 3600, not {self.lease_ttl!r}")
         if self.renew_deadline is not None and not (

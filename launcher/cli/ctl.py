@@ -1,9 +1,10 @@
 """``elastic-ctl``: look at a job and act on it from anywhere etcd can be reached.
 
 Reads: ``status`` (the round and its nodes), ``watch`` (again on every change), ``history`` (the
-job's timeline). Writes, each one line saying what it did: ``close`` (every agent stops its
-workers and exits 4), ``restart`` (a new round now, using no restart), ``reset`` (delete a
-finished job's keys so its id can be used again). A job that does not exist: one line, exit 1.
+job's timeline), ``list`` (every job under the prefix). Writes, each one line saying what it did:
+``close`` (every agent stops its workers and exits 4), ``restart`` (a new round now, using no
+restart), ``reset`` (delete a finished job's keys so its id can be used again), ``prune`` (delete
+finished jobs older than an age). A job that does not exist: one line, exit 1.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from rendezvous.rounds.membership import read_round
 from rendezvous.rounds.operate import JobNotFound, JobRefused, close_job, request_round, reset_job
 from rendezvous.rounds.view import JobView, get_state, view_of
 from rendezvous.settings import RendezvousSettings
+
+from .ctl_jobs import ctl_list, ctl_prune
 
 __all__ = ["elastic_ctl", "render", "render_history"]
 
@@ -57,6 +60,10 @@ def _ctl_options(func: Callable) -> Callable:
 @click.group("elastic-ctl", context_settings={"help_option_names": ["-h", "--help"]})
 def elastic_ctl() -> None:
     """Look at elastic jobs in etcd, and close, restart or reset one."""
+
+
+elastic_ctl.add_command(ctl_list)
+elastic_ctl.add_command(ctl_prune)
 
 
 def _ctl_client(endpoint: str, run_id: str, conf: str) -> tuple[EtcdClient, JobKeys]:
@@ -113,7 +120,7 @@ def ctl_status(rdzv_endpoint: str, rdzv_id: str, rdzv_conf: str, as_json: bool) 
     """Print the job's rendezvous state: status, round, restarts, and every node."""
     client, keys = _ctl_client(rdzv_endpoint, rdzv_id, rdzv_conf)
     with client:
-        view = get_state(client, rdzv_id, key_prefix=keys.prefix)
+        view = get_state(client, rdzv_id, key_prefix=keys.prefix, heartbeats=True)
     if view is None:
         raise _missing(rdzv_id, rdzv_endpoint, keys)
     _show(view, as_json)

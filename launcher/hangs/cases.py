@@ -39,24 +39,33 @@ class CaseFollower:
         self,
         board: Callable[[], HangBoard],
         reports: Callable[[float], list[RankReport]],
+        answer: Callable[[float], dict],
         *,
         node: str,
         nodes: int,
         wall: Callable[[], float],
     ) -> None:
-        """``board``: opens the round's board on first use; ``reports(now)``: this node's ranks now."""
+        """``board``: opens the round's board on first use; ``reports(now)``: this node's ranks now;
+        ``answer(now)``: what this node answers an ask for its heartbeats (``elastic-ctl status``)."""
         self._board_factory = board
         self._board: HangBoard | None = None
         self._reports = reports
         self._node, self._nodes = node, nodes
         self._wall = wall
+        self._answer = answer
         self._case: _Case | None = None
         self._last_case = 0
         self._hold_until: float | None = None
 
-    def follow(self, now: float) -> Verdict | None:
+    def follow(self, now: float, judging: bool = True) -> Verdict | None:
+        """One look: answer asks for heartbeats; while ``judging`` (a worker uses the API), follow the cases."""
         board = self._ensure_board()
         for event in board.poll():
+            if event.kind == "ask":
+                board.answer(event, self._answer(now))
+                continue
+            if not judging:
+                continue
             if event.case <= self._last_case and event.kind == "suspect":
                 continue
             if event.kind == "suspect" and (self._case is None or event.case > self._case.number):
@@ -65,6 +74,8 @@ class CaseFollower:
                 verdict = _verdict(event.data)
                 if verdict is not None and self._close_case(event.case, verdict):
                     return verdict
+        if not judging:
+            return None
         if self._case is None:
             self._maybe_open(now)
         if self._case is not None:

@@ -5,7 +5,6 @@ agree on one verdict through etcd), and, once a hang stands, reports it with the
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -19,9 +18,7 @@ from .record import BeatReader
 from .rules import HangTimeouts, RankReport, RankWatch, Verdict
 from .stacks import StackDump, dump_stacks, report_hang
 
-__all__ = ["HangWatch", "WatchedWorker", "watch_round", "PUBLISH_EVERY"]
-
-PUBLISH_EVERY = 5.0  # seconds between heartbeat summaries for elastic-ctl status (more for big jobs)
+__all__ = ["HangWatch", "WatchedWorker", "watch_round"]
 
 
 @dataclass(frozen=True)
@@ -44,7 +41,6 @@ class HangWatch:
         node: str,
         nodes: int,
         judge_first: bool,
-        publish: Callable[[dict], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
     ) -> None:
@@ -53,12 +49,8 @@ class HangWatch:
         self._watches = [RankWatch(w.rank, w.started, timeouts, judge_first=judge_first) for w in self._workers]
         self._node = node
         self._clock, self._wall = clock, wall
-        self._cases = CaseFollower(board, self.reports, node=node, nodes=nodes, wall=wall)
+        self._cases = CaseFollower(board, self.reports, self.summary, node=node, nodes=nodes, wall=wall)
         self.used = False  # a worker of this round called the API
-        self._publish = publish
-        self._published = 0.0
-        self._every = max(PUBLISH_EVERY, nodes / 50)  # a big job's summaries stay under ~50 writes/s
-        self._publisher: threading.Thread | None = None
         self._exited: set[int] = set()
         self._finishing = False
 
@@ -75,11 +67,9 @@ class HangWatch:
             watch.feed(reader.read())
         if not self.used:
             self.used = any(w.beat is not None for w in self._watches)
-            if not self.used and not any(w.judge_first for w in self._watches):
-                return None  # nobody uses the API: nothing to judge, nothing written to etcd
-        self._maybe_publish(now)
+        judging = self.used or any(w.judge_first for w in self._watches)  # else: nothing to judge
         try:
-            return self._cases.follow(now)
+            return self._cases.follow(now, judging)
         except RendezvousError:
             return None  # etcd away: the fence deals with that; look again next tick
 
@@ -92,31 +82,19 @@ class HangWatch:
             if w.rank not in self._exited
         ]
 
-    # -- heartbeat summary for elastic-ctl status ------------------------------------------------------
-    def _maybe_publish(self, now: float) -> None:
-        if self._publish is None or now - self._published < self._every:
-            return
-        if self._publisher is not None and self._publisher.is_alive():
-            return  # the last one is still on its way (etcd slow): skip, never block the loop
-        self._published = now
+    def summary(self, now: float) -> dict:
+        """This node's answer to ``elastic-ctl status``: its oldest last heartbeat (none: no worker beat)."""
         beaten = [r for r in self.reports(now) if r.last is not None]
         if not beaten:
-            return
+            return {"node": self._node}
         oldest = min(beaten, key=lambda r: r.last)
-        summary = {
+        return {
+            "node": self._node,
             "oldest": oldest.last,
             "rank": oldest.rank,
             "phase": oldest.phase,
             "timeout": oldest.as_dict()["timeout"],
         }
-        self._publisher = threading.Thread(target=self._put_summary, args=(summary,), name="beats", daemon=True)
-        self._publisher.start()
-
-    def _put_summary(self, summary: dict) -> None:
-        try:
-            self._publish(summary)
-        except RendezvousError:
-            pass
 
     # -- stacks -------------------------------------------------------------------------------------
     def dump_stacks(self, ranks: set[int], wait: float = 2.0) -> list[StackDump]:
@@ -157,5 +135,4 @@ def watch_round(
         node=node,
         nodes=nodes,
         judge_first=judge_first,
-        publish=lambda summary: channel.publish(lease_id, summary),
     )

@@ -221,6 +221,10 @@ class EtcdClient:
         return f"EtcdClient({','.join(map(str, self.endpoints))!r})"
 
     # -- key/value ---------------------------------------------------------------------------
+    def range(self, request: Any) -> Any:
+        """One RangeRequest as given (a revision, a limit, sorting); the raw RangeResponse."""
+        return self._call("KVStub", "Range", request)
+
     def get(self, key: str | bytes) -> KeyValue | None:
         response = self._call("KVStub", "Range", etcdrpc.RangeRequest(key=_b(key)))
         return KeyValue.from_proto(response.kvs[0]) if response.kvs else None

@@ -5,6 +5,8 @@ etcd's ``client/v3/concurrency`` writes them:
   and a loser learns the value that stands in the same round trip (a hang case, its verdict);
 - ``swap``: compare-and-swap against a token (the key's ``mod_revision``; None: the key must not
   exist), reading the current value when the race is lost (a job's state, a store counter);
+- ``read_together``: several reads at one revision without a transaction (etcd refuses even a
+  read-only transaction while its NOSPACE alarm is raised; plain ranges still work);
 - ``Election``: a key held on a lease by whoever created it first, as etcd's election campaigns
   (the round's coordinator): its claim goes into a transaction of the caller's, its holder is read
   from that transaction, and its end is the key's deletion (the holder's lease ended).
@@ -22,7 +24,7 @@ from .client import EtcdClient
 from .txn import KeyValue, compare_created, compare_mod_revision, op_get, op_put
 from .watch import KeyRange
 
-__all__ = ["Swapped", "create_once", "swap", "valid_token", "Election", "Held"]
+__all__ = ["Swapped", "create_once", "swap", "valid_token", "read_together", "Election", "Held"]
 
 
 @dataclass(frozen=True)
@@ -72,12 +74,27 @@ def swap(
 
 @dataclass(frozen=True)
 class Held:
-    """An election's key as one transaction saw it: its ``holder`` (None: nobody), the answers of the
-    reads made with it, and the store ``revision`` they were read at."""
+    """An election's key as one read saw it: its ``holder`` (None: nobody), the answers (RangeResponses)
+    of the reads made with it, and the store ``revision`` they were read at."""
 
     holder: str | None
     reads: list[Any]
     revision: int
+
+
+def read_together(client: EtcdClient, ops: Sequence[Any]) -> tuple[list[Any], int]:
+    """The answers (RangeResponses) of range ``ops`` (``txn.op_get``) as of one revision, and that revision:
+    the first read is linearizable, the others read the store as of its revision."""
+    answers: list[Any] = []
+    revision = 0
+    for op in ops:
+        request = type(op.request_range)()
+        request.CopyFrom(op.request_range)
+        request.revision = revision
+        answer = client.range(request)
+        revision = revision or answer.header.revision
+        answers.append(answer)
+    return answers, revision
 
 
 class Election:
@@ -101,9 +118,13 @@ class Election:
         return self._answer(response, len(reads))
 
     def observe(self, client: EtcdClient, *, before: Sequence[Any] = (), reads: Sequence[Any] = ()) -> Held:
-        """The holder (None: nobody), read with ``reads`` after the writes ``before``, in one transaction."""
-        response = client.txn([], [*before, op_get(self.key), *reads])
-        return self._answer(response, len(reads))
+        """The holder (None: nobody), read with ``reads`` after the writes ``before`` (one transaction
+        with them; with no write, plain reads at one revision, which work while etcd is out of space)."""
+        if before:
+            return self._answer(client.txn([], [*before, op_get(self.key), *reads]), len(reads))
+        answers, revision = read_together(client, [op_get(self.key), *reads])
+        held = answers[0].kvs
+        return Held(held[0].value.decode(errors="replace") if held else None, answers[1:], revision)
 
     def vacated(self) -> KeyRange:
         """The watch range that hears the holder go: the key's deletions only."""
@@ -114,4 +135,4 @@ class Election:
         got = list(response.responses)
         held = got[len(got) - reads - 1].response_range.kvs
         holder = held[0].value.decode(errors="replace") if held else None
-        return Held(holder, got[len(got) - reads :], response.header.revision)
+        return Held(holder, [r.response_range for r in got[len(got) - reads :]], response.header.revision)

@@ -10,12 +10,27 @@ from rendezvous.errors import (
     RendezvousConnectionError,
     RendezvousCredentialsError,
     RendezvousError,
+    RendezvousNoSpaceError,
 )
 
 from . import retry
 from .endpoints import Endpoint
 
-__all__ = ["Unreachable", "map_rpc_error", "details_of"]
+__all__ = ["Unreachable", "map_rpc_error", "details_of", "NOSPACE_FIX", "no_space"]
+
+# What an operator does about etcd's NOSPACE alarm (README "Running etcd"): deleting keys frees nothing.
+NOSPACE_FIX = (
+    "compact its history (etcdctl compact <current revision>), defragment every member (etcdctl defrag), "
+    "then clear the alarm (etcdctl alarm disarm); run etcd with --auto-compaction-retention so it does not fill again"
+)
+
+
+def no_space(where: str) -> RendezvousNoSpaceError:
+    return RendezvousNoSpaceError(
+        f"{where} is out of space (NOSPACE alarm: mvcc: database space exceeded) and refuses every write: "
+        + NOSPACE_FIX
+    )
+
 
 # Codes that mean "this endpoint cannot serve us now".
 _UNREACHABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
@@ -52,6 +67,8 @@ def map_rpc_error(exc: grpc.RpcError, endpoint: Endpoint | None = None) -> Rende
         return RendezvousCredentialsError(f"{where} refused the credentials: it requires a user and password")
     if code == grpc.StatusCode.INVALID_ARGUMENT and "authentication failed" in details:
         return RendezvousCredentialsError(f"{where} refused the credentials: {details}")
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED and "database space exceeded" in details:
+        return no_space(where)
     if code == grpc.StatusCode.NOT_FOUND and "lease not found" in details:
         return LeaseNotFoundError(f"{where}: {details}")
     return RendezvousError(f"{where} failed: {_describe(exc)}")

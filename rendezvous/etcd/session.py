@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import grpc
 import grpc.aio
 from etcd3 import etcdrpc
 
@@ -33,8 +34,9 @@ from rendezvous.errors import RendezvousError
 
 from . import streams
 from .client import EtcdClient
+from .rpcerrors import map_rpc_error
 
-__all__ = ["Session", "AnswerWait", "hear", "default_renew_deadline", "keep_alive_interval"]
+__all__ = ["Session", "AnswerWait", "hear", "default_renew_deadline", "keep_alive_interval", "refresh_lease"]
 
 _MIN_ANSWER_WAIT = 0.5  # seconds: the least time a keep-alive answer is waited for
 
@@ -329,6 +331,25 @@ async def _renew_on(
     except BaseException:
         call.cancel()
         raise
+
+
+def refresh_lease(client: EtcdClient, lease_id: int, timeout: float = 5.0) -> int:
+    """Renew a lease once (its TTL starts again in full): the seconds it now has, 0 when it is gone.
+
+    For a long lease renewed now and then (a job's retention), where a Session's stream would be a
+    waste. RendezvousError when no member answers within ``timeout``."""
+
+    async def once() -> int:
+        call, _, response = await _renew_on(client, etcdrpc.LeaseKeepAliveRequest(ID=lease_id))
+        call.cancel()
+        return max(int(response.TTL), 0)
+
+    try:
+        return streams.run(once(), timeout)
+    except (TimeoutError, concurrent.futures.TimeoutError):
+        raise RendezvousError(f"etcd did not renew lease {lease_id:x} within {timeout:g} s") from None
+    except grpc.RpcError as exc:
+        raise map_rpc_error(exc) from exc
 
 
 def _answered(task: asyncio.Future) -> bool:

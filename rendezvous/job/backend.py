@@ -54,7 +54,9 @@ class EtcdRendezvousBackend:
         """
         return self._decode(self._client.get(self._key))
 
-    def set_state(self, state: bytes, token: Token | None = None) -> tuple[bytes, Token, bool] | None:
+    def set_state(
+        self, state: bytes, token: Token | None = None, *, lease: int = 0
+    ) -> tuple[bytes, Token, bool] | None:
         """Write ``state`` if nobody wrote since ``token``; returns ``(state, token, written)``.
 
         - no state yet and ``token`` is None: written; returns the new token;
@@ -62,7 +64,8 @@ class EtcdRendezvousBackend:
         - ``token`` is old, None while a state exists, or not a valid token: not written; returns
           the current state and its token (None when there is no state at all).
 
-        Each call is a single etcd transaction.
+        Each call is a single etcd transaction. ``lease`` (not torch's): the lease the key lives on
+        (0: none, the key stays until deleted); LeaseNotFoundError when that lease is gone.
 
         Raises:
             RendezvousConnectionError: etcd could not be reached within the client's timeout.
@@ -70,7 +73,7 @@ class EtcdRendezvousBackend:
         """
         if not isinstance(state, (bytes, bytearray)):
             raise TypeError(f"state must be bytes, not {type(state).__name__}")
-        swapped = swap(self._client, self._key, frame_state(state), token)
+        swapped = swap(self._client, self._key, frame_state(state), token, lease=lease)
         if swapped.written:
             return bytes(state), swapped.revision, True
         current = self._decode(swapped.current)

@@ -4,32 +4,41 @@
     <job>/hangs/<round>/s/<case>          the suspicion (created once; its creator decides)
     <job>/hangs/<round>/r/<case>/<node>   each node's report of its ranks
     <job>/hangs/<round>/v/<case>          the verdict (created once), which every node acts on
-    <job>/beats/<node>                    a node's oldest heartbeat, for elastic-ctl status
+    <job>/hangs/<round>/q/<ask>           a question of elastic-ctl status: the nodes' heartbeat ages
+    <job>/hangs/<round>/a/<ask>/<node>    each node's answer, on the asker's lease
 
-Every key is on its writer's lease. Agents watch only suspicions and verdicts, so a case costs the
-job K reports and one range read by the decider, not K events for each of K nodes. What this module
-reads is JSON, checked on decode.
+Every key is on a lease: a case's on its writer's, an ask and its answers on the asker's, revoked
+when it has read them. Agents watch only suspicions, verdicts and asks, so a case costs the job K
+reports and one range read by the decider, not K events for each of K nodes; and a running job
+writes nothing at all while no hang is suspected and nobody asks. What this module reads is JSON,
+checked on decode.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
-from typing import Any
 
+from rendezvous.errors import LeaseNotFoundError, RendezvousError
 from rendezvous.etcd.client import EtcdClient
 from rendezvous.etcd.recipes import create_once
 from rendezvous.etcd.watch import EventType, KeyRange, Watch
 
 from .keys import JobKeys
 
-__all__ = ["CaseEvent", "HangBoard", "HangChannel", "read_beats"]
+_KINDS = {"s": "suspect", "v": "verdict", "q": "ask"}
+
+__all__ = ["CaseEvent", "HangBoard", "HangChannel", "ask_heartbeats", "ASK_WAIT"]
+
+ASK_WAIT = 1.0  # seconds an asker waits for the nodes' answers
+_ASK_TTL = 10  # seconds: the asker's lease, revoked as soon as it has read the answers
 
 
 @dataclass(frozen=True)
 class CaseEvent:
-    kind: str  # "suspect" or "verdict"
-    case: int
+    kind: str  # "suspect", "verdict" or "ask"
+    case: int  # the case's number (an ask's id)
     data: dict
 
 
@@ -59,6 +68,7 @@ class HangBoard:
             client,
             KeyRange(self._prefix + "s/", prefix=True),
             KeyRange(self._prefix + "v/", prefix=True),
+            KeyRange(self._prefix + "q/", prefix=True),
             start_revision=revision + 1,
         )
 
@@ -66,9 +76,9 @@ class HangBoard:
         rest = key.decode(errors="replace")[len(self._prefix) :]
         kind, _, case = rest.partition("/")
         data = _decode(value)
-        if kind not in ("s", "v") or not case.isdigit() or data is None:
-            return None  # a report, or a value that is not ours
-        return CaseEvent("suspect" if kind == "s" else "verdict", int(case), data)
+        if kind not in _KINDS or not case.isdigit() or data is None:
+            return None  # a report, an answer, or a value that is not ours
+        return CaseEvent(_KINDS[kind], int(case), data)
 
     def poll(self) -> list[CaseEvent]:
         """Suspicions and verdicts that arrived since the last poll, in order."""
@@ -102,12 +112,22 @@ class HangBoard:
         """Write the verdict unless one stands; the one that stands."""
         return self._create(f"{self._prefix}v/{case}", verdict)[1]
 
+    def answer(self, ask: CaseEvent, data: dict) -> None:
+        """Answer an ask, on the asker's lease (gone already: the asker stopped waiting; nothing to do)."""
+        lease = ask.data.get("lease")
+        if not isinstance(lease, int) or isinstance(lease, bool) or lease <= 0:
+            return
+        try:
+            self._client.put(f"{self._prefix}a/{ask.case}/{self._node}", _encode(data), lease=lease)
+        except LeaseNotFoundError:
+            pass
+
     def close(self) -> None:
         self._watch.close()
 
 
 class HangChannel:
-    """What an agent needs of etcd for hangs: each round's board, and its heartbeat summary."""
+    """What an agent needs of etcd for hangs: each round's board."""
 
     def __init__(self, client: EtcdClient, keys: JobKeys, node: str) -> None:
         self._client, self._keys, self._node = client, keys, node
@@ -115,17 +135,33 @@ class HangChannel:
     def board(self, round_: int, lease_id: int) -> HangBoard:
         return HangBoard(self._client, self._keys, round_, self._node, lease_id)
 
-    def publish(self, lease_id: int, summary: dict[str, Any]) -> None:
-        """This node's heartbeat summary (``oldest``: the wall time of its oldest last heartbeat)."""
-        self._client.put(self._keys.beats + self._node, _encode(summary), lease=lease_id)
 
+def ask_heartbeats(
+    client: EtcdClient, keys: JobKeys, round_: int, nodes: int, wait: float = ASK_WAIT
+) -> dict[str, dict]:
+    """Ask the agents of ``round_`` for their workers' heartbeats; each node's answer, by node.
 
-def read_beats(client: EtcdClient, keys: JobKeys) -> dict[str, dict]:
-    """Every node's heartbeat summary, by node; values that are not ours are left out."""
-    kvs, _ = client.get_prefix(keys.beats)
-    found = {}
-    for kv in kvs:
-        data = _decode(kv.value)
-        if data is not None and isinstance(data.get("oldest"), (int, float)):
-            found[kv.key.decode(errors="replace")[len(keys.beats) :]] = data
-    return found
+    The ask and the answers live on a lease of the asker's, revoked once it has read them (or
+    within its TTL if it dies): asking leaves nothing behind. Waits until ``nodes`` answered or
+    ``wait`` seconds passed. While etcd is out of space nothing can be asked: RendezvousNoSpaceError.
+    """
+    prefix = keys.hangs(round_)
+    ask = time.time_ns()
+    lease = client.grant_lease(_ASK_TTL)
+    try:
+        _, revision = client.get_prefix(f"{prefix}a/{ask}/", keys_only=True)
+        found: dict[str, dict] = {}
+        with Watch(client, KeyRange(f"{prefix}a/{ask}/", prefix=True), start_revision=revision + 1) as watch:
+            client.put(f"{prefix}q/{ask}", _encode({"lease": lease}), lease=lease)
+            deadline = time.monotonic() + wait
+            while len(found) < nodes and (left := deadline - time.monotonic()) > 0:
+                event = watch.get(timeout=left)
+                data = _decode(event.value) if event is not None and event.type is EventType.PUT else None
+                if data is not None:
+                    found[event.key.decode(errors="replace").rpartition("/")[2]] = data
+        return found
+    finally:
+        try:
+            client.revoke_lease(lease, timeout=2.0)
+        except RendezvousError:
+            pass  # the lease ends by itself within its TTL

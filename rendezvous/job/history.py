@@ -1,16 +1,20 @@
 """A job's history in etcd: one small JSON record per event, under ``<prefix>/<run_id>/history/``.
 
 Keys are ``history/<ns since the epoch, 20 digits>-<node>``, so key order is time order and a
-range read or a watch of the prefix gives the timeline. At most ``limit`` records are kept: the
-writer deletes the oldest in the same transaction as it writes a new one, once the count it last
-saw is over the limit.
+range read or a watch of the prefix gives the timeline. At most ``limit`` records are kept, exactly,
+whatever the number of writers: after a write that finds more, the writer deletes every record
+older than the ``limit``-th newest it read -- a later read can only find newer ones, so no two
+writers ever delete more than the excess between them. Records live on the job's lease (read from
+its state), so they expire with its other keys. A record says what changed, never a list of every
+node: a record's size does not grow with the job.
 
 Writing never blocks or fails a round: records go through a queue to one writer thread, each
 write has a short budget, and a failed write is reported once (``report``) and dropped.
 
 Kinds and their details::
 
-    round_frozen   world_size, nodes, formed_in (s)      node_joined   -
+    round_frozen   world_size, nodes (a count), joined, left (up to NAMES names each, and
+                   joined_count, left_count), formed_in (s)
     node_left      reason                                worker_failed rank, host, exit_code | signal, message
     group_restarted restart_count, max_restarts          job_closed    reason, failed, by
     round_requested reason (an operator's new round)
@@ -26,16 +30,28 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rendezvous.errors import RendezvousError, RendezvousStateError
-from rendezvous.etcd.client import EtcdClient
-from rendezvous.etcd.txn import op_delete, op_put
+from etcd3 import etcdrpc
 
-from .keys import history_prefix
+from rendezvous.errors import LeaseNotFoundError, RendezvousError, RendezvousStateError
+from rendezvous.etcd.client import EtcdClient
+from rendezvous.etcd.txn import op_delete, prefix_range_end
+
+from .keys import history_prefix, unwrap_state
 from .state import JobState
 
-__all__ = ["Event", "HistoryWriter", "read_history", "record_freeze", "history_prefix", "DEFAULT_LIMIT"]
+__all__ = [
+    "Event",
+    "HistoryWriter",
+    "read_history",
+    "record_freeze",
+    "freeze_details",
+    "history_prefix",
+    "DEFAULT_LIMIT",
+    "NAMES",
+]
 
 DEFAULT_LIMIT = 1000
+NAMES = 8  # node names a record lists of those that joined or left (the counts say how many in all)
 SCHEMA = 1
 _WRITE_BUDGET = 2.0
 
@@ -116,7 +132,7 @@ class HistoryWriter:
         self.on_failure: Callable[[], None] | None = None  # each record that could not be written (metrics)
         self._queue: queue.Queue[Event | None] = queue.Queue()
         self._failed_once = False
-        self._count: int | None = None
+        self._lease: int | None = None  # the job's lease, as its state names it (None: not read yet)
         self._thread = threading.Thread(target=self._run, name="history", daemon=True)
         self._thread.start()
 
@@ -153,16 +169,43 @@ class HistoryWriter:
                 pass
 
     def _write(self, event: Event) -> None:
-        ops = [op_put(event.key(self._job_prefix), event.encode())]
-        if self._count is None or self._count >= self.limit:
-            self._count = self._client.count_prefix(self._prefix)
-            if self._count >= self.limit:
-                oldest, _ = self._client.get_prefix(self._prefix, keys_only=True, limit=self._count - self.limit + 1)
-                if oldest:
-                    ops.append(_delete_through(self._prefix, oldest[-1].key))
-                    self._count -= len(oldest)
-        self._client.txn([], ops, timeout=_WRITE_BUDGET)
-        self._count += 1
+        try:
+            self._client.put(event.key(self._job_prefix), event.encode(), lease=self._job_lease())
+        except LeaseNotFoundError:  # the job's lease changed (or ended): read it again
+            self._lease = None
+            self._client.put(event.key(self._job_prefix), event.encode(), lease=self._job_lease())
+        if self._client.count_prefix(self._prefix) > self.limit:  # a count, no values: a small read
+            self._trim()
+
+    def _trim(self) -> None:
+        """Delete every record older than the ``limit``-th newest (one range read of keys, one delete)."""
+        request = etcdrpc.RangeRequest(
+            key=self._prefix.encode(),
+            range_end=prefix_range_end(self._prefix),
+            keys_only=True,
+            limit=self.limit + 1,
+            sort_order=etcdrpc.RangeRequest.DESCEND,
+            sort_target=etcdrpc.RangeRequest.KEY,
+        )
+        newest = self._client.range(request).kvs
+        if len(newest) > self.limit:
+            self._client.txn([], [_delete_through(self._prefix, newest[-1].key)], timeout=_WRITE_BUDGET)
+
+    def _job_lease(self) -> int:
+        """The lease the job's keys live on (0: none, they are kept until deleted)."""
+        if self._lease is None:
+            kv = self._client.get(job_key_state(self._job_prefix))
+            try:
+                state = JobState.decode(unwrap_state("state", kv.value)) if kv is not None else None
+            except RendezvousStateError:
+                state = None
+            self._lease = state.keep.lease if state is not None else 0
+        return self._lease
+
+
+def job_key_state(job_prefix: str) -> str:
+    """The state key of the job whose keys are under ``job_prefix`` (``<prefix>/<run_id>/``)."""
+    return job_prefix.rstrip("/") + "/state"
 
 
 def _delete_through(prefix: str, last: bytes) -> Any:
@@ -172,20 +215,25 @@ def _delete_through(prefix: str, last: bytes) -> Any:
     return op
 
 
-def record_freeze(history: HistoryWriter, before: JobState | None, frozen: JobState, *, formed_in: float) -> None:
-    """The coordinator's records of a round it froze: who joined, who left, a group restart, the round."""
+def freeze_details(before: JobState | None, frozen: JobState, *, formed_in: float) -> dict[str, Any]:
+    """A ``round_frozen`` record's details: what changed since the round before, in a size that does
+    not grow with the job (the counts, and the first ``NAMES`` names of those that joined or left)."""
     previous = {p.node for p in before.participants} if before is not None else set()
     now = {p.node for p in frozen.participants}
-    for node in sorted(now - previous):
-        history.record("node_joined", frozen.round, node=node)
-    for node in sorted(previous - now):
-        history.record("node_left", frozen.round, node=node, reason="not in the new round (its lease ended)")
+    joined, left = sorted(now - previous), sorted(previous - now)
+    return {
+        "world_size": frozen.world,
+        "nodes": len(now),
+        "joined": joined[:NAMES],
+        "joined_count": len(joined),
+        "left": left[:NAMES],
+        "left_count": len(left),
+        "formed_in": round(formed_in, 3),
+    }
+
+
+def record_freeze(history: HistoryWriter, before: JobState | None, frozen: JobState, *, formed_in: float) -> None:
+    """The coordinator's records of a round it froze: a group restart, and the round (who joined and left)."""
     if before is not None and frozen.restarts > before.restarts:
         history.record("group_restarted", frozen.round, restart_count=frozen.restarts, max_restarts=frozen.max_restarts)
-    history.record(
-        "round_frozen",
-        frozen.round,
-        world_size=frozen.world,
-        nodes=[p.node for p in frozen.participants],
-        formed_in=round(formed_in, 3),
-    )
+    history.record("round_frozen", frozen.round, **freeze_details(before, frozen, formed_in=formed_in))

@@ -7,8 +7,8 @@
     <prefix>/<run_id>/store/<key>    the c10d-style store's keys
     <prefix>/<run_id>/queues/<name>  the store's FIFO queues (apart: queues are not keys)
     <prefix>/<run_id>/history/<seq>  the job's history records
-    <prefix>/<run_id>/hangs/<round>/ a suspected hang's suspect, reports and verdict (agents' leases)
-    <prefix>/<run_id>/beats/<node>   a node's oldest worker heartbeat, for elastic-ctl status (its lease)
+    <prefix>/<run_id>/hangs/<round>/ a suspected hang's suspect, reports and verdict (agents' leases),
+                                     and elastic-ctl status's asks for heartbeats (the asker's lease)
 
 The stored state is the state behind a one-line header (``elastic-state/1``) so that a value that is
 not ours -- garbage written by hand, another tool's key -- is refused with RendezvousStateError
@@ -126,10 +126,6 @@ class JobKeys:
     def hangs(self, round_: int) -> str:
         """``<prefix>/<run_id>/hangs/<round>/``: one round's hang cases."""
         return job_key(self.prefix, self.run_id, "hangs", str(round_)) + "/"
-
-    @property
-    def beats(self) -> str:
-        return job_key(self.prefix, self.run_id, "beats") + "/"
 
 
 def history_prefix(job_root: str) -> str:

@@ -107,9 +107,9 @@ def decode_bucket(raw: bytes, where: str) -> list[Placement]:
 
 
 def write_table(
-    client: EtcdClient, keys: JobKeys, table: str, participants: Sequence[Participant], buckets: int
+    client: EtcdClient, keys: JobKeys, table: str, participants: Sequence[Participant], buckets: int, lease: int = 0
 ) -> None:
-    """Write a new table's buckets, in as few transactions as etcd's limits allow."""
+    """Write a new table's buckets on ``lease`` (the job's), in as few transactions as etcd's limits allow."""
     batch: list = []
     size = 0
     for bucket, value in encode_buckets(participants, buckets).items():
@@ -117,7 +117,7 @@ def write_table(
         if batch and (len(batch) >= MAX_OPS or size + len(value) + len(key) > MAX_BYTES):
             client.txn([], batch)
             batch, size = [], 0
-        batch.append(op_put(key, value))
+        batch.append(op_put(key, value, lease=lease))
         size += len(value) + len(key)
     if batch:
         client.txn([], batch)

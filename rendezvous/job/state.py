@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 from rendezvous.errors import RendezvousStateError
 
-__all__ = ["SCHEMA_VERSION", "JobStatus", "Participant", "Cause", "JobState", "NodeInfo", "parse_json"]
+__all__ = ["SCHEMA_VERSION", "JobStatus", "Participant", "Cause", "Keep", "JobState", "NodeInfo", "parse_json"]
 
 SCHEMA_VERSION = 3  # 3: the participants in a bucketed rank table beside the state (rendezvous.job.ranktable)
 CAUSE_NAMES = 16  # names kept per list of a Cause: the line that shows them names a few
@@ -59,6 +59,19 @@ class Cause(NamedTuple):
         return cls(*(tuple(names[:CAUSE_NAMES]) for names in (failures, lost, joining)), waiting)
 
 
+class Keep(NamedTuple):
+    """How long the job's keys stay in etcd: its state, rank table and history live on one lease of
+    ``retention`` seconds (0: kept forever, no lease), renewed while the job runs and once more when
+    it closes, so they vanish by themselves a retention period after the job ended (or was abandoned)."""
+
+    lease: int = 0  # the job's lease (0: none yet, or kept forever)
+    retention: int = 0  # its TTL in seconds (0: the keys are kept forever)
+    closed_at: float | None = None  # when the job closed (wall clock)
+
+    def encode(self) -> dict[str, Any]:
+        return {"lease": self.lease, "retention": self.retention, "closed_at": self.closed_at}
+
+
 @dataclass(frozen=True)
 class JobState:
     """The job's header, stored under ``state``. A frozen round's participants are in its rank table
@@ -84,6 +97,7 @@ class JobState:
     finishing: bool = False  # a participant of the running round finished: the job is ending
     joined: int = 0  # nodes that asked for the forming round, as its coordinator last said (for progress lines)
     cause: Cause = Cause()  # why the round before ended (set when the coordinator starts the next)
+    keep: Keep = Keep()  # the job's retention lease
     schema: int = SCHEMA_VERSION
     participants: tuple[Participant, ...] = field(default=(), compare=False)  # not stored here
 
@@ -98,6 +112,7 @@ class JobState:
         data = {name: getattr(self, name) for name in self.__dataclass_fields__ if name != "participants"}
         data["status"] = self.status.value
         data["cause"] = self.cause.encode()
+        data["keep"] = self.keep.encode()
         return data
 
     def as_dict(self) -> dict[str, Any]:
@@ -139,8 +154,18 @@ class JobState:
             table=_optional(data, "table", str, "", where),
             finishing=_optional(data, "finishing", bool, False, where),
             cause=_cause(_optional(data, "cause", dict, {}, where), where),
+            keep=_keep(_optional(data, "keep", dict, {}, where), where),
             **counts,
         )
+
+
+def _keep(data: dict, where: str) -> Keep:
+    lease, retention, closed = data.get("lease", 0), data.get("retention", 0), data.get("closed_at")
+    if type(lease) is not int or type(retention) is not int or lease < 0 or retention < 0:
+        raise RendezvousStateError(f"{where} is malformed: keep.lease and keep.retention must be ints >= 0")
+    if closed is not None and (isinstance(closed, bool) or not isinstance(closed, (int, float))):
+        raise RendezvousStateError(f"{where} is malformed: keep.closed_at is not a time")
+    return Keep(lease, retention, closed)
 
 
 def _cause(data: dict, where: str) -> Cause:

@@ -5,7 +5,9 @@ do the round reads and watches of ``rendezvous.rounds.membership``, which read t
 nodes in one transaction.
 
 Writes keep torch's bytes-and-token contract (``EtcdRendezvousBackend``); this store speaks
-``JobState``. The token is the state key's etcd ``mod_revision``.
+``JobState``. The token is the state key's etcd ``mod_revision``. Every write puts the state on the
+job's lease (``JobState.keep``): the store grants it with the job's first write, and grants a new
+one if it ended, so the job's keys are never left without one (unless kept forever: retention 0).
 """
 
 from __future__ import annotations
@@ -13,9 +15,11 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
-from rendezvous.errors import RendezvousError
+from rendezvous.errors import LeaseNotFoundError, RendezvousError
 from rendezvous.etcd.client import EtcdClient
+from rendezvous.etcd.session import refresh_lease
 
 from .backend import EtcdRendezvousBackend
 from .keys import JobKeys, unwrap_state
@@ -54,8 +58,39 @@ class JobStateStore:
 
     def compare_and_swap(self, state: JobState, token: int | None) -> bool:
         """Write ``state`` if the stored one is still ``token``'s (None: if there is none); True when written."""
-        result = self._backend.set_state(state.encode(), token)
+        state, granted = self.leased(state)
+        try:
+            written = self._write(state, token)
+        except LeaseNotFoundError:  # the job's lease ended under it: the keys go on a new one
+            state, granted = self.leased(replace(state, keep=state.keep._replace(lease=0)))
+            written = self._write(state, token)
+        if granted and not written:
+            self._revoke(state.keep.lease)
+        return written
+
+    def leased(self, state: JobState) -> tuple[JobState, bool]:
+        """``state`` with the job's lease (granted now, and True, when it has none and keeps its keys
+        for a retention period): whatever else is written for the job goes on the same lease."""
+        keep = state.keep
+        if keep.lease or not keep.retention:
+            return state, False
+        lease = self._client.grant_lease(keep.retention)
+        return replace(state, keep=keep._replace(lease=lease)), True
+
+    def renew(self, state: JobState | None) -> None:
+        """Start the job's retention period again in full (while it runs, and when it closes)."""
+        if state is not None and state.keep.lease:
+            refresh_lease(self._client, state.keep.lease, timeout=self._client.timeout)
+
+    def _write(self, state: JobState, token: int | None) -> bool:
+        result = self._backend.set_state(state.encode(), token, lease=state.keep.lease)
         return result is not None and result[2]
+
+    def _revoke(self, lease: int) -> None:
+        try:
+            self._client.revoke_lease(lease)
+        except RendezvousError:
+            pass  # it ends by itself (with the keys written on it: a lost race's rank table)
 
     def update(
         self,

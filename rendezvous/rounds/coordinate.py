@@ -14,7 +14,7 @@ from rendezvous.etcd.client import EtcdClient
 from rendezvous.job.history import HistoryWriter, record_freeze
 from rendezvous.job.keys import JobKeys
 from rendezvous.job.ranktable import drop_other_tables, new_table_id, write_table
-from rendezvous.job.state import Cause, JobStatus
+from rendezvous.job.state import Cause, JobStatus, Keep
 from rendezvous.job.store import JobStateStore
 from rendezvous.settings import RendezvousSettings
 
@@ -102,6 +102,7 @@ class RoundCoordinator:
                 max_restarts=job_budget(state, self._max_restarts),
                 joined=count,
                 cause=round_cause(state, snapshot.nodes) if ending else Cause(),
+                retention=self._settings.retention,
             )
             self._store.compare_and_swap(forming, snapshot.token)
             self._told_at = self._clock()
@@ -122,9 +123,13 @@ class RoundCoordinator:
             restarts=restart_count(state, snapshot.nodes, target),
             max_restarts=job_budget(state, self._max_restarts),
             table=new_table_id(target),
+            keep=state.keep if state is not None else Keep(retention=self._settings.retention),
         )
-        write_table(self._client, self._keys, frozen.table, frozen.participants, frozen.buckets)
+        frozen, granted = self._store.leased(frozen)  # the table goes on the job's lease, as the state
+        write_table(self._client, self._keys, frozen.table, frozen.participants, frozen.buckets, frozen.keep.lease)
         if not self._store.compare_and_swap(frozen, snapshot.token):
+            if granted:
+                self._client.revoke_lease(frozen.keep.lease)  # this table goes with it
             return  # lost the race: the next commit deletes this table
         self._client.txn([], drop_other_tables(self._keys, frozen.table))
         if self._history is not None:

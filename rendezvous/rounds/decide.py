@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from rendezvous.job.ranktable import bucket_count
-from rendezvous.job.state import Cause, JobState, JobStatus, NodeInfo, Participant
+from rendezvous.job.state import Cause, JobState, JobStatus, Keep, NodeInfo, Participant
 
 __all__ = [
     "LiveNode",
@@ -135,9 +135,10 @@ def frozen_state(
     restarts: int = 0,
     max_restarts: int = 0,
     table: str = "",
+    keep: Keep = Keep(),
 ) -> JobState:
     """The RUNNING state of a frozen round: the master is group rank 0's node and port; its
-    participants go to rank table ``table`` (``bucket_count`` buckets)."""
+    participants go to rank table ``table`` (``bucket_count`` buckets); the job's keys stay as ``keep`` says."""
     master = participants[0]
     port = next(n.info.master_port for n in nodes if n.info.node == master.node)
     return JobState(
@@ -155,6 +156,7 @@ def frozen_state(
         world=sum(p.local_world_size for p in participants),
         buckets=bucket_count(len(participants)),
         participants=participants,
+        keep=keep,
     )
 
 
@@ -169,9 +171,11 @@ def forming_state(
     max_restarts: int,
     cause: Cause = Cause(),
     joined: int = 0,
+    retention: int = 0,
 ) -> JobState:
     """Round ``round_`` forming: the last frozen round's table, master and restart count carried over
-    (and, while the same round forms, its cause and reason)."""
+    (and, while the same round forms, its cause and reason). A new job's keys are kept ``retention``
+    seconds after it ends (0: forever); a job's own setting, once written, stays."""
     if state is None:
         return JobState(
             run_id=run_id,
@@ -183,6 +187,7 @@ def forming_state(
             max_restarts=max_restarts,
             cause=cause,
             joined=joined,
+            keep=Keep(retention=retention),
         )
     same = state.status is JobStatus.JOINING and state.round == round_
     return replace(
@@ -211,11 +216,12 @@ def round_cause(state: JobState | None, nodes: Sequence[LiveNode]) -> Cause:
     )
 
 
-def closed_state(state: JobState, reason: str, **changes: object) -> JobState:
-    """``state`` closed for ``reason``: the round, its participants, master and restart count stay
-    as they were, so ``status`` and ``history`` still show the last round (``changes`` on top:
-    ``failed``, ``closed_by``, ...)."""
-    return replace(state, status=JobStatus.CLOSED, reason=reason, last_call_at=None, **changes)
+def closed_state(state: JobState, reason: str, *, when: float | None = None, **changes: object) -> JobState:
+    """``state`` closed for ``reason`` at ``when`` (wall clock; the job's keys are kept for its
+    retention from then): the round, its participants, master and restart count stay as they were,
+    so ``status`` and ``history`` still show the last round (``changes`` on top: ``failed``, ``closed_by``, ...)."""
+    keep = state.keep._replace(closed_at=round(when, 3)) if when is not None else state.keep
+    return replace(state, status=JobStatus.CLOSED, reason=reason, last_call_at=None, keep=keep, **changes)
 
 
 def restart_count(state: JobState | None, nodes: Sequence[LiveNode], round_: int) -> int:

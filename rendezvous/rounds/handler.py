@@ -16,12 +16,13 @@ from collections.abc import Callable
 from rendezvous.errors import (
     RendezvousConnectionError,
     RendezvousError,
+    RendezvousNoSpaceError,
     RendezvousTimeoutError,
 )
 from rendezvous.etcd.client import EtcdClient
 from rendezvous.job.history import HistoryWriter
 from rendezvous.job.keys import JobKeys
-from rendezvous.job.state import JobState, JobStatus
+from rendezvous.job.state import JobState, JobStatus, Keep
 from rendezvous.job.store import GaveUp, JobStateStore, StateUnchanged
 from rendezvous.settings import RendezvousSettings
 
@@ -135,17 +136,34 @@ class RendezvousHandler:
                     min_nodes=self.settings.min_nodes,
                     max_nodes=self.settings.max_nodes,
                     max_restarts=self.max_restarts,
+                    keep=Keep(retention=self.settings.retention),
                 )
             return closed_state(
-                state, reason, failed=failed, min_nodes=self.settings.min_nodes, max_nodes=self.settings.max_nodes
+                state,
+                reason,
+                when=self._wall(),
+                failed=failed,
+                min_nodes=self.settings.min_nodes,
+                max_nodes=self.settings.max_nodes,
             )
 
+        deadline = self._clock() + self.settings.close_timeout
+        while True:
+            try:
+                _, closed = self._store.update(close, tries=None, timeout=self.settings.close_timeout, what="close")
+                break
+            except GaveUp:
+                raise RendezvousTimeoutError(
+                    f"could not mark rendezvous '{self.run_id}' closed within the close timeout"
+                ) from None
+            except RendezvousNoSpaceError:
+                if self._clock() >= deadline:
+                    raise  # its line names the alarm and the fix
+                time.sleep(min(1.0, max(deadline - self._clock(), 0.0)))
         try:
-            self._store.update(close, tries=None, timeout=self.settings.close_timeout, what="close")
-        except GaveUp:
-            raise RendezvousTimeoutError(
-                f"could not mark rendezvous '{self.run_id}' closed within the close timeout"
-            ) from None
+            self._store.renew(closed)  # the job's keys are kept for its retention from now
+        except RendezvousError:
+            pass  # then from its last renewal: at most a third of the period sooner
 
     def num_nodes_waiting(self) -> int:
         """Nodes that want to join and would fit: a reason for the agent to re-rendezvous."""

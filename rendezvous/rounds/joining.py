@@ -45,8 +45,8 @@ class Joined:
 def closed_error(keys: JobKeys, state: JobState) -> RendezvousClosedError:
     reason = f" ({state.reason})" if state.reason else ""
     return RendezvousClosedError(
-        f"rendezvous '{keys.run_id}' is closed{reason}; start the job with a new --rdzv-id, "
-        f"or delete the key {keys.state} to reuse this one"
+        f"rendezvous '{keys.run_id}' is closed{reason}; start the job with a new --rdzv-id, or reuse this one "
+        f"after `elastic-ctl reset --rdzv-id {keys.run_id}` (its keys also expire by themselves: elastic-ctl list)"
     )
 
 

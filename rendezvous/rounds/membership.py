@@ -86,8 +86,8 @@ def read_round(
         held = election.observe(client, before=before, reads=reads)
     else:
         held = election.campaign(client, *claim, before=before, reads=reads)
-    state, token = _decode_state(keys, held.reads[0].response_range.kvs)
-    nodes = _decode_nodes(held.reads[1].response_range.kvs) if all_nodes else ()
+    state, token = _decode_state(keys, held.reads[0].kvs)
+    nodes = _decode_nodes(held.reads[1].kvs) if all_nodes else ()
     revision, leader = held.revision, held.holder
     if all_nodes and state is not None and state.table:
         state = replace(state, participants=read_table(client, keys, state, revision))

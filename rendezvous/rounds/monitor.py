@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import time
 from dataclasses import replace
 
 from rendezvous.errors import RendezvousError, RendezvousStateError
@@ -121,17 +122,35 @@ class JobMonitor:
 
     def _run(self) -> None:
         stale = False  # only a new read can tell (history lost)
+        renew_at = time.monotonic() + self._renew_every()
         while not self._closed.is_set():
             try:
                 if stale:
                     self._setup()
                     stale = False
                     continue
-                event = self._watch.get(timeout=None)  # close() wakes it
+                event = self._watch.get(timeout=max(renew_at - time.monotonic(), 0.0))  # close() wakes it
                 if event is not None:
                     stale = not self._apply_all([event, *self._watch.drain()])
+                if time.monotonic() >= renew_at:
+                    renew_at = time.monotonic() + self._renew()
             except RendezvousError:
                 self._closed.wait(self.RETRY)  # etcd out of reach while reading or publishing: try again
+
+    def _renew(self) -> float:
+        """Renew the job's lease; seconds until the next renewal (a minute, after a failed one)."""
+        try:
+            self._store.renew(self.state)
+        except RendezvousError:
+            return 60.0
+        return self._renew_every()
+
+    def _renew_every(self) -> float:
+        """The keeper renews the job's lease a third of its retention apart, so the job's keys
+        outlive the job by a full retention period whatever the job's length (a day, by default)."""
+        state = self._view.state
+        retention = state.keep.retention if state is not None and state.keep.lease else 0
+        return retention / 3 if retention else 3600.0
 
     def _changed(self) -> None:
         self._version += 1

@@ -3,10 +3,12 @@ new round, delete its keys. ``closed_by_operator`` and ``new_round`` are the pur
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 
 from rendezvous.errors import RendezvousError
 from rendezvous.etcd.client import EtcdClient
+from rendezvous.job.catalog import list_jobs
 from rendezvous.job.history import HistoryWriter
 from rendezvous.job.keys import JobKeys
 from rendezvous.job.state import JobState, JobStatus
@@ -21,6 +23,7 @@ __all__ = [
     "close_job",
     "request_round",
     "reset_job",
+    "prune_jobs",
     "JobNotFound",
     "JobRefused",
 ]
@@ -37,9 +40,9 @@ class JobRefused(RendezvousError):
     """The job is not in a state that allows the operation (a reset while nodes live, a new round of a closed job)."""
 
 
-def closed_by_operator(state: JobState, reason: str) -> JobState:
+def closed_by_operator(state: JobState, reason: str, when: float | None = None) -> JobState:
     """The job closed by an operator: every agent stops its workers and exits (exit code 4)."""
-    return closed_state(state, reason, closed_by=OPERATOR)
+    return closed_state(state, reason, when=when, closed_by=OPERATOR)
 
 
 def new_round(state: JobState, reason: str) -> JobState:
@@ -68,8 +71,13 @@ def close_job(
     client: EtcdClient, keys: JobKeys, reason: str, history: HistoryWriter | None = None
 ) -> tuple[JobState, JobState]:
     before, after = _change(
-        client, keys, lambda s: None if s.status is JobStatus.CLOSED else closed_by_operator(s, reason)
+        client, keys, lambda s: None if s.status is JobStatus.CLOSED else closed_by_operator(s, reason, time.time())
     )
+    if after is not before:
+        try:
+            JobStateStore(client, keys).renew(after)  # its keys are kept for its retention from now
+        except RendezvousError:
+            pass
     if history is not None and after is not before:
         history.record("job_closed", after.round, reason=reason, failed=False, by=OPERATOR)
     return before, after
@@ -100,4 +108,29 @@ def reset_job(client: EtcdClient, keys: JobKeys, *, force: bool = False) -> int:
             f"stop {'them' if alive > 1 else 'it'} "
             "first, or reset with --force"
         )
-    return client.delete(keys.root, prefix=True)
+    state = _read(client, keys)
+    deleted = client.delete(keys.root, prefix=True)
+    if state is not None and state.keep.lease:
+        client.revoke_lease(state.keep.lease)  # nothing is left on it: the keys went just now
+    return deleted
+
+
+def prune_jobs(client: EtcdClient, prefix: str, older_than: float, now: float) -> list[str]:
+    """Delete every job closed more than ``older_than`` seconds before ``now`` (as ``reset_job``
+    would, refusing none: a closed job's agents are gone); the run ids deleted."""
+    pruned = []
+    for job in list_jobs(client, prefix):
+        closed = job.state.keep.closed_at if job.state is not None else None
+        if job.state is None or job.state.status is not JobStatus.CLOSED or closed is None:
+            continue
+        if now - closed >= older_than:
+            reset_job(client, JobKeys(prefix, job.run_id), force=True)
+            pruned.append(job.run_id)
+    return pruned
+
+
+def _read(client: EtcdClient, keys: JobKeys) -> JobState | None:
+    try:
+        return JobStateStore(client, keys).read()[0]
+    except RendezvousError:
+        return None  # a state that is not ours: its keys go all the same

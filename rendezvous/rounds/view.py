@@ -7,10 +7,12 @@ import time
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from rendezvous.errors import RendezvousNoSpaceError
 from rendezvous.etcd import credentials
 from rendezvous.etcd.client import EtcdClient
-from rendezvous.job.hangboard import read_beats
+from rendezvous.job.hangboard import ask_heartbeats
 from rendezvous.job.keys import DEFAULT_KEY_PREFIX, JobKeys
+from rendezvous.job.state import JobStatus
 
 from .membership import Snapshot, read_round
 
@@ -56,13 +58,16 @@ def get_state(
     *,
     key_prefix: str = DEFAULT_KEY_PREFIX,
     timeout: float = 5.0,
+    heartbeats: bool = False,
     **client_options: Any,
 ) -> JobView | None:
     """The job's state as etcd holds it now, or None when there is no such job.
 
     ``endpoint`` is ``host:port[,...]`` (or an EtcdClient); ``client_options`` go to EtcdClient
     (ca_cert, cert_key, cert_cert, user, password), and those not given come from the
-    ``ELASTIC_ETCD_*`` environment variables (``rendezvous.etcd.credentials``). Never writes to etcd.
+    ``ELASTIC_ETCD_*`` environment variables (``rendezvous.etcd.credentials``). Only reads etcd,
+    unless ``heartbeats``: then the running round's agents are asked for their workers' heartbeat
+    ages (keys on a lease of the asker's, gone when it has read the answers; about a second).
     """
     own = not isinstance(endpoint, EtcdClient)
     if own:
@@ -71,16 +76,29 @@ def get_state(
     keys = JobKeys(key_prefix, run_id)
     try:
         snapshot = read_round(client, keys, all_nodes=True)
-        beats = read_beats(client, keys)
+        beats = _ask(client, keys, snapshot) if heartbeats else None
     finally:
         if own:
             client.close()
     return view_of(snapshot, beats)
 
 
+def _ask(client: EtcdClient, keys: JobKeys, snapshot: Snapshot) -> dict[str, dict] | None:
+    """The live participants' heartbeat answers (None: nothing to ask, or etcd is out of space)."""
+    state = snapshot.state
+    if state is None or state.status is not JobStatus.RUNNING:
+        return None
+    live = {n.info.node for n in snapshot.nodes}
+    count = sum(1 for p in state.participants if p.node in live)
+    try:
+        return ask_heartbeats(client, keys, state.round, count) if count else None
+    except RendezvousNoSpaceError:
+        return None  # an ask is a write: the view goes without the ages
+
+
 def view_of(snapshot: Snapshot, beats: dict[str, dict] | None = None, now: float | None = None) -> JobView | None:
     """The view of one read of the job's keys (``read_round(..., all_nodes=True)``), with the nodes'
-    heartbeat summaries (``hangcase.read_beats``) when given."""
+    answers about their heartbeats (``hangboard.ask_heartbeats``) when given."""
     state = snapshot.state
     if state is None:
         return None
@@ -120,7 +138,7 @@ def view_of(snapshot: Snapshot, beats: dict[str, dict] | None = None, now: float
 
 
 def _with_beats(view: NodeView, summary: dict | None, now: float) -> NodeView:
-    if summary is None or not view.alive:
+    if summary is None or not view.alive or not isinstance(summary.get("oldest"), (int, float)):
         return view
     rank = summary.get("rank")
     return replace(

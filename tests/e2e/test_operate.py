@@ -199,4 +199,4 @@ def test_history_follow_prints_new_records_until_the_job_closes(etcd_endpoints, 
             agent.kill()
     assert follow.returncode == 0, errors
     kinds = [json.loads(line)["kind"] for line in printed.splitlines()]
-    assert kinds[0] == "node_joined" and kinds[-1] == "job_closed", kinds
+    assert kinds[0] == "round_frozen" and kinds[-1] == "job_closed", kinds

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from rendezvous.job.history import DEFAULT_LIMIT
 from rendezvous.job.ranktable import encode_buckets, new_table_id
-from rendezvous.job.state import NodeInfo, Participant
+from rendezvous.job.state import Keep, NodeInfo, Participant
 from rendezvous.rounds.decide import LiveNode, frozen_state
 from rendezvous.settings import RendezvousSettings
 
@@ -28,7 +28,10 @@ def _frozen(k: int):
         Participant(f"node-{i:04d}-{i * 7919 % 16**8:08x}", i, f"10.0.{i // 256 % 256}.{i % 256}", 8) for i in range(k)
     )
     live = [LiveNode(NodeInfo(p.node, 7, p.addr, 8, 29500), i) for i, p in enumerate(nodes)]
-    return frozen_state("job-42", 7, nodes, live, k // 2, k, restarts=1, max_restarts=3, table=new_table_id(7))
+    keep = Keep(lease=7587881234567890123, retention=259200)  # an etcd lease id, the default retention
+    return frozen_state(
+        "job-42", 7, nodes, live, k // 2, k, restarts=1, max_restarts=3, table=new_table_id(7), keep=keep
+    )
 
 
 def test_what_every_node_reads_of_a_frozen_round_is_the_size_the_readme_says():
