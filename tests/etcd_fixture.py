@@ -214,12 +214,14 @@ class EtcdContainer:
     def __init__(self, image: Image) -> None:
         from testcontainers.core.container import DockerContainer
 
+        from rendezvous.etcd.server import HEALTH_ARGS
+
         self.image = image
         self._container = (
             DockerContainer(image.name)
             .with_command(
                 "--name test --data-dir /etcd-data --listen-client-urls http://0.0.0.0:2379 "
-                "--advertise-client-urls http://127.0.0.1:2379"
+                "--advertise-client-urls http://127.0.0.1:2379 " + " ".join(HEALTH_ARGS)
             )
             .with_kwargs(entrypoint="/usr/local/bin/etcd", labels={LABEL: "1"})
             .with_exposed_ports(2379)

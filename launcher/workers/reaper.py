@@ -103,7 +103,7 @@ class Reaper:
         where = (self.config or {}).get("history")
         if not where:
             return
-        from rendezvous.job.history import Event
+        from rendezvous.job.history import Event, job_lease
 
         event = Event(
             time.time(),
@@ -112,7 +112,7 @@ class Reaper:
             "node_left",
             {"reason": "the agent died; its reaper killed the workers and revoked the lease"},
         )
-        client.put(event.key(where["prefix"]), event.encode())
+        client.put(event.key(where["prefix"]), event.encode(), lease=job_lease(client, where["prefix"]))
 
 
 def main() -> None:

@@ -25,7 +25,7 @@ from rendezvous.errors import RendezvousConnectionError, RendezvousError
 from .lifeline import die_with_parent
 from .ports import free_port
 
-__all__ = ["EtcdServer", "EtcdCluster", "ServerTLS", "find_etcd_binary", "free_port"]
+__all__ = ["EtcdServer", "EtcdCluster", "ServerTLS", "find_etcd_binary", "free_port", "HEALTH_ARGS"]
 
 _START_TIMEOUT = 30.0
 _STOP_GRACE = 5.0
@@ -158,6 +158,16 @@ class _Member:
         ]
 
 
+# What every etcd this project starts runs with (README "Running etcd"): history compacted every
+# 5 minutes, as Kubernetes does, and an explicit quota (etcd's default, 2 GiB). Later flags win: a
+# caller's extra_args may set others.
+HEALTH_ARGS = (
+    "--auto-compaction-mode=periodic",
+    "--auto-compaction-retention=5m",
+    "--quota-backend-bytes=2147483648",
+)
+
+
 class EtcdCluster:
     """``size`` etcd members on loopback with a temporary data dir, as a context manager.
 
@@ -181,7 +191,7 @@ class EtcdCluster:
         self.host = host
         self.binary = binary
         self.tls = tls
-        self.extra_args = tuple(extra_args) + tuple(tls.args() if tls else ())
+        self.extra_args = HEALTH_ARGS + tuple(extra_args) + tuple(tls.args() if tls else ())
         self.start_timeout = start_timeout
         self.data_dir: str | None = None
         self.members: list[_Member] = []

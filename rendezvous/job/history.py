@@ -45,6 +45,7 @@ __all__ = [
     "read_history",
     "record_freeze",
     "freeze_details",
+    "job_lease",
     "history_prefix",
     "DEFAULT_LIMIT",
     "NAMES",
@@ -192,20 +193,20 @@ class HistoryWriter:
             self._client.txn([], [_delete_through(self._prefix, newest[-1].key)], timeout=_WRITE_BUDGET)
 
     def _job_lease(self) -> int:
-        """The lease the job's keys live on (0: none, they are kept until deleted)."""
         if self._lease is None:
-            kv = self._client.get(job_key_state(self._job_prefix))
-            try:
-                state = JobState.decode(unwrap_state("state", kv.value)) if kv is not None else None
-            except RendezvousStateError:
-                state = None
-            self._lease = state.keep.lease if state is not None else 0
+            self._lease = job_lease(self._client, self._job_prefix)
         return self._lease
 
 
-def job_key_state(job_prefix: str) -> str:
-    """The state key of the job whose keys are under ``job_prefix`` (``<prefix>/<run_id>/``)."""
-    return job_prefix.rstrip("/") + "/state"
+def job_lease(client: EtcdClient, job_prefix: str) -> int:
+    """The lease the keys of the job under ``job_prefix`` live on, as its state names it (0: none --
+    kept until deleted -- or no state). Every writer of the job's history puts its records on it."""
+    kv = client.get(job_prefix.rstrip("/") + "/state")
+    try:
+        state = JobState.decode(unwrap_state("state", kv.value)) if kv is not None else None
+    except RendezvousStateError:
+        return 0
+    return state.keep.lease if state is not None else 0
 
 
 def _delete_through(prefix: str, last: bytes) -> Any:

@@ -49,3 +49,24 @@ def test_each_member_publishes_its_client_port_on_a_distinct_host_port():
         assert container_port == "2379"
         published.append(host_port)
     assert len(set(published)) == 3
+
+
+def test_every_etcd_the_project_starts_or_describes_compacts_and_has_a_quota():
+    """docker-compose.yml, the Kubernetes example and the bundled etcd (--standalone, the tests)."""
+    from rendezvous.etcd.server import HEALTH_ARGS
+
+    for service in _services().values():
+        env = service["environment"]
+        assert env["ETCD_AUTO_COMPACTION_MODE"] == "periodic" and env["ETCD_AUTO_COMPACTION_RETENTION"] == "5m"
+        assert int(env["ETCD_QUOTA_BACKEND_BYTES"]) == 2 * 1024**3
+    manifest = (COMPOSE.parent / "examples" / "kubernetes" / "etcd.yaml").read_text()
+    statefulset = next(d for d in yaml.safe_load_all(manifest) if d and d.get("kind") == "StatefulSet")
+    (container,) = statefulset["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["ETCD_AUTO_COMPACTION_MODE"] == "periodic" and env["ETCD_AUTO_COMPACTION_RETENTION"] == "5m"
+    assert int(env["ETCD_QUOTA_BACKEND_BYTES"]) == 2 * 1024**3
+    assert set(HEALTH_ARGS) == {
+        "--auto-compaction-mode=periodic",
+        "--auto-compaction-retention=5m",
+        "--quota-backend-bytes=2147483648",
+    }
