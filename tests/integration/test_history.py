@@ -64,3 +64,31 @@ def test_the_agents_writer_keeps_the_newest_1000_records(etcd_client, key_prefix
     assert len(events) == 1000
     assert [e.time for e in events[:995]] == [e.time for e in old[5:]]  # the 5 oldest went
     assert [e.node for e in events[995:]] == ["n1"] * 5
+
+
+def test_the_cap_holds_exactly_when_many_writers_add_records_at_once(etcd_client, key_prefix):
+    """200 agents' writers adding 2 records each to a full history: exactly the newest 1000 stay."""
+    import threading
+
+    root = f"{key_prefix}/job/"
+    old = [Event(1_000_000 + i, 1, "old", "round_frozen") for i in range(1000)]
+    for start in range(0, len(old), 100):
+        etcd_client.txn([], [op_put(e.key(root), e.encode()) for e in old[start : start + 100]])
+    writers = [HistoryWriter(etcd_client, root, f"w{i:03d}") for i in range(200)]
+    go = threading.Event()
+
+    def add(writer: HistoryWriter) -> None:
+        go.wait()
+        writer.record("worker_failed", 2, rank=1)
+        writer.record("worker_failed", 2, rank=2)
+        writer.close(timeout=60)
+
+    threads = [threading.Thread(target=add, args=(w,)) for w in writers]
+    for t in threads:
+        t.start()
+    go.set()
+    for t in threads:
+        t.join(90)
+    events, _ = read_history(etcd_client, root)
+    assert len(events) == 1000, len(events)
+    assert sum(1 for e in events if e.node.startswith("w")) == 400  # every new record, and 600 of the old
