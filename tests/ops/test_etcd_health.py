@@ -84,7 +84,8 @@ def test_a_finished_jobs_keys_vanish_after_its_retention_and_prune_removes_one_k
         assert _finish(short + kept, 60) == [0, 0, 0, 0], [a.output for a in short + kept]
         jobs = {job.run_id: job for job in list_jobs(client, "/elastic")}
         assert jobs["short"].state.status.value == "closed" and jobs["short"].keys >= 2, jobs
-        assert 0 < jobs["short"].expires_in <= 3 and jobs["kept"].expires_in is None, jobs
+        assert jobs["short"].expires_in is not None and 0 < jobs["short"].expires_in <= 3, jobs
+        assert jobs["kept"].expires_in is None, jobs
         listed = run(["list", "--rdzv-endpoint", etcd.endpoints], tool_name="elastic-ctl")
         assert listed.returncode == 0 and "short" in listed.stdout and "never" in listed.stdout, listed.stdout
         print("\n" + listed.stdout)
