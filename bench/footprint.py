@@ -8,7 +8,7 @@ Per K (participants as threads, each its own client, lease, handler and history 
 - ``round KB``: bytes of every key and value put under the job's prefix while its first round formed
   and froze (etcd keeps each in its history until compaction), and per node;
 - ``left KB``: under the job's prefix once the job closed and every node left, then after its
-  retention (``retention=2`` here; the default keeps a finished job's keys for 3 days);
+  retention (``retention=5`` here; the default keeps a finished job's keys for 3 days);
 
 Then, with real agents (``elastic-run``, 2 nodes, workers calling ``elastic.heartbeat()`` every
 50 ms): etcd's revision and the requests each node sends per minute over ``--steady`` seconds of a
@@ -82,12 +82,15 @@ def _left(client: EtcdClient, run_id: str) -> int:
     return sum(len(kv.key) + len(kv.value) for kv in kvs)
 
 
+RETENTION = 5  # seconds a finished job's keys stay, here (the default is 3 days)
+
+
 def _settings(run_id: str, k: int) -> RendezvousSettings:
-    conf = "last_call_timeout=0,join_timeout=120,retention=2"
+    conf = f"last_call_timeout=0,join_timeout=300,retention={RETENTION}"
     try:
         return RendezvousSettings.from_conf(run_id, k, k, conf)
     except ValueError:  # no retention before this change
-        return RendezvousSettings.from_conf(run_id, k, k, "last_call_timeout=0,join_timeout=120")
+        return RendezvousSettings.from_conf(run_id, k, k, "last_call_timeout=0,join_timeout=300")
 
 
 def one_job(endpoints: str, run_id: str, k: int, written: Written | None = None) -> dict[str, float]:
@@ -140,7 +143,7 @@ def sizes_table(endpoints: str, sizes: list[int]) -> None:
             got = one_job(endpoints, run_id, k, written)
             written.close()
             left = _left(client, run_id)
-            time.sleep(3.5)
+            time.sleep(RETENTION + 2.0)
             after = _left(client, run_id)
             print(
                 f"{k:>6} {got['round'] / 1024:>10.1f} {got['round'] / 1024 / k:>9.2f} {left / 1024:>9.1f} "
@@ -209,7 +212,7 @@ def many_jobs(count: int, size: int) -> None:
         with EtcdServer(extra_args=extra) as etcd, EtcdClient(etcd.endpoints) as client:
             for j in range(count):
                 one_job(etcd.endpoints, f"many-{j}", size)
-            time.sleep(3.5)  # retention 2 s: the finished jobs' keys go; compaction runs
+            time.sleep(RETENTION + 2.0)  # the finished jobs' keys go; compaction runs
             status = client.status()
             in_use = _in_use(etcd.client_urls[0])
             left = sum(len(kv.key) + len(kv.value) for kv in client.get_prefix(PREFIX + "/")[0])

@@ -112,7 +112,9 @@ class Reaper:
             "node_left",
             {"reason": "the agent died; its reaper killed the workers and revoked the lease"},
         )
-        client.put(event.key(where["prefix"]), event.encode(), lease=job_lease(client, where["prefix"]))
+        lease = job_lease(client, where["prefix"])
+        if lease is not None:  # None: the job is gone; the record would outlive it
+            client.put(event.key(where["prefix"]), event.encode(), lease=lease)
 
 
 def main() -> None:

@@ -170,11 +170,15 @@ class HistoryWriter:
                 pass
 
     def _write(self, event: Event) -> None:
+        lease = self._job_lease()
+        if lease is None:
+            return  # the job is gone
         try:
-            self._client.put(event.key(self._job_prefix), event.encode(), lease=self._job_lease())
+            self._client.put(event.key(self._job_prefix), event.encode(), lease=lease)
         except LeaseNotFoundError:  # the job's lease changed (or ended): read it again
             self._lease = None
-            self._client.put(event.key(self._job_prefix), event.encode(), lease=self._job_lease())
+            if (lease := self._job_lease()) is not None:
+                self._client.put(event.key(self._job_prefix), event.encode(), lease=lease)
         if self._client.count_prefix(self._prefix) > self.limit:  # a count, no values: a small read
             self._trim()
 
@@ -192,21 +196,24 @@ class HistoryWriter:
         if len(newest) > self.limit:
             self._client.txn([], [_delete_through(self._prefix, newest[-1].key)], timeout=_WRITE_BUDGET)
 
-    def _job_lease(self) -> int:
+    def _job_lease(self) -> int | None:
         if self._lease is None:
             self._lease = job_lease(self._client, self._job_prefix)
         return self._lease
 
 
-def job_lease(client: EtcdClient, job_prefix: str) -> int:
-    """The lease the keys of the job under ``job_prefix`` live on, as its state names it (0: none --
-    kept until deleted -- or no state). Every writer of the job's history puts its records on it."""
+def job_lease(client: EtcdClient, job_prefix: str) -> int | None:
+    """The lease the keys of the job under ``job_prefix`` live on, as its state names it (0: none,
+    kept until deleted); None when the job has no state (reset, or expired): a record written then
+    would outlive everything else of the job, so it is not written. Every writer of the job's history
+    puts its records on this lease."""
     kv = client.get(job_prefix.rstrip("/") + "/state")
+    if kv is None:
+        return None
     try:
-        state = JobState.decode(unwrap_state("state", kv.value)) if kv is not None else None
+        return JobState.decode(unwrap_state("state", kv.value)).keep.lease
     except RendezvousStateError:
         return 0
-    return state.keep.lease if state is not None else 0
 
 
 def _delete_through(prefix: str, last: bytes) -> Any:

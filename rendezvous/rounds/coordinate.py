@@ -10,11 +10,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from rendezvous.errors import RendezvousError
 from rendezvous.etcd.client import EtcdClient
 from rendezvous.job.history import HistoryWriter, record_freeze
 from rendezvous.job.keys import JobKeys
 from rendezvous.job.ranktable import drop_other_tables, new_table_id, write_table
-from rendezvous.job.state import Cause, JobStatus, Keep
+from rendezvous.job.state import Cause, JobState, JobStatus, Keep
 from rendezvous.job.store import JobStateStore
 from rendezvous.settings import RendezvousSettings
 
@@ -53,6 +54,7 @@ class RoundCoordinator:
         self._max_restarts = max_restarts  # this agent's; the job's is the first agent's, kept in the state
         self._history = history
         self._clock, self._wall = clock, wall_clock
+        self._renewed_at = clock()
         self.start(clock())
 
     def start(self, now: float) -> None:
@@ -64,6 +66,7 @@ class RoundCoordinator:
     def step(self, snapshot: Snapshot, target: int) -> float | None:
         """Decide the round. Returns None after a write, else when to look again (inf: on a change)."""
         state = snapshot.state
+        self._keep_job(state)
         previous = state if state is not None and state.participants else None
         decision = decide(
             previous,
@@ -108,7 +111,20 @@ class RoundCoordinator:
             self._told_at = self._clock()
             return None
         wake = float("inf") if decision.until is None else decision.until
+        if state is not None and state.keep.lease:
+            wake = min(wake, self._renewed_at + state.keep.retention / 3)  # to renew the job's lease
         return min(wake, self._told_at + progress_every(len(snapshot.nodes))) if recount else wake
+
+    def _keep_job(self, state: JobState | None) -> None:
+        """While a round forms, its coordinator renews the job's lease a third of its retention apart
+        (the running round's keeper does it after: ``monitor``), so a long wait loses no key."""
+        if state is None or not state.keep.lease or self._clock() < self._renewed_at + state.keep.retention / 3:
+            return
+        self._renewed_at = self._clock()
+        try:
+            self._store.renew(state)
+        except RendezvousError:
+            pass  # the next look tries again; the lease has two thirds of its time left
 
     def _freeze(self, snapshot: Snapshot, target: int, decision: Freeze) -> None:
         """Write the round's rank table, then commit the round by CAS of the state that names it."""

@@ -8,10 +8,19 @@ from rendezvous import EtcdClient
 from rendezvous.etcd.server import free_port
 from rendezvous.etcd.txn import op_put
 from rendezvous.job.history import Event, HistoryWriter, read_history
+from rendezvous.job.keys import frame_state
+from rendezvous.job.state import JobState, JobStatus, Keep
+
+
+def _job(client: EtcdClient, root: str, lease: int = 0) -> str:
+    """A job's state under ``root`` (a writer puts its records on the job's lease: none here)."""
+    state = JobState(run_id="job", round=1, status=JobStatus.RUNNING, min_nodes=1, max_nodes=1, keep=Keep(lease))
+    client.put(root + "state", frame_state(state.encode()), lease=lease)
+    return root
 
 
 def test_the_newest_records_are_kept_in_time_order(etcd_client, key_prefix):
-    root = f"{key_prefix}/job/"
+    root = _job(etcd_client, f"{key_prefix}/job/")
     writer = HistoryWriter(etcd_client, root, "n1", limit=10)
     for i in range(25):
         writer.record("round_frozen", i, world_size=i)
@@ -29,12 +38,27 @@ def test_the_newest_records_are_kept_in_time_order(etcd_client, key_prefix):
 
 
 def test_records_that_are_not_ours_are_skipped(etcd_client, key_prefix):
-    root = f"{key_prefix}/job/"
+    root = _job(etcd_client, f"{key_prefix}/job/")
     etcd_client.put(f"{root}history/00000000000000000001-x", b"not json")
     good = Event(time.time(), 3, "n2", "node_joined")
     etcd_client.put(good.key(root), good.encode())
     events, _ = read_history(etcd_client, root)
     assert [(e.round, e.node, e.kind) for e in events] == [(3, "n2", "node_joined")]
+
+
+def test_a_record_goes_on_the_jobs_lease_and_none_is_written_for_a_job_that_is_gone(etcd_client, key_prefix):
+    lease = etcd_client.grant_lease(60)
+    root = _job(etcd_client, f"{key_prefix}/job/", lease)
+    gone = f"{key_prefix}/gone/"
+    for where in (root, gone):
+        writer = HistoryWriter(etcd_client, where, "n1")
+        writer.record("node_left", 1, reason="finished")
+        writer.close(timeout=10)
+    (record,), _ = etcd_client.get_prefix(root + "history/")
+    assert record.lease == lease
+    assert etcd_client.count_prefix(gone) == 0
+    etcd_client.revoke_lease(lease)
+    assert etcd_client.count_prefix(root) == 0
 
 
 def test_recording_never_blocks_and_a_failed_write_is_said_once():
@@ -51,7 +75,7 @@ def test_recording_never_blocks_and_a_failed_write_is_said_once():
 
 
 def test_the_agents_writer_keeps_the_newest_1000_records(etcd_client, key_prefix):
-    root = f"{key_prefix}/job/"
+    root = _job(etcd_client, f"{key_prefix}/job/")
     old = [Event(1_000_000 + i, 1, "old", "round_frozen") for i in range(1000)]
     for start in range(0, len(old), 100):
         ops = [op_put(e.key(root), e.encode()) for e in old[start : start + 100]]
@@ -70,7 +94,7 @@ def test_the_cap_holds_exactly_when_many_writers_add_records_at_once(etcd_client
     """200 agents' writers adding 2 records each to a full history: exactly the newest 1000 stay."""
     import threading
 
-    root = f"{key_prefix}/job/"
+    root = _job(etcd_client, f"{key_prefix}/job/")
     old = [Event(1_000_000 + i, 1, "old", "round_frozen") for i in range(1000)]
     for start in range(0, len(old), 100):
         etcd_client.txn([], [op_put(e.key(root), e.encode()) for e in old[start : start + 100]])
