@@ -41,7 +41,7 @@ from rendezvous.errors import (
 )
 from rendezvous.job.hangboard import HangChannel
 from rendezvous.job.history import HistoryWriter
-from rendezvous.job.state import JobState
+from rendezvous.job.state import JobState, JobStatus
 from rendezvous.rounds.handler import RendezvousHandler
 from rendezvous.rounds.join import RendezvousInfo
 from rendezvous.rounds.operate import OPERATOR
@@ -204,12 +204,16 @@ class Agent:
         """Stop the workers (with the signal that stopped the agent), leave the round, close the pump."""
         ignore_stop_signals()
         self._group.stop(self.config.stop_grace, self._departure.signum)
+        state = self._job_state() if self.info is not None else None
         try:
             self.handler.shutdown()
         except RendezvousError:
             pass  # etcd is away: our lease expires by itself
         if self.info is not None:
-            self.history.record("node_left", self.info.round, reason=self._departure.reason)
+            # Leaving a closed job is no news (its job_closed record says why): said, not stored,
+            # so a job's history does not grow by one record a node at its end.
+            ended = state is not None and state.status is JobStatus.CLOSED
+            self.history.record("node_left", self.info.round, store=not ended, reason=self._departure.reason)
         self._pump.close()
         shutil.rmtree(self._beats_dir, ignore_errors=True)
 

@@ -137,11 +137,13 @@ class HistoryWriter:
         self._thread = threading.Thread(target=self._run, name="history", daemon=True)
         self._thread.start()
 
-    def record(self, kind: str, round_: int, *, node: str | None = None, **details: Any) -> None:
-        """Queue a record about ``node`` (default: this writer's node); details that are None are left out."""
+    def record(self, kind: str, round_: int, *, node: str | None = None, store: bool = True, **details: Any) -> None:
+        """Queue a record about ``node`` (default: this writer's node); details that are None are left out.
+        ``store`` False: only echoed (the console event log), not written to etcd."""
         cleaned = {k: v for k, v in details.items() if v is not None}
         event = Event(self._clock(), round_, node or self.node, kind, cleaned)
-        self._queue.put(event)
+        if store:
+            self._queue.put(event)
         if self._echo is not None:
             try:
                 self._echo(event)
