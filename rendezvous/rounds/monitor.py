@@ -122,7 +122,7 @@ class JobMonitor:
 
     def _run(self) -> None:
         stale = False  # only a new read can tell (history lost)
-        renew_at = time.monotonic() + self._renew_every()
+        renew_at = time.monotonic() + _renew_every(self.state)
         while not self._closed.is_set():
             try:
                 if stale:
@@ -143,14 +143,7 @@ class JobMonitor:
             self._store.renew(self.state)
         except RendezvousError:
             return 60.0
-        return self._renew_every()
-
-    def _renew_every(self) -> float:
-        """The keeper renews the job's lease a third of its retention apart, so the job's keys
-        outlive the job by a full retention period whatever the job's length (a day, by default)."""
-        state = self._view.state
-        retention = state.keep.retention if state is not None and state.keep.lease else 0
-        return retention / 3 if retention else 3600.0
+        return _renew_every(self.state)
 
     def _changed(self) -> None:
         self._version += 1
@@ -329,3 +322,10 @@ class JobMonitor:
             self._watch.close(wait=False)
         if join and self._thread is not None:
             self._thread.join(timeout=2)
+
+
+def _renew_every(state: JobState | None) -> float:
+    """The keeper renews the job's lease a third of its retention apart, so the job's keys outlive
+    the job by a full retention period whatever the job's length (a day, by default)."""
+    retention = state.keep.retention if state is not None and state.keep.lease else 0
+    return retention / 3 if retention else 3600.0
