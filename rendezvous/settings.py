@@ -6,6 +6,7 @@ close_timeout, read_timeout; cacert, cert, key, protocol for etcd TLS).
 
 from __future__ import annotations
 
+import difflib
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -77,6 +78,17 @@ TORCH_ALIASES = {
 }
 # torch's keys that mean nothing for etcd rounds: accepted, and ignored (the lease does their work).
 TORCH_IGNORED = ("heartbeat", "keep_alive_max_attempt", "is_host", "store_type", "rank", "use_libuv", "local_addr")
+
+
+def _unknown_line(unknown: list[str]) -> str:
+    """One line for unknown keys: "did you mean" for a near miss of a known key, else the known keys."""
+    every = sorted([*CONF_KEYS, *TORCH_ALIASES, *TORCH_IGNORED])
+    guesses = {key: difflib.get_close_matches(key, every, n=1, cutoff=0.75) for key in unknown}
+    names = ", ".join(f"{key!r} (did you mean {guesses[key][0]!r}?)" if guesses[key] else repr(key) for key in unknown)
+    line = f"unknown --rdzv-conf key{'s' if len(unknown) > 1 else ''} {names}"
+    if all(guesses.values()):
+        return line
+    return f"{line}; known keys: {', '.join(every)}"
 
 
 @dataclass(frozen=True)
@@ -169,9 +181,7 @@ class RendezvousSettings:
         values: dict[str, object] = dict(credentials.from_environ(os.environ if environ is None else environ))
         unknown = sorted(k for k in entries if k not in CONF_KEYS and k not in TORCH_ALIASES and k not in TORCH_IGNORED)
         if unknown:
-            known = ", ".join(sorted([*CONF_KEYS, *TORCH_ALIASES, *TORCH_IGNORED]))
-            names = ", ".join(map(repr, unknown))
-            line = f"unknown --rdzv-conf key{'s' if len(unknown) > 1 else ''} {names}; known keys: {known}"
+            line = _unknown_line(unknown)
             if warn is None:
                 raise RendezvousSettingsError(line)
             warn(f"ignoring {line}")  # as torchrun, which ignores keys it does not read

@@ -195,3 +195,14 @@ def test_an_unknown_key_is_an_error_for_the_library_and_one_warning_for_the_cli(
     settings = RendezvousSettings.from_conf("job", 1, 1, "bogus=1,zap=2,join_timeout=3", environ={}, warn=said.append)
     assert settings.join_timeout == 3.0
     assert len(said) == 1 and said[0].startswith("ignoring unknown --rdzv-conf keys 'bogus', 'zap'; known keys: ")
+
+
+def test_a_near_miss_of_a_known_key_is_answered_with_did_you_mean():
+    with pytest.raises(RendezvousSettingsError) as caught:
+        RendezvousSettings.from_conf("job", 1, 1, "join_timout=5")
+    assert str(caught.value) == "unknown --rdzv-conf key 'join_timout' (did you mean 'join_timeout'?)"
+    said: list[str] = []
+    RendezvousSettings.from_conf("job", 1, 1, "retension=0,bogus=1", warn=said.append)
+    assert said[0].startswith(
+        "ignoring unknown --rdzv-conf keys 'bogus', 'retension' (did you mean 'retention'?); known"
+    )
