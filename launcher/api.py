@@ -46,7 +46,7 @@ class LaunchConfig:
     max_nodes: int
     nproc_per_node: int
     logs_specs: Any = None  # a torch LogsSpecs; None: the built-in layout (torch's DefaultLogsSpecs rules)
-    run_id: str = ""  # "": a fresh id (one node) -- several nodes must share one
+    run_id: str = ""  # "": a random id, with a warning, as torch (several nodes must share one)
     role: str = "default_role"
     rdzv_endpoint: str = ""
     rdzv_backend: str = "etcd"
@@ -108,8 +108,6 @@ def _validate(config: LaunchConfig) -> None:
         )
     if not config.rdzv_endpoint and config.max_nodes > 1:
         raise ValueError("LaunchConfig.rdzv_endpoint is required for more than one node (host:port of etcd)")
-    if config.rdzv_endpoint and config.max_nodes > 1 and not config.run_id:
-        raise ValueError("LaunchConfig.run_id is required for more than one node: the same job id on every node")
     if not isinstance(config.rdzv_configs, dict):
         raise ValueError(f"LaunchConfig.rdzv_configs must be a dict, not {type(config.rdzv_configs).__name__}")
     if not config.role:
@@ -186,7 +184,7 @@ def _options(config: LaunchConfig, argv: list[str]) -> RunOptions:
         no_python=True,
         standalone=standalone,
         rdzv_endpoint=config.rdzv_endpoint or None,
-        rdzv_id=config.run_id or (None if standalone else uuid.uuid4().hex),
+        rdzv_id=config.run_id or (None if standalone else _random_run_id()),
         rdzv_conf=",".join(f"{key}={value}" for key, value in config.rdzv_configs.items()),
         nnodes=f"{config.min_nodes}:{config.max_nodes}",
         nproc_per_node=str(config.nproc_per_node),
@@ -205,6 +203,16 @@ def _options(config: LaunchConfig, argv: list[str]) -> RunOptions:
         heartbeat_timeout=config.heartbeat_timeout,
         first_heartbeat_timeout=config.first_heartbeat_timeout,
     )
+
+
+def _random_run_id() -> str:
+    """torch's answer to a LaunchConfig with no run_id: a random one, and a warning (every node then
+    makes its own, so a job of several nodes needs the same run_id given to each)."""
+    from .output.console import say
+
+    run_id = str(uuid.uuid4().int)
+    say(f"config has no run_id, generated a random run_id: {run_id}")
+    return run_id
 
 
 def _filters(needles: list[str] | None) -> str | None:

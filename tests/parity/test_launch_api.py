@@ -156,6 +156,17 @@ def test_elastic_min_1_max_2_with_one_agent_runs_under_both(tmp_path, etcd_endpo
     assert sorted(os.listdir(tmp_path / "torch")) == sorted(os.listdir(tmp_path / "ours")) == ["0", "1"]
 
 
+def test_no_run_id_with_max_nodes_2_runs_under_both_on_a_random_id(etcd_endpoints):
+    """torch's default run_id "" for an elastic config: a random id and a warning, not an error."""
+    theirs_config, ours_config = _configs(etcd_endpoints, 1, 2, 2)
+    theirs_config["run_id"] = ours_config["run_id"] = ""
+    theirs, ours = _both(
+        {"config": theirs_config, "entrypoint": "fn:simple_rank_scale"},
+        {"config": ours_config, "entrypoint": "fn:simple_rank_scale"},
+    )
+    assert theirs["results"] == ours["results"] == [{"0": 10, "1": 11}], (theirs, ours)
+
+
 def test_a_failing_worker_raises_child_failed_error_under_both(etcd_endpoints):
     theirs_config, ours_config = _configs(etcd_endpoints, 1, 2, 2)
     theirs, ours = _both(
