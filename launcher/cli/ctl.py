@@ -25,28 +25,15 @@ from rendezvous.job.keys import JobKeys
 from rendezvous.rounds.membership import read_round
 from rendezvous.rounds.operate import JobNotFound, JobRefused, close_job, request_round, reset_job
 from rendezvous.rounds.view import JobView, get_state, view_of
-from rendezvous.settings import RendezvousSettings
 
-from .ctl_jobs import ctl_list, ctl_prune
+from .ctl_jobs import CONF, ENDPOINT, connect, ctl_list, ctl_prune
 
 __all__ = ["elastic_ctl", "render", "render_history"]
 
 _CTL_OPTIONS = [
-    click.option(
-        "--rdzv-endpoint",
-        "--rdzv_endpoint",
-        envvar="PET_RDZV_ENDPOINT",
-        required=True,
-        help="etcd endpoints, host:port[,...].",
-    ),
+    ENDPOINT,
     click.option("--rdzv-id", "--rdzv_id", envvar="PET_RDZV_ID", required=True, help="The job id."),
-    click.option(
-        "--rdzv-conf",
-        "--rdzv_conf",
-        envvar="PET_RDZV_CONF",
-        default="",
-        help="key_prefix, read_timeout, TLS and user settings, key=value,...",
-    ),
+    CONF,
 ]
 _JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 
@@ -67,10 +54,8 @@ elastic_ctl.add_command(ctl_prune)
 
 
 def _ctl_client(endpoint: str, run_id: str, conf: str) -> tuple[EtcdClient, JobKeys]:
-    settings = RendezvousSettings.from_conf(
-        run_id, 1, 1, conf, warn=lambda line: click.echo(f"elastic-ctl: {line}", err=True)
-    )
-    return settings.connect(endpoint), JobKeys(settings.key_prefix, run_id)
+    client, prefix = connect(endpoint, conf, run_id)
+    return client, JobKeys(prefix, run_id)
 
 
 def _missing(run_id: str, endpoint: str, keys: JobKeys) -> LauncherError:

@@ -11,11 +11,12 @@ from typing import Any
 
 import click
 
+from rendezvous.etcd.client import EtcdClient
 from rendezvous.job.catalog import JobEntry, list_jobs
 from rendezvous.rounds.operate import prune_jobs
 from rendezvous.settings import RendezvousSettings
 
-__all__ = ["ctl_list", "ctl_prune", "parse_age", "describe_age"]
+__all__ = ["ctl_list", "ctl_prune", "parse_age", "describe_age", "connect", "ENDPOINT", "CONF"]
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
@@ -51,16 +52,27 @@ class _Age(click.ParamType):
             self.fail(str(exc), param, ctx)
 
 
-_ENDPOINT = click.option(
-    "--rdzv-endpoint", "--rdzv_endpoint", envvar="PET_RDZV_ENDPOINT", required=True, help="etcd endpoints."
+ENDPOINT = click.option(
+    "--rdzv-endpoint",
+    "--rdzv_endpoint",
+    envvar="PET_RDZV_ENDPOINT",
+    required=True,
+    help="etcd endpoints, host:port[,...].",
 )
-_CONF = click.option(
-    "--rdzv-conf", "--rdzv_conf", envvar="PET_RDZV_CONF", default="", help="key_prefix, read_timeout, TLS, user."
+CONF = click.option(
+    "--rdzv-conf",
+    "--rdzv_conf",
+    envvar="PET_RDZV_CONF",
+    default="",
+    help="key_prefix, read_timeout, TLS and user settings, key=value,...",
 )
 
 
-def _connect(endpoint: str, conf: str):
-    settings = RendezvousSettings.from_conf("elastic-ctl", 1, 1, conf, warn=lambda line: click.echo(line, err=True))
+def connect(endpoint: str, conf: str, run_id: str = "elastic-ctl") -> tuple[EtcdClient, str]:
+    """elastic-ctl's client, and the key prefix, from --rdzv-endpoint and --rdzv-conf (warnings on stderr)."""
+    settings = RendezvousSettings.from_conf(
+        run_id, 1, 1, conf, warn=lambda line: click.echo(f"elastic-ctl: {line}", err=True)
+    )
     return settings.connect(endpoint), settings.key_prefix
 
 
@@ -83,12 +95,12 @@ def _row(job: JobEntry, now: float) -> dict[str, Any]:
 
 
 @click.command("list")
-@_ENDPOINT
-@_CONF
+@ENDPOINT
+@CONF
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def ctl_list(rdzv_endpoint: str, rdzv_conf: str, as_json: bool) -> int:
     """List the jobs under the key prefix: state, age, live nodes, restarts, what each keeps in etcd."""
-    client, prefix = _connect(rdzv_endpoint, rdzv_conf)
+    client, prefix = connect(rdzv_endpoint, rdzv_conf)
     with client:
         jobs = list_jobs(client, prefix)
     now = time.time()
@@ -113,12 +125,12 @@ def ctl_list(rdzv_endpoint: str, rdzv_conf: str, as_json: bool) -> int:
 
 
 @click.command("prune")
-@_ENDPOINT
-@_CONF
+@ENDPOINT
+@CONF
 @click.option("--older-than", type=_Age(), required=True, help="Closed at least this long ago: 3600, 12h, 7d.")
 def ctl_prune(rdzv_endpoint: str, rdzv_conf: str, older_than: float) -> int:
     """Delete every finished job closed at least --older-than ago (running jobs are never touched)."""
-    client, prefix = _connect(rdzv_endpoint, rdzv_conf)
+    client, prefix = connect(rdzv_endpoint, rdzv_conf)
     with client:
         pruned = prune_jobs(client, prefix, older_than, time.time())
     if pruned:

@@ -112,9 +112,9 @@ class Election:
     ) -> Held:
         """Claim the key for ``candidate`` on ``lease`` unless someone holds it, in one transaction with
         the writes ``before`` and the ``reads``."""
-        ask = [*before, op_get(self.key), *reads]
         claim = op_put(self.key, candidate.encode(), lease=lease)
-        response = client.txn([compare_created(self.key, 0)], [*before, claim, *ask[len(before) :]], ask)
+        answer = [op_get(self.key), *reads]
+        response = client.txn([compare_created(self.key, 0)], [*before, claim, *answer], [*before, *answer])
         return self._answer(response, len(reads))
 
     def observe(self, client: EtcdClient, *, before: Sequence[Any] = (), reads: Sequence[Any] = ()) -> Held:

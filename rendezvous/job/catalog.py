@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from rendezvous.errors import RendezvousError, RendezvousStateError
 from rendezvous.etcd.client import EtcdClient
 
-from .keys import JobKeys, job_key
+from .keys import JobKeys, jobs_root
 from .state import JobState
 from .store import decode_state
 
@@ -28,7 +28,7 @@ class JobEntry:
 
 def list_jobs(client: EtcdClient, prefix: str) -> list[JobEntry]:
     """Every job under ``prefix`` (the first path segment after it), in run id order."""
-    root = job_key(prefix, "x", "")[: -len("x/")]
+    root = jobs_root(prefix)
     kvs, revision = client.get_prefix(root, keys_only=True)
     run_ids = sorted({kv.key.decode(errors="replace")[len(root) :].split("/", 1)[0] for kv in kvs})
     return [_entry(client, JobKeys(prefix, run_id), revision) for run_id in run_ids if run_id]

@@ -149,10 +149,10 @@ def ask_heartbeats(
     ask = time.time_ns()
     lease = client.grant_lease(_ASK_TTL)
     try:
-        _, revision = client.get_prefix(f"{prefix}a/{ask}/", keys_only=True)
+        revision = client.put(f"{prefix}q/{ask}", _encode({"lease": lease}), lease=lease)
         found: dict[str, dict] = {}
+        # Every answer comes after the ask: a watch from the ask's revision on misses none.
         with Watch(client, KeyRange(f"{prefix}a/{ask}/", prefix=True), start_revision=revision + 1) as watch:
-            client.put(f"{prefix}q/{ask}", _encode({"lease": lease}), lease=lease)
             deadline = time.monotonic() + wait
             while len(found) < nodes and (left := deadline - time.monotonic()) > 0:
                 event = watch.get(timeout=left)

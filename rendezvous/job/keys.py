@@ -26,6 +26,7 @@ __all__ = [
     "STATE_HEADER",
     "JobKeys",
     "job_key",
+    "jobs_root",
     "validate_run_id",
     "frame_state",
     "unwrap_state",
@@ -47,12 +48,16 @@ def validate_run_id(run_id: str) -> str:
     return run_id
 
 
-def job_key(key_prefix: str, run_id: str, *parts: str) -> str:
-    """``<prefix>/<run_id>/<parts...>`` with the prefix normalised (one leading '/', none trailing)."""
+def jobs_root(key_prefix: str) -> str:
+    """``<prefix>/``, the prefix normalised (one leading '/', none trailing): every job's keys are under it."""
     if not isinstance(key_prefix, str):
         raise RendezvousSettingsError("the key prefix must be a string")
-    prefix = "/" + key_prefix.strip("/") if key_prefix.strip("/") else ""
-    return "/".join([prefix, validate_run_id(run_id), *parts])
+    return ("/" + key_prefix.strip("/") if key_prefix.strip("/") else "") + "/"
+
+
+def job_key(key_prefix: str, run_id: str, *parts: str) -> str:
+    """``<prefix>/<run_id>/<parts...>`` with the prefix normalised (``jobs_root``)."""
+    return jobs_root(key_prefix) + "/".join([validate_run_id(run_id), *parts])
 
 
 def frame_state(state: bytes) -> bytes:

@@ -68,6 +68,12 @@ class Keep(NamedTuple):
     retention: int = 0  # its TTL in seconds (0: the keys are kept forever)
     closed_at: float | None = None  # when the job closed (wall clock)
 
+    @property
+    def renew_every(self) -> float | None:
+        """Seconds between renewals of the job's lease while the job lives (None: it has none): a
+        third of the retention, so its keys outlive the job by a full retention period."""
+        return self.retention / 3 if self.lease and self.retention else None
+
     def encode(self) -> dict[str, Any]:
         return {"lease": self.lease, "retention": self.retention, "closed_at": self.closed_at}
 

@@ -65,7 +65,7 @@ class JobStateStore:
             state, granted = self.leased(replace(state, keep=state.keep._replace(lease=0)))
             written = self._write(state, token)
         if granted and not written:
-            self._revoke(state.keep.lease)
+            self.release(state.keep.lease)
         return written
 
     def leased(self, state: JobState) -> tuple[JobState, bool]:
@@ -86,7 +86,8 @@ class JobStateStore:
         result = self._backend.set_state(state.encode(), token, lease=state.keep.lease)
         return result is not None and result[2]
 
-    def _revoke(self, lease: int) -> None:
+    def release(self, lease: int) -> None:
+        """Revoke a lease granted for a write that lost its race (its keys go with it); best effort."""
         try:
             self._client.revoke_lease(lease)
         except RendezvousError:

@@ -111,14 +111,14 @@ class RoundCoordinator:
             self._told_at = self._clock()
             return None
         wake = float("inf") if decision.until is None else decision.until
-        if state is not None and state.keep.lease:
-            wake = min(wake, self._renewed_at + state.keep.retention / 3)  # to renew the job's lease
+        if state is not None and state.keep.renew_every:
+            wake = min(wake, self._renewed_at + state.keep.renew_every)  # to renew the job's lease
         return min(wake, self._told_at + progress_every(len(snapshot.nodes))) if recount else wake
 
     def _keep_job(self, state: JobState | None) -> None:
-        """While a round forms, its coordinator renews the job's lease a third of its retention apart
-        (the running round's keeper does it after: ``monitor``), so a long wait loses no key."""
-        if state is None or not state.keep.lease or self._clock() < self._renewed_at + state.keep.retention / 3:
+        """While a round forms, its coordinator renews the job's lease (``Keep.renew_every``; the
+        running round's keeper does it after: ``monitor``), so a long wait loses no key."""
+        if state is None or not state.keep.renew_every or self._clock() < self._renewed_at + state.keep.renew_every:
             return
         self._renewed_at = self._clock()
         try:
@@ -145,7 +145,7 @@ class RoundCoordinator:
         write_table(self._client, self._keys, frozen.table, frozen.participants, frozen.buckets, frozen.keep.lease)
         if not self._store.compare_and_swap(frozen, snapshot.token):
             if granted:
-                self._client.revoke_lease(frozen.keep.lease)  # this table goes with it
+                self._store.release(frozen.keep.lease)  # this table goes with it
             return  # lost the race: the next commit deletes this table
         self._client.txn([], drop_other_tables(self._keys, frozen.table))
         if self._history is not None:

@@ -325,7 +325,5 @@ class JobMonitor:
 
 
 def _renew_every(state: JobState | None) -> float:
-    """The keeper renews the job's lease a third of its retention apart, so the job's keys outlive
-    the job by a full retention period whatever the job's length (a day, by default)."""
-    retention = state.keep.retention if state is not None and state.keep.lease else 0
-    return retention / 3 if retention else 3600.0
+    """When the keeper renews the job's lease next (``Keep.renew_every``; an hour's look when it has none)."""
+    return (state.keep.renew_every if state is not None else None) or 3600.0
