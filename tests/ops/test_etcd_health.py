@@ -120,29 +120,33 @@ def _operator_fix(etcd: EtcdServer, client: EtcdClient) -> None:
 def test_out_of_space_is_an_infrastructure_failure_said_plainly_and_a_running_job_keeps_its_workers(tmp_path):
     stop = str(tmp_path / "stop")
     with EtcdServer(extra_args=["--quota-backend-bytes=16777216"]) as etcd, EtcdClient(etcd.endpoints) as client:
-        running = [_agent(etcd.endpoints, "running", "--stop", stop) for _ in range(2)]
+        running = [_agent(etcd.endpoints, "running", "--stop", stop, conf="renew_deadline=4") for _ in range(2)]
         try:
             wait_for(lambda: all(a.count(r"round 1: ") for a in running), 30, what="round 1 of the running job")
             _fill(client)
+            filled = time.monotonic()
             status = run(["status", "--rdzv-endpoint", etcd.endpoints, "--rdzv-id", "running"], tool_name="elastic-ctl")
             listed = run(["list", "--rdzv-endpoint", etcd.endpoints], tool_name="elastic-ctl")
             started = time.monotonic()
             new = run(["--nnodes", "1", "--rdzv-endpoint", etcd.endpoints, "--rdzv-id", "new", BEATS], timeout=60)
             refused_in = time.monotonic() - started
-            time.sleep(3.0)
+            # etcd stays full past the renew deadline (4 s here) and a former summary period (5 s):
+            # a write anywhere in the running job's loop would stop its workers or say so by then.
+            time.sleep(8.0)
             assert all(a.process.poll() is None for a in running), [a.output for a in running]
             assert not any(a.count("restarting|re-rendezvous|round 2") for a in running), [a.output for a in running]
+            full_for = time.monotonic() - filled
             _operator_fix(etcd, client)
             after = run(["--nnodes", "1", "--rdzv-endpoint", etcd.endpoints, "--rdzv-id", "after", BEATS,
                          "--seconds", "1"], timeout=60)  # fmt: skip
         finally:
             open(stop, "w").close()
         assert _finish(running, 30) == [0, 0], [a.output for a in running]
-    print(f"\nthe new job's last line ({refused_in:.1f} s): {new.stderr.strip().splitlines()[-1]}")
+    last = new.stderr.strip().splitlines()[-1]
+    print(f"\netcd full for {full_for:.1f} s; the new job's last line ({refused_in:.1f} s): {last}")
     assert status.returncode == 0 and "job running: running" in status.stdout, status.stdout + status.stderr
     assert listed.returncode == 0 and "running" in listed.stdout, listed.stdout + listed.stderr
     assert new.returncode == 200, new.stderr
-    last = new.stderr.strip().splitlines()[-1]
     assert "out of space (NOSPACE alarm" in last and "etcdctl alarm disarm" in last and "worth a retry" in last, last
     assert "Traceback" not in new.stderr and refused_in < 20, new.stderr
     assert after.returncode == 0, after.stderr
