@@ -166,10 +166,14 @@ class Agent:
             result = self._run_round()
             if result.outcome is RoundOutcome.SUCCEEDED:
                 self._departure = _Departure("finished: its workers succeeded")
-                self._exit_barrier()
-                return 0
+                if self._exit_barrier():
+                    return 0
+                self.attempt += 1  # another node's failure restarted the job: its workers run again
+                continue
             self.attempt += 1  # the round's ending set the state to RESTARTING
             self.telemetry.restarted(CAUSES[result.outcome])
+            if result.verdict is not None:
+                self.telemetry.hung(result.verdict.culprit_label)
             if result.outcome is RoundOutcome.FENCED:
                 self._after_fence()
             elif result.outcome is RoundOutcome.FAILED:
@@ -323,14 +327,23 @@ class Agent:
         except RendezvousError:
             return None
 
-    def _exit_barrier(self) -> None:
-        """Say this node finished; when every participant has, close the job."""
+    def _exit_barrier(self) -> bool:
+        """Say this node finished; when every participant has, close the job. False when, meanwhile,
+        a worker of another node failed or hung and the job restarts: this node rejoins (the round
+        cannot form without it), as it would had the failure come a moment earlier."""
         try:
             self.handler.finish()
             if self.handler.all_finished(timeout=self.config.exit_barrier_timeout):
                 self._close("the job finished")
+                return True
+            state = self.handler.job_state()
         except RendezvousError as exc:
             self.say(f"workers succeeded; could not record it in etcd ({exc})")
+            return True
+        if state is None or state.status is not JobStatus.JOINING or not state.cause.failures:
+            return True
+        self.say(f"{state.cause.failures[0]} after this node's workers finished: the job restarts; rejoining")
+        return False
 
     def _close(self, reason: str, *, failed: bool = False) -> None:
         self.history.record("job_closed", self.info.round if self.info else 0, reason=reason, failed=failed, by="agent")

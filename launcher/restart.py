@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from launcher.hangs.rules import Verdict
+from launcher.hangs.verdict import Verdict
 from launcher.workers.group import GroupStatus
 from rendezvous.job.state import Cause, JobState, JobStatus
 from rendezvous.rounds.join import RendezvousInfo
@@ -77,8 +77,9 @@ def failure_of(status: GroupStatus, node: str, info: RendezvousInfo) -> Failure:
 
 
 def hang_of(verdict: Verdict, info: RendezvousInfo) -> Failure:
+    """The verdict's lines are printed already: the restart line says it in a few words."""
     line = verdict.line()
-    return Failure(line, lambda: hang_summary(line, info.run_id, info.restart_count, info.max_restarts))
+    return Failure(verdict.what(), lambda: hang_summary(line, info.run_id, info.restart_count, info.max_restarts))
 
 
 def failure_records(status: GroupStatus) -> list[dict]:
@@ -131,7 +132,7 @@ def hang_summary(line: str, run_id: str, restarts: int, max_restarts: int) -> st
         [
             f"worker group of job '{run_id}' failed after {restarts} of {max_restarts} restarts",
             f"  first failure: {line}",
-            "  its stacks are above, and in `elastic-ctl history` (event worker_hung)",
+            "  its stack is above, and in `elastic-ctl history` (event worker_hung)",
         ]
     )
 

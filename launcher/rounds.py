@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from launcher.hangs.rules import Verdict
+from launcher.hangs.verdict import Verdict
 from launcher.hangs.watch import HangWatch, watch_round
 from launcher.telemetry.metrics import Telemetry
 from launcher.workers.env import WorkerSpec
@@ -176,6 +176,9 @@ class RoundRunner:
                 result = self._outcome()
                 if result is not None:
                     return result
+                verdict = self._hangs.settled() if self._hangs is not None else None
+                if verdict is not None:  # another node acted on the job's hang verdict first
+                    return RoundResult(RoundOutcome.HUNG, verdict=verdict)
                 self._say(self._why_changed())
                 return RoundResult(RoundOutcome.MEMBERSHIP_CHANGED)
 

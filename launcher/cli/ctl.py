@@ -149,14 +149,27 @@ def ctl_watch(rdzv_endpoint: str, rdzv_id: str, rdzv_conf: str, as_json: bool, t
                     snapshot = read_round(client, keys, all_nodes=True)
 
 
+_BELOW = ("why", "stack")  # details shown under their event's row, as they were printed
+
+
 def render_history(events: list[Event]) -> list[str]:
-    """The timeline as table rows: time (UTC), round, node, event, details as key=value."""
+    """The timeline as table rows: time (UTC), round, node, event, details as key=value; a hang's
+    line and stack go under its row, indented."""
     rows = [("TIME (UTC)", "ROUND", "NODE", "EVENT", "DETAILS")]
     for event in events:
         when = datetime.fromtimestamp(event.time, timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
-        details = " ".join(f"{key}={_plain(value)}" for key, value in sorted(event.details.items()))
+        shown = sorted((k, v) for k, v in event.details.items() if k not in _BELOW)
+        details = " ".join(f"{key}={_plain(value)}" for key, value in shown)
         rows.append((when, str(event.round), event.node, event.kind, details))
-    return _table(rows)
+    lines = _table(rows)
+    out = lines[:1]
+    for event, line in zip(events, lines[1:]):
+        out.append(line)
+        for key in _BELOW:
+            text = event.details.get(key)
+            if isinstance(text, str) and text:
+                out.extend("    " + part for part in text.splitlines())
+    return out
 
 
 def _plain(value: Any) -> str:

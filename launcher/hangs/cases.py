@@ -1,9 +1,11 @@
 """The hang case protocol: how the nodes of a round agree on one verdict through etcd.
 
 Per round (keys: ``rendezvous.job.hangboard``): a node with a worker past its timeout opens case N
-(created once: its opener decides); on seeing case N every node writes one report of its ranks;
-the decider waits for every node's report (at most ``COLLECT`` seconds), applies ``rules.decide``
-and writes the verdict (created once), which every node acts on alike. If no verdict stands
+(created once: its opener decides); on seeing case N every node takes the stacks of its stopped
+ranks and writes one report of its ranks, with what each is doing (``blame``), and their stacks
+beside it; the decider waits for every node's report (at most ``COLLECT`` seconds), applies
+``verdict.decide``, adds the stacks the verdict shows and writes it (created once); every node
+acts on it alike and prints the same lines. If no verdict stands
 ``TAKE_OVER`` seconds after that, any node decides instead. A "not hung" verdict (the oldest rank is
 in a phase within its timeout) holds suspicion off until that timeout ends. Nothing is written while
 no node suspects a hang.
@@ -12,11 +14,13 @@ no node suspects a hang.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from rendezvous.job.hangboard import HangBoard
 
-from .rules import RankReport, Verdict, decide
+from .blame import Frame, doing, excerpt
+from .rules import RankReport
+from .verdict import TIE, Verdict, decide, stacks_wanted
 
 __all__ = ["CaseFollower", "COLLECT", "TAKE_OVER"]
 
@@ -40,19 +44,22 @@ class CaseFollower:
         board: Callable[[], HangBoard],
         reports: Callable[[float], list[RankReport]],
         answer: Callable[[float], dict],
+        look: Callable[[set[int]], dict[int, list[Frame]]],
         *,
         node: str,
         nodes: int,
         wall: Callable[[], float],
     ) -> None:
         """``board``: opens the round's board on first use; ``reports(now)``: this node's ranks now;
-        ``answer(now)``: what this node answers an ask for its heartbeats (``elastic-ctl status``)."""
+        ``answer(now)``: what this node answers an ask for its heartbeats (``elastic-ctl status``);
+        ``look(ranks)``: the main-thread frames of those local ranks, from a fresh stack dump."""
         self._board_factory = board
         self._board: HangBoard | None = None
         self._reports = reports
         self._node, self._nodes = node, nodes
         self._wall = wall
         self._answer = answer
+        self._look = look
         self._case: _Case | None = None
         self._last_case = 0
         self._hold_until: float | None = None
@@ -82,6 +89,18 @@ class CaseFollower:
             return self._advance(self._case, now)
         return None
 
+    def settled(self) -> Verdict | None:
+        """The open case's hang verdict if one stands now, read directly: the round is ending (another
+        node's restart request can arrive before the verdict's event) and this node must act on the
+        verdict that caused it, not on a bare membership change."""
+        if self._case is None:
+            return None
+        found = self._ensure_board().verdict(self._case.number)
+        verdict = _verdict(found) if found is not None else None
+        if verdict is not None and self._close_case(self._case.number, verdict):
+            return verdict
+        return None
+
     def _maybe_open(self, now: float) -> None:
         if self._hold_until is not None and self._wall() < self._hold_until:
             return
@@ -94,7 +113,8 @@ class CaseFollower:
     def _advance(self, case: _Case, now: float) -> Verdict | None:
         board = self._ensure_board()
         if not case.reported:
-            board.report(case.number, {"node": self._node, "ranks": [r.as_dict() for r in self._reports(now)]})
+            reports, stacks = self._with_stacks(self._reports(now))
+            board.report(case.number, {"node": self._node, "ranks": [r.as_dict() for r in reports]}, stacks)
             case.reported = True
         waited = now - case.opened
         if not case.deciding and waited < COLLECT + TAKE_OVER:
@@ -105,11 +125,19 @@ class CaseFollower:
         verdict = decide(reports)
         if verdict is None:
             return None
+        if verdict.hung:
+            verdict = replace(verdict, stacks=_shown_stacks(board, case.number, verdict, reports))
         standing = board.settle(case.number, verdict.as_dict())
         verdict = _verdict(standing) if standing is not None else verdict
         if verdict is not None and self._close_case(case.number, verdict):
             return verdict
         return None
+
+    def _with_stacks(self, reports: list[RankReport]) -> tuple[list[RankReport], dict[str, str]]:
+        """The reports with what each stopped rank is doing, and those ranks' stack excerpts."""
+        frames = self._look(_stopped(reports))
+        found = [replace(r, doing=doing(frames[r.rank])) if r.rank in frames else r for r in reports]
+        return found, {str(rank): excerpt(f) for rank, f in frames.items() if f}
 
     def _close_case(self, number: int, verdict: Verdict) -> bool:
         """The case is decided: True when it is a hang (the agent acts), else suspicion holds off."""
@@ -127,6 +155,34 @@ class CaseFollower:
     def close(self) -> None:
         if self._board is not None:
             self._board.close()
+
+
+def _stopped(reports: list[RankReport]) -> set[int]:
+    """The local ranks to look at: stuck behind a hang (silent past half their timeout), or tied
+    with this node's oldest -- every rank tied across the job is tied with its own node's oldest."""
+    judged = [r for r in reports if r.judged]
+    if not judged:
+        return set()
+    oldest = min(r.progress for r in judged)
+    return {r.rank for r in judged if r.silent > r.timeout / 2 or (r.last is not None and r.progress - oldest <= TIE)}
+
+
+def _shown_stacks(
+    board: HangBoard, case: int, verdict: Verdict, reports: list[RankReport]
+) -> tuple[tuple[int, str], ...]:
+    """The stack excerpts the verdict carries, read from the nodes that wrote them."""
+    node_of = {r.rank: r.node for r in reports}
+    by_node: dict[str, dict[str, str]] = {}
+    shown = []
+    for rank in stacks_wanted(verdict):
+        node = node_of.get(rank)
+        if node is None:
+            continue
+        if node not in by_node:
+            by_node[node] = board.stacks(case, node)
+        if by_node[node].get(str(rank)):
+            shown.append((rank, by_node[node][str(rank)]))
+    return tuple(shown)
 
 
 def _collect(raw: list[dict]) -> list[RankReport]:

@@ -1,25 +1,21 @@
-"""The Python stacks of a round's workers, asked for when a hang is decided: each worker registered
+"""The Python stacks of a round's workers, taken when a hang is suspected: each worker registered
 faulthandler on a signal of its own (``elastic.heartbeat``) and appends every thread's stack to a
-file beside its heartbeat record (``record.stacks_path``). What the console and the history show of
-them: the culprit's every thread, and one line for each local rank blocked behind it."""
+file beside its heartbeat record (``record.stacks_path``). They decide ties (``blame``); what the
+console and the history show of them: the verdict's lines and stacks, the same on every node, one
+line for each local rank blocked behind the culprit, and the culprit's other threads on its node."""
 
 from __future__ import annotations
 
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
+from .blame import blocked_at, excerpt, main_frames, main_thread_of, parse_threads
 from .record import BeatReader, stacks_path
-from .rules import RankReport, Verdict, blocked_at, main_thread
+from .rules import RankReport
+from .verdict import Verdict
 
-__all__ = ["StackDump", "dump_stacks", "report_hang"]
-
-
-@dataclass(frozen=True)
-class StackDump:
-    rank: int
-    text: str  # faulthandler's dump of every thread ("" when none came)
+__all__ = ["dump_stacks", "report_hang"]
 
 
 def dump_stacks(
@@ -27,9 +23,10 @@ def dump_stacks(
     ranks: set[int],
     wait: float = 2.0,
     clock: Callable[[], float] = time.monotonic,
-) -> list[StackDump]:
+) -> dict[int, str]:
     """Ask the given ranks (of ``workers``: rank, heartbeat record, its reader) for every thread's
-    stack, on their registered signal; what each wrote within ``wait`` seconds."""
+    stack, on their registered signal; what each wrote within ``wait`` seconds, by rank ("": nothing
+    came). faulthandler writes from its signal handler, without waiting for the interpreter."""
     asked = []
     for rank, record, reader in workers:
         beat = reader.read()
@@ -43,48 +40,39 @@ def dump_stacks(
             continue
         asked.append((rank, path, size))
     deadline = clock() + wait
-    return [StackDump(rank, _read_settled(path, size, deadline, clock)) for rank, path, size in asked]
+    return {rank: _read_settled(path, size, deadline, clock) for rank, path, size in asked}
 
 
 def report_hang(
     verdict: Verdict,
     node: str,
     reports: list[RankReport],
-    dump: Callable[[set[int]], list[StackDump]],
+    dumps: dict[int, str],
     say: Callable[[str], None],
     record: Callable[..., None],
 ) -> None:
-    """Before the group stops: the culprit's stacks (every thread) and the top frame of each local rank
-    stuck behind it go to the console; the culprit's node records the hang in the job's history with
-    the culprit's main-thread stack."""
-    culprit = verdict.culprit
-    here = culprit.node == node
-    stuck = {r.rank for r in reports if r.judged and r.silent > r.timeout / 2}
-    full = ({culprit.rank} if here else set()) | set(verdict.tied)
-    short = ""
-    for each in sorted(dump(full | stuck), key=lambda d: (d.rank not in full, d.rank)):
-        if not each.text.strip():
-            say(f"rank {each.rank}: no stack came (its process did not answer the dump signal)")
-        elif each.rank in full:
-            say(
-                f"stacks of {'hung ' if each.rank == culprit.rank else ''}rank {each.rank} "
-                f"(every thread, most recent call first):\n{each.text.rstrip()}"
-            )
-            if each.rank == culprit.rank:
-                short = "\n".join(main_thread(each.text)[:12])
-        else:
-            say(f"rank {each.rank} is blocked at: {blocked_at(main_thread(each.text))}")
-    if here:
-        record(
-            "worker_hung",
-            rank=culprit.rank,
-            silent=round(culprit.silent, 1),
-            timeout=round(culprit.timeout, 1),
-            phase=culprit.phase,
-            blocked=verdict.blocked,
-            tied=list(verdict.tied),
-            stack=short,
+    """Before the group stops: the verdict's lines (the same on every node: the culprit, why, its
+    stack); then what is local -- where each rank of this node stuck behind it blocks, and on the
+    culprit's node its other threads; the culprit's node records the hang in the job's history."""
+    for line in verdict.lines():
+        say(line)
+    shown = {rank for rank, _ in verdict.stacks}
+    here = verdict.culprit.node == node
+    for report in sorted(reports, key=lambda r: r.rank):
+        text = dumps.get(report.rank, "")
+        if report.rank in shown or not text.strip() or not (report.judged and report.silent > report.timeout / 2):
+            continue
+        say(f"rank {report.rank} is blocked at: {blocked_at(main_frames(text))}")
+    threads = parse_threads(dumps.get(verdict.culprit.rank, "")) if here else []
+    if len(threads) > 1:
+        main = main_thread_of(threads)
+        others = [t for t in threads if t is not main]
+        say(
+            f"other threads of rank {verdict.culprit.rank} ({len(others)}, most recent call first):\n"
+            + "\n\n".join(excerpt(t) for t in others)
         )
+    if here:
+        record("worker_hung", **verdict.record())
 
 
 def _read_settled(path: str, offset: int, deadline: float, clock: Callable[[], float]) -> str:
@@ -93,10 +81,10 @@ def _read_settled(path: str, offset: int, deadline: float, clock: Callable[[], f
     while clock() < deadline:
         size = os.path.getsize(path)
         stable = stable + 1 if size == seen and size > offset else 0
-        if stable >= 2:
+        if stable >= 3:
             break
         seen = size
-        time.sleep(0.05)
+        time.sleep(0.01)
     with open(path, "rb") as handle:
         handle.seek(offset)
         return handle.read().decode("utf-8", "replace")

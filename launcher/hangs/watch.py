@@ -5,6 +5,7 @@ agree on one verdict through etcd), and, once a hang stands, reports it with the
 
 from __future__ import annotations
 
+import linecache
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -13,10 +14,12 @@ from launcher.workers.env import WorkerSpec
 from rendezvous.errors import RendezvousError
 from rendezvous.job.hangboard import HangBoard, HangChannel
 
+from .blame import Frame, main_frames, with_source
 from .cases import CaseFollower
 from .record import BeatReader
-from .rules import HangTimeouts, RankReport, RankWatch, Verdict
-from .stacks import StackDump, dump_stacks, report_hang
+from .rules import HangTimeouts, RankReport, RankWatch
+from .stacks import dump_stacks, report_hang
+from .verdict import Verdict
 
 __all__ = ["HangWatch", "WatchedWorker", "watch_round"]
 
@@ -49,10 +52,12 @@ class HangWatch:
         self._watches = [RankWatch(w.rank, w.started, timeouts, judge_first=judge_first) for w in self._workers]
         self._node = node
         self._clock, self._wall = clock, wall
-        self._cases = CaseFollower(board, self.reports, self.summary, node=node, nodes=nodes, wall=wall)
+        self._cases = CaseFollower(board, self.reports, self.summary, self.look, node=node, nodes=nodes, wall=wall)
         self.used = False  # a worker of this round called the API
         self._exited: set[int] = set()
         self._finishing = False
+        self.tail = 0.0  # the longest a local worker took from its last heartbeat to its exit 0
+        self._dumps: dict[int, str] = {}  # the last stacks taken, by rank
 
     # -- each tick --------------------------------------------------------------------------------
     def tick(
@@ -61,10 +66,13 @@ class HangWatch:
         """``exited``: local ranks that exited 0 (no longer judged); ``finishing()``: a node of the
         round finished. Either means the job is past its last step: the long timeout applies."""
         now = self._clock()
-        self._exited = {w.rank for w in self._workers if w.local_rank in exited}
-        self._finishing = bool(exited) or (self.used and finishing())
         for reader, watch in zip(self._readers, self._watches):
             watch.feed(reader.read())
+        for worker, watch in zip(self._workers, self._watches):
+            if worker.local_rank in exited and worker.rank not in self._exited and watch.beat is not None:
+                self.tail = max(self.tail, now - watch.beat.last)
+        self._exited = {w.rank for w in self._workers if w.local_rank in exited}
+        self._finishing = bool(exited) or (self.used and finishing())
         if not self.used:
             self.used = any(w.beat is not None for w in self._watches)
         judging = self.used or any(w.judge_first for w in self._watches)  # else: nothing to judge
@@ -73,11 +81,18 @@ class HangWatch:
         except RendezvousError:
             return None  # etcd away: the fence deals with that; look again next tick
 
+    def settled(self) -> Verdict | None:
+        """A hang verdict of the open case that stands now (the round is ending for another reason)."""
+        try:
+            return self._cases.settled()
+        except RendezvousError:
+            return None
+
     def reports(self, now: float | None = None) -> list[RankReport]:
         now = self._clock() if now is None else now
         wall = self._wall()
         return [
-            w.report(self._node, now, wall, finishing=self._finishing)
+            w.report(self._node, now, wall, finishing=self._finishing, tail=self.tail)
             for w in self._watches
             if w.rank not in self._exited
         ]
@@ -97,14 +112,22 @@ class HangWatch:
         }
 
     # -- stacks -------------------------------------------------------------------------------------
-    def dump_stacks(self, ranks: set[int], wait: float = 2.0) -> list[StackDump]:
-        """Every thread's stack of the given local ranks (what each wrote within ``wait`` seconds)."""
+    def look(self, ranks: set[int], wait: float = 2.0) -> dict[int, list[Frame]]:
+        """The main-thread frames (with their source lines) of the given local ranks, from a fresh
+        dump of every thread's stack (what each wrote within ``wait`` seconds; [] when none came)."""
         workers = [(w.rank, w.record, r) for w, r in zip(self._workers, self._readers)]
-        return dump_stacks(workers, ranks, wait, self._clock)
+        self._dumps.update(dump_stacks(workers, ranks, wait, self._clock))
+        return {rank: with_source(main_frames(self._dumps.get(rank, "")), linecache.getline) for rank in ranks}
 
     def report_hang(self, verdict: Verdict, say: Callable[[str], None], record: Callable[..., None]) -> None:
-        """The hang's lines and stacks on the console, and (on the culprit's node) its history record."""
-        report_hang(verdict, self._node, self.reports(), self.dump_stacks, say, record)
+        """The verdict's lines on the console, what is local, and (on the culprit's node) its history record."""
+        reports = self.reports()
+        stuck = {r.rank for r in reports if r.judged and r.silent > r.timeout / 2} - set(self._dumps)
+        if verdict.culprit.node == self._node and verdict.culprit.rank not in self._dumps:
+            stuck.add(verdict.culprit.rank)
+        if stuck:  # this node took no stacks for the case (the verdict came before it reported)
+            self.look(stuck)
+        report_hang(verdict, self._node, reports, self._dumps, say, record)
 
     def close(self) -> None:
         self._cases.close()

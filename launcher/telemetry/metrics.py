@@ -16,6 +16,8 @@ labels, never a credential.
     elastic_lease_renewal_age_seconds             since the last acknowledged lease renewal was sent
     elastic_etcd_request_duration_seconds{method} each etcd call's try (histogram)
     elastic_etcd_request_errors_total{method,kind}  failed tries, by gRPC status (UNAVAILABLE, ...)
+    elastic_hangs_total{culprit}                  hangs the job agreed on, by culprit rank ("deadlock": no one
+                                                  rank; every node counts every hang of its rounds)
     elastic_fences_total                          times the workers were stopped for want of a lease renewal
     elastic_history_write_failures_total          history records that could not be written
 """
@@ -49,6 +51,8 @@ class Telemetry:
     ) -> None: ...
 
     def restarted(self, cause: str) -> None: ...
+
+    def hung(self, culprit: str) -> None: ...
 
     def workers(self, running: int) -> None: ...
 
@@ -121,6 +125,12 @@ class PrometheusTelemetry(Telemetry):
             labels,
             registry=self.registry,
         ).labels(**values)
+        self._hangs = Counter(
+            "elastic_hangs",
+            "Hangs the job agreed on, by culprit rank ('deadlock' when every stopped rank waits in a collective)",
+            (*labels, "culprit"),
+            registry=self.registry,
+        )
         self._history = Counter(
             "elastic_history_write_failures",
             "History records that could not be written",
@@ -153,6 +163,9 @@ class PrometheusTelemetry(Telemetry):
         self._causes[cause].inc()
         if cause == "fence":
             self._fences.inc()
+
+    def hung(self, culprit: str) -> None:
+        self._hangs.labels(culprit=culprit, **self._values).inc()
 
     def workers(self, running: int) -> None:
         self._running.set(running)

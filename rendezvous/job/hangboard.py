@@ -3,6 +3,7 @@
 
     <job>/hangs/<round>/s/<case>          the suspicion (created once; its creator decides)
     <job>/hangs/<round>/r/<case>/<node>   each node's report of its ranks
+    <job>/hangs/<round>/k/<case>/<node>   the stacks of its stopped ranks (written with the report)
     <job>/hangs/<round>/v/<case>          the verdict (created once), which every node acts on
     <job>/hangs/<round>/q/<ask>           a question of elastic-ctl status: the nodes' heartbeat ages
     <job>/hangs/<round>/a/<ask>/<node>    each node's answer, on the asker's lease
@@ -10,8 +11,9 @@
 Every key is on a lease: a case's on its writer's, an ask and its answers on the asker's, revoked
 when it has read them. Agents watch only suspicions, verdicts and asks, so a case costs the job K
 reports and one range read by the decider, not K events for each of K nodes; and a running job
-writes nothing at all while no hang is suspected and nobody asks. What this module reads is JSON,
-checked on decode.
+writes nothing at all while no hang is suspected and nobody asks. The stacks are kept apart from
+the reports so that the decider's one range read stays small: it reads only the stacks it shows.
+What this module reads is JSON, checked on decode.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 from rendezvous.errors import LeaseNotFoundError, RendezvousError
 from rendezvous.etcd.client import EtcdClient
 from rendezvous.etcd.recipes import create_once
+from rendezvous.etcd.txn import op_put
 from rendezvous.etcd.watch import EventType, KeyRange, Watch
 
 from .keys import JobKeys
@@ -101,12 +104,28 @@ class HangBoard:
         """Open case ``case``; True when this node opened it (and so decides it)."""
         return self._create(f"{self._prefix}s/{case}", {**data, "node": self._node})[0]
 
-    def report(self, case: int, data: dict) -> None:
-        self._client.put(f"{self._prefix}r/{case}/{self._node}", _encode(data), lease=self._lease)
+    def report(self, case: int, data: dict, stacks: dict[str, str]) -> None:
+        """This node's report of its ranks and, in the same write, their stacks (by rank)."""
+        puts = [
+            op_put(f"{self._prefix}r/{case}/{self._node}", _encode(data), lease=self._lease),
+            op_put(f"{self._prefix}k/{case}/{self._node}", _encode(stacks), lease=self._lease),
+        ]
+        self._client.txn([], puts)
+
+    def stacks(self, case: int, node: str) -> dict[str, str]:
+        """The stacks ``node`` wrote with its report of ``case``, by rank ({} when none)."""
+        kv = self._client.get(f"{self._prefix}k/{case}/{node}")
+        data = _decode(kv.value) if kv is not None else None
+        return {k: v for k, v in (data or {}).items() if isinstance(v, str)}
 
     def reports(self, case: int) -> list[dict]:
         kvs, _ = self._client.get_prefix(f"{self._prefix}r/{case}/")
         return [data for data in (_decode(kv.value) for kv in kvs) if data is not None]
+
+    def verdict(self, case: int) -> dict | None:
+        """The verdict of ``case``, read now (None: none stands yet)."""
+        kv = self._client.get(f"{self._prefix}v/{case}")
+        return _decode(kv.value) if kv is not None else None
 
     def settle(self, case: int, verdict: dict) -> dict | None:
         """Write the verdict unless one stands; the one that stands."""

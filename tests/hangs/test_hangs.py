@@ -10,14 +10,17 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
+
 from rendezvous.etcd.client import EtcdClient
 from rendezvous.job.history import read_history
 from rendezvous.job.keys import DEFAULT_KEY_PREFIX, JobKeys
 from tests.e2e.cli_helpers import run, run_id, wait_for
+from tests.ops.helpers import endpoint_of, get
 
 from .helpers import Agent, done, last_beat, steps_args
 
-HUNG = r"rank (\d+) on node \S+ hung: .*restarting the workers \(1/3\)"
+HUNG = r"rank (\d+) on node \S+ hung: "
 
 
 def _two_agents(endpoints: str, rdzv_id: str, *options_and_worker: str) -> list[Agent]:
@@ -55,66 +58,100 @@ def _finish(agents: list[Agent], timeout: float) -> list[int]:
             agent.kill()
 
 
-def test_a_rank_that_stops_is_named_on_both_nodes_with_its_stack_and_the_job_restarts_once(etcd_endpoints, tmp_path):
-    out, rdzv_id, timeout = str(tmp_path), run_id(), 4.0
-    agents = _two_agents(
-        etcd_endpoints,
-        rdzv_id,
-        "--max-restarts",
-        "3",
-        "--heartbeat-timeout",
-        str(timeout),
-        *steps_args(out, "--gloo", "--hang", "1:5", "--steps", "10"),
-    )
-    codes = _finish(agents, 120)
-    assert codes == [0, 0], [a.output for a in agents]
-    culprit_node = next(a for a in agents if 1 in a.ranks())
-    stopped = last_beat(out, 1)
-    for agent in agents:
-        at, line = agent.first(HUNG)
-        assert re.search(HUNG, line).group(1) == "1", line  # rank 1, never its blocked peer
-        assert agent.count(r"hung: ") == 1, agent.output
-        assert at - stopped <= timeout + 2.0, (
-            f"the restart line came {at - stopped:.1f} s after rank 1's last heartbeat"
-        )
-        print(
-            f"\n{'culprit' if agent is culprit_node else 'peer'} node: {line}\n"
-            f"  {at - stopped:.2f} s from rank 1's last heartbeat (timeout {timeout:g} s)"
-        )
-    assert culprit_node.count(r"stacks of hung rank 1") == 1, culprit_node.output
-    assert culprit_node.count(r"line \d+ in stuck_in_step") >= 1, culprit_node.output
-    assert done(out) == {(0, 1), (1, 1)}, ("the job should restart once and then finish", [a.output for a in agents])
-    client = EtcdClient(etcd_endpoints, timeout=5)
+def _history(endpoints: str, rdzv_id: str) -> list:
+    client = EtcdClient(endpoints, timeout=5)
     try:
         events, _ = read_history(client, JobKeys(DEFAULT_KEY_PREFIX, rdzv_id).root)
     finally:
         client.close()
-    hung = [e for e in events if e.kind == "worker_hung"]
-    assert len(hung) == 1 and hung[0].details["rank"] == 1 and "stuck_in_step" in hung[0].details["stack"], hung
+    return events
 
 
-def test_a_deadlock_in_a_gloo_collective_is_found_and_both_stacks_are_shown(etcd_endpoints, tmp_path):
-    """Rank 1 skips an all_reduce and waits for a message rank 0 never sends: both sit in gloo. Steps of
-    no work: both ranks beat as the last all_reduce returns, so their heartbeats are a tie."""
-    out = str(tmp_path)
-    agents = _two_agent_job(
-        etcd_endpoints,
-        [0, 0],
-        "--max-restarts",
-        "3",
-        "--heartbeat-timeout",
-        "4",
-        *steps_args(out, "--skip", "1:4", "--steps", "8", "--step", "0"),
-    )
+# (heartbeat placement, --hang, the culprit): every rank beats right after the step's collectives
+# ("after": the culprit's last heartbeat and its peer's are a tie), before them (the peer beats once
+# more), or both; the culprit stops before the step's work or between its two collectives.
+PLACEMENTS = [
+    ("after", "1:5", 1),
+    ("after", "0:5", 0),
+    ("before", "1:5", 1),
+    ("both", "0:5", 0),
+    ("after", "1:5:between", 1),
+]
+
+
+@pytest.mark.parametrize("place,hang,culprit", PLACEMENTS, ids=[f"{p}-{h}" for p, h, _ in PLACEMENTS])
+def test_the_rank_that_stopped_is_named_on_both_nodes_with_its_stuck_frame_wherever_the_heartbeat_is(
+    etcd_endpoints, tmp_path, place, hang, culprit
+):
+    out, rdzv_id, timeout = str(tmp_path), run_id(), 4.0
+    worker = steps_args(out, "--gloo", "--place", place, "--hang", hang, "--steps", "20")
+    options = ["--max-restarts", "3", "--heartbeat-timeout", str(timeout), "--http-port", "0"]
+    agents = _two_agents(etcd_endpoints, rdzv_id, *options, "--http-host", "127.0.0.1", *worker)
+    try:
+        for agent in agents:  # while the restarted round runs: the metric counts the hang by its culprit
+            _hang_counted(agent, rf'elastic_hangs_total{{culprit="{culprit}",node="[^"]+",run_id="{rdzv_id}"}} 1\.0')
+    finally:
+        codes = _finish(agents, 120)
+    assert codes == [0, 0], [a.output for a in agents]
+    stopped = last_beat(out, culprit)
+    lines = []
     for agent in agents:
-        _, line = agent.first(HUNG)
-        # both stopped right after the same heartbeat: the line says so rather than guess
-        assert re.search(r"ranks? [01] stopped within \d+ ms of it: a deadlock", line), line
+        at, line = agent.first(HUNG)
+        assert re.search(HUNG, line).group(1) == str(culprit), line  # never its blocked peer
+        assert agent.count(r"hung: ") == 1 and agent.count(r"hung; restarting the workers \(1/3\)") == 1, agent.output
+        # the culprit's stack, from the verdict: on every node, its stuck frame
+        assert agent.count(rf"stack of rank {culprit} \(main thread") == 1, agent.output
+        assert agent.count(r"line \d+ in stuck_in_step") >= 1, agent.output
+        assert at - stopped <= timeout + 2.0, f"the hang line came {at - stopped:.1f} s after the last heartbeat"
+        lines.append((line, at - stopped))
+    assert lines[0][0].split(" hung: ")[0] == lines[1][0].split(" hung: ")[0]  # the same verdict on both
+    for line, late in lines:
+        print(f"\n[{place}, --hang {hang}] {line}\n  {late - timeout:.2f} s beyond the {timeout:g} s timeout")
+    assert done(out) == {(0, 1), (1, 1)}, ("the job should restart once and then finish", [a.output for a in agents])
+    hung = [e for e in _history(etcd_endpoints, rdzv_id) if e.kind == "worker_hung"]
+    assert len(hung) == 1 and hung[0].details["rank"] == culprit, hung
+    assert "stuck_in_step" in hung[0].details["stack"] and lines[0][0].endswith(hung[0].details["why"]), hung
+    shown = run(["history", "--rdzv-endpoint", etcd_endpoints, "--rdzv-id", rdzv_id], tool_name="elastic-ctl").stdout
+    assert re.search(rf"worker_hung .*rank={culprit}", shown) and re.search(r"\n    File .* in stuck_in_step", shown)
+
+
+def _hang_counted(agent: Agent, sample: str) -> None:
+    wait_for(lambda: agent.count(r"; restarting the workers") == 1, 60, interval=0.1, what="the restart line")
+    metrics = f"http://{endpoint_of(agent.lines)}/metrics"
+    wait_for(lambda: re.search(sample, get(metrics)[1]), 10, interval=0.1, what=f"{sample} at {metrics}")
+
+
+# (--skip or --mismatch, what each rank is in): both ranks wait in torch.distributed calls that never meet
+DEADLOCKS = [
+    ("--skip", {0: r"rank 0 in all_reduce at steps\.py:\d+", 1: r"rank 1 in recv at steps\.py:\d+ in waiting_for"}),
+    ("--mismatch", {0: r"rank 0 in all_reduce at steps\.py:\d+", 1: r"rank 1 in broadcast at steps\.py:\d+"}),
+]
+
+
+@pytest.mark.parametrize("how,calls", DEADLOCKS, ids=[d[0].strip("-") for d in DEADLOCKS])
+def test_ranks_waiting_in_different_calls_are_a_deadlock_naming_each_call_on_both_nodes(
+    etcd_endpoints, tmp_path, how, calls
+):
+    """Steps of no work, heartbeats after the collectives: both ranks beat as the last broadcast
+    returns, so their heartbeats are a tie, and neither rank is outside a torch.distributed call."""
+    out, rdzv_id = str(tmp_path), run_id()
+    worker = steps_args(out, "--place", "after", how, "1:4", "--steps", "8", "--step", "0")
+    options = ["--max-restarts", "3", "--heartbeat-timeout", "4", "--http-port", "0", "--http-host", "127.0.0.1"]
+    agents = _two_agents(etcd_endpoints, rdzv_id, *options, *worker, "--linger", "3")
+    try:
+        for agent in agents:
+            _hang_counted(agent, rf'elastic_hangs_total{{culprit="deadlock",node="[^"]+",run_id="{rdzv_id}"}} 1\.0')
+    finally:
+        assert _finish(agents, 120) == [0, 0], [a.output for a in agents]
+    for agent in agents:
+        _, line = agent.first(r"hung in a deadlock: ")
+        assert line.startswith("elastic-run: ranks 0, 1 hung in a deadlock: no heartbeat for"), line
+        assert "different calls" in line and all(re.search(c, line) for c in calls.values()), line
+        assert agent.count(r"stack of rank 0 \(main thread") == 1 and agent.count(r"stack of rank 1 \(main") == 1
+        assert agent.count(r"hung in a deadlock; restarting the workers \(1/3\)") == 1, agent.output
         print(f"\n{line}")
-    holder = next(a for a in agents if 1 in a.ranks())
-    other = next(a for a in agents if a is not holder)
-    assert holder.count(r"in waiting_for_a_message_never_sent") >= 1, holder.output
-    assert other.count(r"in all_reduce") >= 1, other.output
+    hung = [e for e in _history(etcd_endpoints, rdzv_id) if e.kind == "worker_hung"]
+    assert len(hung) == 1 and hung[0].details["deadlock"] is True, hung
     assert done(out) == {(0, 1), (1, 1)}, [a.output for a in agents]
 
 
@@ -211,6 +248,34 @@ def test_work_after_the_last_step_is_no_hang_once_another_node_finished(etcd_end
     )
     assert all(a.count("hung") == 0 for a in agents), [a.output for a in agents]
     assert done(out) == {(0, 0), (1, 0)}, [a.output for a in agents]
+
+
+def test_a_rank_that_stops_after_its_peer_finished_is_found_from_what_was_learned_and_the_job_reruns(
+    etcd_endpoints, tmp_path
+):
+    """Rank 0's node finishes; rank 1 stops after its last step. Past the last step the timeout is 5x
+    the step timeout (2 s here), not the first-heartbeat one (900 s): found in about 10 s; the finished
+    node rejoins the restarted job and both complete."""
+    out, timeout = str(tmp_path), 2.0
+    agents = _two_agent_job(
+        etcd_endpoints,
+        [0, 0],
+        "--max-restarts",
+        "1",
+        "--heartbeat-timeout",
+        str(timeout),
+        *steps_args(out, "--tail", "1:3600", "--steps", "10"),
+    )
+    stopped = last_beat(out, 1)
+    culprit = next(a for a in agents if 1 in a.ranks())
+    finished = next(a for a in agents if a is not culprit)
+    at, line = culprit.first(HUNG)
+    assert re.search(HUNG, line).group(1) == "1" and 'last in phase "finishing"; timeout 10 s' in line, line
+    assert 5 * timeout <= at - stopped <= 5 * timeout + 3.0, f"found {at - stopped:.1f} s after its last heartbeat"
+    assert culprit.count(r"line \d+ in <module>") >= 1, culprit.output
+    assert finished.count(r"rank 1 on node \S+ hung after this node's workers finished: the job restarts; rejoining")
+    assert done(out) == {(0, 0), (0, 1), (1, 1)}, [a.output for a in agents]
+    print(f"\n{line}\n  {at - stopped:.2f} s after rank 1's last heartbeat; its peer finished first")
 
 
 def test_elastic_ctl_status_shows_each_nodes_oldest_heartbeat_while_the_job_runs(etcd_endpoints, tmp_path):
