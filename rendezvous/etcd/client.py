@@ -175,26 +175,29 @@ class EtcdClient:
         """
         started = time.monotonic()
         deadline = started + timeout
-        next_report = started + min(1.0, every)
+        next_report = started + min(1.0, every)  # then every ``every`` seconds, on that grid
+        tries, failures = 0, {}
         while True:
-            remaining = deadline - time.monotonic()
+            now = time.monotonic()
+            # Short tries, ending by the next line's time; a connection being set up goes on between them.
+            budget = max(min(deadline - now, next_report - now, 2.0), 0.05)
             try:
-                # Short tries, so that a line can be said early; a connection being set up goes on between them.
-                self._call("KVStub", "Range", etcdrpc.RangeRequest(key=_b(key)), timeout=max(min(remaining, 2.0), 0.05))
+                self._call("KVStub", "Range", etcdrpc.RangeRequest(key=_b(key)), timeout=budget)
                 return
             except RendezvousCredentialsError:
                 raise  # a refused password does not get better by waiting
+            except Unreachable as exc:
+                tries, failures = tries + exc.attempts, {**failures, **exc.failures}
             except RendezvousConnectionError as exc:
-                now = time.monotonic()
-                if now >= deadline:
-                    raise RendezvousConnectionError(
-                        f"{exc} (waited {now - started:.0f} s for etcd; connect_timeout is {timeout:g} s)"
-                    ) from None
-                if report is not None and now >= next_report:
-                    where = exc.where if isinstance(exc, Unreachable) else str(exc)
-                    report(f"waiting for etcd at {where}, {deadline - now:.0f} s left")
-                    next_report = now + every
-                time.sleep(min(0.2, max(deadline - time.monotonic(), 0.0)))
+                tries, failures = tries + 1, {**failures, ",".join(map(str, self.endpoints)): str(exc)}
+            now = time.monotonic()
+            if now >= deadline:
+                raise Unreachable(failures, tries, now - started, f"connect_timeout is {timeout:g} s") from None
+            if report is not None and now >= next_report:
+                report(f"waiting for etcd at {retry.where(failures)}, {deadline - now:.0f} s left")
+                while next_report <= now:
+                    next_report += every
+            time.sleep(min(0.2, max(min(deadline, next_report) - time.monotonic(), 0.0)))
 
     def _invoke(self, stub: Any, method: str, request: Any, timeout: float, auth: bool = True) -> Any:
         """One try; ``observer(method, seconds, error kind or None)`` hears of it (metrics)."""

@@ -39,6 +39,8 @@ _RETRYABLE_DETAILS = (
     "server stopped",
 )
 
+_UNRESOLVED = ("errors resolving", "domain name not found", "name resolution", "dns resolution", "lookup failed")
+
 _MIN_TRY = 1.0  # seconds: the shortest try, so that a slow but working endpoint (a few 100 ms a round trip) can answer
 BACKOFF_START = 0.05  # seconds: the first pause after a pass over every endpoint (a stream's first reconnect)
 BACKOFF_MAX = 1.0  # ... doubling up to this
@@ -97,8 +99,8 @@ def reason(code: str, details: str = "", waited: float | None = None) -> str:
     for marker in _RETRYABLE_DETAILS:
         if marker in lowered:
             return marker
-    if "name resolution" in lowered or "dns" in lowered:
-        return "host name not found"
+    if any(marker in lowered for marker in _UNRESOLVED):
+        return "the host name does not resolve"
     if "ssl" in lowered or "handshake" in lowered:
         return "TLS handshake failed"
     if "socket closed" in lowered or "connection reset" in lowered or "broken pipe" in lowered:

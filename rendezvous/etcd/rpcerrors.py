@@ -39,9 +39,10 @@ _UNREACHABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
 class Unreachable(RendezvousConnectionError):
     """No endpoint answered within a call's budget; ``where`` says which were tried and why."""
 
-    def __init__(self, failures: dict[str, str], attempts: int, spent: float) -> None:
-        super().__init__(retry.unreachable_message(failures, attempts, spent))
+    def __init__(self, failures: dict[str, str], attempts: int, spent: float, note: str = "") -> None:
+        super().__init__(retry.unreachable_message(failures, attempts, spent) + (f" ({note})" if note else ""))
         self.where = retry.where(failures)
+        self.failures, self.attempts, self.spent = failures, attempts, spent
 
 
 def details_of(exc: grpc.RpcError) -> str:

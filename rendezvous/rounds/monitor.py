@@ -316,10 +316,11 @@ class JobMonitor:
 
     def close(self, join: bool = False) -> None:
         """Stop following: the keeper's thread is woken (its watch closed, a retry's wait ended) and
-        ends at once; ``join`` waits for that (when the node leaves: nothing of it stays behind)."""
+        ends at once; ``join`` waits for that and for the watch's stream (when the node leaves: nothing
+        of it stays behind)."""
         self._closed.set()
         if self._watch is not None:
-            self._watch.close(wait=False)
+            self._watch.close(wait=join)  # its stream is cancelled, not polled: gone at once
         if join and self._thread is not None:
             self._thread.join(timeout=2)
 

@@ -250,3 +250,20 @@ def test_etcd_out_of_reach_as_a_round_begins_is_no_membership_change_and_no_erro
             assert handler.round_monitor() is not None
         finally:
             group.close()
+
+
+def test_closing_a_round_monitor_ends_its_thread_and_stream_at_once_never_after_a_poll(nodes):
+    """The agent's exit path closes its round monitor: the keeper's thread, blocked on its watch for up
+    to the job lease's renewal period, is woken by the close, and a follower's stream is cancelled --
+    both gone by the time ``close`` returns, whatever the poll or renewal period."""
+    handlers = [nodes.add(n) for n in "ab"]
+    _ok(nodes.rendezvous(handlers))
+    monitors = [h.round_monitor() for h in handlers]
+    keeper = next(m for m in monitors if m.keeper)
+    follower = next(m for m in monitors if not m.keeper)
+    thread, keeper_stream, follower_stream = keeper._thread, keeper._watch._task, follower._watch._task
+    assert thread.is_alive() and not keeper_stream.done() and not follower_stream.done()
+    keeper.close(join=True)
+    assert not thread.is_alive(), "the keeper's thread outlived close(): it waits for a poll, not for the close"
+    follower.close(join=True)
+    assert keeper_stream.done() and follower_stream.done()

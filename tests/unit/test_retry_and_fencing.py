@@ -78,6 +78,13 @@ def test_reasons_are_a_few_words():
     assert retry.reason("DEADLINE_EXCEEDED", "Deadline Exceeded", 1.25) == "no answer within 1.2 s"
     assert retry.reason("UNAVAILABLE", "etcdserver: no leader") == "no leader"
     assert retry.reason("UNAVAILABLE", "Socket closed") == "connection closed"
+    # grpc's words for a name that does not resolve (the README's etcd-0:2379 on a machine without it)
+    unresolved = (
+        "errors resolving etcd-0:2379: [field:hostname lookup error:address lookup failed for etcd-0:2379: "
+        "Domain name not found]"
+    )
+    assert retry.reason("UNAVAILABLE", unresolved) == "the host name does not resolve"
+    assert retry.reason("UNAVAILABLE", "DNS resolution failed for etcd-0:2379") == "the host name does not resolve"
 
 
 def test_the_unreachable_message_says_where_why_and_how_long():
