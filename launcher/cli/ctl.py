@@ -26,6 +26,7 @@ from rendezvous.rounds.membership import read_round
 from rendezvous.rounds.operate import JobNotFound, JobRefused, close_job, request_round, reset_job
 from rendezvous.rounds.view import JobView, get_state, view_of
 
+from .ctl_etcd import ctl_etcd
 from .ctl_jobs import CONF, ENDPOINT, connect, ctl_list, ctl_prune
 
 __all__ = ["elastic_ctl", "render", "render_history"]
@@ -46,11 +47,12 @@ def _ctl_options(func: Callable) -> Callable:
 
 @click.group("elastic-ctl", context_settings={"help_option_names": ["-h", "--help"]})
 def elastic_ctl() -> None:
-    """Look at elastic jobs in etcd, and close, restart or reset one."""
+    """Look at elastic jobs in etcd, and close, restart or reset one; run a local etcd."""
 
 
 elastic_ctl.add_command(ctl_list)
 elastic_ctl.add_command(ctl_prune)
+elastic_ctl.add_command(ctl_etcd)
 
 
 def _ctl_client(endpoint: str, run_id: str, conf: str) -> tuple[EtcdClient, JobKeys]:

