@@ -5,6 +5,7 @@ json``), the rendezvous progress line, and torch's console event records
 from __future__ import annotations
 
 import json
+import math
 import sys
 import threading
 import time
@@ -14,9 +15,10 @@ from rendezvous.errors import RendezvousError
 from rendezvous.job.history import Event
 from rendezvous.rounds.join import Progress
 
-__all__ = ["say", "set_log_format", "progress_line", "report_progress", "console_event"]
+__all__ = ["say", "set_log_format", "progress_line", "report_progress", "should_say", "console_event", "PROGRESS_EVERY"]
 
 LOG_FORMATS = ("text", "json")
+PROGRESS_EVERY = 10.0  # seconds between progress lines while nothing changes
 
 
 class _Console:
@@ -58,6 +60,8 @@ def progress_line(progress: Progress) -> str:
         line += f", last call in {progress.last_call_in:.0f} s"
     elif progress.nodes_joined < progress.min_nodes:
         line += f", waiting for {progress.min_nodes - progress.nodes_joined} more"
+        if progress.timeout_in is not None:
+            line += f", join timeout in {progress.timeout_in:.0f} s"
     return line
 
 
@@ -76,16 +80,23 @@ def console_event(event: Event) -> None:
 def report_progress(
     progress: Callable[[], Progress | None], report: Callable[[str], None], done: threading.Event
 ) -> None:
-    """A progress line while nodes are missing: at most one a second, only when it changes (until ``done``)."""
-    shown = None
+    """A progress line while nodes are missing (until ``done``): when the count of nodes changes or
+    the last call begins, else every ``PROGRESS_EVERY`` seconds (looks at etcd once a second)."""
+    shown: tuple[int, bool] | None = None
+    said_at = -math.inf
     while not done.wait(1.0):
         try:
             now = progress()
         except RendezvousError:
             continue
-        if now is None or now.nodes_joined >= now.max_nodes:
+        if now is None or now.nodes_joined >= now.max_nodes or done.is_set():
             continue
-        line = progress_line(now)
-        if line != shown and not done.is_set():
-            report(line)
-            shown = line
+        if should_say(now, shown, time.monotonic() - said_at):
+            report(progress_line(now))
+            shown, said_at = (now.nodes_joined, now.last_call_in is not None), time.monotonic()
+
+
+def should_say(now: Progress, shown: tuple[int, bool] | None, since: float) -> bool:
+    """Pure: a new progress line when the count of nodes changed, the last call began, or
+    ``PROGRESS_EVERY`` seconds passed since the last line."""
+    return shown != (now.nodes_joined, now.last_call_in is not None) or since >= PROGRESS_EVERY

@@ -245,7 +245,8 @@ class RendezvousHandler:
             count = state.joined  # as the coordinator last said: one small read, whatever the job's size
             if state.last_call_at is not None:
                 last_call_in = max(state.last_call_at - self._wall(), 0.0)
-        return Progress(target, count, self.settings.min_nodes, self.settings.max_nodes, last_call_in)
+        timeout_in = self._join.timeout_in if self._join is not None else None
+        return Progress(target, count, self.settings.min_nodes, self.settings.max_nodes, last_call_in, timeout_in)
 
     def shutdown(self) -> bool:
         """Leave the job: revoke the lease so the others notice at once. Does NOT close the job."""

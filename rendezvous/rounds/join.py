@@ -50,6 +50,7 @@ class Progress:
     min_nodes: int
     max_nodes: int
     last_call_in: float | None  # seconds until the coordinator freezes the round, if known
+    timeout_in: float | None = None  # seconds until this node's join_timeout, if known
 
 
 @dataclass(frozen=True)

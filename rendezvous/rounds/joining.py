@@ -68,6 +68,7 @@ class JoinLoop:
         self._clock = clock
         self._store = JobStateStore(client, keys)
         self.target: int | None = None  # the round being joined (for progress lines)
+        self._deadline: float | None = None
         self._ops = {
             Closed: self._closed,
             Frozen: self._frozen,
@@ -76,6 +77,11 @@ class JoinLoop:
             Coordinate: self._coordinate,
             Follow: self._follow,
         }
+
+    @property
+    def timeout_in(self) -> float | None:
+        """Seconds until this join's join_timeout (None when not joining)."""
+        return None if self._deadline is None or self.target is None else max(self._deadline - self._clock(), 0.0)
 
     def run(self, seen: JobState | None, kept: tuple | None) -> Joined:
         """Join the round after ``seen`` (None: read it), on the watch ``kept`` from the last round if any.

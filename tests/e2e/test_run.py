@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import time
 
@@ -12,6 +13,7 @@ import pytest
 
 import elastic
 from launcher.workers.env import EXPORTED
+from tests.hangs.helpers import Agent
 
 from .cli_helpers import PROBE, agent_args, finish, records, run, run_id, start, wait_for
 
@@ -292,3 +294,21 @@ def test_etcd_v2_is_an_alias_that_runs_on_the_v3_api(etcd_endpoints, tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert "--rdzv-backend etcd-v2: using etcd's v3 API (etcd 3.6 removed v2)" in result.stderr
+
+
+def test_while_nodes_are_missing_a_progress_line_comes_every_10_s_with_the_join_timeout(etcd_endpoints, tmp_path):
+    script = tmp_path / "w.py"
+    script.write_text("pass\n")
+    agent = Agent(
+        ["--nnodes", "2", "--rdzv-endpoint", etcd_endpoints, "--rdzv-id", run_id(), "--local-addr", "127.0.0.1"]
+        + ["--rdzv-conf", "join_timeout=60", str(script)]
+    )
+    try:
+        wait_for(lambda: agent.count(r"nodes joined") >= 2, 20, interval=0.2, what="a second progress line")
+        (first, line), (second, _) = [(at, text) for at, text in agent.lines if "nodes joined" in text][:2]
+        assert re.fullmatch(
+            r"elastic-run: round 1: 1/2 nodes joined \(min 2, max 2\), waiting for 1 more, join timeout in 5\d s", line
+        ), line
+        assert 9.0 <= second - first <= 11.5, f"{second - first:.1f} s between the lines"
+    finally:
+        agent.kill()

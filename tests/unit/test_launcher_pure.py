@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 
@@ -19,7 +20,7 @@ from launcher.cli.options import (
     worker_argv,
 )
 from launcher.errors import UsageError
-from launcher.output.console import progress_line
+from launcher.output.console import PROGRESS_EVERY, progress_line, should_say
 from launcher.output.plan import (
     STDOUT,
     StreamPlan,
@@ -287,6 +288,20 @@ def test_failure_summary_names_the_first_failure():
 def test_progress_line():
     assert progress_line(Progress(1, 2, 3, 4, 4.2)) == "round 1: 2/4 nodes joined (min 3, max 4), last call in 4 s"
     assert progress_line(Progress(2, 1, 3, 3, None)) == "round 2: 1/3 nodes joined (min 3, max 3), waiting for 2 more"
+    assert (
+        progress_line(Progress(2, 1, 3, 3, None, 575.4))
+        == "round 2: 1/3 nodes joined (min 3, max 3), waiting for 2 more, join timeout in 575 s"
+    )
+
+
+def test_progress_is_said_when_the_nodes_change_or_the_last_call_begins_else_every_10_s():
+    waiting, last_call = Progress(1, 1, 3, 4, None, 590.0), Progress(1, 3, 3, 4, 29.0)
+    assert should_say(waiting, None, math.inf)  # the first look
+    assert not should_say(waiting, (1, False), 1.0) and not should_say(waiting, (1, False), PROGRESS_EVERY - 0.1)
+    assert should_say(waiting, (1, False), PROGRESS_EVERY)  # nothing changed for 10 s: say it again
+    assert should_say(Progress(1, 2, 3, 4, None), (1, False), 0.5)  # a node came
+    assert should_say(last_call, (2, False), 0.5)  # the last call began
+    assert not should_say(last_call, (3, True), 1.0)  # a second later: the countdown is not news
 
 
 def test_worker_env_view(monkeypatch):
