@@ -55,13 +55,23 @@ def _describe(exc: grpc.RpcError) -> str:
     return f"{code}: {details}" if details else code
 
 
-def map_rpc_error(exc: grpc.RpcError, endpoint: Endpoint | None = None) -> RendezvousError:
-    """Map a gRPC error to the rendezvous error tree."""
+def map_rpc_error(
+    exc: grpc.RpcError, endpoint: Endpoint | None = None, access: tuple[str, str, str] | None = None
+) -> RendezvousError:
+    """Map a gRPC error to the rendezvous error tree. ``access``: (user, "read" or "write", key) of the
+    call, to name what a permission denied was about."""
     code = exc.code()
     where = f"etcd at {endpoint}" if endpoint else "etcd"
     details = details_of(exc)
     if code in _UNREACHABLE:
         return RendezvousConnectionError(f"cannot reach {where}: {_describe(exc)}")
+    if code == grpc.StatusCode.FAILED_PRECONDITION and "authentication is not enabled" in details:
+        return RendezvousCredentialsError(
+            f"{where} does not use authentication, but a user was given (ELASTIC_ETCD_USER or --rdzv-conf user=): "
+            "leave the user and password out, or enable authentication on etcd"
+        )
+    if code == grpc.StatusCode.PERMISSION_DENIED and access is not None:
+        return RendezvousCredentialsError(_denied(where, *access))
     if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
         return RendezvousCredentialsError(f"{where} refused the credentials: {details or code.name}")
     if code == grpc.StatusCode.INVALID_ARGUMENT and "user name is empty" in details:
@@ -73,3 +83,12 @@ def map_rpc_error(exc: grpc.RpcError, endpoint: Endpoint | None = None) -> Rende
     if code == grpc.StatusCode.NOT_FOUND and "lease not found" in details:
         return LeaseNotFoundError(f"{where}: {details}")
     return RendezvousError(f"{where} failed: {_describe(exc)}")
+
+
+def _denied(where: str, user: str, verb: str, key: str) -> str:
+    """``etcd at h:2379 let user 'trainer' in, but its roles may not write '/elastic/job/state' ...``"""
+    top = "/" + key.strip("/").split("/")[0] + "/" if key.startswith("/") else key
+    return (
+        f"{where} let user {user!r} in, but its roles may not {verb} {key!r} (permission denied): grant one of "
+        f"them readwrite on the key prefix, e.g. etcdctl role grant-permission <role> --prefix=true readwrite {top}"
+    )

@@ -132,3 +132,27 @@ def test_the_library_view_takes_credentials_from_the_environment(auth_etcd, monk
     monkeypatch.setenv("ELASTIC_ETCD_PASSWORD", "wrong")
     with pytest.raises(RendezvousCredentialsError, match="refused the credentials"):
         elastic.get_state(auth_etcd, "no-job-here")
+
+
+def test_credentials_against_an_etcd_without_auth_are_one_line_and_exit_2(etcd_endpoints, tmp_path):
+    env = {"ELASTIC_ETCD_USER": "trainer", "ELASTIC_ETCD_PASSWORD": PASSWORD}
+    result = run(agent_args(etcd_endpoints, run_id(), "1", nproc=1) + [PROBE, str(tmp_path)], env=env)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode == 2 and len(lines) == 1, result.stderr
+    assert "does not use authentication, but a user was given (ELASTIC_ETCD_USER or --rdzv-conf user=)" in lines[0]
+    assert PASSWORD not in result.stderr
+
+
+def test_a_user_without_permission_on_the_prefix_is_told_which_permission_and_prefix(
+    auth_etcd, password_file, tmp_path
+):
+    """The role may use /elastic/ only: a job under another key prefix is refused, and the line says
+    what to grant, not that the credentials were wrong."""
+    env = {"ELASTIC_ETCD_USER": "trainer", "ELASTIC_ETCD_PASSWORD_FILE": password_file}
+    conf = "key_prefix=/other,connect_timeout=5"
+    result = run(agent_args(auth_etcd, run_id(), "1", nproc=1, conf=conf) + [PROBE, str(tmp_path)], env=env)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode == 2 and len(lines) == 1, result.stderr
+    assert "let user 'trainer' in, but its roles may not read '/other/" in lines[0], lines[0]
+    assert "etcdctl role grant-permission <role> --prefix=true readwrite /other/" in lines[0], lines[0]
+    assert "refused the credentials" not in lines[0]
