@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import ChildFailedError, UsageError, WorkerFailedError
 from .hangs.rules import positive_seconds
+from .workers.mainguard import unguarded_launch
 
 if TYPE_CHECKING:
     from .cli.plan import RunOptions
@@ -140,6 +141,9 @@ def launch_agent(config: LaunchConfig, entrypoint: Callable[..., Any] | str, arg
 
     if not callable(entrypoint) and not isinstance(entrypoint, str):
         raise ValueError(f"the entrypoint must be a function or a command, not {type(entrypoint).__name__}")
+    unguarded = unguarded_launch(entrypoint)
+    if unguarded is not None:
+        raise ValueError(unguarded)
     work = tempfile.mkdtemp(prefix="elastic-launch-")
     try:
         argv = _worker_command(entrypoint, args, work)

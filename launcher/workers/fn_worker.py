@@ -20,10 +20,15 @@ def main(payload_path: str, results_dir: str) -> None:
     from multiprocessing import spawn
 
     from .errorfile import record
+    from .mainguard import PREPARING
 
     with open(payload_path, "rb") as handle:
         preparation = pickle.load(handle)
-        spawn.prepare(preparation)  # the caller's sys.path, cwd and __main__, as a spawned child gets them
+        os.environ[PREPARING] = "1"  # a launch while the script is imported refuses to run (mainguard)
+        try:
+            spawn.prepare(preparation)  # the caller's sys.path, cwd and __main__, as a spawned child gets them
+        finally:
+            del os.environ[PREPARING]
         fn, args = pickle.load(handle)
     value = record(fn)(*args)
     rank = os.environ["RANK"]
