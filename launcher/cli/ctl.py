@@ -46,6 +46,7 @@ def _ctl_options(func: Callable) -> Callable:
 
 
 @click.group("elastic-ctl", context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="etcd-elastic", prog_name="elastic-ctl", message="%(prog)s %(version)s")
 def elastic_ctl() -> None:
     """Look at elastic jobs in etcd, and close, restart or reset one; run a local etcd."""
 

@@ -20,6 +20,7 @@ from launcher.output.console import say, set_log_format
 from launcher.workers.numa import MODES as NUMA_MODES
 from rendezvous.errors import RendezvousError, RendezvousSettingsError
 
+from .helpfmt import GroupedCommand, rdzv_conf_help
 from .options import (
     expand_abbreviations,
 )
@@ -57,7 +58,16 @@ class _Seconds(click.ParamType):
 _SECONDS = _Seconds()
 
 
-@click.command("elastic-run", context_settings=_CONTEXT)
+@click.command("elastic-run", cls=GroupedCommand, context_settings=_CONTEXT)
+@click.version_option(package_name="etcd-elastic", prog_name="elastic-run", message="%(prog)s %(version)s")
+@click.option(
+    "--help-rdzv-conf",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=rdzv_conf_help,
+    help="List the --rdzv-conf keys, and exit.",
+)
 @_option("--nnodes", env="NNODES", default="1:1", show_default=True, help="Number of nodes, N or MIN:MAX.")
 @_option(
     "--nproc-per-node",
@@ -75,7 +85,12 @@ _SECONDS = _Seconds()
 )
 @_option("--rdzv-endpoint", env="RDZV_ENDPOINT", default="", help="etcd endpoints, host:port[,host:port...].")
 @_option("--rdzv-id", env="RDZV_ID", default=None, help="Job id, the same on every node.")
-@_option("--rdzv-conf", env="RDZV_CONF", default="", help="Rendezvous settings, key=value,... (see README).")
+@_option(
+    "--rdzv-conf",
+    env="RDZV_CONF",
+    default="",
+    help="Rendezvous settings, key=value,... (the keys: --help-rdzv-conf).",
+)
 @_option("--standalone", env="STANDALONE", is_flag=True, help="Single node: start a local etcd, random job id.")
 @_option(
     "--max-restarts",

@@ -65,8 +65,9 @@ class Telemetry:
 
 class PrometheusTelemetry(Telemetry):
     def __init__(self, job: str, node: str) -> None:
-        from prometheus_client import CollectorRegistry, Enum, Gauge, ProcessCollector
+        from prometheus_client import CollectorRegistry, Gauge, ProcessCollector, disable_created_metrics
 
+        disable_created_metrics()  # no *_created series: the counters start with the agent, as its uptime says
         self.registry = CollectorRegistry()
         ProcessCollector(registry=self.registry)  # the agent's own RSS, CPU, open files
         labels, values = ("run_id", "node"), {"run_id": job, "node": node}
@@ -74,9 +75,10 @@ class PrometheusTelemetry(Telemetry):
         def gauge(name: str, doc: str) -> Gauge:
             return Gauge(name, doc, labels, registry=self.registry).labels(**values)
 
-        self._state = Enum(
-            "elastic_agent_state", "The agent's state", labels, states=list(STATES), registry=self.registry
-        ).labels(**values)
+        states = Gauge(
+            "elastic_agent_state", "1 for the agent's current state", (*labels, "state"), registry=self.registry
+        )
+        self._states = {state: states.labels(state=state, **values) for state in STATES}
         self._round = gauge("elastic_round", "The round this agent last joined")
         self._world = gauge("elastic_world_size", "Workers in the round")
         self._nodes = gauge("elastic_group_world_size", "Nodes in the round")
@@ -89,7 +91,7 @@ class PrometheusTelemetry(Telemetry):
         )
         self._counters(labels, values)
         self._values = values
-        self._state.state("init")
+        self.state("init")
 
     def _counters(self, labels: tuple[str, ...], values: dict[str, str]) -> None:
         """The histograms and counters: rendezvous time, restarts by cause, etcd calls, fences, history."""
@@ -139,7 +141,8 @@ class PrometheusTelemetry(Telemetry):
         ).labels(**values)
 
     def state(self, state: str) -> None:
-        self._state.state(state)
+        for name, gauge in self._states.items():
+            gauge.set(1 if name == state else 0)
 
     def round_formed(
         self,

@@ -1,5 +1,6 @@
 """The README's fresh-machine commands are the ones CI runs."""
 
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,3 +41,33 @@ def test_the_readme_exit_code_table_is_the_codes_table():
     stated = [tuple(cell.strip().strip("`") for cell in row.strip("|").split("|")) for row in rows]
     assert stated == [(r.code, r.meaning, "yes" if r.retry else "no") for r in EXIT_CODES]
     assert all(describe_code(c).retry == (c >= 128) for c in (0, 1, 2, 3, 4, 130, 143, EXIT_INFRA))
+
+
+def _settings_rows() -> dict[str, str]:
+    """The README's Settings table: each key (of a row naming several, each) -> its meaning."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("Settings (`--rdzv-conf key=value,...`") :]
+    section = section[: section.index("\n\n", section.index("| key |"))]
+    rows = {}
+    for line in section.splitlines():
+        if line.startswith("| `"):
+            keys, _, meaning = (cell.strip() for cell in line.strip("|").split("|"))
+            for key in re.findall(r"`([a-z_]+)`", keys):
+                rows[key] = meaning
+    return rows
+
+
+def test_the_settings_table_names_every_key_and_its_exit_codes_are_the_codes_tables():
+    from launcher.errors import EXIT_CODES
+    from rendezvous.settings import CONF_KEYS
+
+    rows = _settings_rows()
+    assert set(rows) == set(CONF_KEYS), set(rows) ^ set(CONF_KEYS)
+    meaning = {row.code: row.meaning for row in EXIT_CODES}
+    stated = {key: int(found.group(1)) for key, text in rows.items() if (found := re.search(r"exits (\d+)", text))}
+    assert stated == {"join_timeout": 200, "connect_timeout": 200, "user": 2, "password": 2}
+    for key, code in stated.items():
+        words = "credentials" if key in ("user", "password") else key
+        assert words in meaning[str(code)], (
+            f"{key} exits {code}, but the codes table's {code} says: {meaning[str(code)]}"
+        )
