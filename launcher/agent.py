@@ -57,7 +57,7 @@ from .errors import (
     rendezvous_failure,
 )
 from .output import LogPump
-from .rounds import CAUSES, RoundOutcome, RoundResult, RoundRunner
+from .rounds import RoundOutcome, RoundResult, RoundRunner
 from .signals import ignore_stop_signals
 
 __all__ = ["AgentConfig", "Agent", "AgentState", "RoundOutcome", "RoundResult"]
@@ -171,7 +171,7 @@ class Agent:
                 self.attempt += 1  # another node's failure restarted the job: its workers run again
                 continue
             self.attempt += 1  # the round's ending set the state to RESTARTING
-            self.telemetry.restarted(CAUSES[result.outcome])
+            self.telemetry.restarted(result.cause)
             if result.verdict is not None:
                 self.telemetry.hung(result.verdict.culprit_label)
             if result.outcome is RoundOutcome.FENCED:

@@ -143,7 +143,7 @@ def _telemetry(plan: LaunchPlan, client: EtcdClient, history: HistoryWriter) -> 
         return Telemetry()
     from launcher.telemetry.metrics import PrometheusTelemetry
 
-    telemetry = PrometheusTelemetry(plan.settings.run_id, plan.node_id)
+    telemetry = PrometheusTelemetry(plan.settings.run_id, plan.node_id, max_restarts=plan.config.max_restarts)
     client.observer = telemetry.etcd_call
     history.on_failure = telemetry.history_failed
     return telemetry

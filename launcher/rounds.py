@@ -53,6 +53,15 @@ class RoundResult:
     outcome: RoundOutcome
     status: GroupStatus | None = None  # the workers' status when they ended (SUCCEEDED, FAILED)
     verdict: Verdict | None = None  # HUNG: the rank to blame
+    failure: str = ""  # MEMBERSHIP_CHANGED by another node's failed or hung worker: what it said
+
+    @property
+    def cause(self) -> str:
+        """The metrics' restart cause: the job's -- a worker that failed or hung on another node is
+        that cause here too, not a membership change."""
+        if self.outcome is RoundOutcome.MEMBERSHIP_CHANGED and self.failure:
+            return "hang" if " hung" in self.failure else "worker_failure"
+        return CAUSES[self.outcome]
 
 
 class RoundRunner:
@@ -180,7 +189,7 @@ class RoundRunner:
                 if verdict is not None:  # another node acted on the job's hang verdict first
                     return RoundResult(RoundOutcome.HUNG, verdict=verdict)
                 self._say(self._why_changed())
-                return RoundResult(RoundOutcome.MEMBERSHIP_CHANGED)
+                return RoundResult(RoundOutcome.MEMBERSHIP_CHANGED, failure=self._failure_elsewhere())
 
     def _outcome(self) -> RoundResult | None:
         """How the round ended, or None while the workers run. Fencing is checked before and after
@@ -212,6 +221,15 @@ class RoundRunner:
             if time.monotonic() >= deadline:
                 return False
             time.sleep(0.01)
+
+    def _failure_elsewhere(self) -> str:
+        """What another node's failure said, when one ended the round (else "")."""
+        try:
+            monitor = self.handler.round_monitor()
+        except RendezvousError:
+            return ""
+        failures = monitor.cause.failures if monitor is not None else ()
+        return failures[0] if failures else ""
 
     def _why_changed(self) -> str:
         """One line with the facts: why this node's workers stop for a new round."""

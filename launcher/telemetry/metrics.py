@@ -64,7 +64,8 @@ class Telemetry:
 
 
 class PrometheusTelemetry(Telemetry):
-    def __init__(self, job: str, node: str) -> None:
+    def __init__(self, job: str, node: str, *, max_restarts: int = 0) -> None:
+        """``max_restarts``: this agent's --max-restarts, the budget shown until a round says the job's."""
         from prometheus_client import CollectorRegistry, Gauge, ProcessCollector, disable_created_metrics
 
         disable_created_metrics()  # no *_created series: the counters start with the agent, as its uptime says
@@ -92,6 +93,7 @@ class PrometheusTelemetry(Telemetry):
         self._counters(labels, values)
         self._values = values
         self.state("init")
+        self._budget.set(max_restarts)
 
     def _counters(self, labels: tuple[str, ...], values: dict[str, str]) -> None:
         """The histograms and counters: rendezvous time, restarts by cause, etcd calls, fences, history."""
