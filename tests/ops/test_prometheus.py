@@ -11,6 +11,7 @@ import socket
 import subprocess
 import time
 import urllib.parse
+from pathlib import Path
 
 import pytest
 
@@ -55,6 +56,11 @@ class Prometheus:
             return {}
         return {r["metric"].get("instance", ""): float(r["value"][1]) for r in json.loads(body)["data"]["result"]}
 
+    def series(self, expr: str) -> list[dict[str, str]]:
+        """The label sets an instant query returns (empty while Prometheus is not up)."""
+        status, body = get(f"{self.url}/api/v1/query?query={urllib.parse.quote(expr)}")
+        return [r["metric"] for r in json.loads(body)["data"]["result"]] if status == 200 else []
+
     def until(self, expr: str, check, timeout: float, what: str) -> dict[str, float]:
         deadline, seen = time.monotonic() + timeout, None
         while time.monotonic() < deadline:
@@ -73,6 +79,27 @@ class Prometheus:
             self.process.wait(timeout=10)
 
 
+DASHBOARD = Path(__file__).resolve().parents[2] / "examples" / "grafana" / "elastic-dashboard.json"
+
+
+def _every_panel_returns_series(prometheus: Prometheus, rdzv_id: str) -> None:
+    """Each query of the Grafana dashboard, with its variables filled in as Grafana would, returns series."""
+    dashboard = json.loads(DASHBOARD.read_text())
+    variables = {"$run_id": rdzv_id, "$__rate_interval": "1m", "$__range": "10m"}
+    shown = []
+    for panel in dashboard["panels"]:
+        for target in panel["targets"]:
+            expr = target["expr"]
+            assert 'run_id=~"$run_id"' in expr, f"panel {panel['title']!r} is not filtered by the job: {expr}"
+            for name, value in variables.items():
+                expr = expr.replace(name, value)
+            assert "$" not in expr, f"panel {panel['title']!r}: a variable is left in {expr}"
+            prometheus.until(expr, lambda v: len(v) >= 1, 20, f"series for panel {panel['title']!r}")
+            found = prometheus.series(expr)
+            shown.append(f"{panel['title']} [{target['refId']}]: {len(found)} series {found}")
+    print("\n" + "\n".join(shown))
+
+
 @pytest.mark.skipif(PROMETHEUS is None, reason="no prometheus binary (Debian: apt-get install prometheus)")
 def test_prometheus_sees_the_restart_counter_rise_and_the_world_shrink(etcd_endpoints, tmp_path):
     rdzv_id = run_id()
@@ -84,7 +111,7 @@ def test_prometheus_sees_the_restart_counter_rise_and_the_world_shrink(etcd_endp
         "--nproc-per-node",
         "1",
         "--rdzv-endpoint",
-        etcd_endpoints,
+        f"127.0.0.1:{_free_port()},{etcd_endpoints}",  # a member down: each agent's first try fails over
         "--rdzv-id",
         rdzv_id,
         "--local-addr",
@@ -97,6 +124,8 @@ def test_prometheus_sees_the_restart_counter_rise_and_the_world_shrink(etcd_endp
         "127.0.0.1",
         "--rdzv-conf",
         "last_call_timeout=2",
+        "--heartbeat-timeout",
+        "2",
         PHASED,
         str(out),
         "--run",
@@ -105,6 +134,8 @@ def test_prometheus_sees_the_restart_counter_rise_and_the_world_shrink(etcd_endp
         "2",
         "--fail-after",
         "6",
+        "--hang-rank",
+        "1",
     ]
     agents = [Agent(args) for _ in range(3)]
     prometheus = None
@@ -116,11 +147,17 @@ def test_prometheus_sees_the_restart_counter_rise_and_the_world_shrink(etcd_endp
             f"elastic_job_restarts{{{job}}}", lambda v: len(v) == 3, 30, "3 agents' restart count"
         )
         failures_before = prometheus.query(f'sum(elastic_restarts_total{{{job},cause="worker_failure"}})')
-        after = prometheus.until(
+        after = prometheus.until(  # rank 2 failed, then rank 1 hung: two restarts
             f"elastic_job_restarts{{{job}}}",
+            lambda v: len(v) == 3 and set(v.values()) == {2.0},
+            60,
+            "the restart count at 2 on every node",
+        )
+        prometheus.until(
+            f'elastic_hangs_total{{{job},culprit="1"}}',
             lambda v: len(v) == 3 and set(v.values()) == {1.0},
-            40,
-            "the restart count at 1 on every node",
+            20,
+            "the hang of rank 1 counted on every node",
         )
         failures_after = prometheus.until(  # the job's cause on every node, not only on the failed one's
             f'elastic_restarts_total{{{job},cause="worker_failure"}}',
@@ -130,6 +167,7 @@ def test_prometheus_sees_the_restart_counter_rise_and_the_world_shrink(etcd_endp
         )
         changes = prometheus.query(f'sum(elastic_restarts_total{{{job},cause="membership_change"}})')
         assert list(changes.values()) == [0.0], f"the worker failure was counted as a membership change: {changes}"
+        _every_panel_returns_series(prometheus, rdzv_id)
         worlds = prometheus.until(
             f"elastic_world_size{{{job}}}", lambda v: set(v.values()) == {3.0}, 20, "world size 3"
         )
@@ -149,7 +187,7 @@ def test_prometheus_sees_the_restart_counter_rise_and_the_world_shrink(etcd_endp
             f"\nelastic_world_size: {sorted(worlds.values())} -> after a node was "
             f"killed {sorted(shrunk.values())} (survivors {sorted(shrunk)})"
         )
-        assert set(before.values()) == {0.0}
+        assert set(before.values()) == {0.0} and set(after.values()) == {2.0}
     finally:
         if prometheus is not None:
             prometheus.close()
