@@ -245,3 +245,29 @@ def test_a_bad_config_field_is_one_value_error_naming_it(changes, field):
     with pytest.raises(ValueError, match=rf"LaunchConfig\.{field}\b") as raised:
         LaunchConfig(**{"min_nodes": 1, "max_nodes": 1, "nproc_per_node": 1, **changes})
     assert "\n" not in str(raised.value)
+
+
+def test_torchs_test_launch_elastic_as_torch_writes_it_passes_through_our_api(tmp_path, etcd_endpoints):
+    """torch's ``test_launch_elastic`` with its own config, untouched: run_id "" (a random id),
+    min 1 / max 2 nodes, 4 workers, backend "etcd", no rendezvous settings -- so the round waits
+    the default last call (30 s) for a second node that never comes, then runs with one."""
+    config = {
+        "min_nodes": 1,
+        "max_nodes": 2,
+        "nproc_per_node": 4,
+        "run_id": "",
+        "rdzv_endpoint": etcd_endpoints,
+        "monitor_interval": 0.1,
+        "rdzv_backend": "etcd",
+        "start_method": "spawn",
+        "max_restarts": 0,
+        "rdzv_configs": {},
+    }
+    case = {
+        "config": config,
+        "entrypoint": "cmd:" + sys.executable,
+        "args": ["-u", SCRIPT, f"--touch-file-dir={tmp_path}"],
+    }
+    result = _finish(_start("ours", case), timeout=90)
+    assert "error" not in result, result
+    assert sorted(os.listdir(tmp_path)) == ["0", "1", "2", "3"]  # torch's check_works_ran(world_size=4)
