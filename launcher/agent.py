@@ -183,6 +183,11 @@ class Agent:
             elif result.outcome is RoundOutcome.HUNG:
                 self._restart_or_close(restart.hang_of(result.verdict, self.info))
 
+    def worker_pids(self) -> list[int]:
+        """This node's worker processes now (none between rounds)."""
+        group = getattr(self, "_group", None)
+        return group.pids if group is not None else []
+
     # -- the steps ------------------------------------------------------------------------------
     def _open(self) -> None:
         """The agent's own helpers: the log pump and the worker group."""

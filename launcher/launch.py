@@ -22,9 +22,11 @@ from rendezvous.rounds.handler import RendezvousHandler
 from rendezvous.settings import RendezvousSettings
 
 from .agent import Agent
+from .allocation import allocation_member
 from .config import AgentConfig
 from .errors import UsageError
-from .signals import STOP_SIGNALS, stop_on_signals
+from .signals import PASSED_SIGNALS, STOP_SIGNALS, pass_to_workers, stop_on_signals
+from .slurm import AllocationEtcd
 
 __all__ = ["LaunchPlan", "LaunchOutcome", "launch"]
 
@@ -45,6 +47,7 @@ class LaunchPlan:
     notes: tuple[str, ...] = ()  # lines said once the plan stands (warnings torchrun also gives)
     http_host: str = "0.0.0.0"
     http_port: int | None = None  # the metrics and probes endpoint (--http-port); None: off
+    allocation: AllocationEtcd | None = None  # under SLURM with no --rdzv-endpoint: the allocation's etcd
 
     @property
     def standalone(self) -> bool:
@@ -78,11 +81,14 @@ def launch(plan: LaunchPlan, *, early_etcd: Any = None, report: Callable[[str], 
                 server, early_etcd = (early_etcd.ready() if early_etcd is not None else EtcdServer().start()), None
                 client = plan.settings.with_(protocol="http").connect(server.endpoints)  # the local etcd speaks http
             else:
-                client = plan.settings.connect(plan.endpoint)
-            try:
-                return _run_agent(plan, client, report)
-            finally:
-                client.close()
+                client = None
+            with allocation_member(plan.allocation, report):
+                if client is None:
+                    client = plan.settings.connect(plan.endpoint)
+                try:
+                    return _run_agent(plan, client, report)
+                finally:
+                    client.close()
     finally:
         for unused in (early_etcd, server):
             if unused is not None:
@@ -126,7 +132,9 @@ def _run_agent(plan: LaunchPlan, client: EtcdClient, report: Callable[[str], Non
         )
         server = _serve(plan, agent, telemetry, report)
         try:
-            code = agent.run()
+            passed = tuple(s for s in PASSED_SIGNALS if s not in plan.signals)
+            with pass_to_workers(passed, agent.worker_pids, report):
+                code = agent.run()
         finally:
             if server is not None:
                 server.close()

@@ -4,16 +4,18 @@ signal."""
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from .errors import AgentStopped
 
-__all__ = ["STOP_SIGNALS", "stop_on_signals", "ignore_stop_signals"]
+__all__ = ["STOP_SIGNALS", "PASSED_SIGNALS", "stop_on_signals", "ignore_stop_signals", "pass_to_workers"]
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)  # torchrun's --signals-to-handle
+PASSED_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)  # "checkpoint now" (SLURM's --signal=USR1@N): to the workers
 
 
 class _Handled:
@@ -46,6 +48,36 @@ def stop_on_signals(signals: tuple[int, ...] = STOP_SIGNALS) -> Iterator[None]:
     def handle(signum: int, frame: object) -> None:
         ignore_stop_signals()
         raise AgentStopped(signum)
+
+    for signum in signals:
+        signal.signal(signum, handle)
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+@contextmanager
+def pass_to_workers(
+    signals: tuple[int, ...], pids: Callable[[], list[int]], say: Callable[[str], None]
+) -> Iterator[None]:
+    """Pass each of ``signals`` on to the workers (each worker process, not its children, which
+    may not expect it) and go on; in the main thread only, as ``stop_on_signals``."""
+    if threading.current_thread() is not threading.main_thread() or not signals:
+        yield
+        return
+    previous = {signum: signal.getsignal(signum) for signum in signals}
+
+    def handle(signum: int, frame: object) -> None:
+        sent = 0
+        for pid in pids():
+            try:
+                os.kill(pid, signum)
+                sent += 1
+            except ProcessLookupError:
+                continue
+        say(f"{signal.Signals(signum).name}: passed to {sent} worker{'s' if sent != 1 else ''}")
 
     for signum in signals:
         signal.signal(signum, handle)

@@ -27,6 +27,7 @@ from launcher.workers.numa import binding_commands
 from rendezvous.rounds.member import default_node_id
 from rendezvous.settings import RendezvousSettings
 
+from .from_slurm import from_slurm
 from .options import NodeRange, parse_nnodes, parse_nproc_per_node, parse_rdzv_backend, parse_signals, worker_argv
 
 __all__ = ["RunOptions", "plan_from"]
@@ -73,6 +74,7 @@ class RunOptions:
     http_port: int | None = None
     http_host: str = "0.0.0.0"
     virtual_local_rank: bool = False
+    given: frozenset[str] | None = None  # the options given (flag or PET_*); None: all (the Python API)
 
 
 class _Parsed(NamedTuple):
@@ -106,6 +108,7 @@ def _parse(opts: RunOptions) -> _Parsed:
 
 def plan_from(opts: RunOptions) -> LaunchPlan:
     """elastic-run's options -> a validated LaunchPlan (a UsageError names the first bad option)."""
+    opts, slurm = from_slurm(opts)
     endpoint = _rendezvous_endpoint(opts)
     nodes = parse_nnodes(opts.nnodes)
     parsed = _parse(opts)
@@ -113,7 +116,7 @@ def plan_from(opts: RunOptions) -> LaunchPlan:
     if opts.master_addr or opts.master_port or opts.node_rank:
         say("--node-rank/--master-addr/--master-port belong to static rendezvous and are ignored")
     settings = RendezvousSettings.from_conf(run_id, nodes.min_nodes, nodes.max_nodes, opts.rdzv_conf, warn=say)
-    node_id = default_node_id()
+    node_id = default_node_id() if slurm is None else f"{slurm.job.node_name}-{uuid.uuid4().hex[:6]}"
     log_root, temporary = _log_root(opts.log_dir, run_id, node_id)
     keep_files = bool(parsed.redirects or parsed.tee)
     notes = [OMP_WARNING] if parsed.nproc > 1 and "OMP_NUM_THREADS" not in os.environ else []  # as torchrun
@@ -132,6 +135,7 @@ def plan_from(opts: RunOptions) -> LaunchPlan:
         notes=tuple(notes),
         http_host=opts.http_host or "0.0.0.0",
         http_port=opts.http_port,
+        allocation=slurm.etcd if slurm is not None else None,
     )
 
 

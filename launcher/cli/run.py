@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 import click
+from click.core import ParameterSource
 
 from launcher.errors import EXIT_SIGNAL_BASE, EXIT_USAGE, LauncherError, UsageError, describe_code, rendezvous_failure
 from launcher.hangs.rules import positive_seconds
@@ -234,7 +235,9 @@ _SECONDS = _Seconds()
 def elastic_run(early: _Early | None, log_format: str, **opts: Any) -> int:
     """Launch SCRIPT on this node as one agent of an elastic job (torchrun's options)."""
     set_log_format(log_format)
-    plan = plan_from(RunOptions(**opts))
+    ctx = click.get_current_context()
+    given = frozenset(name for name in opts if ctx.get_parameter_source(name) not in (None, ParameterSource.DEFAULT))
+    plan = plan_from(RunOptions(**opts, given=given))
     return launch(plan, early_etcd=early.take() if early is not None else None).exit_code
 
 

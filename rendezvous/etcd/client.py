@@ -157,27 +157,13 @@ class EtcdClient:
                     failures[str(self.endpoints[index])] = retry.reason(code.name, details, share)
                     index = (index + 1) % count
                     continue
-                raise map_rpc_error(exc, self.endpoints[index], self._access(method, request)) from exc
+                raise map_rpc_error(exc, self.endpoints[index], _access(self._user, method, request)) from exc
             self.channels.current = index
             return response
         self.channels.current = index  # the next call starts where this one would have gone on
         if not failures:
             failures = {str(ep): "no time left to try" for ep in self.endpoints}
         raise Unreachable(failures, attempt, time.monotonic() - started)
-
-    def _access(self, method: str, request: Any) -> tuple[str, str, str] | None:
-        """(user, "read" or "write", key) of a key-value call, to name what a permission denied was about."""
-        if self._user is None:
-            return None
-        if method in ("Range", "Put", "DeleteRange"):
-            key = request.key
-        elif method == "Txn":
-            keys = [c.key for c in request.compare] + [_op_key(op) for op in request.success]
-            key = next((k for k in keys if k), b"")
-        else:
-            return None
-        verb = "read" if method == "Range" or (method == "Txn" and not _writes(request)) else "write"
-        return self._user, verb, key.decode(errors="replace")
 
     def wait_ready(
         self, key: str | bytes, timeout: float, report: Callable[[str], None] | None = None, every: float = 5.0
@@ -343,3 +329,18 @@ def _op_key(op: Any) -> bytes:
 
 def _writes(request: Any) -> bool:
     return any(op.WhichOneof("request") in ("request_put", "request_delete_range") for op in request.success)
+
+
+def _access(user: str | None, method: str, request: Any) -> tuple[str, str, str] | None:
+    """(user, "read" or "write", key) of a key-value call, to name what a permission denied was about."""
+    if user is None:
+        return None
+    if method in ("Range", "Put", "DeleteRange"):
+        key = request.key
+    elif method == "Txn":
+        keys = [c.key for c in request.compare] + [_op_key(op) for op in request.success]
+        key = next((k for k in keys if k), b"")
+    else:
+        return None
+    verb = "read" if method == "Range" or (method == "Txn" and not _writes(request)) else "write"
+    return user, verb, key.decode(errors="replace")
