@@ -5,9 +5,9 @@ dies with the agent (a parent-death signal), so nothing of it outlives the job."
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -25,9 +25,10 @@ _STOP_GRACE = 5.0
 
 
 def member_command(binary: str, layout: AllocationEtcd, member: Member, data_dir: str) -> list[str]:
-    """etcd's command line for ``member``: it listens on its address's IP (etcd takes no host name
-    there) and is advertised under the address the other nodes know it by."""
-    ip = socket.gethostbyname(member.addr)
+    """etcd's command line for ``member``: it listens on its address when that is an IP, else on
+    every interface (etcd takes no host name there, and a name's local lookup may give a loopback
+    address the other nodes cannot reach), and is advertised under the address the others know."""
+    ip = member.addr if _is_ip(member.addr) else "0.0.0.0"
     return [
         binary,
         "--name",
@@ -78,6 +79,14 @@ def allocation_member(layout: AllocationEtcd | None, say) -> Iterator[None]:
     finally:
         _stop(process)
         shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def _is_ip(addr: str) -> bool:
+    try:
+        ipaddress.ip_address(addr)
+    except ValueError:
+        return False
+    return True
 
 
 def _stop(process: subprocess.Popen) -> None:

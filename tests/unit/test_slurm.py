@@ -52,3 +52,19 @@ def test_the_options_given_win_and_nothing_changes_outside_slurm(monkeypatch):
     assert from_slurm(RunOptions("train.py", standalone=True, given=frozenset()))[1] is None
     monkeypatch.delenv("SLURM_STEP_ID")
     assert from_slurm(RunOptions("train.py", given=frozenset()))[1] is None
+
+
+def test_a_member_listens_on_its_ip_or_on_every_interface_for_a_name_and_is_advertised_by_its_address():
+    from launcher.allocation import member_command
+
+    hosts = [("n1", "10.0.0.1"), ("n2", "node02"), ("n3", "10.0.0.3")]
+    layout = etcd_layout(slurm_job({**STEP, "SLURMD_NODENAME": "n2"}), hosts)
+    command = member_command("etcd", layout, layout.mine, "/tmp/d")
+    flags = dict(zip(command[1::2], command[2::2]))
+    port = layout.mine.client_port
+    assert flags["--listen-client-urls"] == f"http://0.0.0.0:{port}"  # a name: every interface
+    assert flags["--advertise-client-urls"] == f"http://node02:{port}"
+    assert flags["--initial-cluster"] == layout.initial_cluster and flags["--name"] == "m1"
+    assert "--auto-compaction-retention=5m" in command and "--quota-backend-bytes=2147483648" in command
+    first = etcd_layout(slurm_job({**STEP, "SLURMD_NODENAME": "n1"}), hosts)
+    assert f"http://10.0.0.1:{first.mine.client_port}" in member_command("etcd", first, first.mine, "/tmp/d")
