@@ -36,19 +36,13 @@ def ignore_stop_signals() -> None:
 
 
 @contextmanager
-def stop_on_signals(signals: tuple[int, ...] = STOP_SIGNALS) -> Iterator[None]:
-    """Turn each of ``signals`` into AgentStopped in the main thread (once). Outside the main thread
-    (a launch from a library's worker thread) signals stay the caller's business: nothing changes."""
-    if threading.current_thread() is not threading.main_thread():
+def _handling(signals: tuple[int, ...], handle: Callable[[int, object], None]) -> Iterator[None]:
+    """``handle`` for each of ``signals`` for the duration of the block, in the main thread only (a
+    launch from a library's worker thread leaves signals to its caller: nothing changes)."""
+    if threading.current_thread() is not threading.main_thread() or not signals:
         yield
         return
     previous = {signum: signal.getsignal(signum) for signum in signals}
-    _handled.signals = tuple(signals)
-
-    def handle(signum: int, frame: object) -> None:
-        ignore_stop_signals()
-        raise AgentStopped(signum)
-
     for signum in signals:
         signal.signal(signum, handle)
     try:
@@ -59,15 +53,25 @@ def stop_on_signals(signals: tuple[int, ...] = STOP_SIGNALS) -> Iterator[None]:
 
 
 @contextmanager
+def stop_on_signals(signals: tuple[int, ...] = STOP_SIGNALS) -> Iterator[None]:
+    """Turn each of ``signals`` into AgentStopped in the main thread (once)."""
+
+    def handle(signum: int, frame: object) -> None:
+        ignore_stop_signals()
+        raise AgentStopped(signum)
+
+    if threading.current_thread() is threading.main_thread():
+        _handled.signals = tuple(signals)
+    with _handling(signals, handle):
+        yield
+
+
+@contextmanager
 def pass_to_workers(
     signals: tuple[int, ...], pids: Callable[[], list[int]], say: Callable[[str], None]
 ) -> Iterator[None]:
     """Pass each of ``signals`` on to the workers (each worker process, not its children, which
-    may not expect it) and go on; in the main thread only, as ``stop_on_signals``."""
-    if threading.current_thread() is not threading.main_thread() or not signals:
-        yield
-        return
-    previous = {signum: signal.getsignal(signum) for signum in signals}
+    may not expect it) and go on."""
 
     def handle(signum: int, frame: object) -> None:
         sent = 0
@@ -79,10 +83,5 @@ def pass_to_workers(
                 continue
         say(f"{signal.Signals(signum).name}: passed to {sent} worker{'s' if sent != 1 else ''}")
 
-    for signum in signals:
-        signal.signal(signum, handle)
-    try:
+    with _handling(signals, handle):
         yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
