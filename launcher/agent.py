@@ -138,7 +138,7 @@ class Agent:
             lease.lease_id != 0,
             lease.silent_for(),
             self.handler.settings.fence_after,
-            len(self._group.pids) if self._group is not None else 0,
+            len(self.worker_pids()),
         )
 
     def run(self) -> int:
@@ -185,8 +185,7 @@ class Agent:
 
     def worker_pids(self) -> list[int]:
         """This node's worker processes now (none between rounds)."""
-        group = getattr(self, "_group", None)
-        return group.pids if group is not None else []
+        return self._group.pids if self._group is not None else []
 
     # -- the steps ------------------------------------------------------------------------------
     def _open(self) -> None:

@@ -188,8 +188,9 @@ class RoundRunner:
                 verdict = self._hangs.settled() if self._hangs is not None else None
                 if verdict is not None:  # another node acted on the job's hang verdict first
                     return RoundResult(RoundOutcome.HUNG, verdict=verdict)
-                self._say(self._why_changed())
-                return RoundResult(RoundOutcome.MEMBERSHIP_CHANGED, failure=self._failure_elsewhere())
+                line, failure = self._why_changed()
+                self._say(line)
+                return RoundResult(RoundOutcome.MEMBERSHIP_CHANGED, failure=failure)
 
     def _outcome(self) -> RoundResult | None:
         """How the round ended, or None while the workers run. Fencing is checked before and after
@@ -222,26 +223,20 @@ class RoundRunner:
                 return False
             time.sleep(0.01)
 
-    def _failure_elsewhere(self) -> str:
-        """What another node's failure said, when one ended the round (else "")."""
-        try:
-            monitor = self.handler.round_monitor()
-        except RendezvousError:
-            return ""
-        failures = monitor.cause.failures if monitor is not None else ()
-        return failures[0] if failures else ""
-
-    def _why_changed(self) -> str:
-        """One line with the facts: why this node's workers stop for a new round."""
+    def _why_changed(self) -> tuple[str, str]:
+        """One line with the facts: why this node's workers stop for a new round; and what another
+        node's failed or hung worker said, when one ended it (else "")."""
         try:
             state = self.handler.job_state()
             monitor = self.handler.round_monitor()
         except RendezvousError:
-            return "etcd unreachable: re-rendezvous"
-        return change_line(
+            return "etcd unreachable: re-rendezvous", ""
+        failures = monitor.cause.failures if monitor is not None else ()
+        line = change_line(
             state,
             monitor,
             lease_lost=self.handler.lease.lost(),
             restarts=self.info.restart_count,
             budget=self.info.max_restarts,
         )
+        return line, failures[0] if failures else ""

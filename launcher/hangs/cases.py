@@ -164,7 +164,7 @@ def _stopped(reports: list[RankReport]) -> set[int]:
     if not judged:
         return set()
     oldest = min(r.progress for r in judged)
-    return {r.rank for r in judged if r.silent > r.timeout / 2 or (r.last is not None and r.progress - oldest <= TIE)}
+    return {r.rank for r in judged if r.stalled or (r.last is not None and r.progress - oldest <= TIE)}
 
 
 def _shown_stacks(

@@ -79,6 +79,11 @@ class RankReport:
         return self.judged and self.silent > self.timeout
 
     @property
+    def stalled(self) -> bool:
+        """Silent past half its timeout: stuck, likely behind a rank that hung."""
+        return self.judged and self.silent > self.timeout / 2
+
+    @property
     def progress(self) -> float:
         """The wall time of its last sign of progress."""
         return self.last if self.last is not None else self.started

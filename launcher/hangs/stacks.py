@@ -60,7 +60,7 @@ def report_hang(
     here = verdict.culprit.node == node
     for report in sorted(reports, key=lambda r: r.rank):
         text = dumps.get(report.rank, "")
-        if report.rank in shown or not text.strip() or not (report.judged and report.silent > report.timeout / 2):
+        if report.rank in shown or not text.strip() or not report.stalled:
             continue
         say(f"rank {report.rank} is blocked at: {blocked_at(main_frames(text))}")
     threads = parse_threads(dumps.get(verdict.culprit.rank, "")) if here else []

@@ -153,7 +153,7 @@ def decide(reports: list[RankReport]) -> Verdict | None:
     together = [r for r in beaten if r.progress - oldest.progress <= TIE]
     culprit, deadlock = _break_tie(together) if len(together) > 1 else (oldest, False)
     tied = tuple(sorted(r.rank for r in together if r is not culprit))
-    blocked = sum(1 for r in judged if r is not culprit and r.silent > r.timeout / 2)
+    blocked = sum(1 for r in judged if r is not culprit and r.stalled)
     calls = _calls(together) if len(together) > 1 else ()
     verdict = Verdict(False, culprit, blocked, tied, deadlock=deadlock, calls=calls)
     if culprit.overdue or (deadlock and any(r.overdue for r in together)):

@@ -122,7 +122,7 @@ class HangWatch:
     def report_hang(self, verdict: Verdict, say: Callable[[str], None], record: Callable[..., None]) -> None:
         """The verdict's lines on the console, what is local, and (on the culprit's node) its history record."""
         reports = self.reports()
-        stuck = {r.rank for r in reports if r.judged and r.silent > r.timeout / 2} - set(self._dumps)
+        stuck = {r.rank for r in reports if r.stalled} - set(self._dumps)
         if verdict.culprit.node == self._node and verdict.culprit.rank not in self._dumps:
             stuck.add(verdict.culprit.rank)
         if stuck:  # this node took no stacks for the case (the verdict came before it reported)

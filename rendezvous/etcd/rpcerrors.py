@@ -37,11 +37,10 @@ _UNREACHABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
 
 
 class Unreachable(RendezvousConnectionError):
-    """No endpoint answered within a call's budget; ``where`` says which were tried and why."""
+    """No endpoint answered within a call's budget; ``failures`` says which were tried and why."""
 
     def __init__(self, failures: dict[str, str], attempts: int, spent: float, note: str = "") -> None:
         super().__init__(retry.unreachable_message(failures, attempts, spent) + (f" ({note})" if note else ""))
-        self.where = retry.where(failures)
         self.failures, self.attempts, self.spent = failures, attempts, spent
 
 
