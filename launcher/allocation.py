@@ -8,20 +8,17 @@ from __future__ import annotations
 import ipaddress
 import os
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from rendezvous.errors import RendezvousConnectionError
-from rendezvous.etcd.lifeline import die_with_parent
-from rendezvous.etcd.server import HEALTH_ARGS, find_etcd_binary
+from rendezvous.etcd import server
+from rendezvous.etcd.server import HEALTH_ARGS, find_etcd_binary, start_process, stop_process
 
 from .slurm import AllocationEtcd, Member
 
 __all__ = ["allocation_member", "member_command"]
-
-_STOP_GRACE = 5.0
 
 
 def member_command(binary: str, layout: AllocationEtcd, member: Member, data_dir: str) -> list[str]:
@@ -29,30 +26,13 @@ def member_command(binary: str, layout: AllocationEtcd, member: Member, data_dir
     every interface (etcd takes no host name there, and a name's local lookup may give a loopback
     address the other nodes cannot reach), and is advertised under the address the others know."""
     ip = member.addr if _is_ip(member.addr) else "0.0.0.0"
-    return [
-        binary,
-        "--name",
-        member.name,
-        "--data-dir",
-        data_dir,
-        "--listen-client-urls",
+    urls = (
         f"http://{ip}:{member.client_port}",
-        "--advertise-client-urls",
         f"http://{member.addr}:{member.client_port}",
-        "--listen-peer-urls",
         f"http://{ip}:{member.peer_port}",
-        "--initial-advertise-peer-urls",
         f"http://{member.addr}:{member.peer_port}",
-        "--initial-cluster",
-        layout.initial_cluster,
-        "--initial-cluster-state",
-        "new",
-        "--initial-cluster-token",
-        layout.token,
-        "--log-level",
-        "error",
-        *HEALTH_ARGS,
-    ]
+    )
+    return server.member_command(binary, member.name, data_dir, urls, layout.initial_cluster, layout.token, HEALTH_ARGS)
 
 
 @contextmanager
@@ -63,13 +43,9 @@ def allocation_member(layout: AllocationEtcd | None, say) -> Iterator[None]:
         yield
         return
     data_dir = tempfile.mkdtemp(prefix=f"{layout.token}-{member.name}-")
-    log_path = os.path.join(data_dir, "etcd.log")
     try:
         command = member_command(find_etcd_binary(), layout, member, os.path.join(data_dir, "data"))
-        with open(log_path, "ab") as log:
-            process = subprocess.Popen(
-                die_with_parent(command, "TERM"), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-            )
+        process = start_process(command, os.path.join(data_dir, "etcd.log"))
     except (OSError, RuntimeError) as exc:
         shutil.rmtree(data_dir, ignore_errors=True)
         raise RendezvousConnectionError(f"the allocation's etcd member {member.name} did not start: {exc}") from None
@@ -77,7 +53,7 @@ def allocation_member(layout: AllocationEtcd | None, say) -> Iterator[None]:
     try:
         yield
     finally:
-        _stop(process)
+        stop_process(process)
         shutil.rmtree(data_dir, ignore_errors=True)
 
 
@@ -87,13 +63,3 @@ def _is_ip(addr: str) -> bool:
     except ValueError:
         return False
     return True
-
-
-def _stop(process: subprocess.Popen) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=_STOP_GRACE)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=_STOP_GRACE)

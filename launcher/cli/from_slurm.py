@@ -34,13 +34,16 @@ def from_slurm(opts: Any) -> tuple[Any, SlurmPlan | None]:
         changes["rdzv_id"] = job.rdzv_id
     etcd = None
     try:
-        if "rdzv_endpoint" not in given:
-            etcd = etcd_layout(job, node_addresses(node_names(job)[: member_count(job.nodes)]))
-            changes["rdzv_endpoint"] = etcd.endpoints
-        if "local_addr" not in given:
-            changes["local_addr"] = node_addresses([job.node_name])[0][1]
+        members = node_names(job)[: member_count(job.nodes)] if "rdzv_endpoint" not in given else []
+        mine = [job.node_name] if "local_addr" not in given and job.node_name not in members else []
+        addresses = dict(node_addresses(members + mine)) if members or mine else {}  # one call to slurmctld
     except RuntimeError as exc:
         raise UsageError(f"SLURM job {job.job_id}: {exc}; give --rdzv-endpoint and --local-addr") from None
+    if members:
+        etcd = etcd_layout(job, [(name, addresses[name]) for name in members])
+        changes["rdzv_endpoint"] = etcd.endpoints
+    if "local_addr" not in given:
+        changes["local_addr"] = addresses[job.node_name]
     said = ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in changes.items())
     say(f"SLURM job {job.job_id}, node {job.node_name} ({job.node_index + 1} of {job.nodes}): {said}")
     return replace(opts, **changes), SlurmPlan(job, etcd)

@@ -26,7 +26,17 @@ from rendezvous.errors import RendezvousConnectionError, RendezvousError
 from .lifeline import die_with_parent
 from .ports import free_port
 
-__all__ = ["EtcdServer", "EtcdCluster", "ServerTLS", "find_etcd_binary", "free_port", "HEALTH_ARGS"]
+__all__ = [
+    "EtcdServer",
+    "EtcdCluster",
+    "ServerTLS",
+    "find_etcd_binary",
+    "free_port",
+    "member_command",
+    "start_process",
+    "stop_process",
+    "HEALTH_ARGS",
+]
 
 _START_TIMEOUT = 30.0
 _STOP_GRACE = 5.0
@@ -132,30 +142,72 @@ class _Member:
         return f"http://{self.host}:{self.peer_port}"
 
     def command(self, binary: str, initial_cluster: str, token: str, extra: Sequence[str]) -> list[str]:
-        return [
-            binary,
-            "--name",
-            self.name,
-            "--data-dir",
-            os.path.join(self.data_dir, self.name),
-            "--listen-client-urls",
-            self.client_url,
-            "--advertise-client-urls",
-            self.client_url,
-            "--listen-peer-urls",
-            self.peer_url,
-            "--initial-advertise-peer-urls",
-            self.peer_url,
-            "--initial-cluster",
-            initial_cluster,
-            "--initial-cluster-state",
-            "new",
-            "--initial-cluster-token",
-            token,
-            "--log-level",
-            "error",
-            *extra,
-        ]
+        urls = (self.client_url, self.client_url, self.peer_url, self.peer_url)
+        data_dir = os.path.join(self.data_dir, self.name)
+        return member_command(binary, self.name, data_dir, urls, initial_cluster, token, extra)
+
+
+def member_command(
+    binary: str,
+    name: str,
+    data_dir: str,
+    urls: tuple[str, str, str, str],
+    initial_cluster: str,
+    token: str,
+    extra: Sequence[str],
+) -> list[str]:
+    """etcd's command line for one member of a new cluster; ``urls``: where it listens for clients,
+    where clients are told to reach it, and the same two for its peers."""
+    listen_client, advertise_client, listen_peer, advertise_peer = urls
+    return [
+        binary,
+        "--name",
+        name,
+        "--data-dir",
+        data_dir,
+        "--listen-client-urls",
+        listen_client,
+        "--advertise-client-urls",
+        advertise_client,
+        "--listen-peer-urls",
+        listen_peer,
+        "--initial-advertise-peer-urls",
+        advertise_peer,
+        "--initial-cluster",
+        initial_cluster,
+        "--initial-cluster-state",
+        "new",
+        "--initial-cluster-token",
+        token,
+        "--log-level",
+        "error",
+        *extra,
+    ]
+
+
+def start_process(command: list[str], log_path: str) -> subprocess.Popen:
+    """``command`` in a session of its own (no terminal signal reaches it), dying with this process,
+    its output appended to ``log_path``."""
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(
+            die_with_parent(command, "TERM"),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+
+
+def stop_process(process: subprocess.Popen) -> None:
+    """SIGTERM, then SIGKILL if it is still there ``_STOP_GRACE`` seconds later."""
+    if process.poll() is not None:
+        return
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=_STOP_GRACE)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=_STOP_GRACE)
 
 
 # What every etcd this project starts runs with (README "Running etcd"): history compacted every
@@ -273,31 +325,15 @@ class EtcdCluster:
         member = self.members[index]
         if member.process is not None and member.process.poll() is None:
             return
-        log = open(member.log_path, "ab")
-        try:
-            member.process = subprocess.Popen(
-                die_with_parent(self._commands[index], "TERM"),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-        finally:
-            log.close()
+        member.process = start_process(self._commands[index], member.log_path)
         if wait:
             self._wait_healthy([index])
 
     def stop_member(self, index: int) -> None:
         member = self.members[index]
         process, member.process = member.process, None
-        if process is None or process.poll() is not None:
-            return
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=_STOP_GRACE)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=_STOP_GRACE)
+        if process is not None:
+            stop_process(process)
 
     def _wait_healthy(self, indexes) -> None:
         deadline = time.monotonic() + self.start_timeout
