@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sys
 
-__all__ = ["run_main", "ctl_main"]
+__all__ = ["run_main", "ctl_main", "lighthouse_main"]
 
 
 def _asks_standalone(argv: list[str]) -> bool:
@@ -34,3 +34,9 @@ def ctl_main() -> None:
     from . import run
 
     run.ctl_main()
+
+
+def lighthouse_main() -> None:
+    from . import run
+
+    run.lighthouse_main()

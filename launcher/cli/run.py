@@ -325,3 +325,9 @@ def ctl_main(argv: Sequence[str] | None = None) -> NoReturn:
     from .ctl import elastic_ctl
 
     _entry(elastic_ctl, "elastic-ctl", argv)
+
+
+def lighthouse_main(argv: Sequence[str] | None = None) -> NoReturn:
+    from .lighthouse import elastic_lighthouse
+
+    _entry(elastic_lighthouse, "elastic-lighthouse", argv)

@@ -1,0 +1,130 @@
+"""``elastic-lighthouse``: torchft's Lighthouse served from etcd. It takes ``torchft_lighthouse``'s
+flags and defaults, and this project's etcd flags; any number of replicas started with the same
+``--rdzv-id`` serve one quorum state, and a Manager may talk to any of them.
+
+It runs until SIGTERM or Ctrl-C; stopping revokes its lease, so another replica leads at once."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+
+import click
+
+from launcher.errors import UsageError
+from rendezvous.lighthouse.book import LighthouseKeys
+from rendezvous.lighthouse.replica import Replica
+from rendezvous.lighthouse.rules import Rules
+from rendezvous.lighthouse.service import serve
+from rendezvous.lighthouse.status import StatusPage
+from rendezvous.settings import RendezvousSettings
+
+__all__ = ["elastic_lighthouse", "split_bind", "status_port"]
+
+
+def split_bind(bind: str) -> tuple[str, int]:
+    """``host:port`` or ``[v6]:port`` -> (host, port); click's BadParameter when it is neither."""
+    host, sep, port = bind.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535 or not host:
+        raise click.BadParameter(f"{bind!r} is not host:port (as [::]:29510)", param_hint="--bind")
+    return host.strip("[]"), int(port)
+
+
+def status_port(port: int) -> int:
+    """The status page's default port: the one after the gRPC port (a free one when that is 0)."""
+    return port + 1 if port else 0
+
+
+def _advertised(host: str, port: int, given: str | None) -> str:
+    if given:
+        return f"{given}:{port}"
+    if host in ("", "::", "0.0.0.0"):
+        host = socket.gethostname()
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+@click.command("elastic-lighthouse", context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option("--bind", default="[::]:29510", show_default=True, help="Address to bind the gRPC server to.")
+@click.option("--min_replicas", "--min-replicas", type=click.IntRange(0), required=True, help="Minimum number of replica groups for a quorum.")
+@click.option(
+    "--join_timeout_ms",
+    "--join-timeout-ms",
+    type=click.IntRange(0),
+    default=60000,
+    show_default=True,
+    help="How long to wait for heartbeating stragglers to join before issuing a quorum.",
+)
+@click.option("--quorum_tick_ms", "--quorum-tick-ms", type=click.IntRange(1), default=100, show_default=True, help="How often to check for a quorum while waiting for stragglers.")
+@click.option(
+    "--heartbeat_timeout_ms",
+    "--heartbeat-timeout-ms",
+    type=click.IntRange(1),
+    default=5000,
+    show_default=True,
+    help="How long without a heartbeat before a replica group counts as dead.",
+)
+@click.option("--rdzv-endpoint", "--rdzv_endpoint", envvar="PET_RDZV_ENDPOINT", required=True, help="etcd endpoints, host:port[,...].")
+@click.option("--rdzv-id", "--rdzv_id", default="lighthouse", show_default=True, help="Replicas with the same id serve one quorum state.")
+@click.option("--rdzv-conf", "--rdzv_conf", envvar="PET_RDZV_CONF", default="", help="key_prefix, read_timeout, TLS and user settings, key=value,...")
+@click.option("--http-bind", default=None, help="Address of the HTTP status page [default: --bind's host, its port + 1].")
+@click.option("--advertise-host", default=None, help="The host other replicas reach this one at [default: the bind host, or this machine's name].")
+@click.option("--lease-ttl", type=click.IntRange(2, 60), default=5, show_default=True, help="Seconds a dead replica keeps the lead.")
+@click.option("--address-file", type=click.Path(dir_okay=False), default=None, hidden=True)
+@click.version_option(package_name="etcd-elastic", prog_name="elastic-lighthouse", message="%(prog)s %(version)s")
+def elastic_lighthouse(**opts: object) -> int:
+    """torchft's Lighthouse (Quorum, Heartbeat, status page), its state kept in etcd."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
+    host, port = split_bind(str(opts["bind"]))
+    http = split_bind(str(opts["http_bind"])) if opts["http_bind"] else (host, None)
+    warn = lambda line: click.echo(f"elastic-lighthouse: {line}", err=True)  # noqa: E731
+    settings = RendezvousSettings.from_conf(str(opts["rdzv_id"]), 1, 1, str(opts["rdzv_conf"]), warn=warn)
+    client = settings.connect(str(opts["rdzv_endpoint"]))
+    rules = Rules(
+        min_replicas=int(opts["min_replicas"]),
+        join_timeout=int(opts["join_timeout_ms"]) / 1000,
+        heartbeat_timeout=int(opts["heartbeat_timeout_ms"]) / 1000,
+        quorum_tick=int(opts["quorum_tick_ms"]) / 1000,
+    )
+    return _run(client, settings, rules, host, port, http, opts)
+
+
+def _run(client, settings, rules, host, port, http, opts) -> int:  # noqa: ANN001 -- the command's parts
+    keys = LighthouseKeys(settings.key_prefix, str(opts["rdzv_id"]))
+    report = lambda line: click.echo(f"elastic-lighthouse: {line}", err=True)  # noqa: E731
+    client.wait_ready(keys.leader, settings.connect_timeout, report=report)
+    replica = Replica(client, keys, rules, address="", name="", lease_ttl=int(opts["lease_ttl"]), retention=settings.retention)
+    try:
+        server, bound = serve(replica, f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+    except (OSError, RuntimeError) as exc:
+        raise UsageError(f"--bind {opts['bind']}: cannot listen there ({exc})") from None
+    replica.address = _advertised(host, bound, opts["advertise_host"])  # type: ignore[arg-type]
+    replica.name = f"{socket.gethostname()}-{bound}-{os.getpid()}"
+    try:
+        page = StatusPage(replica, http[0], http[1] if http[1] is not None else status_port(bound))
+    except OSError as exc:
+        server.stop(0)
+        raise UsageError(f"the status page cannot listen on port {http[1] or status_port(bound)} ({exc}); give --http-bind") from None
+    page.start()
+    replica.start()
+    address = f"http://{socket.gethostname()}:{bound}"
+    click.echo(f"Lighthouse listening on: {address} (status page on port {page.port}; etcd key prefix {keys.root})", err=True)
+    if opts["address_file"]:
+        with open(str(opts["address_file"]), "w") as out:
+            out.write(address + "\n")
+    _wait_for_stop()
+    replica.stop()
+    server.stop(grace=1).wait(2)
+    page.stop()
+    return 0
+
+
+def _wait_for_stop() -> None:
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    while not stop.wait(1.0):
+        pass

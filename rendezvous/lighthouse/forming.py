@@ -1,0 +1,147 @@
+"""The quorum being formed, on the replica that leads: who asked, who was heard, and the requests
+waiting for a quorum that includes them (torchft's Lighthouse state, with the issue step given to
+the caller: the leader's guarded etcd write).
+
+A request waits for the quorums issued after it asked, in order; one that does not include it puts
+it back in the next (asked again now), as torchft's Lighthouse does. When this replica stops
+leading, every waiting request is told so (``Fenced``) and goes to the new leader.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+
+from .book import Fenced, Issued
+from .rules import Asked, Decision, Rules, decide, next_id
+
+__all__ = ["Forming"]
+
+_KEPT = 16  # quorums a slow waiter can still find (torchft's broadcast channel holds as many)
+
+
+class Forming:
+    """``issue(issued, new_id)`` makes a quorum official (raises Fenced when this replica may not)."""
+
+    def __init__(
+        self,
+        rules: Rules,
+        previous: Issued | None,
+        issue: Callable[[Issued, bool], None],
+        *,
+        settle_until: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.rules = rules
+        self.previous = previous
+        self._issue = issue
+        self._clock = clock
+        self._settle_until = settle_until  # a new leader hears the others' heartbeats first
+        self._asked: dict[str, tuple[Asked, object]] = {}
+        self._heard: dict[str, float] = {}
+        self._issued: deque[tuple[int, Issued]] = deque(maxlen=_KEPT)
+        self._sequence = 0
+        self._fenced: Fenced | None = None
+        self._cond = threading.Condition()
+        self.reason = "no quorum asked for yet"
+
+    # -- what the service hands over ---------------------------------------------------------------
+    def heard(self, replica_id: str, at: float | None = None) -> None:
+        with self._cond:
+            at = self._clock() if at is None else at
+            if at > self._heard.get(replica_id, float("-inf")):
+                self._heard[replica_id] = at
+
+    def heartbeats(self) -> dict[str, float]:
+        with self._cond:
+            return dict(self._heard)
+
+    def quorum(self, member: object, deadline: float) -> Issued:
+        """Wait (until the monotonic ``deadline``) for an issued quorum that includes ``member``.
+        TimeoutError when none came; Fenced when this replica stopped leading meanwhile."""
+        rid = member.replica_id
+        with self._cond:
+            self._ask(member)
+            seen = self._sequence
+            self._tick()
+            while True:
+                for sequence, issued in list(self._issued):
+                    if sequence <= seen:
+                        continue
+                    seen = sequence
+                    if rid in issued.replica_ids:
+                        return issued
+                    self._ask(member)  # left out: ask for the next one
+                if self._fenced is not None:
+                    raise self._fenced
+                left = deadline - self._clock()
+                if left <= 0:
+                    self._asked.pop(rid, None)
+                    raise TimeoutError(f"no quorum including {rid} was formed in time: {self.reason}")
+                self._cond.wait(min(left, self.rules.quorum_tick))
+                self._tick()
+
+    def tick(self) -> None:
+        """Form a quorum if one is due (torchft's quorum tick)."""
+        with self._cond:
+            self._tick()
+
+    def stop(self, why: Fenced) -> None:
+        """This replica no longer leads: every waiter is told."""
+        with self._cond:
+            self._fenced = why
+            self._cond.notify_all()
+
+    @property
+    def stopped(self) -> Fenced | None:
+        """Why this replica may no longer issue quorums (None: it may)."""
+        return self._fenced
+
+    def status(self) -> tuple[str, Issued | None]:
+        with self._cond:
+            return self._decide().reason, self.previous
+
+    # -- inside the lock ---------------------------------------------------------------------------
+    def _ask(self, member: object) -> None:
+        now = self._clock()
+        rid = member.replica_id
+        self._heard[rid] = max(now, self._heard.get(rid, now))
+        asked = Asked(rid, now, bool(member.shrink_only), int(member.commit_failures))
+        self._asked[rid] = (asked, member)
+
+    def _decide(self) -> Decision:
+        now = self._clock()
+        asked = {rid: a for rid, (a, _) in self._asked.items()}
+        previous = self.previous.replica_ids if self.previous is not None else None
+        decision = decide(now, asked, self._heard, previous, self.rules)
+        fast = decision.reason.startswith("Fast")
+        if decision.members is not None and not fast and now < self._settle_until:
+            return Decision(None, f"New leader: hearing the replicas' heartbeats for {self._settle_until - now:.2f} s more")
+        return decision
+
+    def _tick(self) -> None:
+        if self._fenced is not None or not self._asked:
+            return
+        decision = self._decide()
+        self.reason = decision.reason
+        if decision.members is None:
+            return
+        members = tuple(self._asked[rid][1] for rid in decision.members)
+        failures = any(m.commit_failures > 0 for m in members)
+        previous_id = self.previous.quorum_id if self.previous is not None else 0
+        previous = self.previous.replica_ids if self.previous is not None else None
+        quorum_id = next_id(previous_id, previous, decision.members, failures)
+        issued = Issued(quorum_id, members, time.time())
+        try:
+            self._issue(issued, quorum_id != previous_id)
+        except Fenced as why:
+            self._fenced = why
+            self._cond.notify_all()
+            return
+        self.previous = issued
+        self._asked.clear()
+        self._sequence += 1
+        self._issued.append((self._sequence, issued))
+        self._cond.notify_all()
