@@ -9,6 +9,7 @@ leading, every waiting request is told so (``Fenced``) and goes to the new leade
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import deque
@@ -18,6 +19,8 @@ from .book import Fenced, Issued
 from .rules import Asked, Decision, Rules, decide, next_id
 
 __all__ = ["Forming"]
+
+log = logging.getLogger("elastic.lighthouse")
 
 _KEPT = 16  # quorums a slow waiter can still find (torchft's broadcast channel holds as many)
 
@@ -125,6 +128,8 @@ class Forming:
         if self._fenced is not None or not self._asked:
             return
         decision = self._decide()
+        if decision.reason != self.reason:
+            log.info("Quorum status: %s", decision.reason)
         self.reason = decision.reason
         if decision.members is None:
             return
@@ -140,6 +145,8 @@ class Forming:
             self._fenced = why
             self._cond.notify_all()
             return
+        if quorum_id != previous_id:
+            log.info("Quorum %d: %s", quorum_id, ", ".join(f"{m.replica_id} (step {m.step})" for m in members))
         self.previous = issued
         self._asked.clear()
         self._sequence += 1

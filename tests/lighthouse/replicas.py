@@ -74,7 +74,8 @@ class Lighthouse:
 def lighthouse_server_shim(endpoints: str, workdir: Path, started: list[Lighthouse]) -> type:
     """A class with torchft's ``LighthouseServer(bind, min_replicas, join_timeout_ms, quorum_tick_ms,
     heartbeat_timeout_ms)`` signature that starts an ``elastic-lighthouse`` of a fresh id (torchft's
-    tests expect each server to start empty)."""
+    tests expect each server to start empty). Unset timeouts take the Python class's defaults
+    (join 100 ms, tick 100 ms, heartbeat 5000 ms), which are not the command line's."""
 
     class LighthouseServer(Lighthouse):
         def __init__(
@@ -86,13 +87,12 @@ def lighthouse_server_shim(endpoints: str, workdir: Path, started: list[Lighthou
             heartbeat_timeout_ms: int | None = None,
         ) -> None:
             args = ["--min_replicas", str(min_replicas)]
-            for flag, value in (
-                ("--join_timeout_ms", join_timeout_ms),
-                ("--quorum_tick_ms", quorum_tick_ms),
-                ("--heartbeat_timeout_ms", heartbeat_timeout_ms),
+            for flag, value, default in (
+                ("--join_timeout_ms", join_timeout_ms, 100),
+                ("--quorum_tick_ms", quorum_tick_ms, 100),
+                ("--heartbeat_timeout_ms", heartbeat_timeout_ms, 5000),
             ):
-                if value is not None:
-                    args += [flag, str(value)]
+                args += [flag, str(default if value is None else value)]
             super().__init__(endpoints, f"torchft-{uuid.uuid4().hex[:8]}", workdir, *args, bind=bind)
             started.append(self)
 

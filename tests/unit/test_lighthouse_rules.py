@@ -1,0 +1,183 @@
+"""The lighthouse's quorum rules (pure) and the quorum being formed (with a fake clock and issue
+step): what torchft's own tests do not cover -- shrink_only, the majority rule, a join wait with
+several replica groups, ids that go on from the last one issued, a leader that is fenced."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from rendezvous.lighthouse import wire
+from rendezvous.lighthouse.book import Fenced, Issued, decode_issued, encode_issued
+from rendezvous.lighthouse.forming import Forming
+from rendezvous.lighthouse.rules import Asked, Rules, decide, healthy, next_id
+
+RULES = Rules(min_replicas=2, join_timeout=10.0, heartbeat_timeout=5.0, quorum_tick=0.01)
+
+
+def asked(*ids: str, at: float = 0.0, shrink: str = "") -> dict[str, Asked]:
+    return {rid: Asked(rid, at, shrink_only=rid in shrink) for rid in ids}
+
+
+def heard(*ids: str, at: float = 0.0) -> dict[str, float]:
+    return {rid: at for rid in ids}
+
+
+def test_healthy_is_heard_within_the_heartbeat_timeout():
+    assert healthy({"a": 0.0, "b": 4.0}, now=5.0, timeout=5.0) == {"b"}
+
+
+def test_no_quorum_below_min_replicas():
+    d = decide(1.0, asked("a"), heard("a"), None, RULES)
+    assert d.members is None and "need min_replicas 2" in d.reason
+
+
+def test_all_healthy_joined_forms_at_once_in_replica_id_order():
+    d = decide(1.0, asked("b", "a"), heard("a", "b"), None, RULES)
+    assert d.members == ("a", "b") and d.reason.startswith("Valid quorum found")
+
+
+def test_majority_rule_refuses_half_of_the_healthy_groups():
+    """Two of four heartbeating groups may not form a quorum, whatever the join timeout says."""
+    d = decide(100.0, asked("a", "b", at=0.0), heard("a", "b", "c", "d", at=99.0), None, RULES)
+    assert d.members is None and "at least half of 4 healthy workers" in d.reason
+    d = decide(100.0, asked("a", "b", "c", at=0.0), heard("a", "b", "c", "d", at=99.0), None, RULES)
+    assert d.members == ("a", "b", "c")
+
+
+def test_join_wait_for_stragglers_with_several_groups():
+    groups = heard("a", "b", "c", "d", "e", at=5.0)
+    waiting = decide(6.0, asked("a", "b", "c", at=1.0), groups, None, RULES)
+    assert waiting.members is None and "waiting for 2 healthy but not participating stragglers" in waiting.reason
+    # the timeout counts from the first request, not the last
+    late = {**asked("a", at=1.0), **asked("b", "c", at=10.5)}
+    assert decide(11.0, late, heard("a", "b", "c", "d", "e", at=10.9), None, RULES).members == ("a", "b", "c")
+    # a straggler that stops heartbeating is not waited for
+    assert decide(10.5, asked("a", "b", "c", at=6.0), {**heard("a", "b", "c", at=10.0), "d": 5.4, "e": 5.4}, None, RULES).members == ("a", "b", "c")
+
+
+def test_fast_path_when_every_previous_member_asked_again_even_below_min_replicas():
+    d = decide(1.0, asked("a"), heard("a", "b"), ("a",), RULES)
+    assert d.members == ("a",) and d.reason.startswith("Fast quorum")
+    # newcomers ride along on the fast path
+    assert decide(1.0, asked("a", "c"), heard("a", "b", "c"), ("a",), RULES).members == ("a", "c")
+
+
+def test_shrink_only_keeps_newcomers_out():
+    d = decide(1.0, asked("a", "b", "new", shrink="a"), heard("a", "b", "new"), ("a", "b"), RULES)
+    assert d.members == ("a", "b") and "shrink_only=True" in d.reason
+    # a shrink with a previous member gone: only the remaining previous members
+    d = decide(20.0, asked("a", "b", "new", shrink="b", at=0.0), heard("a", "b", "new", at=19.0), ("a", "b", "c"), RULES)
+    assert d.members == ("a", "b")
+
+
+def test_ids_advance_on_member_change_or_commit_failures_only():
+    assert next_id(0, None, ("a",), False) == 1
+    assert next_id(4, ("a", "b"), ("b", "a"), False) == 4
+    assert next_id(4, ("a", "b"), ("a",), False) == 5
+    assert next_id(4, ("a", "b"), ("a", "b"), True) == 5
+
+
+def member(rid: str, step: int = 0, failures: int = 0, shrink: bool = False):
+    return wire.QuorumMember(replica_id=rid, step=step, commit_failures=failures, shrink_only=shrink, address=f"m-{rid}")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_record_round_trips_and_rejects_garbage():
+    issued = Issued(7, (member("a", 3), member("b", 3)), 1.5)
+    back, lease = decode_issued(encode_issued(issued, 42), "k")
+    assert (back.quorum_id, back.replica_ids, back.members[0].step, lease) == (7, ("a", "b"), 3, 42)
+    for raw in (b"not json", b'{"quorum_id": "7", "members": []}', b'{"quorum_id": -1, "members": []}', b'{"members": []}'):
+        with pytest.raises(Exception, match="not a lighthouse quorum record"):
+            decode_issued(raw, "k")
+
+
+def test_ids_go_on_from_the_previous_leaders_record():
+    calls: list[tuple[int, bool]] = []
+    clock = Clock()
+    issue = lambda i, new: calls.append((i.quorum_id, new))  # noqa: E731
+    forming = Forming(Rules(min_replicas=1), Issued(41, (member("a"),)), issue, clock=clock)
+    assert forming.quorum(member("a", 5), deadline=1e18).quorum_id == 41  # same members: no new id, no write
+    clock.now += 6  # a is silent past the heartbeat timeout
+    assert forming.quorum(member("b", 5), deadline=1e18).quorum_id == 42  # changed: written
+    assert calls == [(41, False), (42, True)]
+
+
+def test_a_group_left_out_asks_again_for_the_next_quorum():
+    """A newcomer kept out by shrink_only is in the next quorum, without asking again itself."""
+    rules = Rules(min_replicas=1, join_timeout=60.0, heartbeat_timeout=5.0, quorum_tick=0.01)
+    forming = Forming(rules, Issued(1, (member("a"), member("b"))), lambda i, new: None)
+    for rid in ("a", "b", "new"):
+        forming.heard(rid)
+    got: dict[str, tuple[int, tuple[str, ...]]] = {}
+
+    def ask(m) -> None:
+        issued = forming.quorum(m, 1e18)
+        got[m.replica_id] = (issued.quorum_id, issued.replica_ids)
+
+    def together(*members) -> None:
+        threads = [threading.Thread(target=ask, args=(m,)) for m in members]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(5)
+
+    newcomer = threading.Thread(target=ask, args=(member("new"),))
+    newcomer.start()
+    newcomer.join(0.1)
+    assert "new" not in got  # one of three heartbeating groups: no majority
+    together(member("a", shrink=True), member("b"))
+    assert got["a"] == got["b"] == (1, ("a", "b"))  # shrink_only: same members, same id
+    assert "new" not in got
+    together(member("a"), member("b"))
+    newcomer.join(5)
+    assert got["new"] == got["a"] == (2, ("a", "b", "new"))
+
+
+def test_a_fenced_leader_tells_every_waiter_and_issues_nothing():
+    issued: list[int] = []
+
+    def issue(i: Issued, new: bool) -> None:
+        raise Fenced("claim lost")
+
+    forming = Forming(Rules(min_replicas=1), None, issue)
+    with pytest.raises(Fenced):
+        forming.quorum(member("a"), deadline=1e18)
+    assert forming.stopped is not None and not issued
+    with pytest.raises(Fenced):
+        forming.quorum(member("b"), deadline=1e18)
+
+
+def test_a_request_times_out_at_its_deadline_with_the_reason():
+    clock = Clock()
+    forming = Forming(RULES, None, lambda i, new: None, clock=clock)
+    with pytest.raises(TimeoutError, match="need min_replicas 2"):
+        forming.quorum(member("a"), deadline=clock.now)
+
+
+def test_a_new_leader_hears_heartbeats_before_a_slow_path_quorum():
+    clock = Clock()
+    rules = Rules(min_replicas=1, quorum_tick=0.01)
+    forming = Forming(rules, Issued(3, (member("gone"),)), lambda i, new: None, settle_until=clock.now + 0.3, clock=clock)
+    got: list[int] = []
+    asking = threading.Thread(target=lambda: got.append(forming.quorum(member("a"), 1e18).quorum_id))
+    asking.start()
+    asking.join(0.2)
+    assert not got and "hearing the replicas' heartbeats" in forming.status()[0]
+    clock.now += 0.31
+    asking.join(5)
+    assert got == [4]
+
+
+def test_the_fast_path_does_not_wait_for_a_new_leader_to_settle():
+    clock = Clock()
+    forming = Forming(Rules(min_replicas=1), Issued(3, (member("a"),)), lambda i, new: None, settle_until=clock.now + 60, clock=clock)
+    assert forming.quorum(member("a"), deadline=clock.now + 1).quorum_id == 3
