@@ -116,14 +116,21 @@ class Replica:
             try:
                 session = self._lease()
                 held, address = campaign(self.client, self.keys, self.name, self.address, session.lease_id)
-                if held.holder is not None and json.loads(held.holder).get("name") == self.name:
-                    self._lead(session, held.revision)
+                claim = self._claim(session) if held.holder is not None and json.loads(held.holder).get("name") == self.name else 0
+                if claim:
+                    self._lead(session, claim)
                 else:
                     self._follow(session, address, held.revision)
             except RendezvousError as exc:
                 log.warning("lighthouse %s: etcd: %s; trying again", self.name, exc)
                 self._set_role(_Role())
                 self._stop.wait(0.5)
+
+    def _claim(self, session: Session) -> int:
+        """The create_revision of this replica's claim on the leader key (0: it holds none), read
+        back: a claim made before (stepping down keeps the key) is as good as a new one."""
+        kv = self.client.get(self.keys.leader)
+        return kv.create_revision if kv is not None and kv.lease == session.lease_id else 0
 
     def _lead(self, session: Session, claim: int) -> None:
         book = QuorumBook.open(self.client, self.keys, claim, self.retention)

@@ -1,8 +1,17 @@
-"""Fixtures of the lighthouse suite: replicas that are always killed at the end."""
+"""Fixtures of the lighthouse suite: replicas that are always killed at the end, a 3-member etcd."""
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import time
+
 import pytest
+
+from rendezvous.etcd.client import EtcdClient
+from rendezvous.etcd.server import EtcdCluster
+from rendezvous.lighthouse.book import LighthouseKeys
 
 from .replicas import Lighthouse
 
@@ -19,3 +28,34 @@ def replicas(tmp_path):
     yield start
     for replica in started:
         replica.kill()
+
+
+@pytest.fixture
+def cluster():
+    with EtcdCluster(3) as etcd:
+        yield etcd
+        for member in etcd.members:
+            if member.process is not None and member.process.poll() is None:
+                try:
+                    os.kill(member.process.pid, signal.SIGCONT)
+                except OSError:
+                    pass
+
+
+def leading(endpoints: str, rdzv_id: str, replicas: list, *, not_: int | None = None) -> int:
+    """The index of the replica that leads now (its name ends with its pid); with ``not_``, the
+    first one that is not that one."""
+    client = EtcdClient(endpoints, timeout=5)
+    try:
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            kv = client.get(LighthouseKeys("/elastic", rdzv_id).leader)
+            if kv is not None:
+                pid = int(json.loads(kv.value)["name"].rsplit("-", 1)[1])
+                for index, replica in enumerate(replicas):
+                    if replica.process.pid == pid and index != not_:
+                        return index
+            time.sleep(0.05)
+    finally:
+        client.close()
+    raise AssertionError("no replica leads")
