@@ -25,6 +25,7 @@ from .agent import Agent
 from .allocation import allocation_member
 from .config import AgentConfig
 from .errors import UsageError
+from .lighthouse import Beside, lighthouse_beside
 from .signals import PASSED_SIGNALS, STOP_SIGNALS, pass_to_workers, stop_on_signals
 from .slurm import AllocationEtcd
 
@@ -48,6 +49,7 @@ class LaunchPlan:
     http_host: str = "0.0.0.0"
     http_port: int | None = None  # the metrics and probes endpoint (--http-port); None: off
     allocation: AllocationEtcd | None = None  # under SLURM with no --rdzv-endpoint: the allocation's etcd
+    lighthouse: Beside | None = None  # --lighthouse: a torchft Lighthouse replica beside the agent
 
     @property
     def standalone(self) -> bool:
@@ -86,7 +88,8 @@ def launch(plan: LaunchPlan, *, early_etcd: Any = None, report: Callable[[str], 
                 if client is None:
                     client = plan.settings.connect(plan.endpoint)
                 try:
-                    return _run_agent(plan, client, report)
+                    with lighthouse_beside(plan.lighthouse, client, plan.settings, report):
+                        return _run_agent(plan, client, report)
                 finally:
                     client.close()
     finally:

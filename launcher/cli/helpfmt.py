@@ -34,6 +34,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ),
     ),
     ("Metrics and probes", ("--http-port", "--http-host")),
+    ("torchft", ("--lighthouse", "--lighthouse-port", "--lighthouse-min-replicas")),
 )
 # torchrun's options that a rendezvous here makes moot: accepted, listed in one line
 MOOT = ("--node-rank", "--master-addr", "--master-port", "--start-method")

@@ -19,6 +19,7 @@ from launcher.config import AgentConfig
 from launcher.errors import UsageError
 from launcher.hangs.rules import HangTimeouts
 from launcher.launch import LaunchPlan
+from launcher.lighthouse import Beside
 from launcher.output import DefaultLayout, TorchLogsSpecsLayout, load_logs_specs
 from launcher.output.console import say
 from launcher.output.plan import parse_filters, parse_ranks_filter, parse_std
@@ -74,6 +75,9 @@ class RunOptions:
     http_port: int | None = None
     http_host: str = "0.0.0.0"
     virtual_local_rank: bool = False
+    lighthouse: str | None = None  # a torchft Lighthouse replica beside the agent: its id
+    lighthouse_port: int = 29510
+    lighthouse_min_replicas: int = 1
     given: frozenset[str] | None = None  # the options given (flag or PET_*); None: all (the Python API)
 
 
@@ -136,6 +140,7 @@ def plan_from(opts: RunOptions) -> LaunchPlan:
         http_host=opts.http_host or "0.0.0.0",
         http_port=opts.http_port,
         allocation=slurm.etcd if slurm is not None else None,
+        lighthouse=Beside(opts.lighthouse, opts.lighthouse_port, opts.lighthouse_min_replicas) if opts.lighthouse else None,
     )
 
 

@@ -216,6 +216,30 @@ _SECONDS = _Seconds()
     "--http-host", env="HTTP_HOST", default="0.0.0.0", show_default=True, help="The address --http-port listens on."
 )
 @_option(
+    "--lighthouse",
+    env="LIGHTHOUSE",
+    default=None,
+    metavar="ID",
+    help="Start a torchft Lighthouse replica beside this agent, serving lighthouse ID from etcd (every "
+    "replica of one ID shares one quorum state), and export TORCHFT_LIGHTHOUSE to the workers.",
+)
+@_option(
+    "--lighthouse-port",
+    env="LIGHTHOUSE_PORT",
+    type=click.IntRange(0, 65535),
+    default=29510,
+    show_default=True,
+    help="The replica's gRPC port (0: a free one); its status page is on the next one.",
+)
+@_option(
+    "--lighthouse-min-replicas",
+    env="LIGHTHOUSE_MIN_REPLICAS",
+    type=click.IntRange(1),
+    default=1,
+    show_default=True,
+    help="Replica groups a quorum needs at least (torchft's --min_replicas).",
+)
+@_option(
     "--virtual-local-rank",
     env="VIRTUAL_LOCAL_RANK",
     is_flag=True,

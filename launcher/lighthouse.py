@@ -1,0 +1,156 @@
+"""``elastic-run --lighthouse ID``: a torchft Lighthouse replica beside this node's agent, so a torchft
+job needs no Lighthouse deployment of its own. Every node's replica of the same ID serves one quorum
+state in etcd; the workers get ``TORCHFT_LIGHTHOUSE`` (this node's replica) and, unless set,
+``TORCHFT_QUORUM_RETRIES`` (a Manager then reconnects when its replica is restarted).
+
+The replica is supervised: if it exits while the agent runs it is started again on the same port
+(said in one line); it gets SIGTERM when the agent's main thread ends, also when the agent is killed.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from launcher.errors import LauncherError
+from rendezvous.etcd.client import EtcdClient
+from rendezvous.etcd.credentials import ENV_VARS, PASSWORD_FILE
+from rendezvous.settings import RendezvousSettings
+
+__all__ = ["Beside", "lighthouse_beside", "replica_argv"]
+
+_START = "from launcher.cli.main import lighthouse_main; lighthouse_main()"
+_READY_WITHIN = 60.0  # seconds for a replica to listen (it waits for etcd meanwhile)
+_QUORUM_RETRIES = "3"
+
+
+@dataclass(frozen=True)
+class Beside:
+    """``--lighthouse ID``, ``--lighthouse-port``, ``--lighthouse-min-replicas``."""
+
+    lighthouse_id: str
+    port: int = 29510
+    min_replicas: int = 1
+
+
+def replica_argv(beside: Beside, endpoints: str, settings: RendezvousSettings, port: int, address_file: str) -> list[str]:
+    """The replica's command line (the etcd credentials go in its environment, never here)."""
+    conf = f"key_prefix={settings.key_prefix},read_timeout={settings.read_timeout:g}"
+    return [
+        sys.executable, "-c", _START,
+        "--bind", f"[::]:{port}",
+        "--min_replicas", str(beside.min_replicas),
+        "--rdzv-endpoint", endpoints,
+        "--rdzv-id", beside.lighthouse_id,
+        "--rdzv-conf", conf,
+        "--address-file", address_file,
+    ]  # fmt: skip
+
+
+def _die_with_parent() -> None:
+    """In the child: SIGTERM when the thread that started it ends (Linux), so no replica outlives its agent."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+class _Replica:
+    def __init__(self, beside: Beside, client: EtcdClient, settings: RendezvousSettings, report: Callable[[str], None]) -> None:
+        self.beside, self.report = beside, report
+        self._config = client.config()
+        self._settings = settings
+        self._dir = tempfile.mkdtemp(prefix="elastic-lighthouse-")
+        self._port = beside.port
+        self._process: subprocess.Popen | None = None
+        self._stop = threading.Event()
+        self.address = ""
+
+    def _env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.pop(PASSWORD_FILE, None)  # the password, if any, is given below
+        for field, name in ENV_VARS.items():
+            value = self._config.get(field)
+            if value:
+                env[name] = str(value)
+        return env
+
+    def start(self) -> str:
+        address_file = Path(self._dir, "address")
+        address_file.unlink(missing_ok=True)
+        argv = replica_argv(self.beside, self._config["endpoints"], self._settings, self._port, str(address_file))
+        log = open(Path(self._dir, "replica.log"), "ab")  # noqa: SIM115 -- the child holds it
+        self._process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self._env(), preexec_fn=_die_with_parent)
+        log.close()
+        deadline = time.monotonic() + _READY_WITHIN
+        while not (address_file.exists() and address_file.read_text().strip()):
+            if self._process.poll() is not None or time.monotonic() > deadline:
+                tail = Path(self._dir, "replica.log").read_text(errors="replace").strip().splitlines()[-1:]
+                self._end()
+                raise LauncherError(f"--lighthouse: the replica did not start ({' '.join(tail) or 'no output'})")
+            time.sleep(0.05)
+        self.address = address_file.read_text().strip()
+        self._port = int(self.address.rsplit(":", 1)[1])  # a restart listens where the workers were told
+        return self.address
+
+    def supervise(self) -> None:
+        while not self._stop.wait(0.5):
+            if self._process is not None and self._process.poll() is not None:
+                self.report(f"the lighthouse replica exited ({self._process.returncode}); starting it again on port {self._port}")
+                try:
+                    self.start()
+                except LauncherError as exc:
+                    self.report(str(exc))
+
+    def _end(self) -> None:
+        if self._process is not None and self._process.poll() is None:
+            self._process.terminate()
+            try:
+                self._process.wait(10)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait(5)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._end()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+
+@contextmanager
+def lighthouse_beside(
+    beside: Beside | None, client: EtcdClient, settings: RendezvousSettings, report: Callable[[str], None]
+) -> Iterator[str | None]:
+    """Run the replica for the block, with ``TORCHFT_LIGHTHOUSE`` set for the workers; its address."""
+    if beside is None:
+        yield None
+        return
+    replica = _Replica(beside, client, settings, report)
+    address = replica.start()
+    before = {name: os.environ.get(name) for name in ("TORCHFT_LIGHTHOUSE", "TORCHFT_QUORUM_RETRIES")}
+    os.environ["TORCHFT_LIGHTHOUSE"] = address
+    os.environ.setdefault("TORCHFT_QUORUM_RETRIES", _QUORUM_RETRIES)
+    report(f"torchft lighthouse {beside.lighthouse_id!r}: a replica at {address} (TORCHFT_LIGHTHOUSE)")
+    watcher = threading.Thread(target=replica.supervise, name="lighthouse-supervisor", daemon=True)
+    watcher.start()
+    try:
+        yield address
+    finally:
+        replica.stop()
+        watcher.join(5)
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value

@@ -1,0 +1,79 @@
+"""``elastic-run --lighthouse``: two elastic-run jobs (two torchft replica groups, 2 workers each)
+train examples/torchft/train_ddp.py with torchft's Manager and DDP on gloo, each through the
+Lighthouse replica its agent started; one replica is SIGKILLed while they train, its agent starts it
+again on the same port, and both groups finish with the same weights and quorum."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+
+pytest.importorskip("torch", reason="PyTorch is not installed")
+pytest.importorskip("torchft", reason="torchft is not installed (pip install -e '.[torchft]')")
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "torchft" / "train_ddp.py"
+STEPS = 150
+ELASTIC_RUN = str(Path(sys.executable).with_name("elastic-run"))
+
+
+def group(endpoints: str, name: str, lighthouse: str, out: Path, log: Path, steps: int) -> subprocess.Popen:
+    argv = [ELASTIC_RUN, "--rdzv-endpoint", endpoints, "--rdzv-id", name, "--nproc-per-node", "2"]
+    argv += ["--lighthouse", lighthouse, "--lighthouse-port", "0", "--lighthouse-min-replicas", "2"]
+    argv += [str(EXAMPLE), "--steps", str(steps), "--min-replicas", "2", "--out", str(out)]
+    with open(log, "wb") as handle:
+        return subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+
+def replica_of(agent: subprocess.Popen, timeout: float = 60) -> psutil.Process:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for child in psutil.Process(agent.pid).children():
+            try:
+                if "lighthouse_main" in " ".join(child.cmdline()):
+                    return child
+            except psutil.Error:
+                continue
+        time.sleep(0.1)
+    raise AssertionError("the agent started no lighthouse replica")
+
+
+def test_two_groups_train_through_their_own_replicas_and_survive_one_dying(etcd_endpoints, tmp_path):
+    lighthouse = f"ft-{uuid.uuid4().hex[:6]}"
+    out = tmp_path / "result.jsonl"
+    logs = [tmp_path / "a.log", tmp_path / "b.log"]
+    agents = [group(etcd_endpoints, f"g{i}-{lighthouse}", lighthouse, out, logs[i], steps=STEPS) for i in range(2)]
+    try:
+        victim = replica_of(agents[1])
+        deadline = time.monotonic() + 60
+        while "round 1:" not in logs[1].read_text(errors="replace"):
+            assert time.monotonic() < deadline and agents[1].poll() is None, logs[1].read_text(errors="replace")
+            time.sleep(0.1)
+        time.sleep(3.0)  # the workers are training
+        victim.send_signal(signal.SIGKILL)
+        assert not out.exists(), "the groups finished before the replica was killed"
+        codes = [agent.wait(180) for agent in agents]
+    finally:
+        for agent in agents:
+            if agent.poll() is None:
+                agent.kill()
+                agent.wait(10)
+    texts = [log.read_text(errors="replace") for log in logs]
+    assert codes == [0, 0], texts
+    assert "the lighthouse replica exited (-9); starting it again on port" in texts[1]
+    assert all("TORCHFT_LIGHTHOUSE" in text for text in texts)
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(lines) == 4 and all(line["step"] == STEPS for line in lines)
+    assert len({line["lighthouse"] for line in lines}) == 2  # each group talked to its own replica
+    for rank in (0, 1):
+        same_rank = [line for line in lines if line["rank"] == rank]
+        assert same_rank[0]["checksum"] == same_rank[1]["checksum"]  # DDP across the groups
+        assert same_rank[0]["quorum_id"] == same_rank[1]["quorum_id"]
