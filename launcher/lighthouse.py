@@ -44,7 +44,9 @@ class Beside:
     min_replicas: int = 1
 
 
-def replica_argv(beside: Beside, endpoints: str, settings: RendezvousSettings, port: int, address_file: str) -> list[str]:
+def replica_argv(
+    beside: Beside, endpoints: str, settings: RendezvousSettings, port: int, address_file: str
+) -> list[str]:
     """The replica's command line (the etcd credentials go in its environment, never here)."""
     conf = f"key_prefix={settings.key_prefix},read_timeout={settings.read_timeout:g}"
     return [
@@ -67,7 +69,9 @@ def _die_with_parent() -> None:
 
 
 class _Replica:
-    def __init__(self, beside: Beside, client: EtcdClient, settings: RendezvousSettings, report: Callable[[str], None]) -> None:
+    def __init__(
+        self, beside: Beside, client: EtcdClient, settings: RendezvousSettings, report: Callable[[str], None]
+    ) -> None:
         self.beside, self.report = beside, report
         self._config = client.config()
         self._settings = settings
@@ -91,7 +95,14 @@ class _Replica:
         address_file.unlink(missing_ok=True)
         argv = replica_argv(self.beside, self._config["endpoints"], self._settings, self._port, str(address_file))
         log = open(Path(self._dir, "replica.log"), "ab")  # noqa: SIM115 -- the child holds it
-        self._process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self._env(), preexec_fn=_die_with_parent)
+        self._process = subprocess.Popen(
+            argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=self._env(),
+            preexec_fn=_die_with_parent,
+        )
         log.close()
         deadline = time.monotonic() + _READY_WITHIN
         while not (address_file.exists() and address_file.read_text().strip()):
@@ -107,7 +118,10 @@ class _Replica:
     def supervise(self) -> None:
         while not self._stop.wait(0.5):
             if self._process is not None and self._process.poll() is not None:
-                self.report(f"the lighthouse replica exited ({self._process.returncode}); starting it again on port {self._port}")
+                self.report(
+                    f"the lighthouse replica exited ({self._process.returncode}); "
+                    f"starting it again on port {self._port}"
+                )
                 try:
                     self.start()
                 except LauncherError as exc:

@@ -49,7 +49,13 @@ def _advertised(host: str, port: int, given: str | None) -> str:
 
 @click.command("elastic-lighthouse", context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option("--bind", default="[::]:29510", show_default=True, help="Address to bind the gRPC server to.")
-@click.option("--min_replicas", "--min-replicas", type=click.IntRange(0), required=True, help="Minimum number of replica groups for a quorum.")
+@click.option(
+    "--min_replicas",
+    "--min-replicas",
+    type=click.IntRange(0),
+    required=True,
+    help="Minimum number of replica groups for a quorum.",
+)
 @click.option(
     "--join_timeout_ms",
     "--join-timeout-ms",
@@ -58,7 +64,14 @@ def _advertised(host: str, port: int, given: str | None) -> str:
     show_default=True,
     help="How long to wait for heartbeating stragglers to join before issuing a quorum.",
 )
-@click.option("--quorum_tick_ms", "--quorum-tick-ms", type=click.IntRange(1), default=100, show_default=True, help="How often to check for a quorum while waiting for stragglers.")
+@click.option(
+    "--quorum_tick_ms",
+    "--quorum-tick-ms",
+    type=click.IntRange(1),
+    default=100,
+    show_default=True,
+    help="How often to check for a quorum while waiting for stragglers.",
+)
 @click.option(
     "--heartbeat_timeout_ms",
     "--heartbeat-timeout-ms",
@@ -67,12 +80,42 @@ def _advertised(host: str, port: int, given: str | None) -> str:
     show_default=True,
     help="How long without a heartbeat before a replica group counts as dead.",
 )
-@click.option("--rdzv-endpoint", "--rdzv_endpoint", envvar="PET_RDZV_ENDPOINT", required=True, help="etcd endpoints, host:port[,...].")
-@click.option("--rdzv-id", "--rdzv_id", default="lighthouse", show_default=True, help="Replicas with the same id serve one quorum state.")
-@click.option("--rdzv-conf", "--rdzv_conf", envvar="PET_RDZV_CONF", default="", help="key_prefix, read_timeout, TLS and user settings, key=value,...")
-@click.option("--http-bind", default=None, help="Address of the HTTP status page [default: --bind's host, its port + 1].")
-@click.option("--advertise-host", default=None, help="The host other replicas reach this one at [default: the bind host, or this machine's name].")
-@click.option("--lease-ttl", type=click.IntRange(2, 60), default=5, show_default=True, help="Seconds a dead replica keeps the lead.")
+@click.option(
+    "--rdzv-endpoint",
+    "--rdzv_endpoint",
+    envvar="PET_RDZV_ENDPOINT",
+    required=True,
+    help="etcd endpoints, host:port[,...].",
+)
+@click.option(
+    "--rdzv-id",
+    "--rdzv_id",
+    default="lighthouse",
+    show_default=True,
+    help="Replicas with the same id serve one quorum state.",
+)
+@click.option(
+    "--rdzv-conf",
+    "--rdzv_conf",
+    envvar="PET_RDZV_CONF",
+    default="",
+    help="key_prefix, read_timeout, TLS and user settings, key=value,...",
+)
+@click.option(
+    "--http-bind", default=None, help="Address of the HTTP status page [default: --bind's host, its port + 1]."
+)
+@click.option(
+    "--advertise-host",
+    default=None,
+    help="The host other replicas reach this one at [default: the bind host, or this machine's name].",
+)
+@click.option(
+    "--lease-ttl",
+    type=click.IntRange(2, 60),
+    default=5,
+    show_default=True,
+    help="Seconds a dead replica keeps the lead.",
+)
 @click.option("--address-file", type=click.Path(dir_okay=False), default=None, hidden=True)
 @click.version_option(package_name="etcd-elastic", prog_name="elastic-lighthouse", message="%(prog)s %(version)s")
 def elastic_lighthouse(**opts: object) -> int:
@@ -96,7 +139,9 @@ def _run(client, settings, rules, host, port, http, opts) -> int:  # noqa: ANN00
     keys = LighthouseKeys(settings.key_prefix, str(opts["rdzv_id"]))
     report = lambda line: click.echo(f"elastic-lighthouse: {line}", err=True)  # noqa: E731
     client.wait_ready(keys.leader, settings.connect_timeout, report=report)
-    replica = Replica(client, keys, rules, address="", name="", lease_ttl=int(opts["lease_ttl"]), retention=settings.retention)
+    replica = Replica(
+        client, keys, rules, address="", name="", lease_ttl=int(opts["lease_ttl"]), retention=settings.retention
+    )
     try:
         server, bound = serve(replica, f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
     except (OSError, RuntimeError) as exc:
@@ -107,11 +152,15 @@ def _run(client, settings, rules, host, port, http, opts) -> int:  # noqa: ANN00
         page = StatusPage(replica, http[0], http[1] if http[1] is not None else status_port(bound))
     except OSError as exc:
         server.stop(0)
-        raise UsageError(f"the status page cannot listen on port {http[1] or status_port(bound)} ({exc}); give --http-bind") from None
+        raise UsageError(
+            f"the status page cannot listen on port {http[1] or status_port(bound)} ({exc}); give --http-bind"
+        ) from None
     page.start()
     replica.start()
     address = f"http://{socket.gethostname()}:{bound}"
-    click.echo(f"Lighthouse listening on: {address} (status page on port {page.port}; etcd key prefix {keys.root})", err=True)
+    click.echo(
+        f"Lighthouse listening on: {address} (status page on port {page.port}; etcd key prefix {keys.root})", err=True
+    )
     if opts["address_file"]:
         with open(str(opts["address_file"]), "w") as out:
             out.write(address + "\n")

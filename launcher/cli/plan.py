@@ -140,8 +140,14 @@ def plan_from(opts: RunOptions) -> LaunchPlan:
         http_host=opts.http_host or "0.0.0.0",
         http_port=opts.http_port,
         allocation=slurm.etcd if slurm is not None else None,
-        lighthouse=Beside(opts.lighthouse, opts.lighthouse_port, opts.lighthouse_min_replicas) if opts.lighthouse else None,
+        lighthouse=_lighthouse(opts),
     )
+
+
+def _lighthouse(opts: RunOptions) -> Beside | None:
+    if not opts.lighthouse:
+        return None
+    return Beside(opts.lighthouse, opts.lighthouse_port, opts.lighthouse_min_replicas)
 
 
 def _agent_config(opts: RunOptions, parsed: _Parsed, log_root: str) -> AgentConfig:

@@ -1,0 +1,4 @@
+"""torchft's Lighthouse served from etcd: wire (torchft's messages), rules (when a quorum forms,
+pure), forming (the quorum being formed, on the leader), book (the keys, the quorum record, the
+fenced writes), replica (the election, leading and following), relay (a follower's hop to the
+leader), service (the gRPC methods), status (the HTTP page)."""

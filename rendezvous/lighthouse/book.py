@@ -30,7 +30,16 @@ from . import wire
 
 __all__ = ["LighthouseKeys", "Issued", "QuorumBook", "Fenced", "encode_issued", "decode_issued"]
 
-_MEMBER_FIELDS = ("replica_id", "address", "store_address", "step", "world_size", "shrink_only", "data", "commit_failures")
+_MEMBER_FIELDS = (
+    "replica_id",
+    "address",
+    "store_address",
+    "step",
+    "world_size",
+    "shrink_only",
+    "data",
+    "commit_failures",
+)
 
 
 class Fenced(RendezvousError):
@@ -79,7 +88,9 @@ class Issued:
 
 def encode_issued(issued: Issued, lease: int) -> bytes:
     members = [{name: getattr(m, name) for name in _MEMBER_FIELDS} for m in issued.members]
-    return json.dumps({"quorum_id": issued.quorum_id, "members": members, "created": issued.created, "lease": lease}).encode()
+    return json.dumps(
+        {"quorum_id": issued.quorum_id, "members": members, "created": issued.created, "lease": lease}
+    ).encode()
 
 
 def decode_issued(raw: bytes, where: str) -> tuple[Issued, int]:
@@ -130,7 +141,11 @@ class QuorumBook:
     def write(self, issued: Issued) -> None:
         """Write a quorum with a new id, guarded by the claim and the record's revision: or Fenced."""
         self._keep()
-        guard = compare_created(self.keys.quorum, 0) if not self.revision else compare_mod_revision(self.keys.quorum, self.revision)
+        guard = (
+            compare_created(self.keys.quorum, 0)
+            if not self.revision
+            else compare_mod_revision(self.keys.quorum, self.revision)
+        )
         value = encode_issued(issued, self.lease)
         put = op_put(self.keys.quorum, value, lease=self.lease)
         response = self.client.txn([compare_created(self.keys.leader, self.claim), guard], [put], [])

@@ -121,7 +121,9 @@ class Forming:
         decision = decide(now, asked, self._heard, previous, self.rules)
         fast = decision.reason.startswith("Fast")
         if decision.members is not None and not fast and now < self._settle_until:
-            return Decision(None, f"New leader: hearing the replicas' heartbeats for {self._settle_until - now:.2f} s more")
+            return Decision(
+                None, f"New leader: hearing the replicas' heartbeats for {self._settle_until - now:.2f} s more"
+            )
         return decision
 
     def _tick(self) -> None:

@@ -33,7 +33,9 @@ def decode_ages(raw: bytes) -> dict[str, float]:
     """The relayed table ``{replica_id: seconds since heard}``; ValueError if it is not one."""
     data = json.loads(raw)
     ages = data["ages"] if isinstance(data, dict) else None
-    if not isinstance(ages, dict) or not all(isinstance(k, str) and isinstance(v, int | float) for k, v in ages.items()):
+    if not isinstance(ages, dict) or not all(
+        isinstance(k, str) and isinstance(v, int | float) for k, v in ages.items()
+    ):
         raise ValueError("not a heartbeat table")
     return {k: max(float(v), 0.0) for k, v in ages.items()}
 
@@ -55,13 +57,13 @@ class Relay:
                 self._channels[address] = grpc.insecure_channel(address)
             return self._channels[address]
 
-    def forward(
-        self, address: str, request: bytes, timeout: float, changed: Callable[[], bool]
-    ) -> object:
+    def forward(self, address: str, request: bytes, timeout: float, changed: Callable[[], bool]) -> object:
         """The leader's answer (a Quorum) to ``request``; LeaderGone when it did not answer or the
         leadership ``changed()`` meanwhile; TimeoutError after ``timeout``."""
         call = self._channel(address).unary_unary(
-            wire.QUORUM_METHOD, request_serializer=_identity, response_deserializer=wire.LighthouseQuorumResponse.FromString
+            wire.QUORUM_METHOD,
+            request_serializer=_identity,
+            response_deserializer=wire.LighthouseQuorumResponse.FromString,
         )
         future = call.future(request, timeout=max(timeout, 0.001), metadata=(FORWARDED,))
         done = threading.Event()
@@ -84,7 +86,9 @@ class Relay:
 
     def send_heartbeats(self, address: str, ages: Mapping[str, float], timeout: float) -> bool:
         """Hand the table to the leader; False when it did not take it."""
-        call = self._channel(address).unary_unary(wire.RELAY_METHOD, request_serializer=_identity, response_deserializer=_identity)
+        call = self._channel(address).unary_unary(
+            wire.RELAY_METHOD, request_serializer=_identity, response_deserializer=_identity
+        )
         try:
             call(encode_ages(ages), timeout=timeout, metadata=(FORWARDED,))
             return True

@@ -24,7 +24,7 @@ from rendezvous.etcd.recipes import Election
 from rendezvous.etcd.session import Session
 from rendezvous.etcd.watch import EventType, Watch
 
-from .book import Fenced, Issued, LighthouseKeys, QuorumBook, campaign
+from .book import Fenced, Issued, LighthouseKeys, QuorumBook, campaign, decode_issued
 from .forming import Forming
 from .relay import LeaderGone, Relay
 from .rules import Rules, healthy
@@ -116,7 +116,11 @@ class Replica:
             try:
                 session = self._lease()
                 held, address = campaign(self.client, self.keys, self.name, self.address, session.lease_id)
-                claim = self._claim(session) if held.holder is not None and json.loads(held.holder).get("name") == self.name else 0
+                claim = (
+                    self._claim(session)
+                    if held.holder is not None and json.loads(held.holder).get("name") == self.name
+                    else 0
+                )
                 if claim:
                     self._lead(session, claim)
                 else:
@@ -226,9 +230,21 @@ class Replica:
                 self._wait_change(role.generation, min(left, 0.1))
                 continue
             try:
-                return self._relay.forward(role.leader, raw, left, lambda: self.role().generation != role.generation)
+                return self._relay.forward(role.leader, raw, left, self._moved_since(role.generation))
             except LeaderGone:
                 self._wait_change(role.generation, min(left, 0.1))
+
+    def _recorded(self) -> Issued | None:
+        """The last quorum written to etcd (a follower's view; None when there is none or etcd is away)."""
+        try:
+            kv = self.client.get(self.keys.quorum)
+            return decode_issued(kv.value, self.keys.quorum)[0] if kv is not None else None
+        except RendezvousError:
+            return None
+
+    def _moved_since(self, generation: int) -> Callable[[], bool]:
+        """Whether the leadership changed since ``generation`` (polled while a request is forwarded)."""
+        return lambda: self.role().generation != generation
 
     def status(self) -> dict:
         role = self.role()
@@ -236,7 +252,7 @@ class Replica:
             reason, issued = role.forming.status()
             heard = role.forming.heartbeats()
         else:
-            reason, issued = f"formed by the leader at {role.leader}", None
+            reason, issued = f"formed by the leader at {role.leader}", self._recorded()
             with self._heard_lock:
                 heard = dict(self._heard)
         now = time.monotonic()

@@ -65,7 +65,9 @@ def decide(
     live = healthy(heard, now, rules.heartbeat_timeout)
     candidates = {rid: a for rid, a in asked.items() if rid in live}
     shrink_only = any(a.shrink_only for a in candidates.values())
-    facts = f"[{len(candidates)}/{len(asked)} participants healthy][{len(live)} heartbeating][shrink_only={shrink_only}]"
+    facts = (
+        f"[{len(candidates)}/{len(asked)} participants healthy][{len(live)} heartbeating][shrink_only={shrink_only}]"
+    )
     members = tuple(sorted(candidates))
     if previous:
         if shrink_only:

@@ -30,18 +30,28 @@ def status_json(status: dict) -> dict:
         "quorum_id": issued.quorum_id if issued else None,
         "quorum_status": status["quorum_status"],
         "participants": [
-            {"replica_id": m.replica_id, "step": m.step, "address": m.address, "store_address": m.store_address, "world_size": m.world_size}
+            {
+                "replica_id": m.replica_id,
+                "step": m.step,
+                "address": m.address,
+                "store_address": m.store_address,
+                "world_size": m.world_size,
+            }
             for m in (issued.members if issued else ())
         ],
         "heartbeats": {rid: round(age, 3) for rid, age in status["heartbeats"].items()},
     }
 
 
+def _role(data: dict) -> str:
+    return "leader" if data["leads"] else f"follower of {html.escape(str(data['leader']))}"
+
+
 def status_html(status: dict) -> str:
     data = status_json(status)
     esc = html.escape
     lines = [
-        f"Replica: {esc(data['replica'])} ({'leader' if data['leads'] else 'follower of ' + esc(str(data['leader']))})<br>",
+        f"Replica: {esc(data['replica'])} ({_role(data)})<br>",
         f"Current quorum_id: {data['quorum_id'] if data['quorum_id'] is not None else '-'}<br>",
         f"Next quorum status: {esc(data['quorum_status'])}",
         "<h3>Previous Quorum</h3>",
@@ -52,7 +62,7 @@ def status_html(status: dict) -> str:
         rid = esc(m["replica_id"])
         lines.append(
             f'<div class="member{behind}"><b>{rid}</b><br>Step: {m["step"]}<br>Manager: {esc(m["address"])}<br>'
-            f'TCPStore: {esc(m["store_address"])}<br>World size: {m["world_size"]}<br>'
+            f"TCPStore: {esc(m['store_address'])}<br>World size: {m['world_size']}<br>"
             f'<form method="post" action="/replica/{rid}/kill"><button>Kill</button></form></div>'
         )
     lines.append("<h2>Heartbeats</h2><ul>")
@@ -65,7 +75,8 @@ def status_html(status: dict) -> str:
 
 _PAGE = """<!doctype html><html><head><meta charset="utf-8"><meta http-equiv="refresh" content="1">
 <title>Lighthouse - etcd-elastic</title>
-<style>body{{font-family:sans-serif;margin:1em}} .member{{display:inline-block;margin:8px;padding:8px;border:1px solid #333}}
+<style>body{{font-family:sans-serif;margin:1em}}
+.member{{display:inline-block;margin:8px;padding:8px;border:1px solid #333}}
 .member.recovering{{background:orange}} .heartbeat.old{{color:red}}</style></head>
 <body><h1>Lighthouse</h1><section>{body}</section></body></html>"""
 
@@ -73,7 +84,11 @@ _PAGE = """<!doctype html><html><head><meta charset="utf-8"><meta http-equiv="re
 def _kill(address: str, replica_id: str) -> None:
     target = address.split("://", 1)[-1]
     with grpc.insecure_channel(target) as channel:
-        call = channel.unary_unary(wire.KILL_METHOD, request_serializer=lambda m: m.SerializeToString(), response_deserializer=wire.KillResponse.FromString)
+        call = channel.unary_unary(
+            wire.KILL_METHOD,
+            request_serializer=lambda m: m.SerializeToString(),
+            response_deserializer=wire.KillResponse.FromString,
+        )
         call(wire.KillRequest(msg=f"killed from the lighthouse status page ({replica_id})"), timeout=10)
 
 
@@ -82,7 +97,9 @@ class StatusPage:
 
     def __init__(self, replica: Replica, host: str, port: int) -> None:
         self.replica = replica
-        server_class = type("Server", (ThreadingHTTPServer,), {"address_family": socket.AF_INET6 if ":" in host else socket.AF_INET})
+        server_class = type(
+            "Server", (ThreadingHTTPServer,), {"address_family": socket.AF_INET6 if ":" in host else socket.AF_INET}
+        )
         self.server = server_class((host, port), self._handler())
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]

@@ -55,3 +55,66 @@ def test_a_frozen_leader_is_fenced_and_the_next_one_goes_on_from_the_record(etcd
     assert third[0] > second[0], f"x got quorum {third} after {second} was issued: an id went back"
     assert third[1] == ("x",) or "y" in third[1]
     assert "stops leading" in pair[old].output()
+
+
+def test_status_page_and_bad_input(etcd_endpoints, replicas):
+    """The status page of a leader and a follower (HTML and JSON), a kill of a replica not in the
+    quorum refused in one line, and a malformed gRPC request refused with INVALID_ARGUMENT."""
+    import json
+    import re
+    import urllib.error
+    import urllib.request
+
+    import grpc
+
+    rdzv_id = f"status-{time.monotonic_ns()}"
+    pair = [replicas(etcd_endpoints, rdzv_id, *FLAGS) for _ in range(2)]
+    lead = leading(etcd_endpoints, rdzv_id, pair)
+    assert ask(pair[lead].address(), "x") == (1, ("x",))
+    pages = {}
+    for index, replica in enumerate(pair):
+        port = re.search(r"status page on port (\d+)", replica.output()).group(1)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/status.json", timeout=5) as answer:
+            pages[index] = json.loads(answer.read())
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as answer:
+            assert "Current quorum_id: 1" in answer.read().decode()
+    assert pages[lead]["leads"] and not pages[1 - lead]["leads"]
+    for page in pages.values():
+        assert page["quorum_id"] == 1 and [p["replica_id"] for p in page["participants"]] == ["x"]
+    assert "x" in pages[lead]["heartbeats"]
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/replica/nobody/kill", method="POST")
+    try:
+        urllib.request.urlopen(request, timeout=5)
+        raise AssertionError("killing an unknown replica was accepted")
+    except urllib.error.HTTPError as exc:
+        assert exc.code == 404 and exc.read().decode() == "replica nobody is not in the last quorum\n"
+    with grpc.insecure_channel(pair[lead].target) as channel:
+        call = channel.unary_unary("/torchft.LighthouseService/Quorum")
+        try:
+            call(b"\xff\xff\xff", timeout=5)
+            raise AssertionError("a malformed request was answered")
+        except grpc.RpcError as exc:
+            assert exc.code() == grpc.StatusCode.INVALID_ARGUMENT and exc.details() == "not a LighthouseQuorumRequest"
+        try:
+            call(b"", timeout=5)  # a request with no requester
+            raise AssertionError("a request without requester was answered")
+        except grpc.RpcError as exc:
+            assert exc.code() == grpc.StatusCode.INVALID_ARGUMENT and exc.details() == "missing requester"
+
+
+def test_bad_flags_are_one_line(etcd_endpoints):
+    import subprocess
+
+    from .replicas import LIGHTHOUSE
+
+    cases = [
+        ([], "Missing option '--min_replicas'"),
+        (["--min_replicas", "1", "--bind", "nope"], "is not host:port"),
+        (["--min_replicas", "-1"], "--min_replicas"),
+    ]
+    for args, said in cases:
+        argv = [LIGHTHOUSE, "--rdzv-endpoint", etcd_endpoints, *args]
+        run = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+        assert run.returncode == 2, (args, run.stderr)
+        assert said in run.stderr and "Traceback" not in run.stderr, run.stderr
+        assert len(run.stderr.strip().splitlines()) == 1, run.stderr

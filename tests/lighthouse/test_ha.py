@@ -18,7 +18,16 @@ pytest.importorskip("torchft", reason="torchft is not installed (pip install -e 
 
 LEASE_TTL = 2
 HEARTBEAT_MS = 1000
-FLAGS = ("--min_replicas", "1", "--join_timeout_ms", "500", "--heartbeat_timeout_ms", str(HEARTBEAT_MS), "--lease-ttl", str(LEASE_TTL))
+FLAGS = (
+    "--min_replicas",
+    "1",
+    "--join_timeout_ms",
+    "500",
+    "--heartbeat_timeout_ms",
+    str(HEARTBEAT_MS),
+    "--lease-ttl",
+    str(LEASE_TTL),
+)
 
 
 def start(cluster, replicas, rdzv_id: str, count: int = 3) -> list:
@@ -89,4 +98,7 @@ def test_an_etcd_member_cut_away(cluster, replicas):
     step_until(groups, 60)
     quorums = finish(groups)
     gaps = [b.at - a.at for g in groups for a, b in zip(g.seen, g.seen[1:]) if b.at > cut]
-    print(f"etcd member 0 (leader: {was_leader}) killed: longest step after it {max(gaps):.2f} s; quorum ids {sorted(quorums)}")
+    print(
+        f"etcd member 0 (leader: {was_leader}) killed: longest step after it {max(gaps):.2f} s; "
+        f"quorum ids {sorted(quorums)}"
+    )

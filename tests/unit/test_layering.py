@@ -17,6 +17,7 @@ LAYERS = (
     ("rendezvous.job", ("rendezvous.errors", "rendezvous.etcd")),
     ("rendezvous.rounds", ("rendezvous.errors", "rendezvous.etcd", "rendezvous.job", "rendezvous.settings")),
     ("rendezvous.settings", ("rendezvous.errors", "rendezvous.etcd", "rendezvous.job")),
+    ("rendezvous.lighthouse", ("rendezvous.errors", "rendezvous.etcd")),
 )
 
 

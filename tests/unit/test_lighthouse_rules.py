@@ -21,7 +21,7 @@ def asked(*ids: str, at: float = 0.0, shrink: str = "") -> dict[str, Asked]:
 
 
 def heard(*ids: str, at: float = 0.0) -> dict[str, float]:
-    return {rid: at for rid in ids}
+    return dict.fromkeys(ids, at)
 
 
 def test_healthy_is_heard_within_the_heartbeat_timeout():
@@ -54,7 +54,9 @@ def test_join_wait_for_stragglers_with_several_groups():
     late = {**asked("a", at=1.0), **asked("b", "c", at=10.5)}
     assert decide(11.0, late, heard("a", "b", "c", "d", "e", at=10.9), None, RULES).members == ("a", "b", "c")
     # a straggler that stops heartbeating is not waited for
-    assert decide(10.5, asked("a", "b", "c", at=6.0), {**heard("a", "b", "c", at=10.0), "d": 5.4, "e": 5.4}, None, RULES).members == ("a", "b", "c")
+    assert decide(
+        10.5, asked("a", "b", "c", at=6.0), {**heard("a", "b", "c", at=10.0), "d": 5.4, "e": 5.4}, None, RULES
+    ).members == ("a", "b", "c")
 
 
 def test_fast_path_when_every_previous_member_asked_again_even_below_min_replicas():
@@ -68,7 +70,9 @@ def test_shrink_only_keeps_newcomers_out():
     d = decide(1.0, asked("a", "b", "new", shrink="a"), heard("a", "b", "new"), ("a", "b"), RULES)
     assert d.members == ("a", "b") and "shrink_only=True" in d.reason
     # a shrink with a previous member gone: only the remaining previous members
-    d = decide(20.0, asked("a", "b", "new", shrink="b", at=0.0), heard("a", "b", "new", at=19.0), ("a", "b", "c"), RULES)
+    d = decide(
+        20.0, asked("a", "b", "new", shrink="b", at=0.0), heard("a", "b", "new", at=19.0), ("a", "b", "c"), RULES
+    )
     assert d.members == ("a", "b")
 
 
@@ -80,7 +84,9 @@ def test_ids_advance_on_member_change_or_commit_failures_only():
 
 
 def member(rid: str, step: int = 0, failures: int = 0, shrink: bool = False):
-    return wire.QuorumMember(replica_id=rid, step=step, commit_failures=failures, shrink_only=shrink, address=f"m-{rid}")
+    return wire.QuorumMember(
+        replica_id=rid, step=step, commit_failures=failures, shrink_only=shrink, address=f"m-{rid}"
+    )
 
 
 class Clock:
@@ -95,7 +101,12 @@ def test_record_round_trips_and_rejects_garbage():
     issued = Issued(7, (member("a", 3), member("b", 3)), 1.5)
     back, lease = decode_issued(encode_issued(issued, 42), "k")
     assert (back.quorum_id, back.replica_ids, back.members[0].step, lease) == (7, ("a", "b"), 3, 42)
-    for raw in (b"not json", b'{"quorum_id": "7", "members": []}', b'{"quorum_id": -1, "members": []}', b'{"members": []}'):
+    for raw in (
+        b"not json",
+        b'{"quorum_id": "7", "members": []}',
+        b'{"quorum_id": -1, "members": []}',
+        b'{"members": []}',
+    ):
         with pytest.raises(Exception, match="not a lighthouse quorum record"):
             decode_issued(raw, "k")
 
@@ -166,7 +177,9 @@ def test_a_request_times_out_at_its_deadline_with_the_reason():
 def test_a_new_leader_hears_heartbeats_before_a_slow_path_quorum():
     clock = Clock()
     rules = Rules(min_replicas=1, quorum_tick=0.01)
-    forming = Forming(rules, Issued(3, (member("gone"),)), lambda i, new: None, settle_until=clock.now + 0.3, clock=clock)
+    forming = Forming(
+        rules, Issued(3, (member("gone"),)), lambda i, new: None, settle_until=clock.now + 0.3, clock=clock
+    )
     got: list[int] = []
     asking = threading.Thread(target=lambda: got.append(forming.quorum(member("a"), 1e18).quorum_id))
     asking.start()
@@ -179,5 +192,7 @@ def test_a_new_leader_hears_heartbeats_before_a_slow_path_quorum():
 
 def test_the_fast_path_does_not_wait_for_a_new_leader_to_settle():
     clock = Clock()
-    forming = Forming(Rules(min_replicas=1), Issued(3, (member("a"),)), lambda i, new: None, settle_until=clock.now + 60, clock=clock)
+    forming = Forming(
+        Rules(min_replicas=1), Issued(3, (member("a"),)), lambda i, new: None, settle_until=clock.now + 60, clock=clock
+    )
     assert forming.quorum(member("a"), deadline=clock.now + 1).quorum_id == 3
