@@ -83,8 +83,8 @@ class Forming:
                 if left <= 0:
                     self._asked.pop(rid, None)
                     raise TimeoutError(f"no quorum including {rid} was formed in time: {self.reason}")
-                self._cond.wait(min(left, self.rules.quorum_tick))
-                self._tick()
+                if not self._cond.wait(min(left, self.rules.quorum_tick)):
+                    self._tick()  # a tick's time passed with no news (woken by a quorum: nothing to decide)
 
     def tick(self) -> None:
         """Form a quorum if one is due (torchft's quorum tick)."""
