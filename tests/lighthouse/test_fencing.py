@@ -118,3 +118,32 @@ def test_bad_flags_are_one_line(etcd_endpoints):
         assert run.returncode == 2, (args, run.stderr)
         assert said in run.stderr and "Traceback" not in run.stderr, run.stderr
         assert len(run.stderr.strip().splitlines()) == 1, run.stderr
+
+
+def test_steady_steps_and_heartbeats_write_nothing_to_etcd(etcd_endpoints, replicas):
+    """Groups stepping with the same members, heartbeating every 100 ms through two replicas: etcd's
+    revision does not move (a quorum under the same id is checked, not written; heartbeats stay in
+    the replicas)."""
+    from rendezvous.etcd.client import EtcdClient
+
+    from .groups import Group, check
+
+    rdzv_id = f"quiet-{time.monotonic_ns()}"
+    pair = [replicas(etcd_endpoints, rdzv_id, *FLAGS) for _ in range(2)]
+    groups = [
+        Group(f"q{i}", [r.address() for r in pair], steps=400, start_at=i % 2, step_time=0.01).start() for i in range(3)
+    ]
+    with EtcdClient(etcd_endpoints, timeout=5) as client:
+        deadline = time.monotonic() + 30
+        while min(g.done for g in groups) < 50 or len({g.seen[-1].members for g in groups}) != 1:
+            assert time.monotonic() < deadline, [g.done for g in groups]
+            time.sleep(0.05)
+        assert all(len(g.seen[-1].members) == 3 for g in groups)
+        before, at = client.status().header.revision, min(g.done for g in groups)
+        time.sleep(2.0)
+        after, now = client.status().header.revision, min(g.done for g in groups)
+    for group in groups:
+        group.join(30)
+    check(groups)
+    assert now - at > 20, f"the groups made only {now - at} steps in 2 s"
+    assert after == before, f"{after - before} etcd writes during {now - at} steady steps"
