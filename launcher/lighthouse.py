@@ -9,10 +9,8 @@ The replica is supervised: if it exits while the agent runs it is started again 
 
 from __future__ import annotations
 
-import ctypes
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -57,15 +55,8 @@ def replica_argv(
         "--rdzv-id", beside.lighthouse_id,
         "--rdzv-conf", conf,
         "--address-file", address_file,
+        "--parent-pid", str(os.getpid()),
     ]  # fmt: skip
-
-
-def _die_with_parent() -> None:
-    """In the child: SIGTERM when the thread that started it ends (Linux), so no replica outlives its agent."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
 
 
 class _Replica:
@@ -101,7 +92,6 @@ class _Replica:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             env=self._env(),
-            preexec_fn=_die_with_parent,
         )
         log.close()
         deadline = time.monotonic() + _READY_WITHIN

@@ -6,6 +6,7 @@ It runs until SIGTERM or Ctrl-C; stopping revokes its lease, so another replica 
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import signal
@@ -117,9 +118,12 @@ def _advertised(host: str, port: int, given: str | None) -> str:
     help="Seconds a dead replica keeps the lead.",
 )
 @click.option("--address-file", type=click.Path(dir_okay=False), default=None, hidden=True)
+@click.option("--parent-pid", type=int, default=None, hidden=True)
 @click.version_option(package_name="etcd-elastic", prog_name="elastic-lighthouse", message="%(prog)s %(version)s")
 def elastic_lighthouse(**opts: object) -> int:
     """torchft's Lighthouse (Quorum, Heartbeat, status page), its state kept in etcd."""
+    if opts["parent_pid"] is not None:
+        _die_with(int(opts["parent_pid"]))  # type: ignore[arg-type]
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
     host, port = split_bind(str(opts["bind"]))
     http = split_bind(str(opts["http_bind"])) if opts["http_bind"] else (host, None)
@@ -169,6 +173,17 @@ def _run(client, settings, rules, host, port, http, opts) -> int:  # noqa: ANN00
     server.stop(grace=1).wait(2)
     page.stop()
     return 0
+
+
+def _die_with(parent: int) -> None:
+    """Started by an agent (``elastic-run --lighthouse``): SIGTERM when the agent's thread that
+    started this replica ends (Linux), so no replica outlives its agent; gone already: exit now."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:
+        raise SystemExit(0)
 
 
 def _wait_for_stop() -> None:

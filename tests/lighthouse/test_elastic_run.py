@@ -77,3 +77,27 @@ def test_two_groups_train_through_their_own_replicas_and_survive_one_dying(etcd_
         same_rank = [line for line in lines if line["rank"] == rank]
         assert same_rank[0]["checksum"] == same_rank[1]["checksum"]  # DDP across the groups
         assert same_rank[0]["quorum_id"] == same_rank[1]["quorum_id"]
+
+
+def test_the_replica_does_not_outlive_its_agent(etcd_endpoints, tmp_path):
+    """An agent SIGKILLed: its lighthouse replica gets SIGTERM from the kernel and is gone."""
+    script = tmp_path / "sleep.py"
+    script.write_text("import time\ntime.sleep(120)\n")
+    argv = [ELASTIC_RUN, "--rdzv-endpoint", etcd_endpoints, "--rdzv-id", f"orphan-{uuid.uuid4().hex[:6]}"]
+    argv += ["--lighthouse", f"orphan-{uuid.uuid4().hex[:6]}", "--lighthouse-port", "0", str(script)]
+    log = tmp_path / "agent.log"
+    with open(log, "wb") as handle:
+        agent = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        replica = replica_of(agent)
+        deadline = time.monotonic() + 30
+        while "TORCHFT_LIGHTHOUSE" not in log.read_text(errors="replace"):
+            assert time.monotonic() < deadline and agent.poll() is None, log.read_text(errors="replace")
+            time.sleep(0.1)
+        agent.kill()
+        agent.wait(10)
+        gone, alive = psutil.wait_procs([replica], timeout=10)
+        assert gone and not alive, "the lighthouse replica outlived its agent"
+    finally:
+        if agent.poll() is None:
+            agent.kill()
