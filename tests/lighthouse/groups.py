@@ -95,6 +95,10 @@ class Group:
             except Exception:  # noqa: BLE001 -- the stepping thread fails over
                 pass
 
+    def stop(self) -> None:
+        """End the stepping after the step in flight."""
+        self._stop.set()
+
     def join(self, timeout: float) -> bool:
         self._threads[0].join(timeout)
         self._stop.set()
@@ -106,13 +110,15 @@ class Group:
         return len(self.seen)
 
 
-def check(groups: list[Group]) -> dict[int, tuple[str, ...]]:
-    """Every group finished every step, each quorum id has one member set, no group saw an id go
-    back, and every quorum a group got includes it. The member set of each id."""
+def check(groups: list[Group], *, complete: bool = True) -> dict[int, tuple[str, ...]]:
+    """Every group finished every step (unless not ``complete``: stopped early), each quorum id has
+    one member set, no group saw an id go back, and every quorum a group got includes it. The member
+    set of each id."""
     by_id: dict[int, tuple[str, ...]] = {}
     for group in groups:
         assert group.error is None, f"{group.replica_id}: {group.error!r}"
-        assert [s.step for s in group.seen] == list(range(group.steps)), f"{group.replica_id} did not finish every step"
+        steps = group.steps if complete else len(group.seen)
+        assert [s.step for s in group.seen] == list(range(steps)), f"{group.replica_id} did not finish every step"
         ids = [s.quorum_id for s in group.seen]
         assert ids == sorted(ids), f"{group.replica_id} saw a quorum id go back: {ids}"
         for seen in group.seen:
