@@ -13,8 +13,11 @@ import signal
 import socket
 import sys
 import threading
+from pathlib import Path
+from typing import Any
 
 import click
+import grpc
 
 from launcher.errors import UsageError
 from rendezvous.lighthouse.book import LighthouseKeys
@@ -120,59 +123,64 @@ def _advertised(host: str, port: int, given: str | None) -> str:
 @click.option("--address-file", type=click.Path(dir_okay=False), default=None, hidden=True)
 @click.option("--parent-pid", type=int, default=None, hidden=True)
 @click.version_option(package_name="etcd-elastic", prog_name="elastic-lighthouse", message="%(prog)s %(version)s")
-def elastic_lighthouse(**opts: object) -> int:
+def elastic_lighthouse(**opts: Any) -> int:
     """torchft's Lighthouse (Quorum, Heartbeat, status page), its state kept in etcd."""
     if opts["parent_pid"] is not None:
-        _die_with(int(opts["parent_pid"]))  # type: ignore[arg-type]
+        _die_with(opts["parent_pid"])
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
-    host, port = split_bind(str(opts["bind"]))
-    http = split_bind(str(opts["http_bind"])) if opts["http_bind"] else (host, None)
-    warn = lambda line: click.echo(f"elastic-lighthouse: {line}", err=True)  # noqa: E731
-    settings = RendezvousSettings.from_conf(str(opts["rdzv_id"]), 1, 1, str(opts["rdzv_conf"]), warn=warn)
-    client = settings.connect(str(opts["rdzv_endpoint"]))
+    host, port = split_bind(opts["bind"])
+    say = lambda line: click.echo(f"elastic-lighthouse: {line}", err=True)  # noqa: E731
+    settings = RendezvousSettings.from_conf(opts["rdzv_id"], 1, 1, opts["rdzv_conf"], warn=say)
+    client = settings.connect(opts["rdzv_endpoint"])
+    keys = LighthouseKeys(settings.key_prefix, opts["rdzv_id"])
+    client.wait_ready(keys.leader, settings.connect_timeout, report=say)
     rules = Rules(
-        min_replicas=int(opts["min_replicas"]),
-        join_timeout=int(opts["join_timeout_ms"]) / 1000,
-        heartbeat_timeout=int(opts["heartbeat_timeout_ms"]) / 1000,
-        quorum_tick=int(opts["quorum_tick_ms"]) / 1000,
+        min_replicas=opts["min_replicas"],
+        join_timeout=opts["join_timeout_ms"] / 1000,
+        heartbeat_timeout=opts["heartbeat_timeout_ms"] / 1000,
+        quorum_tick=opts["quorum_tick_ms"] / 1000,
     )
-    return _run(client, settings, rules, host, port, http, opts)
-
-
-def _run(client, settings, rules, host, port, http, opts) -> int:  # noqa: ANN001 -- the command's parts
-    keys = LighthouseKeys(settings.key_prefix, str(opts["rdzv_id"]))
-    report = lambda line: click.echo(f"elastic-lighthouse: {line}", err=True)  # noqa: E731
-    client.wait_ready(keys.leader, settings.connect_timeout, report=report)
     replica = Replica(
-        client, keys, rules, address="", name="", lease_ttl=int(opts["lease_ttl"]), retention=settings.retention
+        client, keys, rules, address="", name="", lease_ttl=opts["lease_ttl"], retention=settings.retention
     )
-    try:
-        server, bound = serve(replica, f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
-    except (OSError, RuntimeError) as exc:
-        raise UsageError(f"--bind {opts['bind']}: cannot listen there ({exc})") from None
-    replica.address = _advertised(host, bound, opts["advertise_host"])  # type: ignore[arg-type]
+    server, bound = _listen(replica, host, port, opts["bind"])
+    replica.address = _advertised(host, bound, opts["advertise_host"])
     replica.name = f"{socket.gethostname()}-{bound}-{os.getpid()}"
-    try:
-        page = StatusPage(replica, http[0], http[1] if http[1] is not None else status_port(bound))
-    except OSError as exc:
-        server.stop(0)
-        raise UsageError(
-            f"the status page cannot listen on port {http[1] or status_port(bound)} ({exc}); give --http-bind"
-        ) from None
-    page.start()
+    page = _status_page(replica, opts["http_bind"], host, bound, server)
     replica.start()
     address = f"http://{socket.gethostname()}:{bound}"
     click.echo(
         f"Lighthouse listening on: {address} (status page on port {page.port}; etcd key prefix {keys.root})", err=True
     )
     if opts["address_file"]:
-        with open(str(opts["address_file"]), "w") as out:
-            out.write(address + "\n")
+        Path(opts["address_file"]).write_text(address + "\n")
     _wait_for_stop()
     replica.stop()
     server.stop(grace=1).wait(2)
     page.stop()
     return 0
+
+
+def _listen(replica: Replica, host: str, port: int, bind: str) -> tuple[grpc.Server, int]:
+    try:
+        return serve(replica, f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+    except (OSError, RuntimeError):
+        raise UsageError(
+            f"--bind {bind}: cannot listen there (the port is in use, or not this host's address)"
+        ) from None
+
+
+def _status_page(replica: Replica, http_bind: str | None, host: str, bound: int, server: grpc.Server) -> StatusPage:
+    http_host, http_port = split_bind(http_bind) if http_bind else (host, status_port(bound))
+    try:
+        page = StatusPage(replica, http_host, http_port)
+    except OSError as exc:
+        server.stop(0)
+        raise UsageError(
+            f"the status page cannot listen on {http_host}:{http_port} ({exc}); give --http-bind"
+        ) from None
+    page.start()
+    return page
 
 
 def _die_with(parent: int) -> None:

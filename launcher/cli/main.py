@@ -37,6 +37,9 @@ def ctl_main() -> None:
 
 
 def lighthouse_main() -> None:
+    # gRPC's own log lines (a port it cannot bind, a client that went away) would come on top of
+    # the command's one line; set GRPC_VERBOSITY to see them.
+    os.environ.setdefault("GRPC_VERBOSITY", "NONE")
     from . import run
 
     run.lighthouse_main()

@@ -103,14 +103,24 @@ def test_status_page_and_bad_input(etcd_endpoints, replicas):
 
 
 def test_bad_flags_are_one_line(etcd_endpoints):
+    import socket
     import subprocess
 
     from .replicas import LIGHTHOUSE
 
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
     cases = [
         ([], "Missing option '--min_replicas'"),
         (["--min_replicas", "1", "--bind", "nope"], "is not host:port"),
         (["--min_replicas", "-1"], "--min_replicas"),
+        (["--min_replicas", "1", "--bind", f"127.0.0.1:{port}"], "cannot listen there (the port is in use"),
+        (
+            ["--min_replicas", "1", "--bind", "127.0.0.1:0", "--http-bind", f"127.0.0.1:{port}"],
+            "status page cannot listen",
+        ),
     ]
     for args, said in cases:
         argv = [LIGHTHOUSE, "--rdzv-endpoint", etcd_endpoints, *args]
@@ -118,6 +128,7 @@ def test_bad_flags_are_one_line(etcd_endpoints):
         assert run.returncode == 2, (args, run.stderr)
         assert said in run.stderr and "Traceback" not in run.stderr, run.stderr
         assert len(run.stderr.strip().splitlines()) == 1, run.stderr
+    taken.close()
 
 
 def test_steady_steps_and_heartbeats_write_nothing_to_etcd(etcd_endpoints, replicas):
