@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
 import time
 
 import pytest
 
 from rendezvous.etcd.client import EtcdClient
-from rendezvous.etcd.server import EtcdCluster
 from rendezvous.lighthouse.book import LighthouseKeys
 
+from ..faults.conftest import cluster  # noqa: F401 -- the fault suite's 3-member etcd, as a fixture here
 from .replicas import Lighthouse
 
 
@@ -28,18 +26,6 @@ def replicas(tmp_path):
     yield start
     for replica in started:
         replica.kill()
-
-
-@pytest.fixture
-def cluster():
-    with EtcdCluster(3) as etcd:
-        yield etcd
-        for member in etcd.members:
-            if member.process is not None and member.process.poll() is None:
-                try:
-                    os.kill(member.process.pid, signal.SIGCONT)
-                except OSError:
-                    pass
 
 
 def leading(endpoints: str, rdzv_id: str, replicas: list, *, not_: int | None = None) -> int:

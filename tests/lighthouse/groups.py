@@ -126,3 +126,20 @@ def check(groups: list[Group], *, complete: bool = True) -> dict[int, tuple[str,
             known = by_id.setdefault(seen.quorum_id, seen.members)
             assert known == seen.members, f"quorum {seen.quorum_id} issued twice: {known} and {seen.members}"
     return by_id
+
+
+def same_per_step(groups: list[Group]) -> int:
+    """Once every group is in the quorum (they start one by one) and until the first one is done
+    (and stops heartbeating), every group saw the same quorum id and members at each step (for runs
+    where no group dropped out). The number of steps compared."""
+    everyone = len(groups)
+    warm = max(next(i for i, s in enumerate(g.seen) if len(s.members) == everyone) for g in groups)
+    first_done = min(g.seen[-1].at for g in groups)
+    compared = 0
+    for step in range(warm, min(g.done for g in groups)):
+        if any(g.seen[step].at >= first_done for g in groups):
+            break
+        views = {(g.seen[step].quorum_id, g.seen[step].members) for g in groups}
+        assert len(views) == 1, f"step {step}: the groups saw different quorums {sorted(views)}"
+        compared += 1
+    return compared

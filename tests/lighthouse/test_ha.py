@@ -12,7 +12,7 @@ import pytest
 
 from ..faults.helpers import leader_index, signal_member
 from .conftest import leading
-from .groups import Group, check
+from .groups import Group, check, same_per_step
 
 pytest.importorskip("torchft", reason="torchft is not installed (pip install -e '.[torchft]')")
 
@@ -60,6 +60,7 @@ def test_a_replica_sigkilled_mid_quorum_costs_a_reconnect(cluster, replicas):
     killed = time.monotonic()
     lighthouses[victim].signal(signal.SIGKILL)
     quorums = finish(groups)
+    assert same_per_step(groups) > 80
     recovered = first_answer_after(groups, killed)
     print(f"leader SIGKILLed: next quorum after {recovered:.2f} s; quorum ids {sorted(quorums)}")
     assert recovered < LEASE_TTL + 2.0
@@ -97,6 +98,7 @@ def test_an_etcd_member_cut_away(cluster, replicas):
     cut = time.monotonic()
     step_until(groups, 60)
     quorums = finish(groups)
+    assert same_per_step(groups) > 80
     gaps = [b.at - a.at for g in groups for a, b in zip(g.seen, g.seen[1:]) if b.at > cut]
     print(
         f"etcd member 0 (leader: {was_leader}) killed: longest step after it {max(gaps):.2f} s; "
