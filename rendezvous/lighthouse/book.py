@@ -134,6 +134,7 @@ class QuorumBook:
 
     def confirm(self) -> None:
         """Still the leader, and the record is the one read (a transaction with no write): or Fenced."""
+        self._keep()
         guards = [compare_created(self.keys.leader, self.claim), compare_mod_revision(self.keys.quorum, self.revision)]
         if not self.client.txn(guards, [], []).succeeded:
             raise Fenced(f"{self.keys.leader} is no longer this replica's claim (or the record moved)")

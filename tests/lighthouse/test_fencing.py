@@ -167,3 +167,34 @@ def test_steady_steps_and_heartbeats_write_nothing_to_etcd(etcd_endpoints, repli
     check(groups, complete=False)
     assert now - at > 20, f"the groups made only {now - at} steps in 2 s"
     assert not writes, f"{len(writes)} etcd writes during {now - at} steady steps: {writes[:3]}"
+
+
+def test_the_record_is_kept_while_in_use_and_vanishes_a_retention_after(etcd_endpoints, replicas):
+    """With a 3 s retention: groups stepping under one id for longer keep the record (its lease is
+    renewed by the leader, not only when the id changes); once every replica is gone, the
+    lighthouse's keys vanish by themselves."""
+    from rendezvous.etcd.client import EtcdClient
+    from rendezvous.lighthouse.book import LighthouseKeys
+
+    from .groups import Group, check
+
+    rdzv_id = f"keep-{time.monotonic_ns()}"
+    one = replicas(etcd_endpoints, rdzv_id, *FLAGS, "--rdzv-conf", "retention=3")
+    keys = LighthouseKeys("/elastic", rdzv_id)
+    groups = [Group(f"k{i}", [one.address()], steps=100_000, step_time=0.01).start() for i in range(2)]
+    with EtcdClient(etcd_endpoints, timeout=5) as client:
+        time.sleep(6.0)  # twice the retention, under one quorum id
+        record = client.get(keys.quorum)
+        assert record is not None, "the quorum record expired while the lighthouse was in use"
+        assert client.lease_ttl(record.lease) > 0
+        for group in groups:
+            group.stop()
+        for group in groups:
+            group.join(30)
+        quorums = check(groups, complete=False)
+        assert len(quorums) <= 2  # one id for the whole run (two if the groups started apart)
+        one.kill()
+        deadline = time.monotonic() + 3 + 2 + 5  # retention, the replica's lease, slack
+        while client.count_prefix(keys.root):
+            assert time.monotonic() < deadline, [kv.key for kv in client.get_prefix(keys.root)[0]]
+            time.sleep(0.2)
