@@ -5,7 +5,6 @@ Python caller can build one too and call the same ``launch``."""
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -13,8 +12,10 @@ from typing import Any
 
 from launcher.output.console import console_event, say
 from launcher.telemetry.metrics import Telemetry
+from launcher.workers.env import exported
 from launcher.workers.group import ReaperProcess, reaper_sys_path
 from rendezvous.etcd.client import EtcdClient
+from rendezvous.etcd.endpoints import Endpoint
 from rendezvous.job.hangboard import HangChannel
 from rendezvous.job.history import HistoryWriter
 from rendezvous.job.keys import JobKeys
@@ -72,11 +73,9 @@ def launch(plan: LaunchPlan, *, early_etcd: Any = None, report: Callable[[str], 
     """
     for line in plan.notes:
         report(line)
-    before = {name: os.environ.get(name) for name, _ in plan.exported}
-    os.environ.update(plan.exported)  # as torchrun: the workers inherit them
     server = None
     try:
-        with stop_on_signals(plan.signals):
+        with exported(dict(plan.exported)), stop_on_signals(plan.signals):
             if plan.standalone:
                 from rendezvous.etcd.server import EtcdServer
 
@@ -98,11 +97,6 @@ def launch(plan: LaunchPlan, *, early_etcd: Any = None, report: Callable[[str], 
                 unused.stop()
         if plan.remove_logs:
             shutil.rmtree(plan.log_root, ignore_errors=True)
-        for name, value in before.items():  # a caller that goes on (launcher.api) keeps its own environment
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 def _run_agent(plan: LaunchPlan, client: EtcdClient, report: Callable[[str], None]) -> LaunchOutcome:
@@ -171,6 +165,5 @@ def _serve(plan: LaunchPlan, agent: Agent, telemetry: Telemetry, report: Callabl
         raise UsageError(
             f"--http-port {plan.http_port}: cannot listen on {plan.http_host}:{plan.http_port} ({exc.strerror or exc})"
         ) from None
-    host = f"[{plan.http_host}]" if ":" in plan.http_host else plan.http_host
-    report(f"metrics and probes on http://{host}:{server.port} (/metrics, /healthz, /readyz)")
+    report(f"metrics and probes on http://{Endpoint(plan.http_host, server.port).target} (/metrics, /healthz, /readyz)")
     return server

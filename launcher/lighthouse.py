@@ -4,7 +4,9 @@ state in etcd; the workers get ``TORCHFT_LIGHTHOUSE`` (this node's replica) and,
 ``TORCHFT_QUORUM_RETRIES`` (a Manager then reconnects when its replica is restarted).
 
 The replica is supervised: if it exits while the agent runs it is started again on the same port
-(said in one line); it gets SIGTERM when the agent's main thread ends, also when the agent is killed.
+(said in one line). It is started as the bundled etcd is (``rendezvous.etcd.server.start_process``):
+in a session of its own, with SIGTERM when the agent's thread that started it ends, also when the
+agent is killed.
 """
 
 from __future__ import annotations
@@ -22,8 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.errors import LauncherError
+from launcher.workers.env import exported
 from rendezvous.etcd.client import EtcdClient
 from rendezvous.etcd.credentials import ENV_VARS, PASSWORD_FILE
+from rendezvous.etcd.server import start_process, stop_process
 from rendezvous.settings import RendezvousSettings
 
 __all__ = ["Beside", "lighthouse_beside", "replica_argv"]
@@ -55,7 +59,6 @@ def replica_argv(
         "--rdzv-id", beside.lighthouse_id,
         "--rdzv-conf", conf,
         "--address-file", address_file,
-        "--parent-pid", str(os.getpid()),
     ]  # fmt: skip
 
 
@@ -85,20 +88,12 @@ class _Replica:
         address_file = Path(self._dir, "address")
         address_file.unlink(missing_ok=True)
         argv = replica_argv(self.beside, self._config["endpoints"], self._settings, self._port, str(address_file))
-        log = open(Path(self._dir, "replica.log"), "ab")  # noqa: SIM115 -- the child holds it
-        self._process = subprocess.Popen(
-            argv,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=self._env(),
-        )
-        log.close()
+        self._process = start_process(argv, str(Path(self._dir, "replica.log")), env=self._env())
         deadline = time.monotonic() + _READY_WITHIN
         while not (address_file.exists() and address_file.read_text().strip()):
             if self._process.poll() is not None or time.monotonic() > deadline:
                 tail = Path(self._dir, "replica.log").read_text(errors="replace").strip().splitlines()[-1:]
-                self._end()
+                stop_process(self._process)
                 raise LauncherError(f"--lighthouse: the replica did not start ({' '.join(tail) or 'no output'})")
             time.sleep(0.05)
         self.address = address_file.read_text().strip()
@@ -117,18 +112,10 @@ class _Replica:
                 except LauncherError as exc:
                     self.report(str(exc))
 
-    def _end(self) -> None:
-        if self._process is not None and self._process.poll() is None:
-            self._process.terminate()
-            try:
-                self._process.wait(10)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait(5)
-
     def stop(self) -> None:
         self._stop.set()
-        self._end()
+        if self._process is not None:
+            stop_process(self._process)
         shutil.rmtree(self._dir, ignore_errors=True)
 
 
@@ -142,19 +129,13 @@ def lighthouse_beside(
         return
     replica = _Replica(beside, client, settings, report)
     address = replica.start()
-    before = {name: os.environ.get(name) for name in ("TORCHFT_LIGHTHOUSE", "TORCHFT_QUORUM_RETRIES")}
-    os.environ["TORCHFT_LIGHTHOUSE"] = address
-    os.environ.setdefault("TORCHFT_QUORUM_RETRIES", _QUORUM_RETRIES)
     report(f"torchft lighthouse {beside.lighthouse_id!r}: a replica at {address} (TORCHFT_LIGHTHOUSE)")
     watcher = threading.Thread(target=replica.supervise, name="lighthouse-supervisor", daemon=True)
     watcher.start()
+    retries = os.environ.get("TORCHFT_QUORUM_RETRIES", _QUORUM_RETRIES)
     try:
-        yield address
+        with exported({"TORCHFT_LIGHTHOUSE": address, "TORCHFT_QUORUM_RETRIES": retries}):
+            yield address
     finally:
         replica.stop()
         watcher.join(5)
-        for name, value in before.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value

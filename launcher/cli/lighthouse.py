@@ -6,7 +6,6 @@ It runs until SIGTERM or Ctrl-C; stopping revokes its lease, so another replica 
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import signal
@@ -20,6 +19,7 @@ import click
 import grpc
 
 from launcher.errors import UsageError
+from rendezvous.etcd.endpoints import Endpoint
 from rendezvous.lighthouse.book import LighthouseKeys
 from rendezvous.lighthouse.replica import Replica
 from rendezvous.lighthouse.rules import Rules
@@ -30,11 +30,11 @@ from rendezvous.settings import RendezvousSettings
 __all__ = ["elastic_lighthouse", "split_bind", "status_port"]
 
 
-def split_bind(bind: str) -> tuple[str, int]:
-    """``host:port`` or ``[v6]:port`` -> (host, port); click's BadParameter when it is neither."""
+def split_bind(bind: str, flag: str = "--bind") -> tuple[str, int]:
+    """``host:port`` or ``[v6]:port`` -> (host, port); click's BadParameter naming ``flag`` when it is neither."""
     host, sep, port = bind.rpartition(":")
     if not sep or not port.isdigit() or not 0 <= int(port) <= 65535 or not host:
-        raise click.BadParameter(f"{bind!r} is not host:port (as [::]:29510)", param_hint="--bind")
+        raise click.BadParameter(f"{bind!r} is not host:port (as [::]:29510)", param_hint=flag)
     return host.strip("[]"), int(port)
 
 
@@ -48,7 +48,7 @@ def _advertised(host: str, port: int, given: str | None) -> str:
         return f"{given}:{port}"
     if host in ("", "::", "0.0.0.0"):
         host = socket.gethostname()
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return Endpoint(host, port).target
 
 
 @click.command("elastic-lighthouse", context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -121,12 +121,9 @@ def _advertised(host: str, port: int, given: str | None) -> str:
     help="Seconds a dead replica keeps the lead.",
 )
 @click.option("--address-file", type=click.Path(dir_okay=False), default=None, hidden=True)
-@click.option("--parent-pid", type=int, default=None, hidden=True)
 @click.version_option(package_name="etcd-elastic", prog_name="elastic-lighthouse", message="%(prog)s %(version)s")
 def elastic_lighthouse(**opts: Any) -> int:
     """torchft's Lighthouse (Quorum, Heartbeat, status page), its state kept in etcd."""
-    if opts["parent_pid"] is not None:
-        _die_with(opts["parent_pid"])
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
     host, port = split_bind(opts["bind"])
     say = lambda line: click.echo(f"elastic-lighthouse: {line}", err=True)  # noqa: E731
@@ -163,7 +160,7 @@ def elastic_lighthouse(**opts: Any) -> int:
 
 def _listen(replica: Replica, host: str, port: int, bind: str) -> tuple[grpc.Server, int]:
     try:
-        return serve(replica, f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+        return serve(replica, Endpoint(host, port).target)
     except (OSError, RuntimeError):
         raise UsageError(
             f"--bind {bind}: cannot listen there (the port is in use, or not this host's address)"
@@ -171,7 +168,7 @@ def _listen(replica: Replica, host: str, port: int, bind: str) -> tuple[grpc.Ser
 
 
 def _status_page(replica: Replica, http_bind: str | None, host: str, bound: int, server: grpc.Server) -> StatusPage:
-    http_host, http_port = split_bind(http_bind) if http_bind else (host, status_port(bound))
+    http_host, http_port = split_bind(http_bind, "--http-bind") if http_bind else (host, status_port(bound))
     try:
         page = StatusPage(replica, http_host, http_port)
     except OSError as exc:
@@ -181,17 +178,6 @@ def _status_page(replica: Replica, http_bind: str | None, host: str, bound: int,
         ) from None
     page.start()
     return page
-
-
-def _die_with(parent: int) -> None:
-    """Started by an agent (``elastic-run --lighthouse``): SIGTERM when the agent's thread that
-    started this replica ends (Linux), so no replica outlives its agent; gone already: exit now."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-    if os.getppid() != parent:
-        raise SystemExit(0)
 
 
 def _wait_for_stop() -> None:

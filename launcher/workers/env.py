@@ -1,13 +1,16 @@
-"""The worker environment contract: exactly what torchrun exports, built by one function."""
+"""The worker environment contract: exactly what torchrun exports, built by one function; and the
+agent's own variables that its workers inherit, set for as long as they run."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from rendezvous.etcd.credentials import without_credentials
 
-__all__ = ["WorkerSpec", "worker_env", "virtual_device", "EXPORTED", "OMP_WARNING"]
+__all__ = ["WorkerSpec", "worker_env", "virtual_device", "exported", "EXPORTED", "OMP_WARNING"]
 
 EXPORTED = (
     "RANK",
@@ -117,3 +120,20 @@ def worker_env(spec: WorkerSpec, inherited: Mapping[str, str]) -> dict[str, str]
     if spec.local_world_size > 1:
         env.setdefault("OMP_NUM_THREADS", "1")
     return env
+
+
+@contextmanager
+def exported(values: Mapping[str, str]) -> Iterator[None]:
+    """``values`` set in this process's environment for the block, as torchrun does for what its
+    workers inherit; then the environment as it was (a caller that goes on, ``launcher.api``, keeps
+    its own)."""
+    before = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value

@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from rendezvous.errors import RendezvousError, RendezvousStateError
 from rendezvous.etcd.client import EtcdClient
 from rendezvous.etcd.recipes import Election, Held
 from rendezvous.etcd.session import refresh_lease
-from rendezvous.etcd.txn import KeyValue, compare_created, compare_mod_revision, op_put
+from rendezvous.etcd.txn import compare_created, compare_mod_revision, op_put
 
 from . import wire
 
@@ -117,42 +117,36 @@ class QuorumBook:
     issued: Issued | None = None
     revision: int = 0  # the record's mod_revision as last read or written (0: none)
     lease: int = 0
-    _renewed: float = field(default=0.0)
+    _renewed: float = 0.0
 
     @classmethod
     def open(cls, client: EtcdClient, keys: LighthouseKeys, claim: int, retention: int) -> "QuorumBook":
         book = cls(client, keys, claim, retention)
-        book.load(client.get(keys.quorum))
+        kv = client.get(keys.quorum)
+        if kv is not None:
+            book.issued, book.lease = decode_issued(kv.value, keys.quorum)
+            book.revision = kv.mod_revision
         return book
-
-    def load(self, kv: KeyValue | None) -> None:
-        if kv is None:
-            self.issued, self.revision, self.lease = None, 0, 0
-            return
-        self.issued, self.lease = decode_issued(kv.value, self.keys.quorum)
-        self.revision = kv.mod_revision
 
     def confirm(self) -> None:
         """Still the leader, and the record is the one read (a transaction with no write): or Fenced."""
         self._keep()
-        guards = [compare_created(self.keys.leader, self.claim), compare_mod_revision(self.keys.quorum, self.revision)]
-        if not self.client.txn(guards, [], []).succeeded:
-            raise Fenced(f"{self.keys.leader} is no longer this replica's claim (or the record moved)")
+        self._guarded([])
 
     def write(self, issued: Issued) -> None:
         """Write a quorum with a new id, guarded by the claim and the record's revision: or Fenced."""
         self._keep()
-        guard = (
-            compare_created(self.keys.quorum, 0)
-            if not self.revision
-            else compare_mod_revision(self.keys.quorum, self.revision)
-        )
-        value = encode_issued(issued, self.lease)
-        put = op_put(self.keys.quorum, value, lease=self.lease)
-        response = self.client.txn([compare_created(self.keys.leader, self.claim), guard], [put], [])
+        put = op_put(self.keys.quorum, encode_issued(issued, self.lease), lease=self.lease)
+        self.issued, self.revision = issued, self._guarded([put])
+
+    def _guarded(self, writes: list) -> int:
+        """One transaction: ``writes`` if this replica's claim stands and nobody wrote the record since
+        it was read (a record that does not exist has mod_revision 0); the store's revision after it."""
+        guards = [compare_created(self.keys.leader, self.claim), compare_mod_revision(self.keys.quorum, self.revision)]
+        response = self.client.txn(guards, writes, [])
         if not response.succeeded:
             raise Fenced(f"{self.keys.leader} is no longer this replica's claim (or the record moved)")
-        self.issued, self.revision = issued, response.header.revision
+        return response.header.revision
 
     def _keep(self) -> None:
         """The record's retention lease: granted once, renewed at most every third of it."""

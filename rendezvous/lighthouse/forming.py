@@ -107,20 +107,20 @@ class Forming:
             return self._decide().reason, self.previous
 
     # -- inside the lock ---------------------------------------------------------------------------
+    def _previous_ids(self) -> tuple[str, ...] | None:
+        return self.previous.replica_ids if self.previous is not None else None
+
     def _ask(self, member: object) -> None:
         now = self._clock()
-        rid = member.replica_id
-        self._heard[rid] = max(now, self._heard.get(rid, now))
-        asked = Asked(rid, now, bool(member.shrink_only), int(member.commit_failures))
-        self._asked[rid] = (asked, member)
+        self.heard(member.replica_id, now)  # a request is a heartbeat too (the lock is reentrant)
+        asked = Asked(member.replica_id, now, bool(member.shrink_only), int(member.commit_failures))
+        self._asked[member.replica_id] = (asked, member)
 
     def _decide(self) -> Decision:
         now = self._clock()
         asked = {rid: a for rid, (a, _) in self._asked.items()}
-        previous = self.previous.replica_ids if self.previous is not None else None
-        decision = decide(now, asked, self._heard, previous, self.rules)
-        fast = decision.reason.startswith("Fast")
-        if decision.members is not None and not fast and now < self._settle_until:
+        decision = decide(now, asked, self._heard, self._previous_ids(), self.rules)
+        if decision.members is not None and not decision.fast and now < self._settle_until:
             return Decision(
                 None, f"New leader: hearing the replicas' heartbeats for {self._settle_until - now:.2f} s more"
             )
@@ -138,8 +138,7 @@ class Forming:
         members = tuple(self._asked[rid][1] for rid in decision.members)
         failures = any(m.commit_failures > 0 for m in members)
         previous_id = self.previous.quorum_id if self.previous is not None else 0
-        previous = self.previous.replica_ids if self.previous is not None else None
-        quorum_id = next_id(previous_id, previous, decision.members, failures)
+        quorum_id = next_id(previous_id, self._previous_ids(), decision.members, failures)
         issued = Issued(quorum_id, members, time.time())
         try:
             self._issue(issued, quorum_id != previous_id)

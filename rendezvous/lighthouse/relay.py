@@ -40,10 +40,6 @@ def decode_ages(raw: bytes) -> dict[str, float]:
     return {k: max(float(v), 0.0) for k, v in ages.items()}
 
 
-def _identity(raw: bytes) -> bytes:
-    return raw
-
-
 class Relay:
     """gRPC channels to the leaders this replica has known (one per address)."""
 
@@ -62,7 +58,7 @@ class Relay:
         leadership ``changed()`` meanwhile; TimeoutError after ``timeout``."""
         call = self._channel(address).unary_unary(
             wire.QUORUM_METHOD,
-            request_serializer=_identity,
+            request_serializer=wire.identity,
             response_deserializer=wire.LighthouseQuorumResponse.FromString,
         )
         future = call.future(request, timeout=max(timeout, 0.001), metadata=(FORWARDED,))
@@ -87,7 +83,7 @@ class Relay:
     def send_heartbeats(self, address: str, ages: Mapping[str, float], timeout: float) -> bool:
         """Hand the table to the leader; False when it did not take it."""
         call = self._channel(address).unary_unary(
-            wire.RELAY_METHOD, request_serializer=_identity, response_deserializer=_identity
+            wire.RELAY_METHOD, request_serializer=wire.identity, response_deserializer=wire.identity
         )
         try:
             call(encode_ages(ages), timeout=timeout, metadata=(FORWARDED,))

@@ -11,7 +11,6 @@ quorums (leader) or hands its requests to the one that does (follower).
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -45,6 +44,11 @@ class _Role:
     generation: int = 0
 
 
+def _renewed(session: Session) -> bool:
+    """The lease is alive and its renew deadline has not passed: this replica may still lead."""
+    return session.alive and time.monotonic() < session.deadline
+
+
 class Replica:
     def __init__(
         self,
@@ -68,7 +72,6 @@ class Replica:
         self._stop = threading.Event()
         self._session: Session | None = None
         self._threads: list[threading.Thread] = []
-        self.on_issue: Callable[[Issued], None] | None = None  # each quorum this replica issued
 
     # -- life ---------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -116,11 +119,7 @@ class Replica:
             try:
                 session = self._lease()
                 held, address = campaign(self.client, self.keys, self.name, self.address, session.lease_id)
-                claim = (
-                    self._claim(session)
-                    if held.holder is not None and json.loads(held.holder).get("name") == self.name
-                    else 0
-                )
+                claim = self._claim(session) if address == self.address else 0
                 if claim:
                     self._lead(session, claim)
                 else:
@@ -142,11 +141,9 @@ class Replica:
         settle = time.monotonic() + 2 * self.rules.quorum_tick + 0.1 if others > 0 else 0.0
 
         def issue(issued: Issued, new_id: bool) -> None:
-            if not session.alive or time.monotonic() >= session.deadline:
+            if not _renewed(session):
                 raise Fenced(f"lighthouse {self.name}: its lease's renew deadline passed")
             book.write(issued) if new_id else book.confirm()
-            if self.on_issue is not None:
-                self.on_issue(issued)
 
         forming = Forming(self.rules, book.issued, issue, settle_until=settle)
         with self._heard_lock:
@@ -156,7 +153,7 @@ class Replica:
         log.info("lighthouse %s leads (quorum id so far: %d)", self.name, last)
         self._set_role(_Role(forming=forming))
         while not self._stop.wait(self.rules.quorum_tick):
-            if not session.alive or time.monotonic() >= session.deadline or forming.stopped:
+            if not _renewed(session) or forming.stopped:
                 log.warning("lighthouse %s stops leading: %s", self.name, forming.stopped or "its lease is not renewed")
                 break
         self._set_role(_Role())

@@ -42,10 +42,12 @@ class Asked:
 
 @dataclass(frozen=True)
 class Decision:
-    """``members`` in replica id order (None: no quorum yet), and the state in words."""
+    """``members`` in replica id order (None: no quorum yet), the state in words, and whether it is
+    the fast path (every previous member asked again)."""
 
     members: tuple[str, ...] | None
     reason: str
+    fast: bool = False
 
 
 def healthy(heard: Mapping[str, float], now: float, timeout: float) -> frozenset[str]:
@@ -73,7 +75,7 @@ def decide(
         if shrink_only:
             members = tuple(rid for rid in members if rid in previous)
         if all(rid in candidates for rid in previous):
-            return Decision(members, f"Fast quorum found! {facts}")
+            return Decision(members, f"Fast quorum found! {facts}", fast=True)
     if len(candidates) < rules.min_replicas:
         return Decision(
             None,

@@ -25,10 +25,6 @@ log = logging.getLogger("elastic.lighthouse")
 _NO_DEADLINE = 24 * 3600.0  # a call without a deadline waits this long at most
 
 
-def _identity(raw: bytes) -> bytes:
-    return raw
-
-
 class _Service:
     def __init__(self, replica: Replica) -> None:
         self.replica = replica
@@ -77,8 +73,8 @@ def serve(replica: Replica, bind: str, *, workers: int = 256) -> tuple[grpc.Serv
     """Start serving on ``bind`` (host:port; port 0 picks one): the server and its port."""
     service = _Service(replica)
     handlers: dict[str, Any] = {
-        "Quorum": grpc.unary_unary_rpc_method_handler(service.quorum, _identity, _identity),
-        "Heartbeat": grpc.unary_unary_rpc_method_handler(service.heartbeat, _identity, _identity),
+        "Quorum": grpc.unary_unary_rpc_method_handler(service.quorum, wire.identity, wire.identity),
+        "Heartbeat": grpc.unary_unary_rpc_method_handler(service.heartbeat, wire.identity, wire.identity),
     }
     relay_service, relay_method = wire.RELAY_METHOD.strip("/").split("/")
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="lighthouse-rpc"))
@@ -86,7 +82,8 @@ def serve(replica: Replica, bind: str, *, workers: int = 256) -> tuple[grpc.Serv
         (
             grpc.method_handlers_generic_handler("torchft.LighthouseService", handlers),
             grpc.method_handlers_generic_handler(
-                relay_service, {relay_method: grpc.unary_unary_rpc_method_handler(service.relay, _identity, _identity)}
+                relay_service,
+                {relay_method: grpc.unary_unary_rpc_method_handler(service.relay, wire.identity, wire.identity)},
             ),
         )
     )

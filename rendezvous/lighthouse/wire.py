@@ -26,6 +26,7 @@ __all__ = [
     "LighthouseHeartbeatResponse",
     "KillRequest",
     "KillResponse",
+    "identity",
 ]
 
 PACKAGE = "torchft"
@@ -110,3 +111,8 @@ LighthouseHeartbeatRequest = _CLASSES["LighthouseHeartbeatRequest"]
 LighthouseHeartbeatResponse = _CLASSES["LighthouseHeartbeatResponse"]
 KillRequest = _CLASSES["KillRequest"]
 KillResponse = _CLASSES["KillResponse"]
+
+
+def identity(raw: bytes) -> bytes:
+    """The (de)serializer of a method whose bytes are passed on or decoded by the caller."""
+    return raw
