@@ -35,6 +35,18 @@ def pytest_configure(config):
     config._elastic_etcd_mode = mode
 
 
+_HEADERS = {
+    "container": "an etcd container per test session (each pytest-xdist worker is one)",
+    "binary": "the bundled etcd binary, one per test session (each pytest-xdist worker is one)",
+    "endpoints": "the cluster named by ETCD_ENDPOINTS",
+}
+
+
+def pytest_report_header(config):
+    """Which etcd the tests use, also under pytest-xdist (whose workers' own lines are not shown)."""
+    return f"etcd for the tests: {_HEADERS[config._elastic_etcd_mode]}"
+
+
 def _say(config, line: str) -> None:
     """One line on the terminal, past output capture (the fixture runs inside a test's setup)."""
     reporter = config.pluginmanager.get_plugin("terminalreporter")

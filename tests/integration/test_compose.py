@@ -21,6 +21,8 @@ from tests.e2e.cli_helpers import finish, run_id, start, wait_for
 from tests.etcd_fixture import ROOT, docker_client, etcd_image
 from tests.faults.helpers import DISTURBED, LIFE, workers
 
+pytestmark = pytest.mark.xdist_group("etcd-image")  # not while test_etcd_image retags the image it runs
+
 ENDPOINTS = ["127.0.0.1:23791", "127.0.0.1:23792", "127.0.0.1:23793"]
 
 

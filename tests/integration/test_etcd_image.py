@@ -13,7 +13,9 @@ import stat
 import pytest
 
 from rendezvous.etcd.server import find_etcd_binary
-from tests.etcd_fixture import DIGEST_LABEL, FixtureError, discard_image, docker_client, local_image
+from tests.etcd_fixture import DIGEST_LABEL, FixtureError, discard_image, docker_client, image_lock, local_image
+
+pytestmark = pytest.mark.xdist_group("etcd-image")  # beside test_compose, which runs the image
 
 
 @pytest.fixture
@@ -58,23 +60,24 @@ def test_an_image_whose_etcd_does_not_run_is_removed_not_cached(engine, tmp_path
 
 
 def test_a_stale_image_under_the_same_name_is_rebuilt_from_the_real_binary(engine, tmp_path):
-    real = local_image(engine)
-    assert engine.images.get(real.name).labels.get(DIGEST_LABEL)
-    # What an earlier run left behind: an image of that name built from something else.
-    _program(tmp_path, "etcd", b"#!/usr/bin/env python3\n")
-    _program(tmp_path, "etcdctl", b"#!/bin/sh\n")
-    shutil.copy(
-        os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "docker", "etcd", "Dockerfile"),
-        tmp_path,
-    )
-    engine.images.build(path=str(tmp_path), tag=real.name, rm=True)
-    assert not engine.images.get(real.name).labels.get(DIGEST_LABEL)
-    again = local_image(engine)
-    assert again.name == real.name
-    rebuilt = engine.images.get(real.name)
-    assert rebuilt.labels.get(DIGEST_LABEL), "the stale image was reused"
-    output = engine.containers.run(real.name, ["--version"], remove=True).decode()
-    assert f"etcd Version: {real.version}" in output
+    with image_lock():  # another session must not start its etcd from the stale image meanwhile
+        real = local_image(engine)
+        assert engine.images.get(real.name).labels.get(DIGEST_LABEL)
+        # What an earlier run left behind: an image of that name built from something else.
+        _program(tmp_path, "etcd", b"#!/usr/bin/env python3\n")
+        _program(tmp_path, "etcdctl", b"#!/bin/sh\n")
+        shutil.copy(
+            os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "docker", "etcd", "Dockerfile"),
+            tmp_path,
+        )
+        engine.images.build(path=str(tmp_path), tag=real.name, rm=True)
+        assert not engine.images.get(real.name).labels.get(DIGEST_LABEL)
+        again = local_image(engine)
+        assert again.name == real.name
+        rebuilt = engine.images.get(real.name)
+        assert rebuilt.labels.get(DIGEST_LABEL), "the stale image was reused"
+        output = engine.containers.run(real.name, ["--version"], remove=True).decode()
+        assert f"etcd Version: {real.version}" in output
 
 
 def test_the_binary_is_found_past_a_launcher_script_first_on_path(tmp_path, monkeypatch):

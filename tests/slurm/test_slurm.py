@@ -22,7 +22,10 @@ WORKER = str(Path(__file__).resolve().parent / "workers" / "worker.py")
 BIN = os.path.dirname(sys.executable)
 
 why_not = missing()
-pytestmark = pytest.mark.skipif(why_not is not None, reason=f"no SLURM here: {why_not}")
+pytestmark = [
+    pytest.mark.skipif(why_not is not None, reason=f"no SLURM here: {why_not}"),
+    pytest.mark.xdist_group("slurm"),  # one cluster (module fixture); a second would reuse its job ids
+]
 
 
 @pytest.fixture(scope="module")

@@ -5,6 +5,7 @@ several replica groups, ids that go on from the last one issued, a leader that i
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -83,6 +84,11 @@ def test_ids_advance_on_member_change_or_commit_failures_only():
     assert next_id(4, ("a", "b"), ("a", "b"), True) == 5
 
 
+def _within(seconds: float = 10.0) -> float:
+    """A deadline on the monotonic clock: a test that fails does not leave a waiter behind forever."""
+    return time.monotonic() + seconds
+
+
 def member(rid: str, step: int = 0, failures: int = 0, shrink: bool = False):
     return wire.QuorumMember(
         replica_id=rid, step=step, commit_failures=failures, shrink_only=shrink, address=f"m-{rid}"
@@ -116,9 +122,9 @@ def test_ids_go_on_from_the_previous_leaders_record():
     clock = Clock()
     issue = lambda i, new: calls.append((i.quorum_id, new))  # noqa: E731
     forming = Forming(Rules(min_replicas=1), Issued(41, (member("a"),)), issue, clock=clock)
-    assert forming.quorum(member("a", 5), deadline=1e18).quorum_id == 41  # same members: no new id, no write
+    assert forming.quorum(member("a", 5), deadline=_within()).quorum_id == 41  # same members: no new id, no write
     clock.now += 6  # a is silent past the heartbeat timeout
-    assert forming.quorum(member("b", 5), deadline=1e18).quorum_id == 42  # changed: written
+    assert forming.quorum(member("b", 5), deadline=_within()).quorum_id == 42  # changed: written
     assert calls == [(41, False), (42, True)]
 
 
@@ -131,17 +137,17 @@ def test_a_group_left_out_asks_again_for_the_next_quorum():
     got: dict[str, tuple[int, tuple[str, ...]]] = {}
 
     def ask(m) -> None:
-        issued = forming.quorum(m, 1e18)
+        issued = forming.quorum(m, _within())
         got[m.replica_id] = (issued.quorum_id, issued.replica_ids)
 
     def together(*members) -> None:
-        threads = [threading.Thread(target=ask, args=(m,)) for m in members]
+        threads = [threading.Thread(target=ask, args=(m,), daemon=True) for m in members]
         for t in threads:
             t.start()
         for t in threads:
             t.join(5)
 
-    newcomer = threading.Thread(target=ask, args=(member("new"),))
+    newcomer = threading.Thread(target=ask, args=(member("new"),), daemon=True)
     newcomer.start()
     newcomer.join(0.1)
     assert "new" not in got  # one of three heartbeating groups: no majority
@@ -153,6 +159,43 @@ def test_a_group_left_out_asks_again_for_the_next_quorum():
     assert got["new"] == got["a"] == (2, ("a", "b", "new"))
 
 
+def test_the_issue_itself_puts_the_left_out_back_before_any_waiter_wakes():
+    """Left out of a quorum, a group is asking for the next one at once, not when its waiter wakes:
+    a quorum decided before that (the others asking again first) would leave it out once more."""
+    clock = Clock()
+    rules = Rules(min_replicas=1, join_timeout=60.0, heartbeat_timeout=1000.0, quorum_tick=0.01)
+    forming = Forming(rules, Issued(1, (member("a"), member("b"), member("x"))), lambda i, new: None, clock=clock)
+    for rid in ("a", "b", "new", "x"):  # x heartbeats but does not ask: no fast path, a join wait
+        forming.heard(rid)
+    outcomes: list[object] = []
+
+    def ask(m) -> None:
+        try:
+            outcomes.append(forming.quorum(m, clock.now + 1000))
+        except Fenced as why:
+            outcomes.append(why)
+
+    asking = [
+        threading.Thread(target=ask, args=(m,), daemon=True)
+        for m in (member("new"), member("a", shrink=True), member("b"))
+    ]
+    for thread in asking:
+        thread.start()
+    wait_until = time.monotonic() + 5
+    while "[3/3 participants healthy]" not in forming.status()[0]:
+        assert time.monotonic() < wait_until, forming.status()[0]
+        time.sleep(0.01)
+    with forming._cond:  # no waiter runs until this block ends
+        clock.now += 61  # past the join timeout: (a, b) is issued here, shrink_only leaves new out
+        forming.tick()
+        assert [m.replica_id for m in forming.status()[1].members] == ["a", "b"]
+        assert "[1/1 participants healthy]" in forming.status()[0]  # new already asks for the next
+    forming.stop(Fenced("the test is over"))  # new's waiter ends
+    for thread in asking:
+        thread.join(5)
+    assert len(outcomes) == 3 and sum(isinstance(o, Fenced) for o in outcomes) == 1
+
+
 def test_a_fenced_leader_tells_every_waiter_and_issues_nothing():
     issued: list[int] = []
 
@@ -161,10 +204,10 @@ def test_a_fenced_leader_tells_every_waiter_and_issues_nothing():
 
     forming = Forming(Rules(min_replicas=1), None, issue)
     with pytest.raises(Fenced):
-        forming.quorum(member("a"), deadline=1e18)
+        forming.quorum(member("a"), deadline=_within())
     assert forming.stopped is not None and not issued
     with pytest.raises(Fenced):
-        forming.quorum(member("b"), deadline=1e18)
+        forming.quorum(member("b"), deadline=_within())
 
 
 def test_a_request_times_out_at_its_deadline_with_the_reason():
@@ -181,7 +224,9 @@ def test_a_new_leader_hears_heartbeats_before_a_slow_path_quorum():
         rules, Issued(3, (member("gone"),)), lambda i, new: None, settle_until=clock.now + 0.3, clock=clock
     )
     got: list[int] = []
-    asking = threading.Thread(target=lambda: got.append(forming.quorum(member("a"), 1e18).quorum_id))
+    asking = threading.Thread(
+        target=lambda: got.append(forming.quorum(member("a"), clock.now + 10).quorum_id), daemon=True
+    )
     asking.start()
     asking.join(0.2)
     assert not got and "hearing the replicas' heartbeats" in forming.status()[0]
