@@ -19,7 +19,7 @@ from .etcd_fixture import (
     chosen_mode,
     discard_image,
     docker_client,
-    etcd_image,
+    held_image,
     why_no_engine,
 )
 
@@ -73,8 +73,8 @@ def etcd_endpoints(request):
         if client is None:
             pytest.fail(f"no Docker engine answers any more ({why_no_engine()})", pytrace=False)
         try:
-            image = etcd_image(client)
-            container = _start_container(client, image)
+            with held_image(client) as image:
+                container = _start_container(client, image)
         except FixtureError as exc:
             pytest.fail(str(exc), pytrace=False)
         finally:

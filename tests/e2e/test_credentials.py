@@ -15,8 +15,6 @@ from rendezvous.etcd.txn import prefix_range_end
 
 from .cli_helpers import PROBE, agent_args, finish, records, run, run_id, start, wait_for
 
-pytestmark = pytest.mark.xdist_group("credentials")  # one etcd with auth on (module fixture), on one worker
-
 ROOT_PASSWORD = "root-Secr3t-pw"
 PASSWORD = "trainer-Secr3t-pw"
 

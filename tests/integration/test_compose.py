@@ -18,10 +18,8 @@ import pytest
 from elastic import get_state
 from rendezvous import EtcdClient
 from tests.e2e.cli_helpers import finish, run_id, start, wait_for
-from tests.etcd_fixture import ROOT, docker_client, etcd_image
+from tests.etcd_fixture import ROOT, docker_client, held_image
 from tests.faults.helpers import DISTURBED, LIFE, workers
-
-pytestmark = pytest.mark.xdist_group("etcd-image")  # not while test_etcd_image retags the image it runs
 
 ENDPOINTS = ["127.0.0.1:23791", "127.0.0.1:23792", "127.0.0.1:23793"]
 
@@ -43,19 +41,17 @@ def compose_cluster():
     command = _compose_command()
     if command is None:
         pytest.skip("neither `docker compose` nor `docker-compose` is installed")
-    try:
-        image = etcd_image(client)
-    finally:
-        client.close()
     project = f"elastic-{uuid.uuid4().hex[:8]}"
-    env = {**os.environ, "ETCD_IMAGE": image.name}
     base = [*command, "-p", project, "-f", str(ROOT / "docker-compose.yml")]
+    env = dict(os.environ)
 
     def compose(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
         return subprocess.run([*base, *args], env=env, capture_output=True, text=True, timeout=timeout)
 
     try:
-        up = compose("up", "-d")
+        with held_image(client) as image:  # its containers are made before another session may replace it
+            env["ETCD_IMAGE"] = image.name
+            up = compose("up", "-d")
         assert up.returncode == 0, up.stderr
         for endpoint in ENDPOINTS:  # healthy: each member serves a linearizable read
             member = EtcdClient(endpoint, timeout=5)
@@ -66,6 +62,7 @@ def compose_cluster():
         print(f"\ncompose project {project} with {image.name} ({image.origin}): 3 members healthy")
         yield compose
     finally:
+        client.close()
         down = compose("down", "-v", "--remove-orphans")
         assert down.returncode == 0, down.stderr
 

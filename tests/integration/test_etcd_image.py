@@ -15,8 +15,6 @@ import pytest
 from rendezvous.etcd.server import find_etcd_binary
 from tests.etcd_fixture import DIGEST_LABEL, FixtureError, discard_image, docker_client, image_lock, local_image
 
-pytestmark = pytest.mark.xdist_group("etcd-image")  # beside test_compose, which runs the image
-
 
 @pytest.fixture
 def engine():
@@ -60,7 +58,7 @@ def test_an_image_whose_etcd_does_not_run_is_removed_not_cached(engine, tmp_path
 
 
 def test_a_stale_image_under_the_same_name_is_rebuilt_from_the_real_binary(engine, tmp_path):
-    with image_lock():  # another session must not start its etcd from the stale image meanwhile
+    with image_lock():  # no other session starts its etcd from the stale image meanwhile
         real = local_image(engine)
         assert engine.images.get(real.name).labels.get(DIGEST_LABEL)
         # What an earlier run left behind: an image of that name built from something else.

@@ -21,8 +21,6 @@ from rendezvous.job.state import JobState, JobStatus, Participant
 from rendezvous.rounds.view import get_state
 from tests.integration.rdzv_helpers import Nodes
 
-pytestmark = pytest.mark.xdist_group("scale")  # the sizes are measured once (module fixture), on one worker
-
 SIZES = (64, 256)
 COUNTERS = ("etcd_network_client_grpc_sent_bytes_total", "etcd_debugging_mvcc_events_total")
 

@@ -22,10 +22,7 @@ WORKER = str(Path(__file__).resolve().parent / "workers" / "worker.py")
 BIN = os.path.dirname(sys.executable)
 
 why_not = missing()
-pytestmark = [
-    pytest.mark.skipif(why_not is not None, reason=f"no SLURM here: {why_not}"),
-    pytest.mark.xdist_group("slurm"),  # one cluster (module fixture); a second would reuse its job ids
-]
+pytestmark = pytest.mark.skipif(why_not is not None, reason=f"no SLURM here: {why_not}")
 
 
 @pytest.fixture(scope="module")
@@ -55,14 +52,23 @@ def _wrap(out: Path, seconds: float, extra: str = "") -> list[str]:
     ]
 
 
-def _until(check, timeout: float, what: str):
+def _until(check, timeout: float, what: str, story=lambda: ""):
+    """``check()``'s first true value within ``timeout``; else an error with ``story()``, what was seen."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         found = check()
         if found:
             return found
         time.sleep(0.1)
-    raise AssertionError(f"no {what} within {timeout} s")
+    raise AssertionError(f"no {what} within {timeout} s\n{story()}")
+
+
+def _six_workers(slurm: SlurmCluster, tmp_path: Path, job: str, out: Path) -> dict[int, tuple[int, int]]:
+    def story() -> str:
+        agents = [f"--- {p}:\n{Path(p).read_text(errors='replace')}" for p in sorted(glob.glob(str(out / "agent-*")))]
+        return "\n".join([_show(slurm, job), _output(tmp_path, job), *agents, slurm.run(["sinfo"]).stdout])
+
+    return _until(lambda: (w := _workers(out)) and len(w) == 6 and w, 60, "6 workers", story)
 
 
 def _done(slurm: SlurmCluster, job: str, timeout: float) -> str:
@@ -107,7 +113,7 @@ def test_usr1_reaches_every_worker_and_the_job_goes_on(slurm, tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     job = _submit(slurm, tmp_path, *_wrap(out, 60))
-    _until(lambda: len(_workers(out)) == 6, 60, "6 workers")
+    _six_workers(slurm, tmp_path, job, out)
     started = time.monotonic()
     assert slurm.run(["scancel", "-s", "USR1", job]).returncode == 0
     _until(lambda: len(glob.glob(str(out / "*.usr1"))) == 6, 10, "SIGUSR1 at all 6 workers")
@@ -125,7 +131,7 @@ def test_scancel_stops_every_worker_within_the_grace_period_and_leaves_no_proces
     # each agent's own lines to a file: srun, cancelled too, stops forwarding its tasks' output
     agent = f"elastic-run --nproc-per-node 2 --shutdown-timeout 3 {WORKER} {out} 300 2>{out}/agent-$SLURMD_NODENAME.log"
     job = _submit(slurm, tmp_path, "-N", "3", "--ntasks-per-node", "1", "--wrap", f"srun bash -c '{agent}'")
-    workers = _until(lambda: (w := _workers(out)) and len(w) == 6 and w, 60, "6 workers")
+    workers = _six_workers(slurm, tmp_path, job, out)
     started = time.monotonic()
     assert slurm.run(["scancel", job]).returncode == 0
     _until(lambda: not any(psutil.pid_exists(pid) for pid, _ in workers.values()), 3 + 5, "every worker gone")
@@ -141,7 +147,7 @@ def test_a_killed_agent_makes_the_others_rerank_without_a_restart(slurm, tmp_pat
     out = tmp_path / "out"
     out.mkdir()
     job = _submit(slurm, tmp_path, *_wrap(out, 300))
-    workers = _until(lambda: (w := _workers(out)) and len(w) == 6 and w, 60, "6 workers")
+    workers = _six_workers(slurm, tmp_path, job, out)
     agent = psutil.Process(workers[5][0]).parent()  # global rank 5: the third node's second worker
     assert "elastic-run" in " ".join(agent.cmdline())
     agent.send_signal(signal.SIGKILL)
@@ -159,7 +165,7 @@ def test_an_etcd_member_of_the_allocation_killed_the_job_goes_on(slurm, tmp_path
     out = tmp_path / "out"
     out.mkdir()
     job = _submit(slurm, tmp_path, *_wrap(out, 8))
-    _until(lambda: len(_workers(out)) == 6, 60, "6 workers")
+    _six_workers(slurm, tmp_path, job, out)
     member = next(p for p in _of_job(job) if "etcd" in p.name() and "m1" in p.cmdline())
     member.send_signal(signal.SIGKILL)
     assert _done(slurm, job, 60) == "COMPLETED", _output(tmp_path, job)
