@@ -2,10 +2,10 @@
 waiting for a quorum that includes them (torchft's Lighthouse state, with the issue step given to
 the caller: the leader's guarded etcd write).
 
-A request waits for the quorums issued after it asked, in order; one that does not include it is
-in the next (asked again now), as in torchft's Lighthouse, but put back by the issue itself rather
-than when its waiter wakes (else a quorum decided before then left it out once more). When this replica stops
-leading, every waiting request is told so (``Fenced``) and goes to the new leader.
+A request waits for the quorums issued after it asked, in order. One that a quorum leaves out asks
+for the next (from then), as in torchft's Lighthouse, but the issue itself puts it back, not its
+waiter when it wakes: else a quorum decided before that wake-up would leave it out once more. When
+this replica stops leading, every waiting request is told so (``Fenced``) and goes to the new leader.
 """
 
 from __future__ import annotations
@@ -76,8 +76,8 @@ class Forming:
                     if sequence <= seen:
                         continue
                     seen = sequence
-                    if rid in issued.replica_ids:
-                        return issued  # (left out, it was put back among the asked by the issue)
+                    if rid in issued.replica_ids:  # (one that left it out put it back among the asked)
+                        return issued
                 if self._fenced is not None:
                     raise self._fenced
                 left = deadline - self._clock()

@@ -82,14 +82,17 @@ def json_records(directory: str, pattern: str, order_by: str) -> list[dict]:
     return sorted(found, key=lambda record: record[order_by])
 
 
-def wait_for(predicate, timeout: float, interval: float = 0.05, what: str = "condition"):
+def wait_for(predicate, timeout: float, interval: float = 0.05, what: str = "condition", story=None):
+    """``predicate()``'s first true value within ``timeout``; else an AssertionError naming ``what``,
+    followed by ``story()`` (what was seen meanwhile) when given."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
         time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+    seen = f"\n{story()}" if story is not None else ""
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}{seen}")
 
 
 def finish(process: subprocess.Popen, timeout: float = 30) -> tuple[int, str]:

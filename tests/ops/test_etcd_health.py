@@ -176,7 +176,13 @@ def test_many_short_jobs_with_restarts_kills_and_hangs_leave_nothing_and_never_f
                 jobs.append((agents, kill))
             for agents, kill in jobs:
                 if kill:
-                    _until_both_in_a_round(agents, 30)
+                    # in a round both formed: round 2 when the second came after the first's 0.5 s last call
+                    wait_for(
+                        lambda a=agents: all(x.count(r"round \d+: group rank") for x in a),
+                        30,
+                        what="a round of both",
+                        story=lambda a=agents: [x.output for x in a],
+                    )
                     os.kill(agents[1].process.pid, signal.SIGKILL)
             for agents, kill in jobs:
                 codes = [a.wait(60) for a in agents]
@@ -191,14 +197,6 @@ def test_many_short_jobs_with_restarts_kills_and_hangs_leave_nothing_and_never_f
         size = client.status().dbSize
     print(f"\n12 jobs done; etcd's database {size / 1024:.0f} KiB of a 32 MiB quota; nothing left under /elastic")
     assert size < 16 * 1024 * 1024
-
-
-def _until_both_in_a_round(agents: list[Agent], timeout: float) -> None:
-    """Each agent is in a round it formed (round 2 when the second came after the first's 0.5 s last call)."""
-    try:
-        wait_for(lambda: all(a.count(r"round \d+: group rank") for a in agents), timeout, what="a round of both")
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}: {[a.output for a in agents]}") from None
 
 
 def _alarm_list():

@@ -15,6 +15,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.e2e.cli_helpers import wait_for
+
 from .cluster import SlurmCluster, missing
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,15 +54,8 @@ def _wrap(out: Path, seconds: float, extra: str = "") -> list[str]:
     ]
 
 
-def _until(check, timeout: float, what: str, story=lambda: ""):
-    """``check()``'s first true value within ``timeout``; else an error with ``story()``, what was seen."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.1)
-    raise AssertionError(f"no {what} within {timeout} s\n{story()}")
+def _until(check, timeout: float, what: str, story=None):
+    return wait_for(check, timeout, interval=0.1, what=what, story=story)
 
 
 def _six_workers(slurm: SlurmCluster, tmp_path: Path, job: str, out: Path) -> dict[int, tuple[int, int]]:
