@@ -6,6 +6,13 @@ A request waits for the quorums issued after it asked, in order. One that a quor
 for the next (from then), as in torchft's Lighthouse, but the issue itself puts it back, not its
 waiter when it wakes: else a quorum decided before that wake-up would leave it out once more. When
 this replica stops leading, every waiting request is told so (``Fenced``) and goes to the new leader.
+
+A request whose caller went away before a quorum included it (the call was cancelled: the client or
+the replica that forwarded it died) is withdrawn at once: a quorum formed a moment later must not
+name a group that will never hear of it, or its peers wait for it in their first collective. And
+when the answer is what got lost (the replica relaying it died after the quorum was issued), the
+Manager's retry, the same request again, gets the same quorum: a Manager asks anew only with another
+step or commit-failure count, so a request equal to a member of the last quorum is that member's.
 """
 
 from __future__ import annotations
@@ -20,11 +27,15 @@ from dataclasses import replace
 from .book import Fenced, Issued
 from .rules import Asked, Decision, Rules, decide, next_id
 
-__all__ = ["Forming"]
+__all__ = ["Forming", "Withdrawn"]
 
 log = logging.getLogger("elastic.lighthouse")
 
 _KEPT = 16  # quorums a slow waiter can still find (torchft's broadcast channel holds as many)
+
+
+class Withdrawn(Exception):
+    """The request's caller went away before a quorum included it."""
 
 
 class Forming:
@@ -63,11 +74,16 @@ class Forming:
         with self._cond:
             return dict(self._heard)
 
-    def quorum(self, member: object, deadline: float) -> Issued:
+    def quorum(self, member: object, deadline: float, gone: threading.Event | None = None) -> Issued:
         """Wait (until the monotonic ``deadline``) for an issued quorum that includes ``member``.
-        TimeoutError when none came; Fenced when this replica stopped leading meanwhile."""
+        TimeoutError when none came; Fenced when this replica stopped leading meanwhile; Withdrawn
+        when ``gone`` was set (and ``withdraw(member)`` called) before."""
         rid = member.replica_id
         with self._cond:
+            if self.previous is not None and member in self.previous.members:
+                self.heard(rid)
+                log.info("Quorum %d again for %s: its answer was lost on the way", self.previous.quorum_id, rid)
+                return self.previous
             self._ask(member)
             seen = self._sequence
             self._tick()
@@ -80,12 +96,24 @@ class Forming:
                         return issued
                 if self._fenced is not None:
                     raise self._fenced
+                if gone is not None and gone.is_set():
+                    raise Withdrawn(f"the request of {rid} was cancelled")
                 left = deadline - self._clock()
                 if left <= 0:
                     self._asked.pop(rid, None)
                     raise TimeoutError(f"no quorum including {rid} was formed in time: {self.reason}")
                 if not self._cond.wait(min(left, self.rules.quorum_tick)):
                     self._tick()  # a tick's time passed with no news (woken by a quorum: nothing to decide)
+
+    def withdraw(self, member: object) -> None:
+        """``member``'s request ended without a quorum: it is no longer among the asked (unless
+        the same group asked again meanwhile, with a request of its own)."""
+        with self._cond:
+            entry = self._asked.get(member.replica_id)
+            if entry is not None and entry[1] is member:
+                del self._asked[member.replica_id]
+                log.info("Quorum request of %s withdrawn: its caller went away", member.replica_id)
+            self._cond.notify_all()
 
     def tick(self) -> None:
         """Form a quorum if one is due (torchft's quorum tick)."""

@@ -24,7 +24,7 @@ from rendezvous.etcd.session import Session
 from rendezvous.etcd.watch import EventType, Watch
 
 from .book import Fenced, Issued, LighthouseKeys, QuorumBook, campaign, decode_issued
-from .forming import Forming
+from .forming import Forming, Withdrawn
 from .relay import LeaderGone, Relay
 from .rules import Rules, healthy
 
@@ -205,19 +205,25 @@ class Replica:
             live = healthy(self._heard, now, self.rules.heartbeat_timeout)
             return {rid: now - self._heard[rid] for rid in live}
 
-    def quorum(self, member: object, raw: bytes, deadline: float, *, forwarded: bool) -> object:
+    def quorum(
+        self, member: object, raw: bytes, deadline: float, *, forwarded: bool, gone: threading.Event | None = None
+    ) -> object:
         """The quorum (a torchft Quorum) that includes ``member``: formed here when this replica
         leads, else by the leader. TimeoutError at ``deadline``; NotLeader for a ``forwarded``
-        request reaching a replica that does not lead."""
+        request reaching a replica that does not lead; Withdrawn once ``gone`` is set (the caller
+        went away: the service then calls ``withdraw``)."""
         self.heartbeat(member.replica_id)
+        gone = gone or threading.Event()
         while True:
+            if gone.is_set():
+                raise Withdrawn(f"the request of {member.replica_id} was cancelled")
             role = self.role()
             left = deadline - time.monotonic()
             if left <= 0:
                 raise TimeoutError(f"no quorum including {member.replica_id} was formed in time")
             if role.forming is not None:
                 try:
-                    return role.forming.quorum(member, deadline).to_proto()
+                    return role.forming.quorum(member, deadline, gone).to_proto()
                 except Fenced:
                     self._wait_change(role.generation, min(left, 1.0))
                     continue
@@ -227,9 +233,16 @@ class Replica:
                 self._wait_change(role.generation, min(left, 0.1))
                 continue
             try:
-                return self._relay.forward(role.leader, raw, left, self._moved_since(role.generation))
+                return self._relay.forward(role.leader, raw, left, self._moved_since(role.generation, gone))
             except LeaderGone:
                 self._wait_change(role.generation, min(left, 0.1))
+
+    def withdraw(self, member: object) -> None:
+        """``member``'s request ended (its caller went away): the leader forgets it asked. On a
+        follower, cancelling the forwarded call (``gone``) has the leader do the same."""
+        forming = self.role().forming
+        if forming is not None:
+            forming.withdraw(member)
 
     def _recorded(self) -> Issued | None:
         """The last quorum written to etcd (a follower's view; None when there is none or etcd is away)."""
@@ -239,9 +252,10 @@ class Replica:
         except RendezvousError:
             return None
 
-    def _moved_since(self, generation: int) -> Callable[[], bool]:
-        """Whether the leadership changed since ``generation`` (polled while a request is forwarded)."""
-        return lambda: self.role().generation != generation
+    def _moved_since(self, generation: int, gone: threading.Event) -> Callable[[], bool]:
+        """Whether the leadership changed since ``generation`` or the caller went away (polled while
+        a request is forwarded: either cancels the forwarded call)."""
+        return lambda: self.role().generation != generation or gone.is_set()
 
     def status(self) -> dict:
         role = self.role()

@@ -5,6 +5,7 @@ INVALID_ARGUMENT with one line, never a traceback."""
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from concurrent import futures
 from typing import Any
@@ -15,6 +16,7 @@ from google.protobuf.message import DecodeError
 from rendezvous.errors import RendezvousError
 
 from . import wire
+from .forming import Withdrawn
 from .relay import FORWARDED, decode_ages
 from .replica import NotLeader, Replica
 
@@ -39,8 +41,18 @@ class _Service:
         remaining = context.time_remaining()
         deadline = time.monotonic() + (remaining if remaining is not None else _NO_DEADLINE)
         forwarded = FORWARDED in tuple(context.invocation_metadata() or ())
+        gone = threading.Event()
+
+        def ended() -> None:  # run by gRPC when the call ends, also when its caller went away
+            gone.set()
+            self.replica.withdraw(request.requester)
+
+        if not context.add_callback(ended):
+            context.abort(grpc.StatusCode.CANCELLED, "the call ended before it was read")
         try:
-            quorum = self.replica.quorum(request.requester, raw, deadline, forwarded=forwarded)
+            quorum = self.replica.quorum(request.requester, raw, deadline, forwarded=forwarded, gone=gone)
+        except Withdrawn as exc:
+            context.abort(grpc.StatusCode.CANCELLED, str(exc))
         except NotLeader as exc:
             context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
         except TimeoutError as exc:

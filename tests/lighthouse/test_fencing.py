@@ -57,6 +57,61 @@ def test_a_frozen_leader_is_fenced_and_the_next_one_goes_on_from_the_record(etcd
     assert "stops leading" in pair[old].output()
 
 
+def status_of(replica) -> dict:
+    import json
+    import re
+    import urllib.request
+
+    port = re.search(r"status page on port (\d+)", replica.output()).group(1)
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/status.json", timeout=5) as answer:
+        return json.loads(answer.read())
+
+
+def test_a_group_whose_replica_died_while_it_asked_is_in_no_quorum(etcd_endpoints, replicas):
+    """b asks through a follower that is SIGKILLed before the quorum is decided; a and c then ask the
+    leader: their quorum is (a, c). One that named b, which never hears of it, would have a and c
+    wait for b in their first collective until torchft's timeout ends their step (or their job)."""
+    from torchft._torchft import LighthouseClient
+
+    rdzv_id = f"gone-{time.monotonic_ns()}"
+    flags = ("--min_replicas", "1", "--join_timeout_ms", "300", "--heartbeat_timeout_ms", "10000", "--lease-ttl", "2")
+    pair = [replicas(etcd_endpoints, rdzv_id, *flags) for _ in range(2)]
+    lead = leading(etcd_endpoints, rdzv_id, pair)
+    leader, follower = pair[lead], pair[1 - lead]
+    for rid in ("a", "c"):  # heard: b alone is no majority, and waits
+        LighthouseClient(addr=leader.address(), connect_timeout=timedelta(seconds=5)).heartbeat(rid)
+    failed: list[Exception] = []
+
+    def ask_b() -> None:
+        try:
+            ask(follower.address(), "b", timeout=30)
+        except Exception as exc:  # the follower is killed under the call
+            failed.append(exc)
+
+    asking = threading.Thread(target=ask_b, daemon=True)
+    asking.start()
+
+    def leader_waits_for(participants: int, within: float = 10.0) -> None:
+        deadline = time.monotonic() + within
+        while f"only have {participants} participants" not in (said := status_of(leader)["quorum_status"]):
+            assert time.monotonic() < deadline, f"waiting for {participants} participants, the leader says: {said}"
+            time.sleep(0.02)
+
+    leader_waits_for(1)  # b's request, forwarded, is at the leader
+    follower.signal(signal.SIGKILL)
+    asking.join(10)
+    assert failed, "b's call outlived its replica"
+    leader_waits_for(0, within=3.0)  # b no longer asks, long before its heartbeat would expire
+    both: list = []
+    pairs = [threading.Thread(target=lambda r=rid: both.append(ask(leader.address(), r)), daemon=True) for rid in "ac"]
+    for thread in pairs:
+        thread.start()
+    for thread in pairs:
+        thread.join(20)
+    assert both == [(1, ("a", "c"))] * 2, f"a and c got {both}"
+    assert "Quorum request of b withdrawn" in leader.output(), leader.output()
+
+
 def test_status_page_and_bad_input(etcd_endpoints, replicas):
     """The status page of a leader and a follower (HTML and JSON), a kill of a replica not in the
     quorum refused in one line, and a malformed gRPC request refused with INVALID_ARGUMENT."""

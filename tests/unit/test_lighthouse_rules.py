@@ -11,7 +11,7 @@ import pytest
 
 from rendezvous.lighthouse import wire
 from rendezvous.lighthouse.book import Fenced, Issued, decode_issued, encode_issued
-from rendezvous.lighthouse.forming import Forming
+from rendezvous.lighthouse.forming import Forming, Withdrawn
 from rendezvous.lighthouse.rules import Asked, Rules, decide, healthy, next_id
 
 RULES = Rules(min_replicas=2, join_timeout=10.0, heartbeat_timeout=5.0, quorum_tick=0.01)
@@ -151,10 +151,10 @@ def test_a_group_left_out_asks_again_for_the_next_quorum():
     newcomer.start()
     newcomer.join(0.1)
     assert "new" not in got  # one of three heartbeating groups: no majority
-    together(member("a", shrink=True), member("b"))
+    together(member("a", 1, shrink=True), member("b", 1))
     assert got["a"] == got["b"] == (1, ("a", "b"))  # shrink_only: same members, same id
     assert "new" not in got
-    together(member("a"), member("b"))
+    together(member("a", 2), member("b", 2))
     newcomer.join(5)
     assert got["new"] == got["a"] == (2, ("a", "b", "new"))
 
@@ -177,7 +177,7 @@ def test_the_issue_itself_puts_the_left_out_back_before_any_waiter_wakes():
 
     asking = [
         threading.Thread(target=ask, args=(m,), daemon=True)
-        for m in (member("new"), member("a", shrink=True), member("b"))
+        for m in (member("new"), member("a", 1, shrink=True), member("b", 1))
     ]
     for thread in asking:
         thread.start()
@@ -240,4 +240,75 @@ def test_the_fast_path_does_not_wait_for_a_new_leader_to_settle():
     forming = Forming(
         Rules(min_replicas=1), Issued(3, (member("a"),)), lambda i, new: None, settle_until=clock.now + 60, clock=clock
     )
-    assert forming.quorum(member("a"), deadline=clock.now + 1).quorum_id == 3
+    assert forming.quorum(member("a", 1), deadline=clock.now + 1).quorum_id == 3  # (step 1: not a retry)
+
+
+def test_a_request_whose_caller_went_away_is_in_no_quorum():
+    """b asked, then its call was cancelled (its replica died): the quorum formed when a and c ask
+    must not name b, which would never hear of it while a and c wait for it in their allreduce."""
+    clock = Clock()
+    rules = Rules(min_replicas=1, join_timeout=60.0, heartbeat_timeout=1000.0, quorum_tick=0.01)
+    forming = Forming(rules, Issued(1, (member("a"), member("b"), member("c"))), lambda i, new: None, clock=clock)
+    for rid in ("a", "c"):
+        forming.heard(rid)
+    outcomes: list[object] = []
+
+    def ask(m, gone=None) -> None:
+        try:
+            outcomes.append(forming.quorum(m, clock.now + 1000, gone))
+        except Withdrawn as why:
+            outcomes.append(why)
+
+    def asking(*members, gone=None, waiting: int) -> list[threading.Thread]:
+        threads = [threading.Thread(target=ask, args=(m, gone), daemon=True) for m in members]
+        for thread in threads:
+            thread.start()
+        wait_until = time.monotonic() + 5
+        while f"[{waiting}/{waiting} participants healthy][3 heartbeating]" not in forming.status()[0]:
+            assert time.monotonic() < wait_until, forming.status()[0]
+            time.sleep(0.01)
+        return threads
+
+    b, gone = member("b", 1), threading.Event()
+    (b_asks,) = asking(b, gone=gone, waiting=1)
+    gone.set()
+    forming.withdraw(b)
+    b_asks.join(5)
+    assert len(outcomes) == 1 and isinstance(outcomes[0], Withdrawn)
+    others = asking(member("a", 1), member("c", 1), waiting=2)  # b still heartbeats: a join wait
+    clock.now += 61
+    forming.tick()
+    for thread in others:
+        thread.join(5)
+    assert [(o.quorum_id, o.replica_ids) for o in outcomes[1:]] == [(2, ("a", "c"))] * 2
+
+
+def test_only_the_request_that_ended_is_withdrawn():
+    """b's old call ends after b asked again with a new one: the new one stays asked."""
+    forming = Forming(Rules(min_replicas=2, quorum_tick=0.01), None, lambda i, new: None)
+    old, new = member("b"), member("b")
+    got: list[tuple[str, ...]] = []
+    asking = threading.Thread(target=lambda: got.append(forming.quorum(new, _within()).replica_ids), daemon=True)
+    asking.start()
+    asking.join(0.1)
+    forming.withdraw(old)
+    assert forming.quorum(member("a"), _within()).replica_ids == ("a", "b")
+    asking.join(5)
+    assert got == [("a", "b")]
+
+
+def test_a_request_whose_answer_was_lost_gets_the_same_quorum_again():
+    """The replica relaying b's answer died after the quorum was issued: b's Manager sends the same
+    request again and must get that quorum (a is in its allreduce with b), not wait for a next one
+    that a, waiting for b, will never ask for. Another step or failure count is a new request."""
+    forming = Forming(Rules(min_replicas=2, quorum_tick=0.01), Issued(1, (member("a"), member("b"))), lambda i, n: None)
+    got: list[Issued] = []
+    asking = threading.Thread(target=lambda: got.append(forming.quorum(member("b", 7), _within())), daemon=True)
+    asking.start()
+    assert forming.quorum(member("a", 7), _within()).replica_ids == ("a", "b")
+    asking.join(5)
+    again = forming.quorum(member("b", 7), _within(0.5))  # b's retry, a not asking: the same quorum at once
+    assert again is got[0] and again.quorum_id == 1
+    for retry in (member("b", 8), member("b", 7, failures=1)):
+        with pytest.raises(TimeoutError):  # a new request: it waits for a
+            forming.quorum(retry, time.monotonic() + 0.2)
