@@ -67,6 +67,14 @@ def status_of(replica) -> dict:
         return json.loads(answer.read())
 
 
+def waits_for(leader, participants: int, within: float = 10.0) -> None:
+    """Until the leader's status says it has ``participants`` asking (bounded)."""
+    deadline = time.monotonic() + within
+    while f"only have {participants} participants" not in (said := status_of(leader)["quorum_status"]):
+        assert time.monotonic() < deadline, f"waiting for {participants} participants, the leader says: {said}"
+        time.sleep(0.02)
+
+
 def test_a_group_whose_replica_died_while_it_asked_is_in_no_quorum(etcd_endpoints, replicas):
     """b asks through a follower that is SIGKILLed before the quorum is decided; a and c then ask the
     leader: their quorum is (a, c). One that named b, which never hears of it, would have a and c
@@ -90,18 +98,11 @@ def test_a_group_whose_replica_died_while_it_asked_is_in_no_quorum(etcd_endpoint
 
     asking = threading.Thread(target=ask_b, daemon=True)
     asking.start()
-
-    def leader_waits_for(participants: int, within: float = 10.0) -> None:
-        deadline = time.monotonic() + within
-        while f"only have {participants} participants" not in (said := status_of(leader)["quorum_status"]):
-            assert time.monotonic() < deadline, f"waiting for {participants} participants, the leader says: {said}"
-            time.sleep(0.02)
-
-    leader_waits_for(1)  # b's request, forwarded, is at the leader
+    waits_for(leader, 1)  # b's request, forwarded, is at the leader
     follower.signal(signal.SIGKILL)
     asking.join(10)
     assert failed, "b's call outlived its replica"
-    leader_waits_for(0, within=3.0)  # b no longer asks, long before its heartbeat would expire
+    waits_for(leader, 0, within=3.0)  # b no longer asks, long before its heartbeat would expire
     both: list = []
     pairs = [threading.Thread(target=lambda r=rid: both.append(ask(leader.address(), r)), daemon=True) for rid in "ac"]
     for thread in pairs:
@@ -110,6 +111,40 @@ def test_a_group_whose_replica_died_while_it_asked_is_in_no_quorum(etcd_endpoint
         thread.join(20)
     assert both == [(1, ("a", "c"))] * 2, f"a and c got {both}"
     assert "Quorum request of b withdrawn" in leader.output(), leader.output()
+
+
+def test_a_group_whose_answer_died_with_its_replica_gets_that_quorum_on_retry(etcd_endpoints, replicas):
+    """b asks through a follower, which is frozen before the leader's answer reaches it and then
+    killed: the quorum (a, b) was issued, a got it and is in its step with b. b's Manager retries
+    with the same request, at a replica that is alive, and gets that quorum at once; were it asking
+    for a next one, it would wait for a, who waits for b."""
+    rdzv_id = f"lost-{time.monotonic_ns()}"
+    flags = ("--min_replicas", "2", "--join_timeout_ms", "300", "--heartbeat_timeout_ms", "10000", "--lease-ttl", "2")
+    pair = [replicas(etcd_endpoints, rdzv_id, *flags) for _ in range(2)]
+    lead = leading(etcd_endpoints, rdzv_id, pair)
+    leader, follower = pair[lead], pair[1 - lead]
+    failed: list[Exception] = []
+
+    def ask_b() -> None:
+        try:
+            ask(follower.address(), "b", timeout=30)
+        except Exception as exc:  # the follower is killed under the call
+            failed.append(exc)
+
+    asking = threading.Thread(target=ask_b, daemon=True)
+    asking.start()
+    waits_for(leader, 1)  # b's request, forwarded, is at the leader
+    follower.signal(signal.SIGSTOP)
+    try:
+        assert ask(leader.address(), "a") == (1, ("a", "b"))
+    finally:
+        follower.kill()
+    asking.join(10)
+    assert failed, "b got an answer through a frozen replica"
+    started = time.monotonic()
+    assert ask(leader.address(), "b", timeout=5) == (1, ("a", "b"))
+    assert time.monotonic() - started < 2.0, "b's retry waited for a next quorum"
+    assert "Quorum 1 again for b" in leader.output(), leader.output()
 
 
 def test_status_page_and_bad_input(etcd_endpoints, replicas):
