@@ -7,15 +7,24 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from .errors import AgentStopped
 
-__all__ = ["STOP_SIGNALS", "PASSED_SIGNALS", "stop_on_signals", "ignore_stop_signals", "pass_to_workers"]
+__all__ = [
+    "STOP_SIGNALS",
+    "PASSED_SIGNALS",
+    "stop_on_signals",
+    "ignore_stop_signals",
+    "pass_to_workers",
+    "stop_requested",
+]
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)  # torchrun's --signals-to-handle
 PASSED_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)  # "checkpoint now" (SLURM's --signal=USR1@N): to the workers
+_POLL = 0.1  # seconds between two looks at whether a stop was asked
 
 
 class _Handled:
@@ -85,3 +94,31 @@ def pass_to_workers(
 
     with _handling(signals, handle):
         yield
+
+
+@contextmanager
+def stop_requested(
+    signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT),
+) -> Iterator[Callable[[float], bool]]:
+    """For a server's main thread: ``stopped(seconds)`` sleeps up to ``seconds`` and says whether one
+    of ``signals`` came (in another thread it only sleeps). The handler only appends to a list: one
+    that took a lock (``Event.set``) deadlocked the main thread when the signal came while that
+    thread held the lock itself, in the Event's own wait or in a first handler (a burst of SIGTERMs).
+    Once a stop was asked, leaving the block ignores these signals: the exit is not cut short."""
+    asked: list[int] = []
+
+    def stopped(seconds: float) -> bool:
+        deadline = time.monotonic() + seconds
+        while not asked and (left := deadline - time.monotonic()) > 0:
+            time.sleep(min(_POLL, left))
+        return bool(asked)
+
+    main = threading.current_thread() is threading.main_thread()
+    previous = {signum: signal.getsignal(signum) for signum in signals} if main else {}
+    for signum in previous:
+        signal.signal(signum, lambda signum, frame: asked.append(signum))
+    try:
+        yield stopped
+    finally:
+        for signum, handler in previous.items():  # once stopping, more of them do not cut the exit short
+            signal.signal(signum, signal.SIG_IGN if asked else handler)

@@ -6,12 +6,11 @@ go on (as a real cluster would: kill one to see a job ride through it)."""
 from __future__ import annotations
 
 import errno
-import signal
 import socket
-import threading
 
 import click
 
+from launcher.signals import stop_requested
 from rendezvous.errors import RendezvousConnectionError
 from rendezvous.etcd.server import EtcdCluster
 
@@ -40,23 +39,22 @@ def ctl_etcd(members: int, host: str, port: int, data_dir: str | None) -> int:
     """Run a local etcd of --members members until Ctrl-C, for jobs on this machine."""
     _check_ports(host, port, members)
     cluster = EtcdCluster(members, host=host, base_port=port, data_dir=data_dir)
-    stop = threading.Event()
-    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        cluster.start()  # a port in use: "etcd did not start: ... bind: address already in use"
-        kept = "kept" if data_dir else "removed on exit"
-        click.echo(f"etcd: {members} member{'s' if members > 1 else ''} on {host}, data in {cluster.data_dir} ({kept})")
-        click.echo(f"  --rdzv-endpoint {cluster.endpoints}")
-        click.echo("Ctrl-C stops it.", err=True)
-        said: set[str] = set()
-        while not stop.wait(_CHECK_EVERY):
-            _say_exits(cluster.exited(), said, members)
-        click.echo("etcd: stopped", err=True)
-        return 0
-    finally:
-        cluster.stop()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    with stop_requested() as stopped:
+        try:
+            cluster.start()  # a port in use: "etcd did not start: ... bind: address already in use"
+            kept = "kept" if data_dir else "removed on exit"
+            click.echo(
+                f"etcd: {members} member{'s' if members > 1 else ''} on {host}, data in {cluster.data_dir} ({kept})"
+            )
+            click.echo(f"  --rdzv-endpoint {cluster.endpoints}")
+            click.echo("Ctrl-C stops it.", err=True)
+            said: set[str] = set()
+            while not stopped(_CHECK_EVERY):
+                _say_exits(cluster.exited(), said, members)
+            click.echo("etcd: stopped", err=True)
+            return 0
+        finally:
+            cluster.stop()
 
 
 def _say_exits(gone: list[str], said: set[str], members: int) -> None:

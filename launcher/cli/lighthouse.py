@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import socket
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +17,7 @@ import click
 import grpc
 
 from launcher.errors import UsageError
+from launcher.signals import stop_requested
 from rendezvous.etcd.endpoints import Endpoint
 from rendezvous.lighthouse.book import LighthouseKeys
 from rendezvous.lighthouse.replica import Replica
@@ -151,10 +150,12 @@ def elastic_lighthouse(**opts: Any) -> int:
     )
     if opts["address_file"]:
         Path(opts["address_file"]).write_text(address + "\n")
-    _wait_for_stop()
-    replica.stop()
-    server.stop(grace=1).wait(2)
-    page.stop()
+    with stop_requested() as stopped:  # until SIGTERM or Ctrl-C, which the shutdown is not cut by
+        while not stopped(3600.0):
+            pass
+        replica.stop()
+        server.stop(grace=1).wait(2)
+        page.stop()
     return 0
 
 
@@ -178,11 +179,3 @@ def _status_page(replica: Replica, http_bind: str | None, host: str, bound: int,
         ) from None
     page.start()
     return page
-
-
-def _wait_for_stop() -> None:
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    while not stop.wait(1.0):
-        pass

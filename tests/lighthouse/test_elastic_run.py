@@ -142,3 +142,19 @@ def test_the_replica_does_not_outlive_its_agent(etcd_endpoints, tmp_path):
     finally:
         if agent.poll() is None:
             agent.kill()
+
+
+def test_a_burst_of_sigterms_stops_a_replica_once(etcd_endpoints, replicas):
+    """SIGTERM over and over for 2 s (a supervisor repeating itself, the kernel's parent-death signal
+    on top of an agent's stop): the replica stops, exit 0. A handler that took a lock the main
+    thread held (an Event's) deadlocked it: it lived on, retrying etcd, long after its agent."""
+    replica = replicas(etcd_endpoints, f"burst-{uuid.uuid4().hex[:6]}", "--min_replicas", "1")
+    time.sleep(0.5)
+    until = time.monotonic() + 2.0  # signals all along its shutdown, each handler cut by the next
+    while time.monotonic() < until and replica.process.poll() is None:
+        replica.signal(signal.SIGTERM)
+    try:
+        code = replica.process.wait(15)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"the replica did not stop:\n{replica.output()}") from None
+    assert code == 0, replica.output()
