@@ -81,9 +81,7 @@ class Forming:
         rid = member.replica_id
         with self._cond:
             if self.previous is not None and member in self.previous.members:
-                self.heard(rid)
-                log.info("Quorum %d again for %s: its answer was lost on the way", self.previous.quorum_id, rid)
-                return self.previous
+                return self._again(member)
             self._ask(member)
             seen = self._sequence
             self._tick()
@@ -136,6 +134,22 @@ class Forming:
             return self._decide().reason, self.previous
 
     # -- inside the lock ---------------------------------------------------------------------------
+    def _again(self, member: object) -> Issued:
+        """The last quorum for a member of it asking again (its answer was lost), made official again
+        as any quorum under the same id is: a replica that may no longer lead raises Fenced here,
+        rather than answer from a quorum another leader has since replaced."""
+        if self._fenced is not None:
+            raise self._fenced
+        try:
+            self._issue(self.previous, False)
+        except Fenced as why:
+            self._fenced = why
+            self._cond.notify_all()
+            raise
+        self.heard(member.replica_id)
+        log.info("Quorum %d again for %s: its answer was lost on the way", self.previous.quorum_id, member.replica_id)
+        return self.previous
+
     def _previous_ids(self) -> tuple[str, ...] | None:
         return self.previous.replica_ids if self.previous is not None else None
 

@@ -312,3 +312,20 @@ def test_a_request_whose_answer_was_lost_gets_the_same_quorum_again():
     for retry in (member("b", 8), member("b", 7, failures=1)):
         with pytest.raises(TimeoutError):  # a new request: it waits for a
             forming.quorum(retry, time.monotonic() + 0.2)
+
+
+def test_a_fenced_leader_does_not_answer_a_retry_from_its_last_quorum():
+    """A leader frozen past its lease, thawed with x's retry waiting: x must not get the quorum
+    in its memory (another leader may have issued a higher id since); it is told Fenced."""
+    fenced = threading.Event()
+
+    def issue(i: Issued, new: bool) -> None:
+        if fenced.is_set():
+            raise Fenced("claim lost")
+
+    forming = Forming(Rules(min_replicas=1), Issued(1, (member("x"),)), issue)
+    assert forming.quorum(member("x"), _within()).quorum_id == 1  # a retry, confirmed: the same quorum
+    fenced.set()
+    with pytest.raises(Fenced):
+        forming.quorum(member("x"), _within())
+    assert forming.stopped is not None
