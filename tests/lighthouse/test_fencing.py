@@ -75,6 +75,23 @@ def waits_for(leader, participants: int, within: float = 10.0) -> None:
         time.sleep(0.02)
 
 
+def b_asks_through(follower, leader) -> tuple[threading.Thread, list[Exception]]:
+    """b's quorum call through ``follower``, in a thread, once it is at the leader; the error it
+    ends with goes in the list (the tests kill the follower under it)."""
+    failed: list[Exception] = []
+
+    def ask_b() -> None:
+        try:
+            ask(follower.address(), "b", timeout=30)
+        except Exception as exc:
+            failed.append(exc)
+
+    asking = threading.Thread(target=ask_b, daemon=True)
+    asking.start()
+    waits_for(leader, 1)  # b's request, forwarded, is at the leader
+    return asking, failed
+
+
 def test_a_group_whose_replica_died_while_it_asked_is_in_no_quorum(etcd_endpoints, replicas):
     """b asks through a follower that is SIGKILLed before the quorum is decided; a and c then ask the
     leader: their quorum is (a, c). One that named b, which never hears of it, would have a and c
@@ -88,17 +105,7 @@ def test_a_group_whose_replica_died_while_it_asked_is_in_no_quorum(etcd_endpoint
     leader, follower = pair[lead], pair[1 - lead]
     for rid in ("a", "c"):  # heard: b alone is no majority, and waits
         LighthouseClient(addr=leader.address(), connect_timeout=timedelta(seconds=5)).heartbeat(rid)
-    failed: list[Exception] = []
-
-    def ask_b() -> None:
-        try:
-            ask(follower.address(), "b", timeout=30)
-        except Exception as exc:  # the follower is killed under the call
-            failed.append(exc)
-
-    asking = threading.Thread(target=ask_b, daemon=True)
-    asking.start()
-    waits_for(leader, 1)  # b's request, forwarded, is at the leader
+    asking, failed = b_asks_through(follower, leader)
     follower.signal(signal.SIGKILL)
     asking.join(10)
     assert failed, "b's call outlived its replica"
@@ -123,17 +130,7 @@ def test_a_group_whose_answer_died_with_its_replica_gets_that_quorum_on_retry(et
     pair = [replicas(etcd_endpoints, rdzv_id, *flags) for _ in range(2)]
     lead = leading(etcd_endpoints, rdzv_id, pair)
     leader, follower = pair[lead], pair[1 - lead]
-    failed: list[Exception] = []
-
-    def ask_b() -> None:
-        try:
-            ask(follower.address(), "b", timeout=30)
-        except Exception as exc:  # the follower is killed under the call
-            failed.append(exc)
-
-    asking = threading.Thread(target=ask_b, daemon=True)
-    asking.start()
-    waits_for(leader, 1)  # b's request, forwarded, is at the leader
+    asking, failed = b_asks_through(follower, leader)
     follower.signal(signal.SIGSTOP)
     try:
         assert ask(leader.address(), "a") == (1, ("a", "b"))
