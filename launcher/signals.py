@@ -45,9 +45,12 @@ def ignore_stop_signals() -> None:
 
 
 @contextmanager
-def _handling(signals: tuple[int, ...], handle: Callable[[int, object], None]) -> Iterator[None]:
+def _handling(
+    signals: tuple[int, ...], handle: Callable[[int, object], None], ignore_after: Callable[[], bool] = lambda: False
+) -> Iterator[None]:
     """``handle`` for each of ``signals`` for the duration of the block, in the main thread only (a
-    launch from a library's worker thread leaves signals to its caller: nothing changes)."""
+    launch from a library's worker thread leaves signals to its caller: nothing changes); after it,
+    the previous handlers again, or SIG_IGN when ``ignore_after()``."""
     if threading.current_thread() is not threading.main_thread() or not signals:
         yield
         return
@@ -57,8 +60,9 @@ def _handling(signals: tuple[int, ...], handle: Callable[[int, object], None]) -
     try:
         yield
     finally:
+        ignore = ignore_after()
         for signum, handler in previous.items():
-            signal.signal(signum, handler)
+            signal.signal(signum, signal.SIG_IGN if ignore else handler)
 
 
 @contextmanager
@@ -113,12 +117,5 @@ def stop_requested(
             time.sleep(min(_POLL, left))
         return bool(asked)
 
-    main = threading.current_thread() is threading.main_thread()
-    previous = {signum: signal.getsignal(signum) for signum in signals} if main else {}
-    for signum in previous:
-        signal.signal(signum, lambda signum, frame: asked.append(signum))
-    try:
+    with _handling(signals, lambda signum, frame: asked.append(signum), ignore_after=lambda: bool(asked)):
         yield stopped
-    finally:
-        for signum, handler in previous.items():  # once stopping, more of them do not cut the exit short
-            signal.signal(signum, signal.SIG_IGN if asked else handler)

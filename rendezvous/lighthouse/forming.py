@@ -138,17 +138,22 @@ class Forming:
         """The last quorum for a member of it asking again (its answer was lost), made official again
         as any quorum under the same id is: a replica that may no longer lead raises Fenced here,
         rather than answer from a quorum another leader has since replaced."""
-        if self._fenced is not None:
+        if self._fenced is not None or not self._official(self.previous, False):
             raise self._fenced
-        try:
-            self._issue(self.previous, False)
-        except Fenced as why:
-            self._fenced = why
-            self._cond.notify_all()
-            raise
         self.heard(member.replica_id)
         log.info("Quorum %d again for %s: its answer was lost on the way", self.previous.quorum_id, member.replica_id)
         return self.previous
+
+    def _official(self, issued: Issued, new_id: bool) -> bool:
+        """Make ``issued`` official (the caller's issue step); False, with every waiter told, when
+        this replica may no longer lead."""
+        try:
+            self._issue(issued, new_id)
+            return True
+        except Fenced as why:
+            self._fenced = why
+            self._cond.notify_all()
+            return False
 
     def _previous_ids(self) -> tuple[str, ...] | None:
         return self.previous.replica_ids if self.previous is not None else None
@@ -183,11 +188,7 @@ class Forming:
         previous_id = self.previous.quorum_id if self.previous is not None else 0
         quorum_id = next_id(previous_id, self._previous_ids(), decision.members, failures)
         issued = Issued(quorum_id, members, time.time())
-        try:
-            self._issue(issued, quorum_id != previous_id)
-        except Fenced as why:
-            self._fenced = why
-            self._cond.notify_all()
+        if not self._official(issued, quorum_id != previous_id):
             return
         if quorum_id != previous_id:
             log.info("Quorum %d: %s", quorum_id, ", ".join(f"{m.replica_id} (step {m.step})" for m in members))

@@ -205,15 +205,12 @@ class Replica:
             live = healthy(self._heard, now, self.rules.heartbeat_timeout)
             return {rid: now - self._heard[rid] for rid in live}
 
-    def quorum(
-        self, member: object, raw: bytes, deadline: float, *, forwarded: bool, gone: threading.Event | None = None
-    ) -> object:
+    def quorum(self, member: object, raw: bytes, deadline: float, *, forwarded: bool, gone: threading.Event) -> object:
         """The quorum (a torchft Quorum) that includes ``member``: formed here when this replica
         leads, else by the leader. TimeoutError at ``deadline``; NotLeader for a ``forwarded``
         request reaching a replica that does not lead; Withdrawn once ``gone`` is set (the caller
         went away: the service then calls ``withdraw``)."""
         self.heartbeat(member.replica_id)
-        gone = gone or threading.Event()
         while True:
             if gone.is_set():
                 raise Withdrawn(f"the request of {member.replica_id} was cancelled")

@@ -30,7 +30,7 @@ def replicas(tmp_path):
 
 def leading(endpoints: str, rdzv_id: str, replicas: list, *, not_: int | None = None) -> int:
     """The index of the replica that leads now (its name ends with its pid); with ``not_``, the
-    first one that is not that one."""
+    first one that is not that one. A replica is a Lighthouse or a process (psutil, Popen)."""
     client = EtcdClient(endpoints, timeout=5)
     try:
         deadline = time.monotonic() + 15
@@ -39,7 +39,7 @@ def leading(endpoints: str, rdzv_id: str, replicas: list, *, not_: int | None = 
             if kv is not None:
                 pid = int(json.loads(kv.value)["name"].rsplit("-", 1)[1])
                 for index, replica in enumerate(replicas):
-                    if replica.process.pid == pid and index != not_:
+                    if getattr(replica, "process", replica).pid == pid and index != not_:
                         return index
             time.sleep(0.05)
     finally:

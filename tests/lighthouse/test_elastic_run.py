@@ -16,8 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from rendezvous.etcd.client import EtcdClient
-from rendezvous.lighthouse.book import LighthouseKeys
+from .conftest import leading
 
 pytest.importorskip("torch", reason="PyTorch is not installed")
 pytest.importorskip("torchft", reason="torchft is not installed (pip install -e '.[torchft]')")
@@ -64,23 +63,6 @@ def exited(process: psutil.Process, timeout: float) -> bool:
     return False
 
 
-def leader_of(endpoints: str, lighthouse: str, replicas: list[psutil.Process]) -> psutil.Process:
-    """The replica that leads (the leader key's holder is named after its pid)."""
-    client = EtcdClient(endpoints, timeout=5)
-    try:
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            kv = client.get(LighthouseKeys("/elastic", lighthouse).leader)
-            pid = int(json.loads(kv.value)["name"].rsplit("-", 1)[1]) if kv is not None else 0
-            for replica in replicas:
-                if replica.pid == pid:
-                    return replica
-            time.sleep(0.05)
-    finally:
-        client.close()
-    raise AssertionError("neither replica leads")
-
-
 def test_two_groups_train_through_their_own_replicas_and_survive_one_dying(etcd_endpoints, tmp_path):
     """The replica that does not lead is SIGKILLed mid-training, 40 quorums in, when a quorum call
     is about to go through it: a request it was forwarding is withdrawn, an answer it was relaying is
@@ -96,7 +78,7 @@ def test_two_groups_train_through_their_own_replicas_and_survive_one_dying(etcd_
         while min(log.read_text(errors="replace").count("got lighthouse quorum") for log in logs) < 40:  # training
             assert time.monotonic() < deadline and all(a.poll() is None for a in agents), [t.read_text() for t in logs]
             time.sleep(0.02)
-        v = 1 - replicas.index(leader_of(etcd_endpoints, lighthouse, replicas))  # the follower (see the docstring)
+        v = 1 - leading(etcd_endpoints, lighthouse, replicas)  # the follower (see the docstring)
         replicas[v].send_signal(signal.SIGKILL)
         assert not out.exists(), "the groups finished before the replica was killed"
         codes = [agent.wait(180) for agent in agents]

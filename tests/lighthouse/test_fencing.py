@@ -57,13 +57,18 @@ def test_a_frozen_leader_is_fenced_and_the_next_one_goes_on_from_the_record(etcd
     assert "stops leading" in pair[old].output()
 
 
+def status_port(replica) -> int:
+    """The port of the replica's status page, from its first line."""
+    import re
+
+    return int(re.search(r"status page on port (\d+)", replica.output()).group(1))
+
+
 def status_of(replica) -> dict:
     import json
-    import re
     import urllib.request
 
-    port = re.search(r"status page on port (\d+)", replica.output()).group(1)
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/status.json", timeout=5) as answer:
+    with urllib.request.urlopen(f"http://127.0.0.1:{status_port(replica)}/status.json", timeout=5) as answer:
         return json.loads(answer.read())
 
 
@@ -147,8 +152,6 @@ def test_a_group_whose_answer_died_with_its_replica_gets_that_quorum_on_retry(et
 def test_status_page_and_bad_input(etcd_endpoints, replicas):
     """The status page of a leader and a follower (HTML and JSON), a kill of a replica not in the
     quorum refused in one line, and a malformed gRPC request refused with INVALID_ARGUMENT."""
-    import json
-    import re
     import urllib.error
     import urllib.request
 
@@ -160,9 +163,8 @@ def test_status_page_and_bad_input(etcd_endpoints, replicas):
     assert ask(pair[lead].address(), "x") == (1, ("x",))
     pages = {}
     for index, replica in enumerate(pair):
-        port = re.search(r"status page on port (\d+)", replica.output()).group(1)
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/status.json", timeout=5) as answer:
-            pages[index] = json.loads(answer.read())
+        port = status_port(replica)
+        pages[index] = status_of(replica)
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as answer:
             assert "Current quorum_id: 1" in answer.read().decode()
     assert pages[lead]["leads"] and not pages[1 - lead]["leads"]
