@@ -6,16 +6,24 @@ all of them is followed by a short backoff. The first pass splits the budget bet
 (so a frozen member cannot eat all of it); each later pass gives every try twice as long, so a
 slow link (a few hundred ms a round trip, a connection still being set up) still gets through.
 
-Retried: the endpoint is unreachable or silent (UNAVAILABLE, DEADLINE_EXCEEDED), and etcd's own
-"try again" answers -- no leader, leader changed, request timed out, too many requests -- which
-it sends while an election runs. Anything else (a refused password, a bad request) fails at once.
+What is retried is one table, ``ANSWERS``: each row is an etcd answer (a gRPC status code and, for
+some, words of its message), whether trying again can change it, and a few words for people. The
+first row that matches decides; an answer no row names is final. Retried: the endpoint is
+unreachable or silent, and etcd's own "try again" answers (no leader, leader changed, request timed
+out, a member's own deadline passed, too many requests), which it sends while an election runs or a
+member is frozen. Final: a refused password or permission, a bad request, a compacted revision, a
+lease etcd no longer has, a full database, a failed TLS handshake.
 """
 
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
 
 __all__ = [
+    "ANSWERS",
+    "Answer",
+    "answer",
     "RETRYABLE_CODES",
     "is_retryable",
     "attempt_timeout",
@@ -27,17 +35,48 @@ __all__ = [
     "unreachable_message",
 ]
 
-# grpc.StatusCode names, so this module needs no gRPC import.
-RETRYABLE_CODES = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED"})
-_RETRYABLE_DETAILS = (
-    "no leader",
-    "leader changed",
-    "request timed out",
-    "too many requests",
-    "not capable",
-    "raft: stopped",
-    "server stopped",
+
+class Answer(NamedTuple):
+    """One row of the table: an answer etcd (or gRPC) gives, and what it means for a retry."""
+
+    code: str  # a grpc.StatusCode name; "*": any code
+    words: str  # lower-case words its message contains ("": any message)
+    retry: bool  # True: another try (on this member or another) may succeed
+    reason: str  # a few words for people ("": the code's own words)
+
+    def matches(self, code: str, text: str) -> bool:
+        return self.code in ("*", code) and self.words in text
+
+
+# grpc.StatusCode names, so this module needs no gRPC import. First match wins; order matters.
+ANSWERS: tuple[Answer, ...] = (
+    Answer("*", "handshake failed", False, "TLS handshake failed"),  # a wrong certificate or CA fails again
+    Answer("*", "database space exceeded", False, "out of space (NOSPACE alarm)"),
+    Answer("*", "no leader", True, "no leader"),
+    Answer("*", "leader changed", True, "leader changed"),
+    Answer("*", "not leader", True, "not leader"),
+    Answer("*", "request timed out", True, "request timed out"),  # also "..., possibly due to previous leader failure"
+    Answer("*", "context deadline exceeded", True, "request timed out"),  # the member's own deadline (a frozen leader)
+    Answer("*", "too many requests", True, "too many requests"),
+    Answer("*", "unhealthy cluster", True, "unhealthy cluster"),
+    Answer("*", "not capable", True, "not capable"),  # a member still starting or upgrading
+    Answer("*", "raft: stopped", True, "raft: stopped"),
+    Answer("*", "proposal dropped", True, "proposal dropped"),
+    Answer("*", "server stopped", True, "server stopped"),  # a member shutting down
+    Answer("*", "request cancelled", True, "request cancelled"),  # cancelled by the member (leader lost)
+    Answer("*", "request canceled", True, "request cancelled"),
+    Answer("UNAVAILABLE", "", True, ""),  # unreachable, refused, reset: another member or a later try
+    Answer("DEADLINE_EXCEEDED", "", True, ""),  # no answer within the try's time
 )
+RETRYABLE_CODES = frozenset(a.code for a in ANSWERS if a.retry and not a.words)
+_FINAL = Answer("*", "", False, "")
+
+
+def answer(code: str, details: str = "") -> Answer:
+    """The row of ``ANSWERS`` for an answer with gRPC status ``code`` (its name) and message ``details``."""
+    text = (details or "").lower()
+    return next((a for a in ANSWERS if a.matches(code, text)), _FINAL)
+
 
 _UNRESOLVED = ("errors resolving", "domain name not found", "name resolution", "dns resolution", "lookup failed")
 
@@ -47,16 +86,8 @@ BACKOFF_MAX = 1.0  # ... doubling up to this
 
 
 def is_retryable(code: str, details: str = "") -> bool:
-    """Whether a call that failed with gRPC status ``code`` (its name) may succeed if tried again.
-
-    A failed TLS handshake (a wrong certificate or CA) will fail again: it is not retried.
-    """
-    text = (details or "").lower()
-    if "handshake failed" in text:
-        return False
-    if code in RETRYABLE_CODES:
-        return True
-    return any(marker in text for marker in _RETRYABLE_DETAILS)
+    """Whether a call that failed with gRPC status ``code`` (its name) may succeed if tried again."""
+    return answer(code, details).retry
 
 
 def attempt_timeout(remaining: float, endpoints: int, attempt: int) -> float:
@@ -96,12 +127,12 @@ def reason(code: str, details: str = "", waited: float | None = None) -> str:
         return "connection refused"
     if code == "DEADLINE_EXCEEDED":
         return f"no answer within {waited:.1f} s" if waited is not None else "no answer"
-    for marker in _RETRYABLE_DETAILS:
-        if marker in lowered:
-            return marker
+    row = answer(code, text)
+    if row.reason:
+        return row.reason
     if any(marker in lowered for marker in _UNRESOLVED):
         return "the host name does not resolve"
-    if "ssl" in lowered or "handshake" in lowered:
+    if "ssl" in lowered:
         return "TLS handshake failed"
     if "socket closed" in lowered or "connection reset" in lowered or "broken pipe" in lowered:
         return "connection closed"

@@ -32,10 +32,6 @@ def no_space(where: str) -> RendezvousNoSpaceError:
     )
 
 
-# Codes that mean "this endpoint cannot serve us now".
-_UNREACHABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
-
-
 class Unreachable(RendezvousConnectionError):
     """No endpoint answered within a call's budget; ``failures`` says which were tried and why."""
 
@@ -62,7 +58,7 @@ def map_rpc_error(
     code = exc.code()
     where = f"etcd at {endpoint}" if endpoint else "etcd"
     details = details_of(exc)
-    if code in _UNREACHABLE:
+    if retry.is_retryable(code.name, details):  # "try again" (retry.ANSWERS): etcd is away for now
         return RendezvousConnectionError(f"cannot reach {where}: {_describe(exc)}")
     if code == grpc.StatusCode.FAILED_PRECONDITION and "authentication is not enabled" in details:
         return RendezvousCredentialsError(
