@@ -147,6 +147,8 @@ class Agent:
         try:
             return self._invoke_run()
         except RendezvousClosedError as exc:
+            if self._finished_without_this_node(exc):
+                return 0
             raise self._closed_error(exc) from exc
         except RendezvousError as exc:  # timed out, unreachable, corrupt
             raise rendezvous_failure(exc) from exc
@@ -252,6 +254,17 @@ class Agent:
         self.say(failure.summary())
         self._close(restart.spent_reason(failure.what, count, budget), failed=True)
         raise WorkerFailedError(failure.what, failure.failures)
+
+    def _finished_without_this_node(self, exc: RendezvousClosedError) -> bool:
+        """The job succeeded while this node waited for a place in it (a hot spare never needed): its
+        part is done too. Said before the agent leaves; its history record says the same."""
+        state = self._job_state() if exc.while_waiting else None
+        if state is None or state.failed or state.closed_by == OPERATOR:
+            return False
+        self.state = AgentState.SUCCEEDED
+        self._departure = _Departure(f"the job finished while this node waited for a place ({state.reason})")
+        self.say(f"the job finished while this node waited for a place in it ({state.reason}): nothing left to run")
+        return True
 
     def _closed_error(self, exc: RendezvousClosedError) -> LauncherError:
         """The job was closed under this node: by a failure elsewhere, by an operator, or before it joined."""

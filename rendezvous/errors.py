@@ -55,7 +55,10 @@ class RendezvousStateError(RendezvousError):
 
 
 class RendezvousClosedError(RendezvousError):
-    """Raised when joining or using a rendezvous that has been closed."""
+    """Raised when joining or using a rendezvous that has been closed. ``while_waiting``: it closed
+    while this node waited for a round of it, rather than before this node came."""
+
+    while_waiting: bool = False
 
 
 class RendezvousTimeoutError(RendezvousError):

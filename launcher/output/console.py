@@ -52,11 +52,19 @@ def say(message: str, level: str = "info") -> None:
 
 def progress_line(progress: Progress) -> str:
     """``round 1: 2/4 nodes joined (min 3, max 4), last call in 4 s``"""
+    if progress.running is not None:
+        return (
+            f"round {progress.round}: waiting for a place; round {progress.round - 1} runs with "
+            f"{progress.running}/{progress.max_nodes} nodes (min {progress.min_nodes}, max {progress.max_nodes})"
+        )
     line = (
         f"round {progress.round}: {progress.nodes_joined}/{progress.max_nodes} nodes joined "
         f"(min {progress.min_nodes}, max {progress.max_nodes})"
     )
-    if progress.last_call_in is not None:
+    if progress.stopping:
+        names = ", ".join(progress.stopping)
+        line += f", waiting for {names} to stop the workers of the round before"
+    elif progress.last_call_in is not None:
         line += f", last call in {progress.last_call_in:.0f} s"
     elif progress.nodes_joined < progress.min_nodes:
         line += f", waiting for {progress.min_nodes - progress.nodes_joined} more"
@@ -82,21 +90,23 @@ def report_progress(
 ) -> None:
     """A progress line while nodes are missing (until ``done``): when the count of nodes changes or
     the last call begins, else every ``PROGRESS_EVERY`` seconds (looks at etcd once a second)."""
-    shown: tuple[int, bool] | None = None
+    shown: tuple | None = None
     said_at = -math.inf
     while not done.wait(1.0):
         try:
             now = progress()
         except RendezvousError:
             continue
-        if now is None or now.nodes_joined >= now.max_nodes or done.is_set():
+        full = now is not None and now.nodes_joined >= now.max_nodes and not now.stopping
+        if now is None or full or done.is_set():
             continue
         if should_say(now, shown, time.monotonic() - said_at):
             report(progress_line(now))
-            shown, said_at = (now.nodes_joined, now.last_call_in is not None), time.monotonic()
+            shown, said_at = now.key, time.monotonic()
 
 
-def should_say(now: Progress, shown: tuple[int, bool] | None, since: float) -> bool:
-    """Pure: a new progress line when the count of nodes changed, the last call began, or
-    ``PROGRESS_EVERY`` seconds passed since the last line."""
-    return shown != (now.nodes_joined, now.last_call_in is not None) or since >= PROGRESS_EVERY
+def should_say(now: Progress, shown: tuple | None, since: float) -> bool:
+    """Pure: a new progress line when the count of nodes changed, the last call began, the nodes
+    waited for changed, or ``PROGRESS_EVERY`` seconds passed since the last line (``shown``: the
+    ``Progress.key`` of the last line)."""
+    return shown != now.key or since >= PROGRESS_EVERY

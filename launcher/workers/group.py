@@ -32,6 +32,7 @@ from rendezvous.etcd.lifeline import die_with_parent
 
 from .env import WorkerSpec, worker_env
 from .errorfile import ErrorRecord, read_error
+from .fence import FenceGuard
 
 __all__ = ["GroupState", "WorkerFailure", "GroupStatus", "ReaperProcess", "reaper_sys_path", "WorkerGroup"]
 
@@ -97,7 +98,8 @@ def reaper_sys_path() -> list[str]:
 
 class ReaperProcess:
     """The helper process that kills registered process groups when this process exits, or when
-    the fence deadline passes without a newer one (``launcher/workers/reaper.py``)."""
+    the fence deadline passes without a newer one (``launcher/workers/reaper.py``); and the same
+    deadline enforced inside this process too (``FenceGuard``), for an agent that wakes past it."""
 
     def __init__(self) -> None:
         self._process = subprocess.Popen(
@@ -111,6 +113,7 @@ class ReaperProcess:
         os.set_blocking(self._process.stdout.fileno(), False)
         self._lock = threading.Lock()
         self._fired = False
+        self._guard = FenceGuard()
 
     def _send(self, line: str) -> None:
         stdin = self._process.stdin
@@ -124,9 +127,11 @@ class ReaperProcess:
                 pass
 
     def register(self, pgid: int) -> None:
+        self._guard.register(pgid)
         self._send(f"+{pgid}")
 
     def unregister(self, pgid: int) -> None:
+        self._guard.unregister(pgid)
         self._send(f"-{pgid}")
 
     def configure(self, client_config: dict, sys_path: Sequence[str], history: dict | None = None) -> None:
@@ -138,10 +143,13 @@ class ReaperProcess:
 
     def arm(self, lease_id: int, deadline: float) -> None:
         """The lease to revoke after this process dies, and the time its workers must be gone by."""
+        self._guard.arm(deadline)
         self._send(f"L{lease_id}\nD{deadline!r}")
 
     def fired(self) -> bool:
-        """The deadline passed and the reaper killed the workers (sticky until ``clear``)."""
+        """The deadline passed and the reaper (or this process's guard) killed the workers (sticky until ``clear``)."""
+        if not self._fired and self._guard.fired():
+            self._fired = True
         if not self._fired and self._process.stdout is not None:
             try:
                 data = os.read(self._process.stdout.fileno(), 4096)
@@ -152,10 +160,13 @@ class ReaperProcess:
 
     def clear(self) -> None:
         self.fired()
+        self._guard.clear()
         self._fired = False
 
     def close(self) -> None:
         """Stop it after a clean exit: the workers are already stopped, and the lease is not its to revoke."""
+        self._guard.arm(None)
+        self._guard.close()
         self._send("L0\nD")
         if self._process.stdin is not None:
             try:

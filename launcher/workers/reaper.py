@@ -12,6 +12,10 @@ The agent starts it with a pipe on its stdin and a pipe from its stdout, and wri
   SIGKILL and the reaper answers ``F<deadline>`` on stdout. The agent moves the deadline on after
   each acknowledged lease renewal, so this happens only when the agent cannot renew -- etcd is
   out of reach, or the agent itself is frozen or hung, which is why it is done here and not there.
+- Every wait is against the deadline itself (CLOCK_MONOTONIC), checked again after any wake-up,
+  before anything read meanwhile: a reaper stopped with its machine (SIGSTOP, a paused VM) would
+  otherwise resume ``select()`` with the relative time that was left when it stopped. SIGCONT wakes
+  it at once, and a wait is never longer than ``_SLICE`` in any case.
 - When stdin reaches EOF -- the agent exited, however it exited -- every group still registered
   gets SIGKILL (grandchildren in the same group included), and then the lease is revoked so the
   other nodes hear at once that this one is gone. Only then is the etcd client imported.
@@ -30,6 +34,7 @@ import sys
 import time
 
 _REVOKE_BUDGET = 3.0  # seconds the revoke of a dead agent's lease may take
+_SLICE = 0.5  # seconds: the longest one wait lasts before the deadline is looked at again
 
 
 class Reaper:
@@ -68,6 +73,15 @@ class Reaper:
             except OSError:
                 pass
         return killed
+
+    def overdue(self) -> bool:
+        return self.deadline is not None and time.monotonic() >= self.deadline
+
+    def wait_time(self) -> float | None:
+        """How long the next wait for input may last (None: no deadline, until input comes)."""
+        if self.deadline is None:
+            return None
+        return min(max(self.deadline - time.monotonic(), 0.0), _SLICE)
 
     def fence(self, out) -> None:
         """The deadline passed: kill every group and tell the agent."""
@@ -117,19 +131,26 @@ class Reaper:
             client.put(event.key(where["prefix"]), event.encode(), lease=lease)
 
 
+def _woken(signum, frame) -> None:
+    """SIGCONT: the machine (or this process) was stopped and goes on; ``select`` returns at once and
+    the deadline is looked at before anything else."""
+
+
 def main() -> None:
     for name in ("SIGINT", "SIGHUP", "SIGTERM", "SIGPIPE"):
         signal.signal(getattr(signal, name), signal.SIG_IGN)
+    signal.signal(signal.SIGCONT, _woken)
     reaper = Reaper()
     out = sys.stdout.buffer
     stdin = sys.stdin.fileno()
     pending = b""
     while True:
-        timeout = None if reaper.deadline is None else max(reaper.deadline - time.monotonic(), 0.0)
-        ready, _, _ = select.select([stdin], [], [], timeout)
+        if reaper.overdue():  # first, whatever woke us: a line sent before a freeze cannot move it
+            reaper.fence(out)
+        ready, _, _ = select.select([stdin], [], [], reaper.wait_time())
+        if reaper.overdue():
+            reaper.fence(out)
         if not ready:
-            if reaper.deadline is not None and time.monotonic() >= reaper.deadline:
-                reaper.fence(out)
             continue
         chunk = os.read(stdin, 65536)
         if not chunk:
@@ -138,8 +159,6 @@ def main() -> None:
         *lines, pending = pending.split(b"\n")
         for line in lines:
             reaper.handle(line.decode(errors="replace"))
-        if reaper.deadline is not None and time.monotonic() >= reaper.deadline:
-            reaper.fence(out)
     reaper.kill_all()
     reaper.revoke()
 

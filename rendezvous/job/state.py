@@ -103,6 +103,7 @@ class JobState:
     finishing: bool = False  # a participant of the running round finished: the job is ending
     joined: int = 0  # nodes that asked for the forming round, as its coordinator last said (for progress lines)
     cause: Cause = Cause()  # why the round before ended (set when the coordinator starts the next)
+    stopping: tuple[str, ...] = ()  # participants of the round before whose workers may still run (forming round)
     keep: Keep = Keep()  # the job's retention lease
     schema: int = SCHEMA_VERSION
     participants: tuple[Participant, ...] = field(default=(), compare=False)  # not stored here
@@ -118,6 +119,7 @@ class JobState:
         data = {name: getattr(self, name) for name in self.__dataclass_fields__ if name != "participants"}
         data["status"] = self.status.value
         data["cause"] = self.cause.encode()
+        data["stopping"] = list(self.stopping)
         data["keep"] = self.keep.encode()
         return data
 
@@ -160,6 +162,7 @@ class JobState:
             table=_optional(data, "table", str, "", where),
             finishing=_optional(data, "finishing", bool, False, where),
             cause=_cause(_optional(data, "cause", dict, {}, where), where),
+            stopping=_names(_optional(data, "stopping", list, [], where), "stopping", where),
             keep=_keep(_optional(data, "keep", dict, {}, where), where),
             **counts,
         )
@@ -172,6 +175,12 @@ def _keep(data: dict, where: str) -> Keep:
     if closed is not None and (isinstance(closed, bool) or not isinstance(closed, (int, float))):
         raise RendezvousStateError(f"{where} is malformed: keep.closed_at is not a time")
     return Keep(lease, retention, closed)
+
+
+def _names(names: list, name: str, where: str) -> tuple[str, ...]:
+    if not all(isinstance(n, str) for n in names):
+        raise RendezvousStateError(f"{where} is malformed: {name} is not a list of strings")
+    return tuple(names[:CAUSE_NAMES])
 
 
 def _cause(data: dict, where: str) -> Cause:

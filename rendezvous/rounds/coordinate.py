@@ -15,7 +15,7 @@ from rendezvous.etcd.client import EtcdClient
 from rendezvous.job.history import HistoryWriter, record_freeze
 from rendezvous.job.keys import JobKeys
 from rendezvous.job.ranktable import drop_other_tables, new_table_id, write_table
-from rendezvous.job.state import Cause, JobState, JobStatus, Keep
+from rendezvous.job.state import CAUSE_NAMES, Cause, JobState, JobStatus, Keep
 from rendezvous.job.store import JobStateStore
 from rendezvous.settings import RendezvousSettings
 
@@ -91,6 +91,7 @@ class RoundCoordinator:
         if (
             not announced
             or (last_call_at is None) != (state.last_call_at is None)
+            or state.stopping != decision.stopping[:CAUSE_NAMES]
             or (recount and self._clock() >= self._told_at + progress_every(len(snapshot.nodes)))
         ):
             # Tell everyone a round is forming, how many joined, and when its last call ends (for progress lines).
@@ -106,6 +107,7 @@ class RoundCoordinator:
                 joined=count,
                 cause=round_cause(state, snapshot.nodes) if ending else Cause(),
                 retention=self._settings.retention,
+                stopping=decision.stopping,
             )
             self._store.compare_and_swap(forming, snapshot.token)
             self._told_at = self._clock()

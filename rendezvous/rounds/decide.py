@@ -10,13 +10,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from rendezvous.job.ranktable import bucket_count
-from rendezvous.job.state import Cause, JobState, JobStatus, Keep, NodeInfo, Participant
+from rendezvous.job.state import CAUSE_NAMES, Cause, JobState, JobStatus, Keep, NodeInfo, Participant
 
 __all__ = [
     "LiveNode",
     "Freeze",
     "Wait",
     "joined",
+    "still_running",
     "assign_ranks",
     "decide",
     "frozen_state",
@@ -50,10 +51,26 @@ class Freeze:
 @dataclass(frozen=True)
 class Wait:
     """Not yet: look again at ``until`` (None: when something changes), with last call started at
-    ``last_call_start`` (None: fewer than min_nodes have joined)."""
+    ``last_call_start`` (None: fewer than min_nodes have joined); ``stopping``: participants of the
+    round before whose workers may still run (the round cannot start before they are gone)."""
 
     until: float | None
     last_call_start: float | None
+    stopping: tuple[str, ...] = ()
+
+
+def still_running(previous: Sequence[Participant], nodes: Sequence[LiveNode], round_: int) -> tuple[str, ...]:
+    """Participants of the round before ``round_`` whose workers of it may still run: their node key
+    is live (so is their lease) and they have neither asked for ``round_`` or a later one -- a node asks
+    for a new round only once its workers of the last are gone -- nor said that their workers finished.
+
+    A participant whose key is gone is not waited for: its reaper killed its workers before revoking
+    the lease, or its lease expired, and its workers were stopped by the renew deadline before that.
+    """
+    live = {n.info.node: n.info for n in nodes}
+    return tuple(
+        sorted(p.node for p in previous if p.node in live and live[p.node].round < round_ and not live[p.node].finished)
+    )
 
 
 def joined(nodes: Sequence[LiveNode], round_: int) -> list[LiveNode]:
@@ -113,6 +130,11 @@ def decide(
       has joined: freeze at once -- nobody else is coming, and dead nodes' keys are already gone.
     - at least ``min_nodes`` joined and the last-call window since that happened has passed: freeze.
     - otherwise wait: until the last call ends, or for a change.
+
+    Whichever of these holds, a round never freezes while a participant of the round before may
+    still run its workers (``still_running``): it waits for each to ask for this round or for its
+    key to go, so no rank runs in two rounds at once -- also when newcomers or hot spares could
+    fill the round without it.
     """
     previous_participants = previous.participants if previous else ()
     candidates = joined(nodes, round_)
@@ -121,6 +143,9 @@ def decide(
     start = now if last_call_start is None else last_call_start
     everyone_here = all(n.info.round == round_ for n in nodes)
     if len(candidates) >= max_nodes or (previous_participants and everyone_here) or now >= start + last_call_timeout:
+        stopping = still_running(previous_participants, nodes, round_)
+        if stopping:
+            return Wait(until=None, last_call_start=start, stopping=stopping)
         return Freeze(assign_ranks(previous_participants, candidates, max_nodes))
     return Wait(until=start + last_call_timeout, last_call_start=start)
 
@@ -172,10 +197,12 @@ def forming_state(
     cause: Cause = Cause(),
     joined: int = 0,
     retention: int = 0,
+    stopping: tuple[str, ...] = (),
 ) -> JobState:
     """Round ``round_`` forming: the last frozen round's table, master and restart count carried over
-    (and, while the same round forms, its cause and reason). A new job's keys are kept ``retention``
-    seconds after it ends (0: forever); a job's own setting, once written, stays."""
+    (and, while the same round forms, its cause and reason); ``stopping``: the participants of the
+    round before it still waits for (``still_running``), for every node's progress line. A new job's
+    keys are kept ``retention`` seconds after it ends (0: forever); a job's own setting, once written, stays."""
     if state is None:
         return JobState(
             run_id=run_id,
@@ -188,6 +215,7 @@ def forming_state(
             cause=cause,
             joined=joined,
             keep=Keep(retention=retention),
+            stopping=stopping[:CAUSE_NAMES],
         )
     same = state.status is JobStatus.JOINING and state.round == round_
     return replace(
@@ -202,6 +230,7 @@ def forming_state(
         finishing=False,
         reason=state.reason if same else "",
         joined=joined,
+        stopping=stopping[:CAUSE_NAMES],
     )
 
 

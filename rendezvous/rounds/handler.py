@@ -240,13 +240,16 @@ class RendezvousHandler:
         if target is None:
             return None
         state, _ = self._store.read()
-        last_call_in, count = None, 0
+        last_call_in, count, stopping, running = None, 0, (), None
         if state is not None and state.status is JobStatus.JOINING and state.round == target:
-            count = state.joined  # as the coordinator last said: one small read, whatever the job's size
+            count, stopping = state.joined, state.stopping  # as the coordinator last said: one small read
             if state.last_call_at is not None:
                 last_call_in = max(state.last_call_at - self._wall(), 0.0)
+        elif state is not None and state.status is JobStatus.RUNNING and state.round < target:
+            running = state.size  # a node waiting for a place: the round before runs without it
         timeout_in = self._join.timeout_in if self._join is not None else None
-        return Progress(target, count, self.settings.min_nodes, self.settings.max_nodes, last_call_in, timeout_in)
+        s = self.settings
+        return Progress(target, count, s.min_nodes, s.max_nodes, last_call_in, timeout_in, stopping, running)
 
     def shutdown(self) -> bool:
         """Leave the job: revoke the lease so the others notice at once. Does NOT close the job."""

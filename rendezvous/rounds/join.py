@@ -51,6 +51,13 @@ class Progress:
     max_nodes: int
     last_call_in: float | None  # seconds until the coordinator freezes the round, if known
     timeout_in: float | None = None  # seconds until this node's join_timeout, if known
+    stopping: tuple[str, ...] = ()  # participants of the round before whose workers the round waits for
+    running: int | None = None  # the round before runs with this many nodes and nobody forms this one yet
+
+    @property
+    def key(self) -> tuple:
+        """What a new progress line is said for when it changes."""
+        return (self.nodes_joined, self.last_call_in is not None, self.stopping, self.running)
 
 
 @dataclass(frozen=True)

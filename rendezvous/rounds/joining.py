@@ -42,12 +42,16 @@ class Joined:
     handover: tuple | None  # (watch, coordinating, snapshot) for the round's monitor
 
 
-def closed_error(keys: JobKeys, state: JobState) -> RendezvousClosedError:
+def closed_error(keys: JobKeys, state: JobState, *, while_waiting: bool = False) -> RendezvousClosedError:
+    """The job is closed. ``while_waiting``: it closed while this node waited in a round of it (a hot
+    spare never needed), not before this node came."""
     reason = f" ({state.reason})" if state.reason else ""
-    return RendezvousClosedError(
+    error = RendezvousClosedError(
         f"rendezvous '{keys.run_id}' is closed{reason}; start the job with a new --rdzv-id, or reuse this one "
         f"after `elastic-ctl reset --rdzv-id {keys.run_id}` (its keys also expire by themselves: elastic-ctl list)"
     )
+    error.while_waiting = while_waiting
+    return error
 
 
 class JoinLoop:
@@ -126,7 +130,7 @@ class JoinLoop:
 
     # -- the ops: each returns this node's place once it has one, else None (the loop goes on) --------
     def _closed(self, step: Closed, snapshot: Snapshot) -> None:
-        raise closed_error(self._keys, snapshot.state)
+        raise closed_error(self._keys, snapshot.state, while_waiting=True)
 
     def _frozen(self, step: Frozen, snapshot: Snapshot) -> Joined | None:
         """This node's place in the frozen round; the next round when it froze without this node;

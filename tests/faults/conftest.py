@@ -55,8 +55,9 @@ def via_proxies(cluster, proxies):
 def agents(tmp_path):
     started: list[Agent] = []
 
-    def start(endpoints: str, rdzv_id: str, nnodes: str, out: str, seconds: float, conf: str = "") -> Agent:
-        agent = Agent(endpoints, rdzv_id, nnodes, out, seconds, str(tmp_path / f"agent{len(started)}.log"), conf)
+    def start(endpoints: str, rdzv_id: str, nnodes: str, out: str, seconds: float, conf: str = "", **more) -> Agent:
+        log = str(tmp_path / f"agent{len(started)}.log")
+        agent = Agent(endpoints, rdzv_id, nnodes, out, seconds, log, conf, **more)
         started.append(agent)
         return agent
 

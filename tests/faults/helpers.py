@@ -5,7 +5,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
+import time
 import uuid
+from collections.abc import Iterable, Sequence
 
 import psutil
 
@@ -15,11 +18,18 @@ from tests.e2e.cli_helpers import json_records, wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LIFE = os.path.join(HERE, "workers", "life.py")
+TICKER = os.path.join(HERE, "workers", "ticker.py")
 ELASTIC_RUN = os.path.join(os.path.dirname(sys.executable), "elastic-run")
 
 # No restart of its own making: these lines mean the job noticed something.
 __all__ = [
     "Agent",
+    "TICKER",
+    "children",
+    "death_watch",
+    "freeze",
+    "thaw",
+    "ticks",
     "DISTURBED",
     "alive",
     "leader_index",
@@ -50,7 +60,10 @@ class Agent:
         log: str,
         conf: str = "",
         nproc: int = 1,
+        worker: Sequence[str] = (),
+        options: Sequence[str] = (),
     ) -> None:
+        """``worker``: the worker's command (default: life.py OUT SECONDS); ``options``: more elastic-run options."""
         self.log = log
         args = [
             ELASTIC_RUN,
@@ -69,10 +82,9 @@ class Agent:
         ]
         if conf:
             args += ["--rdzv-conf", conf]
+        args += [*options, *(worker or (LIFE, out, str(seconds)))]
         with open(log, "wb") as handle:
-            self.process = subprocess.Popen(
-                args + [LIFE, out, str(seconds)], stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-            )
+            self.process = subprocess.Popen(args, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
     @property
     def pid(self) -> int:
@@ -91,10 +103,7 @@ class Agent:
 
     def kill(self) -> None:
         if self.process.poll() is None:
-            try:
-                os.kill(self.process.pid, 18)  # SIGCONT: a frozen agent must be able to die
-            except OSError:
-                pass
+            thaw([self.process.pid, *children(self.process.pid)])  # a frozen node must be able to die
             self.process.kill()
             self.process.wait(10)
 
@@ -102,6 +111,53 @@ class Agent:
 def workers(out: str) -> list[dict]:
     """Every worker process the job started, in the order they started."""
     return json_records(out, "w-*.json", "created")
+
+
+def ticks(out: str, pid: int) -> list[float]:
+    """The times ticker.py's worker ``pid`` ran (one every 10 ms while it was not frozen)."""
+    try:
+        with open(os.path.join(out, f"t-{pid}.log")) as handle:
+            return [float(line) for line in handle if line.strip()]
+    except FileNotFoundError:
+        return []
+
+
+def children(pid: int) -> list[int]:
+    """Every descendant of ``pid`` (the agent's reaper and workers), parents before children."""
+    try:
+        return [p.pid for p in psutil.Process(pid).children(recursive=True)]
+    except psutil.Error:
+        return []
+
+
+def freeze(pids: Iterable[int]) -> None:
+    """SIGSTOP each, in order: a whole node's processes, as a paused VM or a swap storm stops them."""
+    for pid in pids:
+        try:
+            os.kill(pid, 19)
+        except ProcessLookupError:
+            pass
+
+
+def thaw(pids: Iterable[int]) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, 18)
+        except ProcessLookupError:
+            pass
+
+
+def death_watch(pid: int) -> list[float]:
+    """[time the pid died], filled in by a thread that polls it every 10 ms."""
+    died: list[float] = []
+
+    def poll() -> None:
+        while alive(pid):
+            time.sleep(0.01)
+        died.append(time.time())
+
+    threading.Thread(target=poll, daemon=True).start()
+    return died
 
 
 def alive(pid: int) -> bool:

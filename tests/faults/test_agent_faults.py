@@ -12,31 +12,17 @@ worker's start is the first thing it records.
 from __future__ import annotations
 
 import signal
-import threading
 import time
 
 from rendezvous.etcd.server import EtcdServer
 
-from .helpers import DISTURBED, alive, run_id, wait_for, workers
+from .helpers import DISTURBED, alive, children, death_watch, run_id, wait_for, workers
 
 FENCING = "last_call_timeout=1,lease_ttl=5"  # renew deadline 4 s
 DEADLINE = 4.0
 # "At once" for a killed agent: its reaper revokes its lease (0.3 s here when idle; 1.4 s seen under
 # CI's two test workers). Without the reaper the others would hear of it when the lease expires: 15 s.
 AT_ONCE = 5.0
-
-
-def _death_watch(pid: int) -> list[float]:
-    """[time the pid died], filled in by a thread that polls it every 10 ms."""
-    died: list[float] = []
-
-    def poll() -> None:
-        while alive(pid):
-            time.sleep(0.01)
-        died.append(time.time())
-
-    threading.Thread(target=poll, daemon=True).start()
-    return died
 
 
 def _split_brain(old_death: float, out: str, old_pids: set[int], world: int) -> tuple[float, float]:
@@ -56,9 +42,9 @@ def test_a_partitioned_agent_stops_its_workers_before_the_others_form_a_new_roun
     others = [agents(via_proxies()[0], rid, "2:3", out, 22, FENCING) for _ in range(2)]
     wait_for(lambda: len(workers(out)) == 3, 30, what="3 workers")
     first = workers(out)
-    victim_worker = next(w for w in first if w["pid"] in _children(victim.pid))
+    victim_worker = next(w for w in first if w["pid"] in set(children(victim.pid)))
     assert victim_worker["group_rank"] == 0, "the victim is group rank 0, the master"
-    died = _death_watch(victim_worker["pid"])
+    died = death_watch(victim_worker["pid"])
     cut = time.time()
     for proxy in cut_proxies:
         proxy.cut()
@@ -89,8 +75,8 @@ def test_a_frozen_agent_is_fenced_by_its_reaper(cluster, agents, tmp_path):
     wait_for(lambda: len(workers(out)) == 3, 30, what="3 workers")
     first = workers(out)
     victim = started[0]
-    victim_worker = next(w for w in first if w["pid"] in _children(victim.pid))
-    died = _death_watch(victim_worker["pid"])
+    victim_worker = next(w for w in first if w["pid"] in set(children(victim.pid)))
+    died = death_watch(victim_worker["pid"])
     frozen = time.time()
     victim.process.send_signal(signal.SIGSTOP)
     # Frozen past the lease's expiry (5 s) and the others' last call (1 s): they form a round of 2
@@ -114,12 +100,6 @@ def test_a_frozen_agent_is_fenced_by_its_reaper(cluster, agents, tmp_path):
     assert window == 0.0
 
 
-def _children(pid: int) -> set[int]:
-    import psutil
-
-    return {p.pid for p in psutil.Process(pid).children(recursive=True)}
-
-
 def test_a_killed_agent_is_announced_by_its_reaper_and_the_others_restart_at_once(cluster, agents, tmp_path):
     out = str(tmp_path)
     rid = run_id()
@@ -127,8 +107,8 @@ def test_a_killed_agent_is_announced_by_its_reaper_and_the_others_restart_at_onc
     wait_for(lambda: len(workers(out)) == 3, 30, what="3 workers")
     first = workers(out)
     victim = started[2]
-    orphan = next(w for w in first if w["pid"] in _children(victim.pid))
-    died = _death_watch(orphan["pid"])
+    orphan = next(w for w in first if w["pid"] in set(children(victim.pid)))
+    died = death_watch(orphan["pid"])
     killed = time.time()
     victim.process.send_signal(signal.SIGKILL)
     # The killed agent's worker must die with it, not when its script ends 14 s after the start: look

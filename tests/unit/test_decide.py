@@ -16,6 +16,7 @@ from rendezvous.rounds.decide import (
     newcomers,
     nodes_waiting,
     restart_count,
+    still_running,
 )
 
 
@@ -202,3 +203,30 @@ def test_others_learn_what_failed_and_who_joined():
     assert failures_reported(state, nodes) == ["rank 0 on node a failed (exit code 1)"]
     assert newcomers(state, nodes) == ["c"]
     assert failures_reported(_running(5, 0), nodes) == []
+
+
+def test_a_hot_spare_filling_the_round_waits_for_a_stayer_whose_workers_may_still_run():
+    previous = running([p("n0", 0), p("n1", 1), p("n2", 2)], max_nodes=3)
+    # n0's worker failed, n1 stopped at once, the spare n3 waited already: max_nodes asked, but n2
+    # is still stopping its workers of round 1 (its key says round 1)
+    nodes = [node("n0", 2), node("n1", 2), node("n2", 1), node("n3", 2)]
+    decision = call(nodes, round_=2, previous=previous, min_nodes=2, max_nodes=3)
+    assert decision == Wait(until=None, last_call_start=100.0, stopping=("n2",))
+    # once n2 asks (its workers are gone) the stayers keep their ranks and the spare waits on
+    nodes[2] = node("n2", 2)
+    decision = call(nodes, round_=2, previous=previous, min_nodes=2, max_nodes=3, start=100.0, now=104.0)
+    assert [(q.node, q.group_rank) for q in decision.participants] == [("n0", 0), ("n1", 1), ("n2", 2)]
+
+
+def test_the_last_call_does_not_freeze_a_round_while_a_stayer_still_runs():
+    previous = running([p("n0", 0), p("n1", 1)])
+    decision = call([node("n0", 2), node("n1", 1)], round_=2, previous=previous, min_nodes=1, start=90.0)
+    assert decision == Wait(until=None, last_call_start=90.0, stopping=("n1",))
+
+
+def test_a_participant_whose_key_is_gone_or_whose_workers_finished_is_not_waited_for():
+    previous = running([p("n0", 0), p("n1", 1), p("n2", 2)], max_nodes=3)
+    finished = LiveNode(NodeInfo("n2", 1, "n2.host", 2, 1000, finished=True), 12)
+    assert still_running(previous.participants, [node("n0", 2), finished], 2) == ()
+    decision = call([node("n0", 2), finished], round_=2, previous=previous, min_nodes=1, max_nodes=3, start=90.0)
+    assert isinstance(decision, Freeze)

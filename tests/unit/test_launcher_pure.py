@@ -294,14 +294,24 @@ def test_progress_line():
     )
 
 
+def test_the_progress_line_names_the_nodes_a_full_round_waits_for_and_a_spare_sees_the_running_round():
+    full = Progress(2, 3, 2, 3, None, 590.0, stopping=("c",))
+    assert progress_line(full) == (
+        "round 2: 3/3 nodes joined (min 2, max 3), waiting for c to stop the workers of the round before"
+    )
+    spare = Progress(2, 0, 2, 3, None, 590.0, running=3)
+    assert progress_line(spare) == "round 2: waiting for a place; round 1 runs with 3/3 nodes (min 2, max 3)"
+    assert should_say(full, Progress(2, 3, 2, 3, None).key, 0.5)  # the round started to wait for c
+
+
 def test_progress_is_said_when_the_nodes_change_or_the_last_call_begins_else_every_10_s():
     waiting, last_call = Progress(1, 1, 3, 4, None, 590.0), Progress(1, 3, 3, 4, 29.0)
     assert should_say(waiting, None, math.inf)  # the first look
-    assert not should_say(waiting, (1, False), 1.0) and not should_say(waiting, (1, False), PROGRESS_EVERY - 0.1)
-    assert should_say(waiting, (1, False), PROGRESS_EVERY)  # nothing changed for 10 s: say it again
-    assert should_say(Progress(1, 2, 3, 4, None), (1, False), 0.5)  # a node came
-    assert should_say(last_call, (2, False), 0.5)  # the last call began
-    assert not should_say(last_call, (3, True), 1.0)  # a second later: the countdown is not news
+    assert not should_say(waiting, waiting.key, 1.0) and not should_say(waiting, waiting.key, PROGRESS_EVERY - 0.1)
+    assert should_say(waiting, waiting.key, PROGRESS_EVERY)  # nothing changed for 10 s: say it again
+    assert should_say(Progress(1, 2, 3, 4, None), waiting.key, 0.5)  # a node came
+    assert should_say(last_call, Progress(1, 2, 3, 4, None).key, 0.5)  # the last call began
+    assert not should_say(last_call, Progress(1, 3, 3, 4, 28.0).key, 1.0)  # a second later: the countdown is not news
 
 
 def test_worker_env_view(monkeypatch):

@@ -1,0 +1,168 @@
+"""No rank runs in two rounds at once: a node frozen whole past its lease, a hot spare filling a
+round while a stayer's workers still stop, and an agent started while the etcd leader is frozen.
+
+Real agents and ticker.py workers on a real 3-member etcd. A worker's ticks (every 10 ms, wall
+clock) are the moments it really ran. The split-brain window is how long a worker of the old round
+ran while the new round ran: with no freeze, its last tick past the new round's first start; for a
+frozen node, from the moment its processes were let go on (SIGCONT) to its worker's death, since
+after a freeze the scheduler, not the project, picks which process runs first -- the fence's part is
+to act before anything else the moment it runs (``WOKEN``).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from .helpers import (
+    TICKER,
+    children,
+    death_watch,
+    freeze,
+    leader_index,
+    member_endpoint,
+    run_id,
+    signal_member,
+    thaw,
+    ticks,
+    wait_for,
+    workers,
+)
+
+FENCING = "last_call_timeout=1,lease_ttl=5"  # renew deadline 4 s: a freeze of 6 s outlasts the lease
+WOKEN = 0.25  # seconds a frozen node's worker may run after SIGCONT before it is dead (seen: 1-11 ms)
+
+
+def _window(out: str, old_pid: int, new: list[dict]) -> tuple[float, int]:
+    """(seconds the old worker ran after the first new worker started, its ticks in that time)."""
+    first_new = min(w["created"] for w in new)
+    late = [t for t in ticks(out, old_pid) if t > first_new]
+    return (max(late) - first_new if late else 0.0), len(late)
+
+
+def _woken_window(out: str, old_pid: int, new: list[dict], thawed: float, died: float) -> tuple[float, int]:
+    """(seconds a frozen node's old worker ran beside the new round, its ticks then): none before it
+    was woken (checked), and from SIGCONT to its death after."""
+    first_new = min(w["created"] for w in new)
+    late = [t for t in ticks(out, old_pid) if t > first_new]
+    assert all(t >= thawed - 0.005 for t in late), f"the frozen worker ran before it was woken: {late}"
+    return (max(died - thawed, 0.0) if late else 0.0), len(late)
+
+
+def _frozen_node(cluster, agents, out: str, seconds: float):
+    """Three agents (--nnodes 2:3, one ticker worker each); the first, group rank 0, is frozen whole
+    (agent, reaper, worker) until the other two run a round of 2 without it."""
+    rid = run_id()
+    worker = (TICKER, out, str(seconds))
+    victim = agents(cluster.endpoints, rid, "2:3", out, seconds, FENCING, worker=worker)
+    time.sleep(1.0)  # it joins first, so it coordinates and is group rank 0: its ranks are given again
+    others = [agents(cluster.endpoints, rid, "2:3", out, seconds, FENCING, worker=worker) for _ in range(2)]
+    wait_for(lambda: len(workers(out)) == 3, 30, what="3 workers")
+    tree = [victim.pid, *children(victim.pid)]
+    old = next(w for w in workers(out) if w["pid"] in tree)
+    freeze(tree)
+    frozen = time.time()
+    wait_for(lambda: any(w["world_size"] == 2 for w in workers(out)), 20, what="a round of 2 while it is frozen")
+    time.sleep(1.0)  # the new round runs a while
+    return victim, others, tree, old, frozen
+
+
+def test_a_node_frozen_whole_past_its_lease_runs_no_worker_when_it_wakes(cluster, agents, tmp_path):
+    out = str(tmp_path)
+    victim, others, tree, old, frozen = _frozen_node(cluster, agents, out, 30)
+    died = death_watch(old["pid"])
+    thaw(reversed(tree))  # every process at once, the workers first: the worst order for the fence
+    thawed = time.time()
+    wait_for(lambda: died, 5, what="the frozen node's worker to die when it woke")
+    new = [w for w in workers(out) if w["world_size"] == 2]
+    window, late = _woken_window(out, old["pid"], new, thawed, died[0])
+    codes = [agent.wait(90) for agent in [victim, *others]]
+    print(
+        f"\nnode frozen whole {thawed - frozen:.1f} s (lease 5 s, renew deadline 4 s); the round of 2 started "
+        f"{min(w['created'] for w in new) - frozen:.1f} s into it; woken, its worker died "
+        f"{(died[0] - thawed) * 1000:.0f} ms after SIGCONT with {late} ticks after the new round began: "
+        f"split-brain window {window * 1000:.0f} ms"
+    )
+    assert codes == [0, 0, 0], [a.output() for a in [victim, *others]]
+    assert died[0] - thawed <= WOKEN, f"the frozen node's worker ran {late} ticks ({window:.3f} s) beside the new round"
+    assert "no lease renewal from etcd" in victim.output()
+
+
+def test_a_frozen_nodes_reaper_and_workers_woken_without_the_agent_run_no_worker(cluster, agents, tmp_path):
+    out = str(tmp_path)
+    victim, others, tree, old, frozen = _frozen_node(cluster, agents, out, 30)
+    died = death_watch(old["pid"])
+    thaw(reversed(tree[1:]))  # the agent stays stopped: its reaper alone must act
+    thawed = time.time()
+    wait_for(lambda: died, 5, what="the worker to die when its reaper woke")
+    new = [w for w in workers(out) if w["world_size"] == 2]
+    window, late = _woken_window(out, old["pid"], new, thawed, died[0])
+    time.sleep(2.0)
+    thaw([victim.pid])
+    codes = [agent.wait(90) for agent in [victim, *others]]
+    print(
+        f"\nnode frozen {thawed - frozen:.1f} s, then its reaper and worker woken (agent still stopped): the worker "
+        f"died {(died[0] - thawed) * 1000:.0f} ms after SIGCONT, {late} ticks after the new round began: "
+        f"split-brain window {window * 1000:.0f} ms"
+    )
+    assert codes == [0, 0, 0], [a.output() for a in [victim, *others]]
+    assert died[0] - thawed <= WOKEN, f"the worker ran {late} ticks ({window:.3f} s) beside the new round"
+
+
+def test_a_round_a_hot_spare_fills_waits_for_a_stayer_whose_worker_stops_slowly(cluster, agents, tmp_path):
+    out = str(tmp_path)
+    rid = run_id()
+    seconds, slow = 24, 4.0
+    opts = ("--max-restarts", "3", "--stop-grace", "10")
+
+    def start(stop: float):
+        worker = (TICKER, out, str(seconds), str(stop))
+        return agents(cluster.endpoints, rid, "2:3", out, seconds, "last_call_timeout=1", worker=worker, options=opts)
+
+    a, b = start(0.0), start(0.0)
+    c = start(slow)  # its worker checkpoints for 4 s on SIGTERM, well inside the stop grace
+    wait_for(lambda: len(workers(out)) == 3, 30, what="3 workers")
+    spare = start(0.0)
+    wait_for(lambda: "waiting for a place" in spare.output(), 15, what="the spare to wait for a place")
+    first = workers(out)
+    failing = next(w for w in first if w["pid"] in children(a.pid))
+    stayer = next(w for w in first if w["pid"] in children(c.pid))
+    died = death_watch(stayer["pid"])
+    killed = time.time()
+    os.kill(failing["pid"], signal.SIGKILL)  # a worker failure: its agent asks for round 2 at once
+    wait_for(lambda: len([w for w in workers(out) if w["restart"] == 1]) == 3, 30, what="round 2's 3 workers")
+    new = [w for w in workers(out) if w["restart"] == 1]
+    window, late = _window(out, stayer["pid"], new)
+    waited = min(w["created"] for w in new) - killed
+    codes = [agent.wait(90) for agent in (a, b, c, spare)]
+    outputs = [agent.output() for agent in (a, b, c, spare)]
+    print(
+        f"\na worker killed with a hot spare waiting; a stayer's worker took {died[0] - killed:.1f} s to stop: "
+        f"round 2 started {waited:.1f} s after the kill, {late} stale ticks: split-brain window {window * 1000:.0f} ms"
+    )
+    assert codes == [0, 0, 0, 0], outputs
+    assert window == 0.0, f"the stayer's worker ran {late} ticks ({window:.3f} s) beside round 2"
+    assert waited >= slow - 0.5, "round 2 did not wait for the stayer"
+    assert not any(w for w in new if w["pid"] in children(spare.pid)), "the spare took the stayer's place"
+    assert "nodes joined (min 2, max 3)" not in outputs[3].split("waiting for a place")[0], outputs[3]
+    assert "the job finished while this node waited for a place" in outputs[3]
+
+
+def test_agents_started_while_the_etcd_leader_is_frozen_wait_for_a_new_one(cluster, agents, tmp_path):
+    out = str(tmp_path)
+    leader = leader_index(cluster)
+    order = [leader] + [i for i in range(3) if i != leader]
+    endpoints = ",".join(member_endpoint(cluster, i) for i in order)  # the frozen leader is asked first
+    signal_member(cluster, leader, signal.SIGSTOP)
+    frozen = time.monotonic()
+    try:
+        rid = run_id()
+        started = [agents(endpoints, rid, "3", out, 2, "last_call_timeout=1") for _ in range(3)]
+        codes = [agent.wait(90) for agent in started]
+        took = time.monotonic() - frozen
+    finally:
+        signal_member(cluster, leader, signal.SIGCONT)
+    outputs = [agent.output() for agent in started]
+    print(f"\n3 agents started with the etcd leader frozen: exit codes {codes}, the job done {took:.1f} s after")
+    assert codes == [0, 0, 0], outputs
