@@ -15,6 +15,9 @@ import os
 import signal
 import time
 
+import psutil
+import pytest
+
 from .helpers import (
     TICKER,
     children,
@@ -52,7 +55,7 @@ def _woken_window(out: str, old_pid: int, new: list[dict], thawed: float, died: 
 
 def _frozen_node(cluster, agents, out: str, seconds: float):
     """Three agents (--nnodes 2:3, one ticker worker each); the first, group rank 0, is frozen whole
-    (agent, reaper, worker) until the other two run a round of 2 without it."""
+    (agent, reaper, worker) until the other two run a round of 2 without it. Its processes by role."""
     rid = run_id()
     worker = (TICKER, out, str(seconds))
     victim = agents(cluster.endpoints, rid, "2:3", out, seconds, FENCING, worker=worker)
@@ -61,53 +64,44 @@ def _frozen_node(cluster, agents, out: str, seconds: float):
     wait_for(lambda: len(workers(out)) == 3, 30, what="3 workers")
     tree = [victim.pid, *children(victim.pid)]
     old = next(w for w in workers(out) if w["pid"] in tree)
+    reaper = next(pid for pid in tree if "reaper.py" in " ".join(psutil.Process(pid).cmdline()))
+    roles = {"agent": [victim.pid], "reaper": [reaper], "workers": [p for p in tree if p not in (victim.pid, reaper)]}
     freeze(tree)
     frozen = time.time()
     wait_for(lambda: any(w["world_size"] == 2 for w in workers(out)), 20, what="a round of 2 while it is frozen")
     time.sleep(1.0)  # the new round runs a while
-    return victim, others, tree, old, frozen
+    return victim, others, roles, old, frozen
 
 
-def test_a_node_frozen_whole_past_its_lease_runs_no_worker_when_it_wakes(cluster, agents, tmp_path):
+@pytest.mark.parametrize(
+    "first",
+    [("workers", "reaper", "agent"), ("workers", "reaper"), ("workers", "agent")],
+    ids=["whole node", "reaper and workers", "agent and workers"],
+)
+def test_a_node_frozen_past_its_lease_runs_no_worker_when_it_wakes(cluster, agents, tmp_path, first):
+    """Woken whole (the workers first: the worst order), or only the reaper and workers (the agent
+    still stopped: the reaper must act), or only the agent and workers (the reaper still stopped:
+    the agent's own fence must act); whatever stays stopped is woken 2 s later."""
     out = str(tmp_path)
-    victim, others, tree, old, frozen = _frozen_node(cluster, agents, out, 30)
+    victim, others, roles, old, frozen = _frozen_node(cluster, agents, out, 30)
     died = death_watch(old["pid"])
-    thaw(reversed(tree))  # every process at once, the workers first: the worst order for the fence
+    thaw(pid for role in first for pid in roles[role])
     thawed = time.time()
-    wait_for(lambda: died, 5, what="the frozen node's worker to die when it woke")
+    wait_for(lambda: died, 5, what=f"the worker to die when {', '.join(first)} woke")
     new = [w for w in workers(out) if w["world_size"] == 2]
     window, late = _woken_window(out, old["pid"], new, thawed, died[0])
+    time.sleep(2.0)
+    thaw(pid for role in ("reaper", "agent") if role not in first for pid in roles[role])
     codes = [agent.wait(90) for agent in [victim, *others]]
     print(
-        f"\nnode frozen whole {thawed - frozen:.1f} s (lease 5 s, renew deadline 4 s); the round of 2 started "
-        f"{min(w['created'] for w in new) - frozen:.1f} s into it; woken, its worker died "
-        f"{(died[0] - thawed) * 1000:.0f} ms after SIGCONT with {late} ticks after the new round began: "
+        f"\nnode frozen {thawed - frozen:.1f} s (lease 5 s, renew deadline 4 s), the round of 2 started "
+        f"{min(w['created'] for w in new) - frozen:.1f} s into it; {', '.join(first)} woken: the worker died "
+        f"{(died[0] - thawed) * 1000:.0f} ms after SIGCONT, {late} ticks beside the new round: "
         f"split-brain window {window * 1000:.0f} ms"
     )
     assert codes == [0, 0, 0], [a.output() for a in [victim, *others]]
     assert died[0] - thawed <= WOKEN, f"the frozen node's worker ran {late} ticks ({window:.3f} s) beside the new round"
     assert "no lease renewal from etcd" in victim.output()
-
-
-def test_a_frozen_nodes_reaper_and_workers_woken_without_the_agent_run_no_worker(cluster, agents, tmp_path):
-    out = str(tmp_path)
-    victim, others, tree, old, frozen = _frozen_node(cluster, agents, out, 30)
-    died = death_watch(old["pid"])
-    thaw(reversed(tree[1:]))  # the agent stays stopped: its reaper alone must act
-    thawed = time.time()
-    wait_for(lambda: died, 5, what="the worker to die when its reaper woke")
-    new = [w for w in workers(out) if w["world_size"] == 2]
-    window, late = _woken_window(out, old["pid"], new, thawed, died[0])
-    time.sleep(2.0)
-    thaw([victim.pid])
-    codes = [agent.wait(90) for agent in [victim, *others]]
-    print(
-        f"\nnode frozen {thawed - frozen:.1f} s, then its reaper and worker woken (agent still stopped): the worker "
-        f"died {(died[0] - thawed) * 1000:.0f} ms after SIGCONT, {late} ticks after the new round began: "
-        f"split-brain window {window * 1000:.0f} ms"
-    )
-    assert codes == [0, 0, 0], [a.output() for a in [victim, *others]]
-    assert died[0] - thawed <= WOKEN, f"the worker ran {late} ticks ({window:.3f} s) beside the new round"
 
 
 def test_a_round_a_hot_spare_fills_waits_for_a_stayer_whose_worker_stops_slowly(cluster, agents, tmp_path):
