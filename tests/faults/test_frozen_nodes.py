@@ -104,33 +104,45 @@ def test_a_node_frozen_past_its_lease_runs_no_worker_when_it_wakes(cluster, agen
     assert "no lease renewal from etcd" in victim.output()
 
 
-def test_a_round_a_hot_spare_fills_waits_for_a_stayer_whose_worker_stops_slowly(cluster, agents, tmp_path):
-    out = str(tmp_path)
+def _with_a_hot_spare(cluster, agents, out: str, seconds: float, slow: float, conf: str):
+    """Agents a, b and c run a round of 3 (--nnodes 2:3); c's worker takes ``slow`` seconds to stop
+    on SIGTERM (a checkpoint on the way out, inside the 30 s stop grace); a fourth agent waits as a
+    hot spare. Returns the agents, a's worker and c's worker."""
     rid = run_id()
-    seconds, slow = 24, 4.0
-    opts = ("--max-restarts", "3", "--stop-grace", "10")
+    opts = ("--max-restarts", "3", "--stop-grace", "30")
 
     def start(stop: float):
         worker = (TICKER, out, str(seconds), str(stop))
-        return agents(cluster.endpoints, rid, "2:3", out, seconds, "last_call_timeout=1", worker=worker, options=opts)
+        return agents(cluster.endpoints, rid, "2:3", out, seconds, conf, worker=worker, options=opts)
 
-    a, b = start(0.0), start(0.0)
-    c = start(slow)  # its worker checkpoints for 4 s on SIGTERM, well inside the stop grace
+    a, b, c = start(0.0), start(0.0), start(slow)
     wait_for(lambda: len(workers(out)) == 3, 30, what="3 workers")
     spare = start(0.0)
     wait_for(lambda: "waiting for a place" in spare.output(), 15, what="the spare to wait for a place")
     first = workers(out)
     failing = next(w for w in first if w["pid"] in children(a.pid))
     stayer = next(w for w in first if w["pid"] in children(c.pid))
+    return (a, b, c, spare), failing, stayer
+
+
+def _round_two(out: str) -> list[dict]:
+    wait_for(lambda: len([w for w in workers(out) if w["restart"] == 1]) == 3, 40, what="round 2's 3 workers")
+    return [w for w in workers(out) if w["restart"] == 1]
+
+
+def test_a_round_a_hot_spare_fills_waits_for_a_stayer_whose_worker_stops_slowly(cluster, agents, tmp_path):
+    out, slow = str(tmp_path), 4.0
+    started, failing, stayer = _with_a_hot_spare(cluster, agents, out, 24, slow, "last_call_timeout=1")
+    spare = started[3]
     died = death_watch(stayer["pid"])
     killed = time.time()
     os.kill(failing["pid"], signal.SIGKILL)  # a worker failure: its agent asks for round 2 at once
-    wait_for(lambda: len([w for w in workers(out) if w["restart"] == 1]) == 3, 30, what="round 2's 3 workers")
-    new = [w for w in workers(out) if w["restart"] == 1]
+    new = _round_two(out)
+    spares = set(children(spare.pid))
     window, late = _window(out, stayer["pid"], new)
     waited = min(w["created"] for w in new) - killed
-    codes = [agent.wait(90) for agent in (a, b, c, spare)]
-    outputs = [agent.output() for agent in (a, b, c, spare)]
+    codes = [agent.wait(90) for agent in started]
+    outputs = [agent.output() for agent in started]
     print(
         f"\na worker killed with a hot spare waiting; a stayer's worker took {died[0] - killed:.1f} s to stop: "
         f"round 2 started {waited:.1f} s after the kill, {late} stale ticks: split-brain window {window * 1000:.0f} ms"
@@ -138,9 +150,41 @@ def test_a_round_a_hot_spare_fills_waits_for_a_stayer_whose_worker_stops_slowly(
     assert codes == [0, 0, 0, 0], outputs
     assert window == 0.0, f"the stayer's worker ran {late} ticks ({window:.3f} s) beside round 2"
     assert waited >= slow - 0.5, "round 2 did not wait for the stayer"
-    assert not any(w for w in new if w["pid"] in children(spare.pid)), "the spare took the stayer's place"
-    assert "nodes joined (min 2, max 3)" not in outputs[3].split("waiting for a place")[0], outputs[3]
+    assert not spares & {w["pid"] for w in new}, "the spare took the stayer's place"
+    assert any("to stop the workers of the round before" in text for text in outputs), outputs
+    assert not any(" 0/3 nodes joined" in text for text in outputs), outputs
     assert "the job finished while this node waited for a place" in outputs[3]
+
+
+def test_a_stayer_frozen_while_its_worker_stops_is_fenced_by_its_agent_when_it_wakes(cluster, agents, tmp_path):
+    """c is frozen whole while its agent waits for its slow worker to stop (inside the grace): the
+    round forms without c once its lease ends (the spare takes its place); woken with its worker but
+    not its reaper, c's agent must kill the worker before it goes on waiting out the grace."""
+    out = str(tmp_path)
+    started, failing, stayer = _with_a_hot_spare(cluster, agents, out, 30, 25.0, FENCING)
+    c = started[2]
+    died = death_watch(stayer["pid"])
+    os.kill(failing["pid"], signal.SIGKILL)
+    time.sleep(1.0)  # c's agent is in the stop grace now, its worker ticking on
+    tree = [c.pid, *children(c.pid)]
+    reaper = [pid for pid in tree if "reaper.py" in " ".join(psutil.Process(pid).cmdline())]
+    freeze(tree)
+    new = _round_two(out)
+    time.sleep(1.0)
+    thaw(pid for pid in reversed(tree) if pid not in reaper)
+    thawed = time.time()
+    wait_for(lambda: died, 5, what="c's worker to die when its agent woke")
+    window, late = _woken_window(out, stayer["pid"], new, thawed, died[0])
+    time.sleep(2.0)
+    thaw(reaper)
+    codes = [agent.wait(90) for agent in started]
+    print(
+        f"\na stayer frozen while its worker stopped, woken without its reaper: the worker died "
+        f"{(died[0] - thawed) * 1000:.0f} ms after SIGCONT, {late} ticks beside round 2: "
+        f"split-brain window {window * 1000:.0f} ms"
+    )
+    assert codes == [0, 0, 0, 0], [agent.output() for agent in started]
+    assert died[0] - thawed <= WOKEN, f"c's worker ran {late} ticks ({window:.3f} s) beside round 2"
 
 
 def test_agents_started_while_the_etcd_leader_is_frozen_wait_for_a_new_one(cluster, agents, tmp_path):
