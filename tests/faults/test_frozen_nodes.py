@@ -139,6 +139,7 @@ def test_a_round_a_hot_spare_fills_waits_for_a_stayer_whose_worker_stops_slowly(
     os.kill(failing["pid"], signal.SIGKILL)  # a worker failure: its agent asks for round 2 at once
     new = _round_two(out)
     spares = set(children(spare.pid))
+    wait_for(lambda: died, 30, what="the stayer's worker to stop")
     window, late = _window(out, stayer["pid"], new)
     waited = min(w["created"] for w in new) - killed
     codes = [agent.wait(90) for agent in started]
