@@ -2,7 +2,8 @@
 
     ticker.py OUT_DIR SECONDS [STOP_SECONDS]
 
-Writes OUT_DIR/w-<pid>.json (as life.py: pid, ranks, world size, restart count, start time), then
+Writes OUT_DIR/w-<pid>.json (as life.py: pid, its agent's pid, ranks, world size, restart count,
+the round's master, start time), then
 appends the wall-clock time to OUT_DIR/t-<pid>.log every 10 ms until SECONDS have passed since the
 job's first worker started (OUT_DIR/t0). A tick is a moment the process really ran: a frozen
 process writes none. On SIGTERM it goes on ticking for STOP_SECONDS (a checkpoint written on the
@@ -23,6 +24,7 @@ stop_seconds = float(sys.argv[3]) if len(sys.argv) > 3 else 0.0
 env = os.environ
 record = {
     "pid": os.getpid(),
+    "parent": os.getppid(),  # the agent that started it
     "created": STARTED,
     "rank": int(env["RANK"]),
     "group_rank": int(env["GROUP_RANK"]),
