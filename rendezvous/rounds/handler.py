@@ -190,6 +190,8 @@ class RendezvousHandler:
             return False
         if monitor is None:
             return False
+        if monitor.lease_gone:
+            self._member.lease_ended()
         if not self._member.alive:
             return True
         return monitor.wait(timeout)

@@ -13,7 +13,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from rendezvous.errors import RendezvousClosedError, RendezvousStateError, RendezvousTimeoutError
+from rendezvous.errors import (
+    LeaseNotFoundError,
+    RendezvousClosedError,
+    RendezvousStateError,
+    RendezvousTimeoutError,
+)
 from rendezvous.etcd.client import EtcdClient
 from rendezvous.job.keys import JobKeys
 from rendezvous.job.ranktable import Placement, read_placement
@@ -126,7 +131,11 @@ class JoinLoop:
         snapshot, self._current = self._current, None
         if snapshot is not None:
             return snapshot
-        return read_round(self._client, self._keys, all_nodes=self._read_all, claim=self._member.claim())
+        try:
+            return read_round(self._client, self._keys, all_nodes=self._read_all, claim=self._member.claim())
+        except LeaseNotFoundError:  # this node's lease ended under it: the next step announces on a new one
+            self._member.lease_ended()
+            return read_round(self._client, self._keys, all_nodes=self._read_all)
 
     # -- the ops: each returns this node's place once it has one, else None (the loop goes on) --------
     def _closed(self, step: Closed, snapshot: Snapshot) -> None:

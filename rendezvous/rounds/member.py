@@ -101,6 +101,12 @@ class Member:
     def lease(self) -> LeaseStatus:
         return LeaseStatus(self._session)
 
+    def lease_ended(self) -> None:
+        """etcd answered that this node's lease is gone (it expired while this node could not renew
+        it): this node is no longer a member; its next announcement takes a new lease."""
+        if self._session is not None:
+            self._session.lost.set()
+
     def claim(self) -> tuple[str, int] | None:
         """Who becomes the coordinator if nobody is: this node, on its lease (None: no live lease)."""
         return (self.node_id, self._session.lease_id) if self.alive else None

@@ -17,7 +17,7 @@ import threading
 import time
 from dataclasses import replace
 
-from rendezvous.errors import RendezvousError, RendezvousStateError
+from rendezvous.errors import LeaseNotFoundError, RendezvousError, RendezvousStateError
 from rendezvous.etcd.client import EtcdClient
 from rendezvous.etcd.watch import Watch, WatchEvent
 from rendezvous.job.keys import JobKeys
@@ -74,6 +74,7 @@ class JobMonitor:
         self._thread: threading.Thread | None = None
         self._published: tuple | None = None
         self.keeper = False
+        self.lease_gone = False  # etcd said this node's lease is gone: it is no longer a member
         self._view = Snapshot(None, None, (), 0, None)  # what the read and the watch since showed
         if handover is not None:
             watch, coordinating, snapshot = handover
@@ -92,7 +93,11 @@ class JobMonitor:
         again and names the error."""
         claim = (self._node, self._lease) if self._node and self._lease else None
         try:
-            snapshot = read_round(self._client, self._keys, all_nodes=False, claim=claim)
+            try:
+                snapshot = read_round(self._client, self._keys, all_nodes=False, claim=claim)
+            except LeaseNotFoundError:  # this node's lease ended: it is no longer a member (``lease_gone``)
+                self.lease_gone = True
+                snapshot = read_round(self._client, self._keys, all_nodes=False)
             if self._node and snapshot.coordinator == self._node:
                 snapshot = read_round(self._client, self._keys, all_nodes=True)
         except RendezvousStateError:
@@ -312,7 +317,7 @@ class JobMonitor:
     @_locked
     def changed(self) -> bool:
         told = self._told()  # one look at the nodes, not one for lost and one for waiting
-        return bool(told.lost) or told.waiting > 0 or self.moved_on
+        return bool(told.lost) or told.waiting > 0 or self.moved_on or self.lease_gone
 
     def close(self, join: bool = False) -> None:
         """Stop following: the keeper's thread is woken (its watch closed, a retry's wait ended) and

@@ -267,3 +267,28 @@ def test_closing_a_round_monitor_ends_its_thread_and_stream_at_once_never_after_
     assert not thread.is_alive(), "the keeper's thread outlived close(): it waits for a poll, not for the close"
     follower.close(join=True)
     assert keeper_stream.done() and follower_stream.done()
+
+
+def test_a_round_monitor_set_up_on_a_lease_etcd_no_longer_has_says_the_membership_ended(nodes, etcd_client):
+    """etcd answering "lease not found" to the claim a monitor makes as it starts (the node's lease
+    expired while it could not renew it) is this node's membership ending, as the fence has it:
+    never an error that ends the agent; the next round takes a new lease."""
+    from rendezvous.job.keys import JobKeys
+    from rendezvous.rounds.monitor import JobMonitor
+
+    handlers = [nodes.add(n, lease_ttl=30, keep_alive_interval=10.0) for n in "ab"]
+    first = _ok(nodes.rendezvous(handlers))
+    node = handlers[0]
+    old_lease = node.lease.lease_id
+    etcd_client.revoke_lease(old_lease)  # behind its back; its keep-alive hears of it 10 s later at most
+    keys = JobKeys(nodes.settings.key_prefix, nodes.settings.run_id)
+    monitor = JobMonitor(nodes.clients[0], keys, first[node.node_id].round, node.node_id, old_lease)
+    try:
+        assert monitor.lease_gone and monitor.changed
+    finally:
+        monitor.close(join=True)
+    for handler in handlers:
+        assert handler.membership_changed(timeout=5)
+    second = _ok(nodes.rendezvous(handlers))
+    assert {info.round for info in second.values()} == {first[node.node_id].round + 1}
+    assert node.lease.lease_id not in (0, old_lease)
