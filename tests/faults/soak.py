@@ -71,11 +71,11 @@ class SoakReport:
 
     def summary(self) -> str:
         woken = [o for o in self.overlaps if o.woken]
-        most = max((o.seconds for o in woken), default=0.0)
+        most = max((o.after_wake for o in woken), default=0.0)
         return (
             f"soak seed {self.seed}: {len(self.faults)} faults, {self.rounds} rounds, {self.workers} workers; "
             f"split-brain window {max((o.seconds for o in self.split_brain), default=0.0) * 1000:.0f} ms; "
-            f"{len(woken)} workers ran up to {most * 1000:.0f} ms after their frozen node woke; "
+            f"{len(woken)} stale workers ran, for up to {most * 1000:.0f} ms, after their frozen node woke; "
             f"{len(self.problems())} problems"
         )
 

@@ -43,12 +43,17 @@ class Overlap:
     seconds: float  # from the later worker's start to the old worker's last tick
     ticks: int
     woken: bool  # every such tick came within the wake-up allowance after its node was woken
+    after_wake: float = 0.0  # woken: the longest it ran after a wake-up (its last tick after SIGCONT)
 
     def __str__(self) -> str:
-        kind = "after a wake-up" if self.woken else "SPLIT BRAIN"
+        if self.woken:
+            return (
+                f"rank {self.rank}: worker {self.old} ran {self.ticks} ticks in the {self.after_wake * 1000:.0f} ms "
+                f"after its frozen node woke, beside worker {self.new} of a later round"
+            )
         return (
             f"rank {self.rank}: worker {self.old} ran {self.ticks} ticks ({self.seconds * 1000:.0f} ms) "
-            f"beside worker {self.new} of a later round ({kind})"
+            f"beside worker {self.new} of a later round (SPLIT BRAIN)"
         )
 
 
@@ -86,13 +91,17 @@ def overlaps(workers: Iterable[Worker], woken: Mapping[int, Sequence[float]], al
                 new = by_rank.get(old.rank, first)
                 late = [t for t in old.ticks if t > new.created]
                 if late:
-                    excused = all(_after_wake(t, woken.get(old.agent, ()), allowance) for t in late)
-                    found.append(Overlap(old.rank, old.pid, new.pid, max(late) - new.created, len(late), excused))
+                    since = [_since_wake(t, woken.get(old.agent, ())) for t in late]
+                    excused = all(s is not None and s <= allowance for s in since)
+                    ran = max(since) if excused else 0.0
+                    found.append(Overlap(old.rank, old.pid, new.pid, max(late) - new.created, len(late), excused, ran))
     return found
 
 
-def _after_wake(tick: float, wakes: Sequence[float], allowance: float) -> bool:
-    return any(0 <= tick - wake <= allowance for wake in wakes)
+def _since_wake(tick: float, wakes: Sequence[float]) -> float | None:
+    """Seconds from the last wake-up before ``tick`` to it (None: no wake-up before it)."""
+    before = [tick - wake for wake in wakes if wake <= tick]
+    return min(before) if before else None
 
 
 def restart_problems(workers: Iterable[Worker]) -> list[str]:

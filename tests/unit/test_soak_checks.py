@@ -31,8 +31,8 @@ def test_a_stale_worker_of_a_rank_the_shrunk_round_lacks_counts_against_its_firs
 
 def test_ticks_right_after_its_node_was_woken_are_reported_apart_and_only_within_the_allowance():
     old, new = w(1, 0, "m:1", 10.0, [20.01], agent=7), w(2, 0, "m:2", 12.0, [12.0])
-    (found,) = overlaps([old, new], {7: [20.0]}, 0.25)
-    assert found.woken and "after a wake-up" in str(found)
+    (found,) = overlaps([old, new], {7: [5.0, 20.0]}, 0.25)
+    assert found.woken and abs(found.after_wake - 0.01) < 1e-9 and "after its frozen node woke" in str(found)
     late = w(1, 0, "m:1", 10.0, [20.01, 20.5], agent=7)
     assert not overlaps([late, new], {7: [20.0]}, 0.25)[0].woken
 
