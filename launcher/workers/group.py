@@ -113,6 +113,8 @@ class ReaperProcess:
         os.set_blocking(self._process.stdout.fileno(), False)
         self._lock = threading.Lock()
         self._fired = False
+        self._armed: float | None = None  # the last deadline sent
+        self._handled: float | None = None  # the last deadline a ``clear`` dealt with
         self._guard = FenceGuard()
 
     def _send(self, line: str) -> None:
@@ -143,6 +145,7 @@ class ReaperProcess:
 
     def arm(self, lease_id: int, deadline: float) -> None:
         """The lease to revoke after this process dies, and the time its workers must be gone by."""
+        self._armed = deadline
         self._guard.arm(deadline)
         self._send(f"L{lease_id}\nD{deadline!r}")
 
@@ -155,11 +158,23 @@ class ReaperProcess:
                 data = os.read(self._process.stdout.fileno(), 4096)
             except (BlockingIOError, OSError):
                 data = b""
-            self._fired = b"F" in data
+            self._fired = any(self._news(line) for line in data.split(b"\n") if line.startswith(b"F"))
         return self._fired
 
+    def _news(self, line: bytes) -> bool:
+        """An ``F<deadline>`` line from the reaper is news unless a ``clear`` already dealt with that
+        deadline (the guard in this process may have killed the workers first)."""
+        try:
+            deadline = float(line[1:])
+        except ValueError:
+            return True
+        return self._handled is None or deadline > self._handled
+
     def clear(self) -> None:
+        """The fence was dealt with: forget it, and a late word from the reaper about the same deadline."""
         self.fired()
+        if self._armed is not None and self._armed <= time.monotonic():
+            self._handled = self._armed
         self._guard.clear()
         self._fired = False
 

@@ -58,7 +58,7 @@ def map_rpc_error(
     code = exc.code()
     where = f"etcd at {endpoint}" if endpoint else "etcd"
     details = details_of(exc)
-    if retry.is_retryable(code.name, details):  # "try again" (retry.ANSWERS): etcd is away for now
+    if code.name in retry.RETRYABLE_CODES or retry.is_retryable(code.name, details):  # unreachable, or "try again"
         return RendezvousConnectionError(f"cannot reach {where}: {_describe(exc)}")
     if code == grpc.StatusCode.FAILED_PRECONDITION and "authentication is not enabled" in details:
         return RendezvousCredentialsError(

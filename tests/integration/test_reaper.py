@@ -99,3 +99,32 @@ def test_when_the_agent_dies_the_reaper_kills_its_workers_and_revokes_its_lease_
         worker.kill()
         reaper._process.wait(5)
         client.close()
+
+
+def test_a_reaper_stopped_past_its_deadline_kills_the_workers_as_soon_as_it_is_continued():
+    """The reaper script alone (no guard in this process): SIGSTOPped 0.2 s into a 3 s wait and
+    continued 4 s later, it must act on waking, not wait out the 2.8 s its select() had left."""
+    import os
+    import signal
+    import sys
+
+    from launcher.workers.group import _REAPER
+
+    reaper = subprocess.Popen([sys.executable, "-I", "-S", _REAPER], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    worker = _group()
+    try:
+        reaper.stdin.write(f"+{worker.pid}\nD{time.monotonic() + 3.0!r}\n".encode())
+        reaper.stdin.flush()
+        time.sleep(0.2)
+        os.kill(reaper.pid, signal.SIGSTOP)
+        time.sleep(4.0)
+        assert worker.poll() is None, "the worker died while its reaper was stopped"
+        os.kill(reaper.pid, signal.SIGCONT)
+        took = _gone_within(worker, 3)
+        print(f"\nreaper continued 1.2 s past its deadline: the worker died {took * 1000:.0f} ms after SIGCONT")
+        assert took is not None and took <= 0.25, took
+        assert reaper.stdout.readline().startswith(b"F")
+    finally:
+        worker.kill()
+        reaper.kill()
+        reaper.wait()

@@ -278,8 +278,8 @@ def test_a_round_monitor_set_up_on_a_lease_etcd_no_longer_has_says_the_membershi
 
     handlers = [nodes.add(n, lease_ttl=30, keep_alive_interval=10.0) for n in "ab"]
     first = _ok(nodes.rendezvous(handlers))
-    node = handlers[0]
-    old_lease = node.lease.lease_id
+    node = next(h for h in handlers if h.round_monitor().keeper)  # its coordinator key goes with the lease:
+    old_lease = node.lease.lease_id  # so its monitor claims it again, on the lease etcd no longer has
     etcd_client.revoke_lease(old_lease)  # behind its back; its keep-alive hears of it 10 s later at most
     keys = JobKeys(nodes.settings.key_prefix, nodes.settings.run_id)
     monitor = JobMonitor(nodes.clients[0], keys, first[node.node_id].round, node.node_id, old_lease)
