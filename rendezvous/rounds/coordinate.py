@@ -19,7 +19,7 @@ from rendezvous.job.state import CAUSE_NAMES, Cause, JobState, JobStatus, Keep
 from rendezvous.job.store import JobStateStore
 from rendezvous.settings import RendezvousSettings
 
-from .decide import Freeze, decide, forming_state, frozen_state, job_budget, joined, restart_count, round_cause
+from .decide import Freeze, Wait, decide, forming_state, frozen_state, job_budget, joined, restart_count, round_cause
 from .membership import Snapshot
 
 __all__ = ["RoundCoordinator", "PROGRESS_EVERY", "progress_every"]
@@ -67,17 +67,7 @@ class RoundCoordinator:
         """Decide the round. Returns None after a write, else when to look again (inf: on a change)."""
         state = snapshot.state
         self._keep_job(state)
-        previous = state if state is not None and state.participants else None
-        decision = decide(
-            previous,
-            snapshot.nodes,
-            target,
-            min_nodes=self._settings.min_nodes,
-            max_nodes=self._settings.max_nodes,
-            last_call_timeout=self._settings.last_call_timeout,
-            last_call_start=self._last_call_start,
-            now=self._clock(),
-        )
+        decision = self._decide(snapshot, target)
         if isinstance(decision, Freeze):
             self._freeze(snapshot, target, decision)
             return None
@@ -94,28 +84,46 @@ class RoundCoordinator:
             or state.stopping != decision.stopping[:CAUSE_NAMES]
             or (recount and self._clock() >= self._told_at + progress_every(len(snapshot.nodes)))
         ):
-            # Tell everyone a round is forming, how many joined, and when its last call ends (for progress lines).
-            ending = state is not None and state.status is JobStatus.RUNNING
-            forming = forming_state(
-                state,
-                self._settings.run_id,
-                target,
-                min_nodes=self._settings.min_nodes,
-                max_nodes=self._settings.max_nodes,
-                last_call_at=last_call_at,
-                max_restarts=job_budget(state, self._max_restarts),
-                joined=count,
-                cause=round_cause(state, snapshot.nodes) if ending else Cause(),
-                retention=self._settings.retention,
-                stopping=decision.stopping,
-            )
-            self._store.compare_and_swap(forming, snapshot.token)
-            self._told_at = self._clock()
+            self._tell(snapshot, target, decision, last_call_at, count)
             return None
         wake = float("inf") if decision.until is None else decision.until
         if state is not None and state.keep.renew_every:
             wake = min(wake, self._renewed_at + state.keep.renew_every)  # to renew the job's lease
         return min(wake, self._told_at + progress_every(len(snapshot.nodes))) if recount else wake
+
+    def _decide(self, snapshot: Snapshot, target: int) -> Freeze | Wait:
+        state = snapshot.state
+        return decide(
+            state if state is not None and state.participants else None,
+            snapshot.nodes,
+            target,
+            min_nodes=self._settings.min_nodes,
+            max_nodes=self._settings.max_nodes,
+            last_call_timeout=self._settings.last_call_timeout,
+            last_call_start=self._last_call_start,
+            now=self._clock(),
+        )
+
+    def _tell(self, snapshot: Snapshot, target: int, decision: Wait, last_call_at: float | None, count: int) -> None:
+        """Tell everyone a round is forming: how many joined, when its last call ends, whom it waits
+        for (for progress lines) and, as it starts, why the running round ends."""
+        state = snapshot.state
+        ending = state is not None and state.status is JobStatus.RUNNING
+        forming = forming_state(
+            state,
+            self._settings.run_id,
+            target,
+            min_nodes=self._settings.min_nodes,
+            max_nodes=self._settings.max_nodes,
+            last_call_at=last_call_at,
+            max_restarts=job_budget(state, self._max_restarts),
+            joined=count,
+            cause=round_cause(state, snapshot.nodes) if ending else Cause(),
+            retention=self._settings.retention,
+            stopping=decision.stopping,
+        )
+        self._store.compare_and_swap(forming, snapshot.token)
+        self._told_at = self._clock()
 
     def _keep_job(self, state: JobState | None) -> None:
         """While a round forms, its coordinator renews the job's lease (``Keep.renew_every``; the
