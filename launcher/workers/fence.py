@@ -13,11 +13,11 @@ after every wake-up.
 
 from __future__ import annotations
 
-import os
-import signal
 import threading
 import time
 from collections.abc import Callable
+
+from .reaper import kill_groups
 
 __all__ = ["FenceGuard"]
 
@@ -75,13 +75,6 @@ class FenceGuard:
 
     def _fence(self) -> None:
         """Kill every registered group (the lock is held: nothing is registered meanwhile)."""
-        killed = 0
-        for pgid in self._groups:
-            try:
-                os.killpg(pgid, signal.SIGKILL)
-                killed += 1
-            except OSError:
-                pass
-        self._fired = self._fired or killed > 0
+        self._fired = kill_groups(self._groups) > 0 or self._fired
         self._groups.clear()
         self._deadline = None

@@ -37,6 +37,18 @@ _REVOKE_BUDGET = 3.0  # seconds the revoke of a dead agent's lease may take
 _SLICE = 0.5  # seconds: the longest one wait lasts before the deadline is looked at again
 
 
+def kill_groups(pgids) -> int:
+    """SIGKILL to each process group (grandchildren included); how many there were to kill."""
+    killed = 0
+    for pgid in pgids:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+            killed += 1
+        except OSError:
+            pass
+    return killed
+
+
 class Reaper:
     def __init__(self) -> None:
         self.groups: set[int] = set()
@@ -65,14 +77,7 @@ class Reaper:
                 self.config = None
 
     def kill_all(self) -> int:
-        killed = 0
-        for pgid in self.groups:
-            try:
-                os.killpg(pgid, signal.SIGKILL)
-                killed += 1
-            except OSError:
-                pass
-        return killed
+        return kill_groups(self.groups)
 
     def overdue(self) -> bool:
         return self.deadline is not None and time.monotonic() >= self.deadline

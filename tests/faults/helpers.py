@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -132,17 +133,17 @@ def children(pid: int) -> list[int]:
 
 def freeze(pids: Iterable[int]) -> None:
     """SIGSTOP each, in order: a whole node's processes, as a paused VM or a swap storm stops them."""
-    for pid in pids:
-        try:
-            os.kill(pid, 19)
-        except ProcessLookupError:
-            pass
+    _signal_each(pids, signal.SIGSTOP)
 
 
 def thaw(pids: Iterable[int]) -> None:
+    _signal_each(pids, signal.SIGCONT)
+
+
+def _signal_each(pids: Iterable[int], signum: int) -> None:
     for pid in pids:
         try:
-            os.kill(pid, 18)
+            os.kill(pid, signum)
         except ProcessLookupError:
             pass
 

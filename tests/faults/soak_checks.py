@@ -63,7 +63,7 @@ def worker_of(record: Mapping, ticks: Sequence[float]) -> Worker:
         pid=record["pid"],
         agent=record.get("parent", 0),
         rank=record["rank"],
-        round=(record["round_master"], record["world_size"]),
+        round=(record["master"], record["world_size"]),
         restart=record["restart"],
         created=record["created"],
         ticks=tuple(ticks),

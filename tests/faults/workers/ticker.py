@@ -2,8 +2,7 @@
 
     ticker.py OUT_DIR SECONDS [STOP_SECONDS]
 
-Writes OUT_DIR/w-<pid>.json (as life.py: pid, its agent's pid, ranks, world size, restart count,
-the round's master, start time), then
+Writes OUT_DIR/w-<pid>.json (as life.py: ``jobclock.record_start``), then
 appends the wall-clock time to OUT_DIR/t-<pid>.log every 10 ms until SECONDS have passed since the
 job's first worker started (OUT_DIR/t0). A tick is a moment the process really ran: a frozen
 process writes none. On SIGTERM it goes on ticking for STOP_SECONDS (a checkpoint written on the
@@ -14,40 +13,15 @@ import time
 
 STARTED = time.time()
 
-import json  # noqa: E402
 import os  # noqa: E402
 import signal  # noqa: E402
 import sys  # noqa: E402
 
+from jobclock import record_start  # noqa: E402
+
 out, seconds = sys.argv[1], float(sys.argv[2])
 stop_seconds = float(sys.argv[3]) if len(sys.argv) > 3 else 0.0
-env = os.environ
-record = {
-    "pid": os.getpid(),
-    "parent": os.getppid(),  # the agent that started it
-    "created": STARTED,
-    "rank": int(env["RANK"]),
-    "group_rank": int(env["GROUP_RANK"]),
-    "world_size": int(env["WORLD_SIZE"]),
-    "restart": int(env["TORCHELASTIC_RESTART_COUNT"]),
-    "round_master": f"{env['MASTER_ADDR']}:{env['MASTER_PORT']}",
-}
-t0 = os.path.join(out, "t0")
-try:
-    with open(t0, "x") as handle:
-        handle.write(str(time.time()))
-except FileExistsError:
-    pass
-path = os.path.join(out, f"w-{os.getpid()}.json")
-with open(path + ".tmp", "w") as handle:
-    json.dump(record, handle)
-os.replace(path + ".tmp", path)
-with open(t0) as handle:
-    try:
-        start = float(handle.read() or time.time())
-    except ValueError:
-        start = time.time()
-
+start = record_start(out, STARTED)
 end = [start + seconds]
 
 
