@@ -168,12 +168,17 @@ class Soak:
         return self.rng.choice(candidates) if candidates else None
 
     def kill_worker(self, job_seconds: float) -> None:
-        agent = self._pick_agent()
-        pids = sorted(set(children(agent.pid)) & self._worker_pids()) if agent else []
-        alive_pids = [p for p in pids if alive(p)]
-        if not alive_pids:
+        known = self._worker_pids()
+        running = [
+            (agent, pid)
+            for agent in self._live_agents()
+            if agent.pid not in self.frozen
+            for pid in sorted(set(children(agent.pid)) & known)
+            if alive(pid)
+        ]
+        if not running:
             return self._say("a worker SIGKILLed: none running")
-        pid = self.rng.choice(alive_pids)
+        agent, pid = self.rng.choice(running)
         os.kill(pid, signal.SIGKILL)
         self._say(f"worker {pid} of agent {agent.pid} SIGKILLed")
 
