@@ -75,7 +75,7 @@ class SoakReport:
         return (
             f"soak seed {self.seed}: {len(self.faults)} faults, {self.rounds} rounds, {self.workers} workers; "
             f"split-brain window {max((o.seconds for o in self.split_brain), default=0.0) * 1000:.0f} ms; "
-            f"{len(woken)} stale workers ran, for up to {most * 1000:.0f} ms, after their frozen node woke; "
+            f"{len(woken)} stale workers ticked in the {most * 1000:.1f} ms after their frozen node woke; "
             f"{len(self.problems())} problems"
         )
 
@@ -289,6 +289,8 @@ def main(argv: list[str] | None = None) -> int:
             report = soak.run()
         finally:
             soak.close()
+    for overlap in report.overlaps:
+        print(overlap)
     for problem in report.problems():
         print(f"PROBLEM: {problem}")
     print(report.summary())
