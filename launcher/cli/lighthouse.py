@@ -142,7 +142,7 @@ def elastic_lighthouse(**opts: Any) -> int:
     server, bound = _listen(replica, host, port, opts["bind"])
     replica.address = _advertised(host, bound, opts["advertise_host"])
     replica.name = f"{socket.gethostname()}-{bound}-{os.getpid()}"
-    page = _status_page(replica, opts["http_bind"], host, bound, server)
+    page = _status_page(replica, opts["http_bind"], host, port, server)
     replica.start()
     address = f"http://{socket.gethostname()}:{bound}"
     click.echo(
@@ -168,8 +168,10 @@ def _listen(replica: Replica, host: str, port: int, bind: str) -> tuple[grpc.Ser
         ) from None
 
 
-def _status_page(replica: Replica, http_bind: str | None, host: str, bound: int, server: grpc.Server) -> StatusPage:
-    http_host, http_port = split_bind(http_bind, "--http-bind") if http_bind else (host, status_port(bound))
+def _status_page(replica: Replica, http_bind: str | None, host: str, port: int, server: grpc.Server) -> StatusPage:
+    """The status page on ``--http-bind``, else on the gRPC port ``port`` asked for + 1 (a free one
+    when that is 0: the port after a free one may well be taken)."""
+    http_host, http_port = split_bind(http_bind, "--http-bind") if http_bind else (host, status_port(port))
     try:
         page = StatusPage(replica, http_host, http_port)
     except OSError as exc:
