@@ -251,8 +251,8 @@ class Agent:
             self.handler.request_restart(failure.what)
             return
         self.state = AgentState.FAILED
+        self._close(restart.spent_reason(failure.what, count, budget), failed=True)  # recorded before it is said
         self.say(failure.summary())
-        self._close(restart.spent_reason(failure.what, count, budget), failed=True)
         raise WorkerFailedError(failure.what, failure.failures)
 
     def _finished_without_this_node(self, exc: RendezvousClosedError) -> bool:

@@ -17,7 +17,7 @@ from click.core import ParameterSource
 from launcher.errors import EXIT_SIGNAL_BASE, EXIT_USAGE, LauncherError, UsageError, describe_code, rendezvous_failure
 from launcher.hangs.rules import positive_seconds
 from launcher.launch import launch
-from launcher.output.console import say, set_log_format
+from launcher.output.console import console_closed, say, set_log_format
 from launcher.workers.numa import MODES as NUMA_MODES
 from rendezvous.errors import RendezvousError, RendezvousSettingsError
 
@@ -301,7 +301,10 @@ def _entry(command: click.Command, prog: str, argv: Sequence[str] | None, obj: A
             _error(prog, _last_line(str(exc), code) if prog == "elastic-run" else str(exc))
     except KeyboardInterrupt:
         code = EXIT_SIGNAL_BASE + signal.SIGINT
-    sys.stdout.flush()
+    try:
+        sys.stdout.flush()
+    except (BrokenPipeError, ValueError):
+        console_closed()  # the exit code stays the run's, not Python's 120 for a failed flush
     raise SystemExit(code if isinstance(code, int) else 0)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 import threading
 import time
@@ -15,7 +16,16 @@ from rendezvous.errors import RendezvousError
 from rendezvous.job.history import Event
 from rendezvous.rounds.join import Progress
 
-__all__ = ["say", "set_log_format", "progress_line", "report_progress", "should_say", "console_event", "PROGRESS_EVERY"]
+__all__ = [
+    "say",
+    "console_closed",
+    "set_log_format",
+    "progress_line",
+    "report_progress",
+    "should_say",
+    "console_event",
+    "PROGRESS_EVERY",
+]
 
 LOG_FORMATS = ("text", "json")
 PROGRESS_EVERY = 10.0  # seconds between progress lines while nothing changes
@@ -43,11 +53,26 @@ def say(message: str, level: str = "info") -> None:
     (``{"time", "level", "source", "message"}``) with ``--log-format json``. Workers' lines are not touched."""
     if _console.format == "json":
         record = {"time": round(time.time(), 3), "level": level, "source": "elastic-run", "message": message}
-        sys.stderr.write(json.dumps(record) + "\n")
+        text = json.dumps(record) + "\n"
     else:
-        for line in message.splitlines() or [""]:
-            sys.stderr.write(f"elastic-run: {line}\n")
-    sys.stderr.flush()
+        text = "".join(f"elastic-run: {line}\n" for line in message.splitlines() or [""])
+    try:
+        sys.stderr.write(text)
+        sys.stderr.flush()
+    except (BrokenPipeError, ValueError):
+        console_closed()
+
+
+def console_closed() -> None:
+    """The console went away (``elastic-run ... | head -1``, a closed terminal): what the agent says
+    from now on goes nowhere, and what it does and records, and its exit code, stay as they were."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            os.dup2(devnull, stream.fileno())
+        except (OSError, ValueError):
+            pass
+    os.close(devnull)
 
 
 def progress_line(progress: Progress) -> str:

@@ -312,3 +312,24 @@ def test_while_nodes_are_missing_a_progress_line_comes_every_10_s_with_the_join_
         assert 9.0 <= second - first <= 11.5, f"{second - first:.1f} s between the lines"
     finally:
         agent.kill()
+
+
+def test_a_console_closed_under_a_failing_job_changes_neither_what_etcd_records_nor_the_exit_code(
+    etcd_endpoints, tmp_path
+):
+    """``elastic-run ... 2>&1 | head -1``: the chatty worker dies of its broken pipe, the job has no
+    restart left, and the agent's summary goes to a closed pipe too. The job must still be closed as
+    failed in etcd (not left running for the others to take for a lost node), and the agent exit 1."""
+    chatty = tmp_path / "chatty.py"
+    chatty.write_text("import time\nfor i in range(100000):\n    print('line', i, flush=True)\n    time.sleep(0.001)\n")
+    rid = run_id()
+    agent = start(["--nnodes", "1", "--rdzv-endpoint", etcd_endpoints, "--rdzv-id", rid, str(chatty)])
+    first = agent.stdout.readline()
+    agent.stdout.close()  # as head -1 does after its line
+    code = agent.wait(60)
+    state = elastic.get_state(etcd_endpoints, rid)
+    said = f"{state.status} ({state.reason})" if state else "gone"
+    print(f"\nconsole closed after {first.strip()!r}: exit {code}, the job {said}")
+    assert state is not None and state.status == "closed", state
+    assert "no restart left" in state.reason or "failed" in state.reason, state.reason
+    assert code == 1
