@@ -47,13 +47,15 @@ class Joined:
     handover: tuple | None  # (watch, coordinating, snapshot) for the round's monitor
 
 
-def closed_error(keys: JobKeys, state: JobState, *, while_waiting: bool = False) -> RendezvousClosedError:
+def closed_error(
+    keys: JobKeys, state: JobState, endpoints: str, *, while_waiting: bool = False
+) -> RendezvousClosedError:
     """The job is closed. ``while_waiting``: it closed while this node waited in a round of it (a hot
-    spare never needed), not before this node came."""
+    spare never needed), not before this node came. The command it suggests can be pasted as printed."""
     reason = f" ({state.reason})" if state.reason else ""
     error = RendezvousClosedError(
         f"rendezvous '{keys.run_id}' is closed{reason}; start the job with a new --rdzv-id, or reuse this one "
-        f"after `elastic-ctl reset --rdzv-id {keys.run_id}` (its keys also expire by themselves: elastic-ctl list)"
+        f"after `{keys.ctl('reset', endpoints)}` (its keys also expire by themselves: elastic-ctl list)"
     )
     error.while_waiting = while_waiting
     return error
@@ -88,6 +90,10 @@ class JoinLoop:
         }
 
     @property
+    def _endpoints(self) -> str:
+        return ",".join(str(endpoint) for endpoint in self._client.endpoints)
+
+    @property
     def timeout_in(self) -> float | None:
         """Seconds until this join's join_timeout (None when not joining)."""
         return None if self._deadline is None or self.target is None else max(self._deadline - self._clock(), 0.0)
@@ -103,7 +109,7 @@ class JoinLoop:
         if seen is None:
             seen = read_round(self._client, self._keys, all_nodes=False).state
         if seen is not None and seen.status is JobStatus.CLOSED:
-            raise closed_error(self._keys, seen)
+            raise closed_error(self._keys, seen, self._endpoints)
         self.target = target_round(seen)
         self._current: Snapshot | None = self._member.announce(self.target)
         self._read_all = False
@@ -139,7 +145,7 @@ class JoinLoop:
 
     # -- the ops: each returns this node's place once it has one, else None (the loop goes on) --------
     def _closed(self, step: Closed, snapshot: Snapshot) -> None:
-        raise closed_error(self._keys, snapshot.state, while_waiting=True)
+        raise closed_error(self._keys, snapshot.state, self._endpoints, while_waiting=True)
 
     def _frozen(self, step: Frozen, snapshot: Snapshot) -> Joined | None:
         """This node's place in the frozen round; the next round when it froze without this node;

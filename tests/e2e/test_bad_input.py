@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import re
+import shlex
+import subprocess
+
 import pytest
 
-from .cli_helpers import PROBE, run, run_id
+from .cli_helpers import PROBE, run, run_id, tool
 
 ETCD = "127.0.0.1:1"  # nothing listens there; only reached by the unreachable-etcd case
 BASE = ["--rdzv-endpoint", ETCD, "--rdzv-id", "job", "--rdzv-conf", "read_timeout=1,connect_timeout=1"]
@@ -93,6 +97,22 @@ def test_a_closed_job_cannot_be_joined_again(etcd_endpoints, tmp_path):
     lines = [line for line in again.stderr.splitlines() if line.strip()]
     assert again.returncode == 3 and len(lines) == 1
     assert f"rendezvous '{rid}' is closed (the job finished); start the job with a new --rdzv-id" in lines[0]
+
+
+@pytest.mark.parametrize("prefix", ["", "/other-tenant"])
+def test_the_reset_a_closed_job_suggests_runs_as_pasted_and_the_id_is_free_again(etcd_endpoints, tmp_path, prefix):
+    rid = run_id()
+    conf = ["--rdzv-conf", f"key_prefix={prefix}"] if prefix else []
+    args = ["--rdzv-endpoint", etcd_endpoints, "--rdzv-id", rid, *conf, "--local-addr", "127.0.0.1"]
+    args += [PROBE, str(tmp_path)]
+    assert run(args).returncode == 0
+    refused = run(args)
+    command = re.search(r"after `(elastic-ctl reset [^`]*)`", refused.stderr).group(1)
+    print(f"\nsuggested: {command}")
+    argv = shlex.split(command)
+    pasted = subprocess.run([tool(argv[0]), *argv[1:]], capture_output=True, text=True, timeout=60)
+    assert pasted.returncode == 0, pasted.stderr
+    assert run(args).returncode == 0
 
 
 def test_elastic_ctl_bad_endpoint_is_one_line():
