@@ -68,7 +68,7 @@ def _missing(run_id: str, endpoint: str, keys: JobKeys) -> LauncherError:
 def render(view: JobView) -> str:
     """The job as a table: a header line, then one row a node."""
     lines = [
-        f"job {view.run_id}: {view.status}, round {view.round}, world size {view.world_size}, "
+        f"job {view.run_id}: {view.outcome or view.status}, round {view.round}, world size {view.world_size}, "
         f"master {view.master_addr or '-'}:{view.master_port or '-'} "
         f"(nodes min {view.min_nodes}, max {view.max_nodes}), "
         f"restarts {view.restarts}/{view.max_restarts}"

@@ -82,6 +82,7 @@ def _row(job: JobEntry, now: float) -> dict[str, Any]:
     return {
         "run_id": job.run_id,
         "status": state.status.value if state is not None else "unknown",
+        "outcome": state.outcome(job.nodes) if state is not None else "unknown",
         "round": state.round if state is not None else None,
         "closed_ago": round(now - closed, 1) if closed is not None else None,
         "nodes": job.nodes,
@@ -114,7 +115,7 @@ def ctl_list(rdzv_endpoint: str, rdzv_conf: str, as_json: bool) -> int:
         closed = describe_age(r["closed_ago"]) + " ago" if r["closed_ago"] is not None else "-"
         expires = describe_age(r["expires_in"]) if r["expires_in"] is not None else "never"
         table.append(
-            (r["run_id"], r["status"], str(r["round"] or "-"), closed, str(r["nodes"]), restarts, str(r["keys"]),
+            (r["run_id"], r["outcome"], str(r["round"] or "-"), closed, str(r["nodes"]), restarts, str(r["keys"]),
              str(r["bytes"]), expires)
         )  # fmt: skip
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]

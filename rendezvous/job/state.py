@@ -15,9 +15,20 @@ from typing import Any, NamedTuple
 
 from rendezvous.errors import RendezvousStateError
 
-__all__ = ["SCHEMA_VERSION", "JobStatus", "Participant", "Cause", "Keep", "JobState", "NodeInfo", "parse_json"]
+__all__ = [
+    "SCHEMA_VERSION",
+    "CLOSED_BY_OPERATOR",
+    "JobStatus",
+    "Participant",
+    "Cause",
+    "Keep",
+    "JobState",
+    "NodeInfo",
+    "parse_json",
+]
 
 SCHEMA_VERSION = 3  # 3: the participants in a bucketed rank table beside the state (rendezvous.job.ranktable)
+CLOSED_BY_OPERATOR = "operator"  # JobState.closed_by of a job elastic-ctl closed
 CAUSE_NAMES = 16  # names kept per list of a Cause: the line that shows them names a few
 
 
@@ -107,6 +118,16 @@ class JobState:
     keep: Keep = Keep()  # the job's retention lease
     schema: int = SCHEMA_VERSION
     participants: tuple[Participant, ...] = field(default=(), compare=False)  # not stored here
+
+    def outcome(self, live_nodes: int) -> str:
+        """What became of the job, as ``elastic-ctl list`` and ``status`` name it: ``succeeded``,
+        ``failed``, ``closed by an operator``; or, while open, ``running`` / ``joining`` -- and
+        ``stopped`` when no agent of it is alive (every one stopped without closing it, or lost)."""
+        if self.status is JobStatus.CLOSED:
+            if self.failed:
+                return "failed"
+            return "closed by an operator" if self.closed_by == CLOSED_BY_OPERATOR else "succeeded"
+        return self.status.value if live_nodes else "stopped"
 
     def participant(self, node: str) -> Participant | None:
         """``node``'s entry, when the participants were read with the state."""

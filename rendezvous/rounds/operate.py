@@ -11,7 +11,7 @@ from rendezvous.etcd.client import EtcdClient
 from rendezvous.job.catalog import list_jobs
 from rendezvous.job.history import HistoryWriter
 from rendezvous.job.keys import JobKeys
-from rendezvous.job.state import JobState, JobStatus
+from rendezvous.job.state import CLOSED_BY_OPERATOR, JobState, JobStatus
 from rendezvous.job.store import GaveUp, JobStateStore, StateUnchanged
 
 from .decide import closed_state
@@ -28,7 +28,7 @@ __all__ = [
     "JobRefused",
 ]
 
-OPERATOR = "operator"
+OPERATOR = CLOSED_BY_OPERATOR
 _TRIES = 20  # CAS attempts before giving up on a job that keeps changing
 
 

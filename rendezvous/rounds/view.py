@@ -45,6 +45,7 @@ class JobView:
     reason: str = ""
     restarts: int = 0  # the job's restart count (TORCHELASTIC_RESTART_COUNT of its workers)
     max_restarts: int = 0  # the job's --max-restarts budget
+    outcome: str = ""  # succeeded, failed, closed by an operator; running, joining, or stopped (no live agent)
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -134,6 +135,7 @@ def view_of(snapshot: Snapshot, beats: dict[str, dict] | None = None, now: float
         reason=state.reason,
         restarts=state.restarts,
         max_restarts=state.max_restarts,
+        outcome=state.outcome(len(live)),
     )
 
 

@@ -6,6 +6,8 @@ import json
 import signal
 import time
 
+import elastic
+
 from .cli_helpers import finish, run, run_id, start, wait_for
 from .test_restart_count import COUNTED, _by_restart, _seen
 
@@ -200,3 +202,41 @@ def test_history_follow_prints_new_records_until_the_job_closes(etcd_endpoints, 
     assert follow.returncode == 0, errors
     kinds = [json.loads(line)["kind"] for line in printed.splitlines()]
     assert kinds[0] == "round_frozen" and kinds[-1] == "job_closed", kinds
+
+
+def test_list_and_status_name_each_jobs_outcome(etcd_endpoints, tmp_path):
+    """succeeded, failed, closed by an operator, and stopped: every agent stopped by SIGTERM, which
+    leaves the job open for others, is no longer 'running' once no agent of it is alive."""
+    ids = {name: run_id() for name in ("succeeded", "failed", "operator", "stopped")}
+    done = _agent(etcd_endpoints, ids["succeeded"], str(tmp_path), nnodes="1", run_for=0)
+    failed = _agent(etcd_endpoints, ids["failed"], str(tmp_path), nnodes="1", fail="0@0,0@1,0@2")
+    closing = _agent(etcd_endpoints, ids["operator"], str(tmp_path), nnodes="1")
+    stopping = _agent(etcd_endpoints, ids["stopped"], str(tmp_path), nnodes="1")
+    try:
+        results = [finish(done, 30), finish(failed, 30)]
+        assert [code for code, _ in results] == [0, 1], results
+        for name in ("operator", "stopped"):
+            wait_for(lambda name=name: _status(etcd_endpoints, ids[name]) == "running", 30, what=f"{name}'s round")
+        assert _ctl("close", "--reason", "done", endpoints=etcd_endpoints, rdzv_id=ids["operator"]).returncode == 0
+        stopping.send_signal(signal.SIGTERM)
+        assert finish(closing, 30)[0] == 4 and finish(stopping, 30)[0] == 143
+        listed = run(["list", "--rdzv-endpoint", etcd_endpoints, "--json"], tool_name="elastic-ctl")
+        outcomes = {row["run_id"]: row["outcome"] for row in json.loads(listed.stdout)}
+        statuses = {
+            name: _ctl("status", endpoints=etcd_endpoints, rdzv_id=rid).stdout.splitlines()[0]
+            for name, rid in ids.items()
+        }
+    finally:
+        for agent in (done, failed, closing, stopping):
+            if agent.poll() is None:
+                agent.kill()
+    print("\n" + "\n".join(statuses.values()))
+    expected = {"succeeded": "succeeded", "failed": "failed", "operator": "closed by an operator", "stopped": "stopped"}
+    for name, outcome in expected.items():
+        assert outcomes[ids[name]] == outcome, outcomes
+        assert statuses[name].startswith(f"job {ids[name]}: {outcome}, round "), statuses[name]
+
+
+def _status(endpoints: str, rid: str) -> str | None:
+    view = elastic.get_state(endpoints, rid)
+    return view.status if view is not None else None

@@ -1,9 +1,10 @@
 import json
+from dataclasses import replace
 
 import pytest
 
 from rendezvous.errors import RendezvousSettingsError, RendezvousStateError
-from rendezvous.job.state import CAUSE_NAMES, Cause, JobState, JobStatus, NodeInfo, Participant
+from rendezvous.job.state import CAUSE_NAMES, CLOSED_BY_OPERATOR, Cause, JobState, JobStatus, NodeInfo, Participant
 from rendezvous.rounds.decide import LiveNode, frozen_state
 from rendezvous.settings import RendezvousSettings, parse_conf
 
@@ -206,3 +207,14 @@ def test_a_near_miss_of_a_known_key_is_answered_with_did_you_mean():
     assert said[0].startswith(
         "ignoring unknown --rdzv-conf keys 'bogus', 'retension' (did you mean 'retention'?); known"
     )
+
+
+def test_a_jobs_outcome_names_how_it_ended_and_a_job_no_agent_keeps_is_stopped():
+    base = JobState("job", 2, JobStatus.RUNNING, 1, 2)
+    assert base.outcome(live_nodes=2) == "running"
+    assert replace(base, status=JobStatus.JOINING).outcome(1) == "joining"
+    assert base.outcome(live_nodes=0) == "stopped"
+    closed = replace(base, status=JobStatus.CLOSED)
+    assert closed.outcome(0) == "succeeded"
+    assert replace(closed, failed=True).outcome(0) == "failed"
+    assert replace(closed, closed_by=CLOSED_BY_OPERATOR).outcome(0) == "closed by an operator"
