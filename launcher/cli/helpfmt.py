@@ -87,7 +87,7 @@ def rdzv_conf_help(ctx: click.Context, _param: Any, value: bool) -> None:
     if not value or ctx.resilient_parsing:
         return
     width = max(map(len, CONF_KEYS))
-    click.echo("--rdzv-conf key=value,... keys (README: Settings):")
+    click.echo("--rdzv-conf key=value,... keys (README: Rendezvous rounds, its settings table):")
     for key, (_, _, text) in CONF_KEYS.items():
         click.echo(f"  {key.ljust(width)}  {text}")
     click.echo("torch's names, accepted: " + ", ".join(f"{a} ({b})" for a, b in TORCH_ALIASES.items()))

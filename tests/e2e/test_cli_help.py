@@ -33,6 +33,9 @@ def test_help_rdzv_conf_lists_every_key():
     assert shown.returncode == 0
     for key, (_, _, text) in CONF_KEYS.items():
         assert re.search(rf"^  {key} +{re.escape(text)}$", shown.stdout, re.M), key
+    section = re.search(r"\(README: ([^,)]+)", shown.stdout).group(1)  # the README section it points to is there
+    with open(os.path.join(os.path.dirname(__file__), "..", "..", "README.md"), encoding="utf-8") as handle:
+        assert f"\n## {section}\n" in handle.read(), section
 
 
 def test_shell_completion_completes_commands_and_options():
