@@ -104,6 +104,7 @@ def view_of(snapshot: Snapshot, beats: dict[str, dict] | None = None, now: float
     if state is None:
         return None
     live = {n.info.node: n.info for n in snapshot.nodes}
+    succeeded = state.outcome(len(live)) == "succeeded"  # every participant's workers finished, keys gone or not
     views = [
         NodeView(
             p.node,
@@ -111,7 +112,7 @@ def view_of(snapshot: Snapshot, beats: dict[str, dict] | None = None, now: float
             p.addr,
             p.local_world_size,
             p.node in live,
-            p.node in live and live[p.node].finished_round(state.round),
+            succeeded or (p.node in live and live[p.node].finished_round(state.round)),
         )
         for p in state.participants
     ]

@@ -231,6 +231,8 @@ def test_list_and_status_name_each_jobs_outcome(etcd_endpoints, tmp_path):
             if agent.poll() is None:
                 agent.kill()
     print("\n" + "\n".join(statuses.values()))
+    finished = elastic.get_state(etcd_endpoints, ids["succeeded"]).nodes
+    assert finished and all(node.finished for node in finished), finished  # a finished job's nodes finished
     expected = {"succeeded": "succeeded", "failed": "failed", "operator": "closed by an operator", "stopped": "stopped"}
     for name, outcome in expected.items():
         assert outcomes[ids[name]] == outcome, outcomes
