@@ -259,7 +259,7 @@ class Agent:
         """The job succeeded while this node waited for a place in it (a hot spare never needed): its
         part is done too. Said before the agent leaves; its history record says the same."""
         state = self._job_state() if exc.while_waiting else None
-        if state is None or state.failed or state.closed_by == OPERATOR:
+        if state is None or state.outcome(live_nodes=0) != "succeeded":
             return False
         self.state = AgentState.SUCCEEDED
         self._departure = _Departure(f"the job finished while this node waited for a place ({state.reason})")

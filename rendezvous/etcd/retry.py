@@ -132,7 +132,7 @@ def reason(code: str, details: str = "", waited: float | None = None) -> str:
         return row.reason
     if any(marker in lowered for marker in _UNRESOLVED):
         return "the host name does not resolve"
-    if "ssl" in lowered:
+    if "ssl" in lowered or "handshake" in lowered:
         return "TLS handshake failed"
     if "socket closed" in lowered or "connection reset" in lowered or "broken pipe" in lowered:
         return "connection closed"

@@ -183,7 +183,7 @@ class JobState:
             table=_optional(data, "table", str, "", where),
             finishing=_optional(data, "finishing", bool, False, where),
             cause=_cause(_optional(data, "cause", dict, {}, where), where),
-            stopping=_names(_optional(data, "stopping", list, [], where), "stopping", where),
+            stopping=_names(data.get("stopping", []), "stopping", where),
             keep=_keep(_optional(data, "keep", dict, {}, where), where),
             **counts,
         )
@@ -198,19 +198,15 @@ def _keep(data: dict, where: str) -> Keep:
     return Keep(lease, retention, closed)
 
 
-def _names(names: list, name: str, where: str) -> tuple[str, ...]:
-    if not all(isinstance(n, str) for n in names):
+def _names(names: Any, name: str, where: str) -> tuple[str, ...]:
+    """A list of node names or lines read from etcd (the first CAUSE_NAMES of it)."""
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
         raise RendezvousStateError(f"{where} is malformed: {name} is not a list of strings")
     return tuple(names[:CAUSE_NAMES])
 
 
 def _cause(data: dict, where: str) -> Cause:
-    lists = []
-    for name in ("failures", "lost", "joining"):
-        names = data.get(name, [])
-        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-            raise RendezvousStateError(f"{where} is malformed: cause.{name} is not a list of strings")
-        lists.append(names)
+    lists = [_names(data.get(name, []), f"cause.{name}", where) for name in ("failures", "lost", "joining")]
     waiting = data.get("waiting", 0)
     if type(waiting) is not int:
         raise RendezvousStateError(f"{where} is malformed: cause.waiting is not int")
