@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import select
 import signal
 import time
 
@@ -324,6 +325,8 @@ def test_a_console_closed_under_a_failing_job_changes_neither_what_etcd_records_
     chatty.write_text("import time\nfor i in range(100000):\n    print('line', i, flush=True)\n    time.sleep(0.001)\n")
     rid = run_id()
     agent = start(["--nnodes", "1", "--rdzv-endpoint", etcd_endpoints, "--rdzv-id", rid, str(chatty)])
+    ready, _, _ = select.select([agent.stdout], [], [], 30)  # a bounded wait for the first line
+    assert ready, "the agent printed nothing in 30 s"
     first = agent.stdout.readline()
     agent.stdout.close()  # as head -1 does after its line
     code = agent.wait(60)
