@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from .errors import ChildFailedError, UsageError, WorkerFailedError
 from .hangs.rules import positive_seconds
 from .workers.mainguard import unguarded_launch
+from .workers.payload import dump_payload, name_of
 
 if TYPE_CHECKING:
     from .cli.plan import RunOptions
@@ -167,13 +168,12 @@ def _worker_command(entrypoint: Callable[..., Any] | str, args: list[Any], work:
     from multiprocessing import spawn
 
     payload = os.path.join(work, "payload.pkl")
+    preparation = spawn.get_preparation_data("elastic-worker")
+    preparation.pop("authkey", None)  # the caller's multiprocessing key: not for its workers (nor picklable)
+    if not os.path.isfile(preparation.get("init_main_from_path") or ""):
+        preparation.pop("init_main_from_path", None)  # a caller run from stdin or -c has no main file to re-import
     with open(payload, "wb") as handle:
-        preparation = spawn.get_preparation_data("elastic-worker")
-        preparation.pop("authkey", None)  # the caller's multiprocessing key: not for its workers (nor picklable)
-        if not os.path.isfile(preparation.get("init_main_from_path") or ""):
-            preparation.pop("init_main_from_path", None)  # a caller run from stdin or -c has no main file to re-import
-        pickle.dump(preparation, handle)
-        pickle.dump((entrypoint, tuple(args)), handle)
+        dump_payload(handle, preparation, entrypoint, tuple(args))
     return [sys.executable, "-u", "-m", "launcher.workers.fn_worker", payload, work]
 
 
@@ -229,4 +229,4 @@ def _result(work: str, rank: int) -> Any:
 
 
 def _name(entrypoint: Callable[..., Any] | str) -> str:
-    return entrypoint if isinstance(entrypoint, str) else getattr(entrypoint, "__qualname__", repr(entrypoint))
+    return entrypoint if isinstance(entrypoint, str) else name_of(entrypoint)
