@@ -121,6 +121,16 @@ def _healthy(client_url: str, timeout: float, tls: ServerTLS | None = None) -> b
         return False
 
 
+def ended_by(returncode: int) -> str:
+    """``exit code 1`` or ``killed by SIGKILL``: how a process ended, from its return code."""
+    if returncode >= 0:
+        return f"exit code {returncode}"
+    try:
+        return f"killed by {signal.Signals(-returncode).name}"
+    except ValueError:
+        return f"killed by signal {-returncode}"
+
+
 class _Member:
     """One etcd process of a cluster on loopback."""
 
@@ -306,9 +316,9 @@ class EtcdCluster:
         return None if self.base_port is None else (self.base_port + 2 * index, self.base_port + 2 * index + 1)
 
     def exited(self) -> list[str]:
-        """Members whose process ended, each with the last line of its log."""
+        """``m2 exited (how; its log's last line)`` for each member whose process ended."""
         return [
-            f"{m.name} ({self._log_tail(m)})"
+            f"{m.name} exited ({ended_by(m.process.returncode)}; {self._log_tail(m)})"
             for m in self.members
             if m.process is not None and m.process.poll() is not None
         ]
@@ -359,9 +369,9 @@ class EtcdCluster:
             with open(member.log_path, "rb") as handle:
                 lines = handle.read().decode(errors="replace").strip().splitlines()
         except OSError:
-            return "(no log)"
+            return "it left no log"
         if not lines:
-            return "(no output)"
+            return "its log is empty"
         try:
             entry = json.loads(lines[-1])
         except ValueError:
