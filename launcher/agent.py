@@ -72,6 +72,7 @@ class AgentState(str, enum.Enum):
     RESTARTING = "restarting"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
+    STOPPED = "stopped"  # told to stop by a signal: its workers are being stopped, the job stays open
 
 
 @dataclass
@@ -154,6 +155,7 @@ class Agent:
             raise rendezvous_failure(exc) from exc
         except AgentStopped as exc:
             self._departure = _Departure(f"stopped by {signal.Signals(exc.signum).name}", exc.signum)
+            self.state = AgentState.STOPPED  # metrics and probes say so while its workers are stopped
             raise
         finally:
             self._close_down()

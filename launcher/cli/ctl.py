@@ -24,7 +24,7 @@ from rendezvous.job.history import Event, HistoryWriter, read_history
 from rendezvous.job.keys import JobKeys
 from rendezvous.rounds.membership import read_round
 from rendezvous.rounds.operate import JobNotFound, JobRefused, close_job, request_round, reset_job
-from rendezvous.rounds.view import JobView, get_state, view_of
+from rendezvous.rounds.view import JobView, get_state, stopped_of, view_of
 
 from .ctl_etcd import ctl_etcd
 from .ctl_jobs import CONF, ENDPOINT, connect, ctl_list, ctl_prune
@@ -65,10 +65,12 @@ def _missing(run_id: str, endpoint: str, keys: JobKeys) -> LauncherError:
     return LauncherError(f"no job '{run_id}' at {endpoint} (under {keys.prefix})")
 
 
-def render(view: JobView) -> str:
-    """The job as a table: a header line, then one row a node."""
+def render(view: JobView, heartbeats: bool = True) -> str:
+    """The job as a table: a header line, then one row a node (with its workers' oldest heartbeat,
+    which ``status`` asks the agents for, unless not ``heartbeats``)."""
+    outcome = f"stopped ({view.stopped})" if view.stopped else view.outcome or view.status
     lines = [
-        f"job {view.run_id}: {view.outcome or view.status}, round {view.round}, world size {view.world_size}, "
+        f"job {view.run_id}: {outcome}, round {view.round}, world size {view.world_size}, "
         f"master {view.master_addr or '-'}:{view.master_port or '-'} "
         f"(nodes min {view.min_nodes}, max {view.max_nodes}), "
         f"restarts {view.restarts}/{view.max_restarts}"
@@ -79,16 +81,10 @@ def render(view: JobView) -> str:
     for node in view.nodes:
         alive = ("finished" if node.finished else "yes") if node.alive else "no"
         beat = "-" if node.heartbeat_age is None else f"{node.heartbeat_age:.1f} s ago (rank {node.heartbeat_rank})"
-        rows.append(
-            (
-                node.node,
-                "-" if node.group_rank is None else str(node.group_rank),
-                node.addr,
-                str(node.local_world_size),
-                alive,
-                beat,
-            )
-        )
+        group_rank = "-" if node.group_rank is None else str(node.group_rank)
+        rows.append((node.node, group_rank, node.addr, str(node.local_world_size), alive, beat))
+    if not heartbeats:
+        rows = [row[:-1] for row in rows]
     return "\n".join([*lines, *_table(rows)])
 
 
@@ -97,8 +93,8 @@ def _table(rows: list[tuple[str, ...]]) -> list[str]:
     return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
 
 
-def _show(view: JobView, as_json: bool) -> None:
-    click.echo(json.dumps(view.as_dict(), sort_keys=True) if as_json else render(view))
+def _show(view: JobView, as_json: bool, heartbeats: bool = True) -> None:
+    click.echo(json.dumps(view.as_dict(), sort_keys=True) if as_json else render(view, heartbeats))
 
 
 @elastic_ctl.command("status")
@@ -133,12 +129,13 @@ def ctl_watch(rdzv_endpoint: str, rdzv_id: str, rdzv_conf: str, as_json: bool, t
         shown = None
         with Watch(client, KeyRange(keys.root, prefix=True), start_revision=snapshot.revision + 1) as watch:
             while True:
-                view = view_of(snapshot)  # heartbeat ages are status's: they change on every look
+                # Heartbeat ages are status's (it asks the agents): they change on every look.
+                view = view_of(snapshot, stopped=stopped_of(client, keys, snapshot))
                 if view != shown:
                     if view is None:
                         click.echo(f"no job '{rdzv_id}' yet; waiting")
                     else:
-                        _show(view, as_json)
+                        _show(view, as_json, heartbeats=False)
                         if not as_json:
                             click.echo("")
                     shown = view

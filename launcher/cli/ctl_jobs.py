@@ -92,6 +92,8 @@ def _row(job: JobEntry, now: float) -> dict[str, Any]:
         "bytes": job.bytes,
         "expires_in": job.expires_in,
         "reason": state.reason if state is not None else "",
+        "stopped_since": job.stopped.since if job.stopped is not None else None,
+        "stopped": job.stopped.describe(now) if job.stopped is not None else "",
     }
 
 
@@ -109,20 +111,27 @@ def ctl_list(rdzv_endpoint: str, rdzv_conf: str, as_json: bool) -> int:
     if as_json:
         click.echo(json.dumps(rows, sort_keys=True))
         return 0
-    table = [("JOB", "STATUS", "ROUND", "CLOSED", "NODES", "RESTARTS", "KEYS", "BYTES", "EXPIRES IN")]
-    for r in rows:
+    table = [("JOB", "STATUS", "ROUND", "CLOSED", "NODES", "RESTARTS", "KEYS", "BYTES", "EXPIRES IN", "REASON")]
+    for job, r in zip(jobs, rows):
+        status = job.stopped.short(now) if job.stopped is not None else r["outcome"]
         restarts = f"{r['restarts']}/{r['max_restarts']}" if r["restarts"] is not None else "-"
         closed = describe_age(r["closed_ago"]) + " ago" if r["closed_ago"] is not None else "-"
         expires = describe_age(r["expires_in"]) if r["expires_in"] is not None else "never"
         table.append(
-            (r["run_id"], r["outcome"], str(r["round"] or "-"), closed, str(r["nodes"]), restarts, str(r["keys"]),
-             str(r["bytes"]), expires)
+            (r["run_id"], status, str(r["round"] or "-"), closed, str(r["nodes"]), restarts, str(r["keys"]),
+             str(r["bytes"]), expires, _clip(r["reason"]))
         )  # fmt: skip
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
     click.echo(f"{len(rows)} job{'s' if len(rows) != 1 else ''} under {prefix or '/'}")
     for row in table:
         click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
     return 0
+
+
+def _clip(text: str, width: int = 100) -> str:
+    """One line of at most ``width`` characters (the whole reason is in --json and status)."""
+    line = " ".join(text.split())
+    return line if len(line) <= width else line[: width - 3] + "..."
 
 
 @click.command("prune")

@@ -5,7 +5,8 @@ given; ``PrometheusTelemetry`` keeps the metrics in a registry of its own. Every
 ``run_id`` (the job id; not ``job``, which Prometheus gives each scrape target) and ``node``
 labels, never a credential.
 
-    elastic_agent_state{state}                    1 for the agent's current state (init, rendezvous, ...)
+    elastic_agent_state{state}                    1 for the agent's current state (init, rendezvous, ...; stopped:
+                                                  told to stop by a signal, its workers being stopped)
     elastic_round                                 the round the agent last joined
     elastic_world_size, elastic_group_world_size  workers and nodes in that round
     elastic_group_rank                            this node's rank among the nodes
@@ -28,7 +29,7 @@ from collections.abc import Callable
 
 __all__ = ["Telemetry", "PrometheusTelemetry", "STATES", "CAUSES"]
 
-STATES = ("init", "rendezvous", "running", "restarting", "succeeded", "failed")
+STATES = ("init", "rendezvous", "running", "restarting", "succeeded", "failed", "stopped")
 CAUSES = ("worker_failure", "hang", "membership_change", "fence")
 
 

@@ -9,8 +9,10 @@ from dataclasses import dataclass
 from rendezvous.errors import RendezvousError, RendezvousStateError
 from rendezvous.etcd.client import EtcdClient
 
-from .keys import JobKeys, jobs_root
+from .history import decode_events
+from .keys import JobKeys, history_prefix, jobs_root
 from .state import JobState
+from .stopped import Stopped, stopped_from
 from .store import decode_state
 
 __all__ = ["JobEntry", "list_jobs"]
@@ -24,6 +26,7 @@ class JobEntry:
     keys: int  # keys under the job's prefix
     bytes: int  # their keys' and values' bytes
     expires_in: int | None  # seconds until the job's lease ends its keys (None: kept until deleted)
+    stopped: Stopped | None = None  # no live agent and nobody closed it: since when, from its history
 
 
 def list_jobs(client: EtcdClient, prefix: str) -> list[JobEntry]:
@@ -45,7 +48,12 @@ def _entry(client: EtcdClient, keys: JobKeys, revision: int) -> JobEntry:
             state = None
     nodes = sum(1 for kv in kvs if kv.key.decode(errors="replace").startswith(keys.nodes))
     size = sum(len(kv.key) + len(kv.value) for kv in kvs)
-    return JobEntry(keys.run_id, state, nodes, len(kvs), size, _expires_in(client, state))
+    stopped = None
+    if state is not None and state.outcome(nodes) == "stopped":
+        stopped = stopped_from(
+            state, decode_events(kv for kv in kvs if kv.key.startswith(history_prefix(keys.root).encode()))
+        )
+    return JobEntry(keys.run_id, state, nodes, len(kvs), size, _expires_in(client, state), stopped)
 
 
 def _expires_in(client: EtcdClient, state: JobState | None) -> int | None:

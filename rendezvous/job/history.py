@@ -26,7 +26,7 @@ import json
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +43,7 @@ __all__ = [
     "Event",
     "HistoryWriter",
     "read_history",
+    "decode_events",
     "record_freeze",
     "freeze_details",
     "job_lease",
@@ -99,13 +100,18 @@ class Event:
 def read_history(client: EtcdClient, job_prefix: str) -> tuple[list[Event], int]:
     """Every record of the job, oldest first (records that do not decode are skipped), and the revision read at."""
     kvs, revision = client.get_prefix(history_prefix(job_prefix))
+    return decode_events(kvs), revision
+
+
+def decode_events(kvs: Iterable[Any]) -> list[Event]:
+    """The records among ``kvs`` (of the history prefix), in their order; what does not decode is skipped."""
     events = []
     for kv in kvs:
         try:
             events.append(Event.decode(kv.value, f"history record {kv.key!r}"))
         except RendezvousStateError:
             continue
-    return events, revision
+    return events
 
 
 class HistoryWriter:

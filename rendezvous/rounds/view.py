@@ -11,12 +11,14 @@ from rendezvous.errors import RendezvousNoSpaceError
 from rendezvous.etcd import credentials
 from rendezvous.etcd.client import EtcdClient
 from rendezvous.job.hangboard import ask_heartbeats
+from rendezvous.job.history import read_history
 from rendezvous.job.keys import DEFAULT_KEY_PREFIX, JobKeys
 from rendezvous.job.state import JobStatus
+from rendezvous.job.stopped import Stopped, stopped_from
 
 from .membership import Snapshot, read_round
 
-__all__ = ["JobView", "NodeView", "get_state", "view_of"]
+__all__ = ["JobView", "NodeView", "get_state", "view_of", "stopped_of"]
 
 
 @dataclass(frozen=True)
@@ -46,10 +48,20 @@ class JobView:
     restarts: int = 0  # the job's restart count (TORCHELASTIC_RESTART_COUNT of its workers)
     max_restarts: int = 0  # the job's --max-restarts budget
     outcome: str = ""  # succeeded, failed, closed by an operator; running, joining, or stopped (no live agent)
+    stopped_since: float | None = None  # stopped: no live agent since then (a lower bound when stopped_silent)
+    stopped_silent: int = 0  # stopped: nodes of the last round that left no word (their leases ran out)
+
+    @property
+    def stopped(self) -> str:
+        """``no live agent since 12:03:04 UTC`` when the job is stopped, else ``""``."""
+        if self.outcome != "stopped":
+            return ""
+        return Stopped(self.stopped_since, self.stopped_silent).describe(time.time())
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["nodes"] = [asdict(n) for n in self.nodes]
+        data["stopped"] = self.stopped
         return data
 
 
@@ -78,10 +90,20 @@ def get_state(
     try:
         snapshot = read_round(client, keys, all_nodes=True)
         beats = _ask(client, keys, snapshot) if heartbeats else None
+        stopped = stopped_of(client, keys, snapshot)
     finally:
         if own:
             client.close()
-    return view_of(snapshot, beats)
+    return view_of(snapshot, beats, stopped=stopped)
+
+
+def stopped_of(client: EtcdClient, keys: JobKeys, snapshot: Snapshot) -> Stopped | None:
+    """For a job with no live agent that nobody closed: since when, from its history (one range read)."""
+    state = snapshot.state
+    if state is None or state.outcome(len(snapshot.nodes)) != "stopped":
+        return None
+    events, _ = read_history(client, keys.root)
+    return stopped_from(state, events)
 
 
 def _ask(client: EtcdClient, keys: JobKeys, snapshot: Snapshot) -> dict[str, dict] | None:
@@ -97,9 +119,12 @@ def _ask(client: EtcdClient, keys: JobKeys, snapshot: Snapshot) -> dict[str, dic
         return None  # an ask is a write: the view goes without the ages
 
 
-def view_of(snapshot: Snapshot, beats: dict[str, dict] | None = None, now: float | None = None) -> JobView | None:
+def view_of(
+    snapshot: Snapshot, beats: dict[str, dict] | None = None, now: float | None = None, stopped: Stopped | None = None
+) -> JobView | None:
     """The view of one read of the job's keys (``read_round(..., all_nodes=True)``), with the nodes'
-    answers about their heartbeats (``hangboard.ask_heartbeats``) when given."""
+    answers about their heartbeats (``hangboard.ask_heartbeats``) and, for a stopped job, since when
+    (``stopped_of``), when given."""
     state = snapshot.state
     if state is None:
         return None
@@ -137,6 +162,8 @@ def view_of(snapshot: Snapshot, beats: dict[str, dict] | None = None, now: float
         restarts=state.restarts,
         max_restarts=state.max_restarts,
         outcome=state.outcome(len(live)),
+        stopped_since=stopped.since if stopped is not None else None,
+        stopped_silent=stopped.silent if stopped is not None else 0,
     )
 
 

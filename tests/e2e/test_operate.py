@@ -6,13 +6,15 @@ import json
 import signal
 import time
 
+import psutil
+
 import elastic
 
 from .cli_helpers import finish, run, run_id, start, wait_for
 from .test_restart_count import COUNTED, _by_restart, _seen
 
 
-def _agent(endpoints, rdzv_id, out, nnodes="2", fail="", run_for=60, extra=()):
+def _agent(endpoints, rdzv_id, out, nnodes="2", fail="", run_for=60, extra=(), conf="last_call_timeout=1"):
     return start(
         [
             "--nnodes",
@@ -30,7 +32,7 @@ def _agent(endpoints, rdzv_id, out, nnodes="2", fail="", run_for=60, extra=()):
             "--local-addr",
             "127.0.0.1",
             "--rdzv-conf",
-            "last_call_timeout=1",
+            conf,
             *extra,
             COUNTED,
             out,
@@ -206,37 +208,73 @@ def test_history_follow_prints_new_records_until_the_job_closes(etcd_endpoints, 
 
 def test_list_and_status_name_each_jobs_outcome(etcd_endpoints, tmp_path):
     """succeeded, failed, closed by an operator, and stopped: every agent stopped by SIGTERM, which
-    leaves the job open for others, is no longer 'running' once no agent of it is alive."""
-    ids = {name: run_id() for name in ("succeeded", "failed", "operator", "stopped")}
+    leaves the job open for others, is no longer 'running' once no agent of it is alive -- status,
+    list, watch, get_state and --json say since when; an agent lost without a word (SIGKILL) makes
+    that a lower bound."""
+    ids = {name: run_id() for name in ("succeeded", "failed", "operator", "stopped", "lost")}
     done = _agent(etcd_endpoints, ids["succeeded"], str(tmp_path), nnodes="1", run_for=0)
     failed = _agent(etcd_endpoints, ids["failed"], str(tmp_path), nnodes="1", fail="0@0,0@1,0@2")
     closing = _agent(etcd_endpoints, ids["operator"], str(tmp_path), nnodes="1")
     stopping = _agent(etcd_endpoints, ids["stopped"], str(tmp_path), nnodes="1")
+    lost = _agent(etcd_endpoints, ids["lost"], str(tmp_path), nnodes="1", conf="last_call_timeout=1,lease_ttl=3")
     try:
         results = [finish(done, 30), finish(failed, 30)]
         assert [code for code, _ in results] == [0, 1], results
-        for name in ("operator", "stopped"):
+        for name in ("operator", "stopped", "lost"):
             wait_for(lambda name=name: _status(etcd_endpoints, ids[name]) == "running", 30, what=f"{name}'s round")
         assert _ctl("close", "--reason", "done", endpoints=etcd_endpoints, rdzv_id=ids["operator"]).returncode == 0
+        before = time.time()
         stopping.send_signal(signal.SIGTERM)
+        _machine_lost(lost)  # agent, reaper and workers at once: no word from it; its lease runs out
         assert finish(closing, 30)[0] == 4 and finish(stopping, 30)[0] == 143
+        after = time.time()
+        wait_for(lambda: elastic.get_state(etcd_endpoints, ids["lost"]).outcome == "stopped", 30, what="lost's lease")
         listed = run(["list", "--rdzv-endpoint", etcd_endpoints, "--json"], tool_name="elastic-ctl")
-        outcomes = {row["run_id"]: row["outcome"] for row in json.loads(listed.stdout)}
+        table = run(["list", "--rdzv-endpoint", etcd_endpoints], tool_name="elastic-ctl").stdout
+        outcomes = {row["run_id"]: row for row in json.loads(listed.stdout)}
         statuses = {
             name: _ctl("status", endpoints=etcd_endpoints, rdzv_id=rid).stdout.splitlines()[0]
             for name, rid in ids.items()
         }
+        watched = _ctl("watch", "--timeout", "1", endpoints=etcd_endpoints, rdzv_id=ids["stopped"]).stdout
     finally:
-        for agent in (done, failed, closing, stopping):
+        for agent in (done, failed, closing, stopping, lost):
             if agent.poll() is None:
                 agent.kill()
-    print("\n" + "\n".join(statuses.values()))
+    print("\n" + "\n".join(statuses.values()) + "\n" + table + watched)
     finished = elastic.get_state(etcd_endpoints, ids["succeeded"]).nodes
     assert finished and all(node.finished for node in finished), finished  # a finished job's nodes finished
-    expected = {"succeeded": "succeeded", "failed": "failed", "operator": "closed by an operator", "stopped": "stopped"}
+    expected = {
+        "succeeded": "succeeded",
+        "failed": "failed",
+        "operator": "closed by an operator",
+        "stopped": "stopped (no live agent since ",
+        "lost": "stopped (no live agent since some time after ",
+    }
     for name, outcome in expected.items():
-        assert outcomes[ids[name]] == outcome, outcomes
-        assert statuses[name].startswith(f"job {ids[name]}: {outcome}, round "), statuses[name]
+        assert outcomes[ids[name]]["outcome"] == outcome.split(" (")[0], outcomes
+        assert statuses[name].startswith(f"job {ids[name]}: {outcome}"), statuses[name]
+    assert "1 node left no word: its lease ran out" in statuses["lost"], statuses["lost"]
+    view = elastic.get_state(etcd_endpoints, ids["stopped"])
+    assert before <= view.stopped_since <= after and view.stopped_silent == 0, view
+    assert view.stopped == outcomes[ids["stopped"]]["stopped"] and view.stopped.startswith("no live agent since ")
+    assert (
+        outcomes[ids["lost"]]["stopped_since"] < before
+        and elastic.get_state(etcd_endpoints, ids["lost"]).stopped_silent == 1
+    )
+    rows = {line.split()[0]: line for line in table.splitlines()[2:]}
+    assert " stopped since " in rows[ids["stopped"]] and " stopped after " in rows[ids["lost"]], table
+    assert rows[ids["failed"]].endswith("(exit code 1) and no restart was left (2/2)"), table  # which rank, and why
+    assert " rank 0 on node " in rows[ids["failed"]] and rows[ids["operator"]].endswith(" done"), table
+    assert watched.startswith(f"job {ids['stopped']}: stopped (no live agent since "), watched
+    assert "OLDEST HEARTBEAT" not in watched, watched  # status asks the agents for it; watch does not
+
+
+def _machine_lost(agent) -> None:
+    """SIGKILL to the agent and every process under it at once, as when its machine dies."""
+    processes = [psutil.Process(agent.pid), *psutil.Process(agent.pid).children(recursive=True)]
+    for process in processes:
+        process.kill()
 
 
 def _status(endpoints: str, rid: str) -> str | None:

@@ -4,6 +4,8 @@ proxy), running again, closed. And what a bad request gets."""
 
 from __future__ import annotations
 
+import re
+import signal
 import subprocess
 
 from tests.e2e.cli_helpers import run, run_id, tool
@@ -142,5 +144,28 @@ def test_bad_requests_get_404_or_405_and_the_port_is_the_one_asked_for(tmp_path)
             f"elastic-run: error: --http-port {port}: cannot listen"
         ), busy.stderr
         assert "Traceback" not in busy.stderr
+    finally:
+        agent.kill()
+
+
+def test_an_agent_told_to_stop_says_stopped_while_its_workers_stop(etcd_endpoints, tmp_path):
+    """SIGTERM: the workers get their grace (this one lingers 3 s); meanwhile /metrics has the agent
+    in state stopped (not running), /healthz says so and /readyz is not ready; the job stays open."""
+    agent = Agent(
+        [
+            "--nnodes", "1", "--nproc-per-node", "1", "--rdzv-endpoint", etcd_endpoints, "--rdzv-id", run_id(),
+            "--shutdown-timeout", "10", "--http-port", "0", "--http-host", "127.0.0.1",
+            PHASED, str(tmp_path), "--run", "120", "--linger", "3",
+        ]
+    )  # fmt: skip
+    try:
+        url = "http://" + endpoint_of(agent.lines)
+        until(url + "/readyz", 200, "ready: 1 workers running in round 1", 30)
+        agent.process.send_signal(signal.SIGTERM)
+        metrics = until(url + "/metrics", 200, 'state="stopped"} 1.0', 3)
+        assert re.search(r'^elastic_agent_state\{[^}]*state="running"\} 0\.0$', metrics, re.M), metrics
+        assert until(url + "/healthz", 200, "ok: stopped", 3)
+        assert get(url + "/readyz")[0] == 503
+        assert agent.wait(30) == 143
     finally:
         agent.kill()

@@ -56,7 +56,7 @@ def test_package_re_exports_its_errors():
 # A Python function entrypoint (launcher.api) goes to its workers as a pickle in a file the launching
 # process wrote, and their return values come back the same way, as torch's spawn does: nothing in
 # these files touches etcd, and nothing read from etcd is ever unpickled.
-PICKLE_BETWEEN_PARENT_AND_CHILD = ("api.py", "fn_worker.py")
+PICKLE_BETWEEN_PARENT_AND_CHILD = ("api.py", "fn_worker.py", "payload.py")
 
 
 def test_no_module_imports_torch_or_pickle():
