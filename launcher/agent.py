@@ -185,7 +185,7 @@ class Agent:
                     self.history.record("worker_failed", self.info.round, **record)
                 self._restart_or_close(restart.failure_of(result.status, self.handler.node_id, self.info))
             elif result.outcome is RoundOutcome.HUNG:
-                self._restart_or_close(restart.hang_of(result.verdict, self.info))
+                self._restart_or_close(restart.hang_of(result.verdict, self.info, self.config.history_command))
 
     def worker_pids(self) -> list[int]:
         """This node's worker processes now (none between rounds)."""
@@ -199,6 +199,7 @@ class Agent:
         self._departure = _Departure()
         shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None  # memory, never written back to a disk
         self._beats_dir = tempfile.mkdtemp(prefix="elastic-beats-", dir=shm)
+        self._reaper.remove_at_exit(self._beats_dir)
         self._rounds = RoundRunner(
             self.config,
             self._beats_dir,

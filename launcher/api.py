@@ -22,7 +22,7 @@ import sys
 import tempfile
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from .errors import ChildFailedError, UsageError, WorkerFailedError
@@ -148,7 +148,7 @@ def launch_agent(config: LaunchConfig, entrypoint: Callable[..., Any] | str, arg
     work = tempfile.mkdtemp(prefix="elastic-launch-")
     try:
         argv = _worker_command(entrypoint, args, work)
-        plan = plan_from(_options(config, argv))
+        plan = replace(plan_from(_options(config, argv)), scratch=(work,))
         try:
             outcome = launch(plan)
         except WorkerFailedError as exc:

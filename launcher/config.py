@@ -28,3 +28,4 @@ class AgentConfig:
     )  # command before a local rank's (--numa-binding)
     exit_barrier_timeout: float = 300.0  # how long a finished node waits for the others
     hang_timeouts: HangTimeouts = field(default_factory=HangTimeouts)  # --heartbeat-timeout, --first-heartbeat-timeout
+    history_command: str = ""  # the pasteable elastic-ctl history of the job ("": its etcd ends with the agent)

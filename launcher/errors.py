@@ -16,6 +16,7 @@ policy reads them; ``podFailurePolicy`` rules list them explicitly (examples/kub
 
 from __future__ import annotations
 
+import os
 import signal
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -143,11 +144,19 @@ class ChildFailedError(WorkerFailedError):
             failure = failures[rank]
             lines.append(
                 f"  rank {rank} (local rank {failure.local_rank}) on {failure.host}: {failure.describe()}; "
-                f"error_file: {failure.error_file if failure.error else '<N/A>'}"
+                f"error_file: {_error_file(failure)}"
             )
             if failure.error is not None and failure.error.traceback:
                 lines += ["    " + line for line in failure.error.traceback.rstrip().splitlines()]
         return "\n".join(lines)
+
+
+def _error_file(failure: Any) -> str:
+    """torch's ``error_file:`` field, naming only a file that is still there (a temporary log
+    directory is gone once the launch returns; the traceback is printed below it either way)."""
+    if failure.error is None:
+        return "<N/A>"
+    return failure.error_file if os.path.exists(failure.error_file) else "<removed with the run's log directory>"
 
 
 class JobRendezvousError(LauncherError):

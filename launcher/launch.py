@@ -51,6 +51,7 @@ class LaunchPlan:
     http_port: int | None = None  # the metrics and probes endpoint (--http-port); None: off
     allocation: AllocationEtcd | None = None  # under SLURM with no --rdzv-endpoint: the allocation's etcd
     lighthouse: Beside | None = None  # --lighthouse: a torchft Lighthouse replica beside the agent
+    scratch: tuple[str, ...] = ()  # the caller's temporary directories: removed by the reaper if this process dies
 
     @property
     def standalone(self) -> bool:
@@ -88,7 +89,7 @@ def launch(plan: LaunchPlan, *, early_etcd: Any = None, report: Callable[[str], 
                     client = plan.settings.connect(plan.endpoint)
                 try:
                     with lighthouse_beside(plan.lighthouse, client, plan.settings, report):
-                        return _run_agent(plan, client, report)
+                        return _run_agent(plan, client, report, _temporary(plan, server))
                 finally:
                     client.close()
     finally:
@@ -99,7 +100,16 @@ def launch(plan: LaunchPlan, *, early_etcd: Any = None, report: Callable[[str], 
             shutil.rmtree(plan.log_root, ignore_errors=True)
 
 
-def _run_agent(plan: LaunchPlan, client: EtcdClient, report: Callable[[str], None]) -> LaunchOutcome:
+def _temporary(plan: LaunchPlan, server: Any) -> tuple[str, ...]:
+    """The run's temporary directories, which its reaper removes if the agent is killed outright."""
+    logs = (plan.log_root,) if plan.remove_logs else ()
+    etcd = (server.data_dir,) if server is not None and not server.given_dir else ()
+    return (*plan.scratch, *logs, *etcd)
+
+
+def _run_agent(
+    plan: LaunchPlan, client: EtcdClient, report: Callable[[str], None], temporary: tuple[str, ...] = ()
+) -> LaunchOutcome:
     """The agent and its collaborators: the job's history, the reaper, the rendezvous handler."""
     keys = JobKeys(plan.settings.key_prefix, plan.settings.run_id)
     echo = console_event if plan.config.event_log_handler == "console" else None
@@ -107,6 +117,8 @@ def _run_agent(plan: LaunchPlan, client: EtcdClient, report: Callable[[str], Non
     reaper = ReaperProcess()
     try:
         reaper.configure(client.config(), reaper_sys_path(), history={"prefix": keys.root, "node": plan.node_id})
+        for path in temporary:
+            reaper.remove_at_exit(path)
         handler = RendezvousHandler(
             client,
             plan.settings,

@@ -76,10 +76,13 @@ def failure_of(status: GroupStatus, node: str, info: RendezvousInfo) -> Failure:
     )
 
 
-def hang_of(verdict: Verdict, info: RendezvousInfo) -> Failure:
+def hang_of(verdict: Verdict, info: RendezvousInfo, history_command: str = "") -> Failure:
     """The verdict's lines are printed already: the restart line says it in a few words."""
     line = verdict.line()
-    return Failure(verdict.what(), lambda: hang_summary(line, info.run_id, info.restart_count, info.max_restarts))
+    return Failure(
+        verdict.what(),
+        lambda: hang_summary(line, info.run_id, info.restart_count, info.max_restarts, history_command),
+    )
 
 
 def failure_records(status: GroupStatus) -> list[dict]:
@@ -120,19 +123,21 @@ def failure_summary(status: GroupStatus, run_id: str, restarts: int, max_restart
             lines += ["    " + line for line in trace.splitlines()]
     else:
         lines.append(
-            f"  no error file at {first.error_file}: decorate the worker's entry point with "
+            f"  rank {first.rank} wrote no error file: decorate the worker's entry point with "
             f"@elastic.record (or torch's @record) to get its traceback here"
         )
     return "\n".join(lines)
 
 
-def hang_summary(line: str, run_id: str, restarts: int, max_restarts: int) -> str:
-    """The summary when a hang ends the job: the hang's line in the failure summary's shape."""
+def hang_summary(line: str, run_id: str, restarts: int, max_restarts: int, history_command: str = "") -> str:
+    """The summary when a hang ends the job: the hang's line in the failure summary's shape; where
+    its record stays, when the job's etcd outlives the agent (not under --standalone)."""
+    where = f", and in `{history_command}` (event worker_hung)" if history_command else ""
     return "\n".join(
         [
             f"worker group of job '{run_id}' failed after {restarts} of {max_restarts} restarts",
             f"  first failure: {line}",
-            "  its stack is above, and in `elastic-ctl history` (event worker_hung)",
+            f"  its stack is above{where}",
         ]
     )
 

@@ -25,6 +25,7 @@ from launcher.output.console import say
 from launcher.output.plan import parse_filters, parse_ranks_filter, parse_std
 from launcher.workers.env import OMP_WARNING, virtual_device
 from launcher.workers.numa import binding_commands
+from rendezvous.job.keys import JobKeys
 from rendezvous.rounds.member import default_node_id
 from rendezvous.settings import RendezvousSettings
 
@@ -127,7 +128,7 @@ def plan_from(opts: RunOptions) -> LaunchPlan:
     notes += [parsed.numa_line] if parsed.numa_line else []
     notes += [f"log files go to {log_root} (set --log-dir to choose)"] if temporary and keep_files else []
     return LaunchPlan(
-        _agent_config(opts, parsed, log_root),
+        _agent_config(opts, parsed, log_root, _history_command(settings, None if slurm and slurm.etcd else endpoint)),
         settings,
         endpoint,
         node_id,
@@ -150,7 +151,13 @@ def _lighthouse(opts: RunOptions) -> Beside | None:
     return Beside(opts.lighthouse, opts.lighthouse_port, opts.lighthouse_min_replicas)
 
 
-def _agent_config(opts: RunOptions, parsed: _Parsed, log_root: str) -> AgentConfig:
+def _history_command(settings: RendezvousSettings, endpoint: str | None) -> str:
+    """``elastic-ctl history ...`` as it can be pasted; "" when the job's etcd stops with the agent
+    (--standalone, or the etcd of a SLURM allocation)."""
+    return JobKeys(settings.key_prefix, settings.run_id).ctl("history", endpoint) if endpoint else ""
+
+
+def _agent_config(opts: RunOptions, parsed: _Parsed, log_root: str, history_command: str) -> AgentConfig:
     return AgentConfig(
         argv=tuple(parsed.argv),
         nproc_per_node=parsed.nproc,
@@ -163,6 +170,7 @@ def _agent_config(opts: RunOptions, parsed: _Parsed, log_root: str) -> AgentConf
         event_log_handler=opts.event_log_handler,
         cpu_binding=parsed.cpu_binding,
         hang_timeouts=_hang_timeouts(opts),
+        history_command=history_command,
     )
 
 

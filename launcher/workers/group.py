@@ -140,6 +140,11 @@ class ReaperProcess:
         """How to reach etcd to revoke the lease once this process is gone (and where to record that)."""
         self._send("C" + json.dumps({"client": client_config, "sys_path": list(sys_path), "history": history}))
 
+    def remove_at_exit(self, path: str) -> None:
+        """A temporary directory (named ``elastic-*``) the reaper removes if this process dies; on
+        a clean ``close`` it is forgotten (this process removes its own)."""
+        self._send(f"T{path}")
+
     def note_round(self, round_: int) -> None:
         self._send(f"R{round_}")
 
@@ -182,7 +187,7 @@ class ReaperProcess:
         """Stop it after a clean exit: the workers are already stopped, and the lease is not its to revoke."""
         self._guard.arm(None)
         self._guard.close()
-        self._send("L0\nD")
+        self._send("L0\nD\nT")
         if self._process.stdin is not None:
             try:
                 self._process.stdin.close()

@@ -7,6 +7,8 @@ The agent starts it with a pipe on its stdin and a pipe from its stdout, and wri
                       lease may be given up by etcd soon after it, so its workers must be gone by then
     L<lease id>       the agent's etcd lease (0: none to revoke)
     C<json>           how to reach etcd (endpoints, timeout, TLS files, user, password; sys_path)
+    T<path> / T       a temporary directory of the agent's (its log root, heartbeat files, a local
+                      etcd's data) / forget them all: the agent exits well and removes its own
 
 - Dead man's switch: when the deadline passes without a newer one, every registered group gets
   SIGKILL and the reaper answers ``F<deadline>`` on stdout. The agent moves the deadline on after
@@ -18,7 +20,8 @@ The agent starts it with a pipe on its stdin and a pipe from its stdout, and wri
   it at once, and a wait is never longer than ``_SLICE`` in any case.
 - When stdin reaches EOF -- the agent exited, however it exited -- every group still registered
   gets SIGKILL (grandchildren in the same group included), and then the lease is revoked so the
-  other nodes hear at once that this one is gone. Only then is the etcd client imported.
+  other nodes hear at once that this one is gone. Only then is the etcd client imported. Last,
+  the agent's temporary directories are removed: an agent killed outright leaves none behind.
 
 Run by path with ``python -I -S``: standard library only until the lease is revoked; then the agent's
 import path (``sys_path`` in the config) is added and the project's etcd client imported.
@@ -29,12 +32,14 @@ from __future__ import annotations
 import json
 import os
 import select
+import shutil
 import signal
 import sys
 import time
 
 _REVOKE_BUDGET = 3.0  # seconds the revoke of a dead agent's lease may take
 _SLICE = 0.5  # seconds: the longest one wait lasts before the deadline is looked at again
+_TEMPORARY = "elastic-"  # the name of every temporary directory the project makes starts so: nothing else is removed
 
 
 def kill_groups(pgids) -> int:
@@ -56,6 +61,7 @@ class Reaper:
         self.lease = 0
         self.round = 0
         self.config: dict | None = None
+        self.temporary: list[str] = []
 
     def handle(self, line: str) -> None:
         kind, value = line[:1], line[1:].strip()
@@ -70,11 +76,20 @@ class Reaper:
             self.lease = int(value)
         elif kind == "R" and value.isdigit():
             self.round = int(value)
+        elif kind == "T":
+            if not value:
+                self.temporary.clear()
+            elif os.path.isabs(value) and os.path.basename(value).startswith(_TEMPORARY):
+                self.temporary.append(value)
         elif kind == "C":
             try:
                 self.config = json.loads(value)
             except ValueError:
                 self.config = None
+
+    def remove_temporary(self) -> None:
+        for path in self.temporary:
+            shutil.rmtree(path, ignore_errors=True)
 
     def kill_all(self) -> int:
         return kill_groups(self.groups)
@@ -166,6 +181,7 @@ def main() -> None:
             reaper.handle(line.decode(errors="replace"))
     reaper.kill_all()
     reaper.revoke()
+    reaper.remove_temporary()
 
 
 if __name__ == "__main__":

@@ -82,11 +82,13 @@ class JobKeys:
     prefix: str
     run_id: str
 
-    def ctl(self, verb: str, endpoints: str) -> str:
-        """The ``elastic-ctl`` command that acts on this job, as it can be pasted: with the etcd
-        endpoints, the job id and (when not the default) the key prefix."""
+    def ctl(self, verb: str, endpoints: str, *, job: bool = True) -> str:
+        """The ``elastic-ctl`` command that acts on this job (``job``; else on every job under the
+        prefix, as ``list``), as it can be pasted: with the etcd endpoints, the job id and (when not
+        the default) the key prefix."""
         conf = f" --rdzv-conf key_prefix={self.prefix}" if self.prefix != DEFAULT_KEY_PREFIX else ""
-        return f"elastic-ctl {verb} --rdzv-endpoint {endpoints} --rdzv-id {self.run_id}{conf}"
+        run_id = f" --rdzv-id {self.run_id}" if job else ""
+        return f"elastic-ctl {verb} --rdzv-endpoint {endpoints}{run_id}{conf}"
 
     @property
     def root(self) -> str:

@@ -55,7 +55,8 @@ def closed_error(
     reason = f" ({state.reason})" if state.reason else ""
     error = RendezvousClosedError(
         f"rendezvous '{keys.run_id}' is closed{reason}; start the job with a new --rdzv-id, or reuse this one "
-        f"after `{keys.ctl('reset', endpoints)}` (its keys also expire by themselves: elastic-ctl list)"
+        f"after `{keys.ctl('reset', endpoints)}` (its keys also expire by themselves: "
+        f"`{keys.ctl('list', endpoints, job=False)}`)"
     )
     error.while_waiting = while_waiting
     return error

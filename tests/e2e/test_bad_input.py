@@ -107,8 +107,12 @@ def test_the_reset_a_closed_job_suggests_runs_as_pasted_and_the_id_is_free_again
     args += [PROBE, str(tmp_path)]
     assert run(args).returncode == 0
     refused = run(args)
+    listing = re.search(r"expire by themselves: `(elastic-ctl list [^`]*)`", refused.stderr).group(1)
+    argv = shlex.split(listing)
+    listed = subprocess.run([tool(argv[0]), *argv[1:]], capture_output=True, text=True, timeout=60)
+    assert listed.returncode == 0 and f"{rid} " in listed.stdout, (listed.stdout, listed.stderr)  # its prefix too
     command = re.search(r"after `(elastic-ctl reset [^`]*)`", refused.stderr).group(1)
-    print(f"\nsuggested: {command}")
+    print(f"\nsuggested: {command}\n       and {listing}")
     argv = shlex.split(command)
     pasted = subprocess.run([tool(argv[0]), *argv[1:]], capture_output=True, text=True, timeout=60)
     assert pasted.returncode == 0, pasted.stderr

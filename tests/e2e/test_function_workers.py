@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import uuid
@@ -105,3 +106,23 @@ except Exception as exc:
     assert result.startswith("ChildFailedError"), result
     assert "this object cannot be loaded in a worker" in result, result
     assert "record" not in result, result
+
+
+def test_a_failure_names_no_error_file_in_the_removed_log_directory(etcd_endpoints):
+    result, _ = _launch_from_stdin(
+        """
+def fails():
+    raise ValueError("planned failure of rank " + os.environ["RANK"])
+
+try:
+    elastic_launch(config, fails)()
+    print("RESULT " + json.dumps("succeeded"))
+except Exception as exc:
+    print("RESULT " + json.dumps(str(exc)))
+""",
+        etcd_endpoints,
+    )
+    assert "ValueError: planned failure of rank 0" in result, result
+    assert "error_file: <removed with the run's log directory>" in result, result
+    paths = re.findall(r"(/[\\w.@-]+(?:/[\\w.@-]+)+\\.json)", result)
+    assert not paths, paths  # torch's field names the file; this one is gone with the temporary log root

@@ -107,7 +107,19 @@ def test_worker_without_error_file_gets_a_clear_note(tmp_path):
     assert result.returncode == 1
     assert "rank 0 (local rank 0)" in result.stderr
     assert "killed by SIGSEGV" in result.stderr
-    assert "no error file at" in result.stderr
+    assert "rank 0 wrote no error file: decorate" in result.stderr
+
+
+def test_a_standalone_summary_names_only_what_outlives_the_run(tmp_path):
+    """--standalone: its etcd and its temporary log directory end with the agent, so the summary
+    names neither a path in that directory nor an elastic-ctl command for that etcd."""
+    script = tmp_path / "die.py"
+    script.write_text("import sys\nsys.exit(3)\n")
+    result = run(["--standalone", "--nproc-per-node", "2", str(script)])
+    assert result.returncode == 1 and "exit code 3" in result.stderr, result.stderr
+    paths = re.findall(r"(/[\w.@-]+(?:/[\w.@-]+)+)", result.stderr)
+    assert all(os.path.exists(path) for path in paths), paths  # no path into the removed log directory
+    assert "elastic-ctl" not in result.stderr, result.stderr
 
 
 def test_logs_tee_redirect_and_rank_filter(tmp_path):
@@ -336,3 +348,35 @@ def test_a_console_closed_under_a_failing_job_changes_neither_what_etcd_records_
     assert state is not None and state.status == "closed", state
     assert "no restart left" in state.reason or "failed" in state.reason, state.reason
     assert code == 1
+
+
+def test_an_agent_killed_outright_leaves_no_temporary_directory(tmp_path):
+    """SIGKILL to a --standalone agent: its reaper kills the workers, then removes the run's log
+    root (where the error files go), the heartbeat directory and the local etcd's data."""
+    script = tmp_path / "sleeper.py"
+    seen = tmp_path / "env.json"
+    script.write_text(
+        "import json, os, sys, time\n"
+        f"json.dump(dict(os.environ), open({str(seen)!r} + '.part', 'w'))\n"
+        f"os.replace({str(seen)!r} + '.part', {str(seen)!r})\n"
+        "time.sleep(60)\n"
+    )
+    agent = start(["--standalone", "--nproc-per-node", "1", str(script)])
+    try:
+        wait_for(seen.exists, 30, what="the worker's start")
+        env = json.loads(seen.read_text())
+        etcd = [p for p in psutil.Process(agent.pid).children(recursive=True) if p.name().startswith("etcd")]
+        argv = etcd[0].cmdline()
+        data = [argv[argv.index("--data-dir") + 1]]
+        dirs = [
+            os.path.dirname(os.path.dirname(os.path.dirname(env["TORCHELASTIC_ERROR_FILE"]))),  # <root>/attempt_0/0/
+            os.path.dirname(env["ELASTIC_HEARTBEAT_FILE"]),
+            os.path.dirname(data[0]),  # <data dir>/<member>
+        ]
+        assert all(os.path.basename(d).startswith("elastic-") and os.path.isdir(d) for d in dirs), dirs
+        agent.send_signal(signal.SIGKILL)
+        agent.wait(10)
+        wait_for(lambda: not any(os.path.exists(d) for d in dirs), 15, what=f"the removal of {dirs}")
+    finally:
+        if agent.poll() is None:
+            agent.kill()

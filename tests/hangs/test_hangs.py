@@ -8,7 +8,10 @@ the restart line on each node)."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -215,6 +218,16 @@ def test_hangs_that_spend_the_budget_fail_the_job_on_every_node_naming_the_culpr
         assert agent.count(r"failed after 1 of 1 restarts|the job failed: rank 1 on node \S+ hung") >= 1, agent.output
     assert not done(out), [a.output for a in agents]
     print("\n" + "\n".join(a.first(r"failed after|the job failed")[1] for a in agents))
+    summary = next(a for a in agents if a.count("failed after 1 of 1 restarts")).output
+    hint = re.search(r"its stack is above, and in `(elastic-ctl history [^`]+)` \(event worker_hung\)", summary)
+    assert hint and f"--rdzv-endpoint {etcd_endpoints} " in hint.group(1), summary
+    pasted = subprocess.run(hint.group(1), shell=True, capture_output=True, text=True, timeout=30, env=_with_venv())
+    assert pasted.returncode == 0 and " worker_hung " in pasted.stdout, (pasted.stdout, pasted.stderr)
+
+
+def _with_venv() -> dict:
+    """This environment with the venv's scripts first on PATH, as an activated venv has them."""
+    return {**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")}
 
 
 def test_a_worker_that_never_calls_the_api_is_left_alone(etcd_endpoints, tmp_path):

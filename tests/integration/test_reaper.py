@@ -128,3 +128,26 @@ def test_a_reaper_stopped_past_its_deadline_kills_the_workers_as_soon_as_it_is_c
         worker.kill()
         reaper.kill()
         reaper.wait()
+
+
+def test_when_the_agent_dies_its_temporary_directories_go_and_only_those(tmp_path):
+    ours = [tmp_path / "elastic-job-abc", tmp_path / "elastic-beats-xyz"]
+    other = tmp_path / "not-ours"
+    for path in (*ours, other):
+        (path / "attempt_0").mkdir(parents=True)
+        (path / "attempt_0" / "error.json").write_text("{}")
+    reaper = Reaper()
+    for path in (*ours, other, "relative/elastic-x"):
+        reaper.remove_at_exit(str(path))
+    reaper._process.stdin.close()  # what the agent's death does to the pipe
+    reaper._process.wait(10)
+    assert not any(path.exists() for path in ours) and other.exists()
+
+
+def test_a_clean_close_leaves_the_directories_to_the_agent(tmp_path):
+    kept = tmp_path / "elastic-job-abc"
+    kept.mkdir()
+    reaper = Reaper()
+    reaper.remove_at_exit(str(kept))
+    reaper.close()  # the agent removes its own, and may still need them (the API reads its results there)
+    assert kept.exists()
