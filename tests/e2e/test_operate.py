@@ -9,6 +9,7 @@ import time
 import psutil
 
 import elastic
+from tests.readme_quotes import history_shape, quoted_output
 
 from .cli_helpers import finish, run, run_id, start, wait_for
 from .test_restart_count import COUNTED, _by_restart, _seen
@@ -73,6 +74,8 @@ def test_history_shows_a_failure_a_node_loss_and_an_operator_close_in_order(etcd
     print(f"\nelastic-ctl close: both agents exited 4, {stopped_in:.2f} s after the command started (stop grace 2 s)")
     table = _ctl("history", endpoints=etcd_endpoints, rdzv_id=rdzv_id)
     print("\n" + table.stdout)
+    quoted = quoted_output("elastic-ctl history")
+    assert history_shape(table.stdout.splitlines()) == history_shape(quoted), (table.stdout, quoted)
     events = json.loads(_ctl("history", "--json", endpoints=etcd_endpoints, rdzv_id=rdzv_id).stdout)
     kinds = [e["kind"] for e in events]
     first = {kind: kinds.index(kind) for kind in reversed(kinds)}

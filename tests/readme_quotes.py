@@ -1,0 +1,30 @@
+"""What the README quotes: the fenced block that shows a command's output, for the tests that run
+the same command for real and compare (so a quoted output cannot drift from what the tools print)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+
+
+def quoted_output(command: str) -> list[str]:
+    """The lines the README shows after ``$ <command>...`` in a fenced block, up to the fence."""
+    found = re.search(r"^\$ " + re.escape(command) + r"[^\n]*\n(.*?)^```", README, re.M | re.S)
+    assert found, f"the README no longer quotes the output of {command!r}"
+    return found.group(1).rstrip("\n").splitlines()
+
+
+def history_shape(lines: list[str]) -> list[tuple[str, str, tuple[str, ...]]]:
+    """Each row of an ``elastic-ctl history`` table as (round, event, its detail keys): what a real
+    run of the same job has too (times, node names and durations differ from run to run)."""
+    rows = []
+    for line in lines[1:]:
+        if line.startswith(" "):
+            continue  # a hang's line or stack, under its row
+        fields = line.split(None, 6)
+        details = fields[6] if len(fields) > 6 else ""
+        keys = tuple(sorted(re.findall(r"(?:^|\s)(\w+)=", details)))
+        rows.append((fields[2], fields[4], keys))
+    return rows
