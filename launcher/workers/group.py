@@ -141,8 +141,7 @@ class ReaperProcess:
         self._send("C" + json.dumps({"client": client_config, "sys_path": list(sys_path), "history": history}))
 
     def remove_at_exit(self, path: str) -> None:
-        """A temporary directory (named ``elastic-*``) the reaper removes if this process dies; on
-        a clean ``close`` it is forgotten (this process removes its own)."""
+        """A temporary ``elastic-*`` directory the reaper removes if this process dies (not on ``close``)."""
         self._send(f"T{path}")
 
     def note_round(self, round_: int) -> None:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from rendezvous.errors import RendezvousConnectionError, RendezvousError
 
-from .lifeline import die_with_parent
+from .lifeline import die_with_parent, ended_by
 from .ports import free_port
 
 __all__ = [
@@ -119,16 +119,6 @@ def _healthy(client_url: str, timeout: float, tls: ServerTLS | None = None) -> b
             return b'"health":"true"' in response.read()
     except (urllib.error.URLError, OSError, ValueError, ssl.SSLError):
         return False
-
-
-def ended_by(returncode: int) -> str:
-    """``exit code 1`` or ``killed by SIGKILL``: how a process ended, from its return code."""
-    if returncode >= 0:
-        return f"exit code {returncode}"
-    try:
-        return f"killed by {signal.Signals(-returncode).name}"
-    except ValueError:
-        return f"killed by signal {-returncode}"
 
 
 class _Member:

@@ -68,61 +68,35 @@ print("RESULT " + json.dumps([first, second]))
     assert result == [{"0": "rank 0", "1": "rank 1"}, {"0": 100, "1": 101}]
 
 
-def test_what_cannot_be_sent_is_refused_in_one_line_before_any_worker_starts(etcd_endpoints):
-    result, stderr = _launch_from_stdin(
-        """
-import threading
-lock = threading.Lock()
-
-def holds_the_lock():
-    with lock:
-        return 1
-
-try:
-    elastic_launch(config, holds_the_lock)()
-    print("RESULT " + json.dumps("launched"))
-except ValueError as exc:
-    print("RESULT " + json.dumps(str(exc)))
-""",
-        etcd_endpoints,
+def _ending(setup: str, call: str, etcd_endpoints: str) -> tuple[str, str]:
+    """How ``call`` (after ``setup``) ends in ``python -``: ``succeeded`` or ``Error: message``; and stderr."""
+    source = (
+        f"{setup}\ntry:\n    {call}\n    print('RESULT ' + json.dumps('succeeded'))\n"
+        "except Exception as exc:\n    print('RESULT ' + json.dumps(type(exc).__name__ + ': ' + str(exc)))\n"
     )
-    assert result.startswith("holds_the_lock() cannot be sent to the workers"), result
+    return _launch_from_stdin(source, etcd_endpoints)
+
+
+def test_what_cannot_be_sent_is_refused_in_one_line_before_any_worker_starts(etcd_endpoints):
+    setup = "import threading\nlock = threading.Lock()\ndef holds_the_lock():\n    with lock:\n        return 1\n"
+    result, stderr = _ending(setup, "elastic_launch(config, holds_the_lock)()", etcd_endpoints)
+    assert result.startswith("UnsendableError: holds_the_lock() cannot be sent to the workers"), result
     assert "lock" in result and "\n" not in result, result
-    assert "round" not in stderr and "worker" not in stderr.lower(), stderr  # no agent, no worker started
+    assert "round 1" not in stderr and "rank" not in stderr, stderr  # no agent, no worker started
 
 
 def test_a_worker_that_cannot_load_its_function_says_why_not_use_record(etcd_endpoints):
-    result, _ = _launch_from_stdin(
-        """
-from unloadable import Unloadable, echo
-try:
-    elastic_launch(config, echo)(Unloadable())
-    print("RESULT " + json.dumps("succeeded"))
-except Exception as exc:
-    print("RESULT " + json.dumps(type(exc).__name__ + ": " + str(exc)))
-""",
-        etcd_endpoints,
-    )
+    setup = "from unloadable import Unloadable, echo"
+    result, _ = _ending(setup, "elastic_launch(config, echo)(Unloadable())", etcd_endpoints)
     assert result.startswith("ChildFailedError"), result
     assert "this object cannot be loaded in a worker" in result, result
     assert "record" not in result, result
 
 
 def test_a_failure_names_no_error_file_in_the_removed_log_directory(etcd_endpoints):
-    result, _ = _launch_from_stdin(
-        """
-def fails():
-    raise ValueError("planned failure of rank " + os.environ["RANK"])
-
-try:
-    elastic_launch(config, fails)()
-    print("RESULT " + json.dumps("succeeded"))
-except Exception as exc:
-    print("RESULT " + json.dumps(str(exc)))
-""",
-        etcd_endpoints,
-    )
+    setup = "def fails():\n    raise ValueError('planned failure of rank ' + os.environ['RANK'])\n"
+    result, _ = _ending(setup, "elastic_launch(config, fails)()", etcd_endpoints)
     assert "ValueError: planned failure of rank 0" in result, result
     assert "error_file: <removed with the run's log directory>" in result, result
-    paths = re.findall(r"(/[\\w.@-]+(?:/[\\w.@-]+)+\\.json)", result)
+    paths = re.findall(r"(/[\w.@-]+(?:/[\w.@-]+)+\.json)", result)
     assert not paths, paths  # torch's field names the file; this one is gone with the temporary log root
