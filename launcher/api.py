@@ -6,11 +6,11 @@
     results = elastic_launch(config, train)(lr)    # {global rank: train(lr)} of this node's ranks
 
 The fields, their defaults and meanings are torch 2.13's (torch/distributed/launcher/api.py) where
-they apply. The launch is elastic-run's own: the same plan (``launcher.cli.plan.plan_from``) and
-the same ``launcher.launch.launch`` -- rendezvous on etcd v3, the job's restart count, fencing,
-the reaper, history and output rules. ``rdzv_backend`` ``etcd``, ``etcd-v2`` and ``etcd-v3`` all mean
-this project's etcd v3 rendezvous; an empty ``rdzv_endpoint`` with one node starts a local etcd, as
-``--standalone`` does.
+they apply. The launch is elastic-run's own: the same typed request and plan (``launcher.plan``,
+built here from the config's values, no text in between) and the same ``launcher.launch.launch``
+-- rendezvous on etcd v3, the job's restart count, fencing, the reaper, history and output rules.
+``rdzv_backend`` ``etcd``, ``etcd-v2`` and ``etcd-v3`` all mean this project's etcd v3 rendezvous;
+an empty ``rdzv_endpoint`` with one node starts a local etcd, as ``--standalone`` does.
 """
 
 from __future__ import annotations
@@ -23,15 +23,12 @@ import tempfile
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .errors import ChildFailedError, UsageError, WorkerFailedError
 from .hangs.rules import positive_seconds
 from .workers.mainguard import unguarded_launch
 from .workers.payload import dump_payload, name_of
-
-if TYPE_CHECKING:
-    from .cli.plan import RunOptions
 
 __all__ = ["LaunchConfig", "elastic_launch", "launch_agent"]
 
@@ -137,8 +134,8 @@ class elastic_launch:
 
 def launch_agent(config: LaunchConfig, entrypoint: Callable[..., Any] | str, args: list[Any]) -> dict[int, Any]:
     """What ``elastic_launch(config, entrypoint)(*args)`` does."""
-    from .cli.plan import plan_from
     from .launch import launch
+    from .plan import build_plan
 
     if not callable(entrypoint) and not isinstance(entrypoint, str):
         raise ValueError(f"the entrypoint must be a function or a command, not {type(entrypoint).__name__}")
@@ -148,7 +145,7 @@ def launch_agent(config: LaunchConfig, entrypoint: Callable[..., Any] | str, arg
     work = tempfile.mkdtemp(prefix="elastic-launch-")
     try:
         argv = _worker_command(entrypoint, args, work)
-        plan = replace(plan_from(_options(config, argv)), scratch=(work,))
+        plan = replace(build_plan(_request(config, argv)), scratch=(work,))
         try:
             outcome = launch(plan)
         except WorkerFailedError as exc:
@@ -177,36 +174,48 @@ def _worker_command(entrypoint: Callable[..., Any] | str, args: list[Any], work:
     return [sys.executable, "-u", "-m", "launcher.workers.fn_worker", payload, work]
 
 
-def _options(config: LaunchConfig, argv: list[str]) -> RunOptions:
-    """The config as elastic-run's options (one plan for both): the worker command goes as --no-python."""
-    from .cli.plan import RunOptions
+def _request(config: LaunchConfig, argv: list[str]) -> Any:
+    """The config as the typed request elastic-run's options also come to: the worker command runs
+    as --no-python does; no rdzv_endpoint (one node) is a local etcd, as --standalone."""
+    from .output.streams import Std
+    from .plan import RunRequest
+    from .signals import parse_signals
 
     standalone = not config.rdzv_endpoint
-    return RunOptions(
-        script=argv[0],
-        script_args=tuple(argv[1:]),
-        no_python=True,
-        standalone=standalone,
-        rdzv_endpoint=config.rdzv_endpoint or None,
-        rdzv_id=config.run_id or (None if standalone else _random_run_id()),
-        rdzv_conf=",".join(f"{key}={value}" for key, value in config.rdzv_configs.items()),
-        nnodes=f"{config.min_nodes}:{config.max_nodes}",
-        nproc_per_node=str(config.nproc_per_node),
+    return RunRequest(
+        argv=tuple(argv),
+        min_nodes=config.min_nodes,
+        max_nodes=config.max_nodes,
+        nproc_per_node=config.nproc_per_node,
+        endpoint=None if standalone else config.rdzv_endpoint,
+        run_id=None if standalone else config.run_id or _random_run_id(),
+        rdzv_conf={key: str(value) for key, value in config.rdzv_configs.items()},  # checked as --rdzv-conf is
         max_restarts=config.max_restarts,
         monitor_interval=float(config.monitor_interval),
         role=config.role,
         event_log_handler=config.event_log_handler,
-        local_addr=config.local_addr,
+        redirects=Std.NONE,
+        tee=Std.NONE,
+        stdout_filters=tuple(config.duplicate_stdout_filters or ()),
+        stderr_filters=tuple(config.duplicate_stderr_filters or ()),
         logs_specs=config.logs_specs,
         log_line_prefix_template=config.log_line_prefix_template,
+        local_addr=config.local_addr,
+        signals=parse_signals(config.signals_to_handle),
         signals_to_handle=config.signals_to_handle,
         stop_grace=float(config.shutdown_timeout),
+        hang_timeouts=_hang_timeouts(config.first_heartbeat_timeout, config.heartbeat_timeout),
         virtual_local_rank=config.virtual_local_rank,
-        duplicate_stdout_filters=_filters(config.duplicate_stdout_filters),
-        duplicate_stderr_filters=_filters(config.duplicate_stderr_filters),
-        heartbeat_timeout=config.heartbeat_timeout,
-        first_heartbeat_timeout=config.first_heartbeat_timeout,
     )
+
+
+def _hang_timeouts(first: float | None, steady: float | None) -> Any:
+    from .hangs.rules import HangTimeouts
+
+    try:
+        return HangTimeouts(first=900.0 if first is None else first, steady=steady, judge_first=first is not None)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _random_run_id() -> str:
@@ -217,10 +226,6 @@ def _random_run_id() -> str:
     run_id = str(uuid.uuid4().int)
     say(f"config has no run_id, generated a random run_id: {run_id}")
     return run_id
-
-
-def _filters(needles: list[str] | None) -> str | None:
-    return ",".join(n.replace(",", ",,") for n in needles) if needles else None
 
 
 def _result(work: str, rank: int) -> Any:

@@ -11,9 +11,10 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from .errors import AgentStopped
+from .errors import AgentStopped, UsageError
 
 __all__ = [
+    "parse_signals",
     "STOP_SIGNALS",
     "PASSED_SIGNALS",
     "stop_on_signals",
@@ -119,3 +120,18 @@ def stop_requested(
 
     with _handling(signals, lambda signum, frame: asked.append(signum), ignore_after=lambda: bool(asked)):
         yield stopped
+
+
+def parse_signals(text: str) -> tuple[int, ...]:
+    """``--signals-to-handle``: signal names, comma-separated (``SIGTERM,SIGUSR1``), that stop the job
+    gracefully. Each must exist and be catchable."""
+    found = []
+    for name in (part.strip() for part in str(text).split(",")):
+        number = getattr(signal, name, None) if name.startswith("SIG") and not name.startswith("SIG_") else None
+        if not isinstance(number, signal.Signals) or number in (signal.SIGKILL, signal.SIGSTOP):
+            raise UsageError(
+                f"--signals-to-handle {text!r}: {name!r} is not a signal that can be handled (e.g. SIGTERM,SIGUSR1)"
+            )
+        if number not in found:
+            found.append(number)
+    return tuple(found)

@@ -15,7 +15,6 @@ __all__ = [
     "NodeRange",
     "parse_nnodes",
     "parse_nproc_per_node",
-    "parse_signals",
     "expand_abbreviations",
     "worker_argv",
     "RDZV_BACKENDS",
@@ -115,23 +114,6 @@ def parse_nproc_per_node(text: str) -> int:
     if value == "auto":
         return _gpu_count() or _xpu_count() or _cpu_count()
     raise UsageError(f"--nproc-per-node must be a number, cpu, gpu, xpu or auto, not {text!r}")
-
-
-def parse_signals(text: str) -> tuple[int, ...]:
-    """``--signals-to-handle``: signal names, comma-separated (``SIGTERM,SIGUSR1``), that stop the job
-    gracefully. Each must exist and be catchable."""
-    import signal
-
-    found = []
-    for name in (part.strip() for part in str(text).split(",")):
-        number = getattr(signal, name, None) if name.startswith("SIG") and not name.startswith("SIG_") else None
-        if not isinstance(number, signal.Signals) or number in (signal.SIGKILL, signal.SIGSTOP):
-            raise UsageError(
-                f"--signals-to-handle {text!r}: {name!r} is not a signal that can be handled (e.g. SIGTERM,SIGUSR1)"
-            )
-        if number not in found:
-            found.append(number)
-    return tuple(found)
 
 
 def expand_abbreviations(argv: Sequence[str], options: dict[str, str], takes_value: set[str]) -> list[str]:

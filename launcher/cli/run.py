@@ -25,7 +25,7 @@ from .helpfmt import GroupedCommand, rdzv_conf_help
 from .options import (
     expand_abbreviations,
 )
-from .plan import RunOptions, plan_from
+from .parse import RunOptions, plan_from
 
 __all__ = ["elastic_run", "run_main", "ctl_main"]
 

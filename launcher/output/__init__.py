@@ -3,8 +3,8 @@
 the pump that copies worker pipes (``pump``)."""
 
 from .default import DefaultLayout
-from .plan import Layout, LayoutStrategy, RankLogs, Std, StreamPlan
 from .pump import LogPump
+from .streams import Layout, LayoutStrategy, RankLogs, Std, StreamPlan
 from .torch_specs import TorchLogsSpecsLayout, load_logs_specs
 
 __all__ = [

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from .plan import STDERR, STDOUT, Layout, RankLogs, Std, attempt_dir, line_prefix, plan_stream
+from .streams import STDERR, STDOUT, Layout, RankLogs, Std, attempt_dir, line_prefix, plan_stream
 
 __all__ = ["DefaultLayout"]
 

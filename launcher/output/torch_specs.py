@@ -17,7 +17,7 @@ from typing import Any
 
 from launcher.errors import UsageError
 
-from .plan import Layout, RankLogs, StreamPlan, line_prefix
+from .streams import Layout, RankLogs, StreamPlan, line_prefix
 
 __all__ = ["GROUP", "load_logs_specs", "TorchLogsSpecsLayout"]
 

@@ -86,7 +86,7 @@ def test_workers_that_ignore_the_stop_signal_are_killed_after_the_shutdown_timeo
 
 
 def test_the_shutdown_timeout_is_30_s_unless_set_as_torchrun(monkeypatch):
-    from launcher.cli.plan import _shutdown_timeout
+    from launcher.cli.parse import _shutdown_timeout
 
     monkeypatch.delenv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", raising=False)
     assert _shutdown_timeout(None) == 30.0

@@ -16,12 +16,12 @@ from launcher.cli.options import (
     parse_nnodes,
     parse_nproc_per_node,
     parse_rdzv_backend,
-    parse_signals,
     worker_argv,
 )
 from launcher.errors import UsageError
 from launcher.output.console import PROGRESS_EVERY, progress_line, should_say
-from launcher.output.plan import (
+from launcher.output.pump import _Source
+from launcher.output.streams import (
     STDOUT,
     StreamPlan,
     line_prefix,
@@ -30,8 +30,8 @@ from launcher.output.plan import (
     parse_std,
     plan_stream,
 )
-from launcher.output.pump import _Source
 from launcher.restart import failure_summary
+from launcher.signals import parse_signals
 from launcher.workers.env import virtual_device
 from launcher.workers.errorfile import read_error, write_error
 from launcher.workers.group import GroupState, GroupStatus, WorkerFailure

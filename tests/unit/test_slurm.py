@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from launcher.cli.from_slurm import from_slurm
-from launcher.cli.plan import RunOptions
+from launcher.cli.parse import RunOptions
 from launcher.slurm import PORT_BASE, SlurmJob, etcd_layout, member_count, slurm_job
 
 STEP = {

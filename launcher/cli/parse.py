@@ -1,0 +1,194 @@
+"""elastic-run's options as the command line gives them (``RunOptions``), parsed into the typed
+``launcher.plan.RunRequest`` (``request_from``); ``plan_from`` builds its plan.
+
+A field's default is the option's default; validation is here, at the edge: a ``UsageError``
+names the first bad option. Lines torchrun says while parsing (ignored options) are said here; its
+warnings about the run (OMP_NUM_THREADS, NUMA, where the logs go) are the plan's notes, said when it
+launches.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from launcher.errors import UsageError
+from launcher.hangs.rules import HangTimeouts
+from launcher.launch import LaunchPlan
+from launcher.lighthouse import Beside
+from launcher.output import load_logs_specs
+from launcher.output.console import say
+from launcher.output.streams import parse_filters, parse_ranks_filter, parse_std
+from launcher.plan import RunRequest, build_plan
+from launcher.signals import parse_signals
+from launcher.workers.numa import binding_commands
+from rendezvous.settings import parse_conf
+
+from .from_slurm import from_slurm
+from .options import NodeRange, parse_nnodes, parse_nproc_per_node, parse_rdzv_backend, worker_argv
+
+__all__ = ["RunOptions", "plan_from", "request_from"]
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Every elastic-run option as the command line gives it (strings where torchrun parses them later)."""
+
+    script: str
+    script_args: tuple[str, ...] = ()
+    nnodes: str = "1:1"
+    nproc_per_node: str = "1"
+    rdzv_backend: str = "etcd-v3"
+    rdzv_endpoint: str | None = ""
+    rdzv_id: str | None = None
+    rdzv_conf: str = ""
+    standalone: bool = False
+    max_restarts: int = 0
+    monitor_interval: float = 0.1
+    start_method: str = "spawn"  # accepted, as torchrun's; workers are always fresh processes
+    event_log_handler: str = "null"
+    role: str = "default"
+    module: bool = False
+    no_python: bool = False
+    run_path: bool = False
+    log_dir: str | None = None
+    redirects: str | None = "0"
+    tee: str | None = "0"
+    local_ranks_filter: str | None = ""
+    duplicate_stdout_filters: str | None = ""
+    duplicate_stderr_filters: str | None = ""
+    local_addr: str | None = None
+    node_rank: int | None = 0  # static rendezvous only: ignored, said so
+    master_addr: str | None = None  # ditto
+    master_port: int | None = None  # ditto
+    logs_specs: Any = None  # the name of a torch LogsSpecs entry point, or (from Python) an instance
+    log_line_prefix_template: str | None = None  # from Python; the CLI reads $TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE
+    numa_binding: str | None = None
+    signals_to_handle: str = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
+    stop_grace: float | None = None
+    heartbeat_timeout: float | None = None
+    first_heartbeat_timeout: float | None = None
+    http_port: int | None = None
+    http_host: str = "0.0.0.0"
+    virtual_local_rank: bool = False
+    lighthouse: str | None = None  # a torchft Lighthouse replica beside the agent: its id
+    lighthouse_port: int = 29510
+    lighthouse_min_replicas: int = 1
+    given: frozenset[str] | None = None  # the options given (flag or PET_*); None: all (the Python API)
+
+
+def plan_from(opts: RunOptions) -> LaunchPlan:
+    """elastic-run's options -> a validated LaunchPlan (a UsageError names the first bad option)."""
+    return build_plan(request_from(opts))
+
+
+def request_from(opts: RunOptions) -> RunRequest:
+    """elastic-run's options, with SLURM's defaults in, parsed into a RunRequest."""
+    opts, slurm = from_slurm(opts)
+    endpoint = _rendezvous_endpoint(opts)
+    nodes = _nodes(opts, standalone=endpoint is None)
+    nproc = parse_nproc_per_node(opts.nproc_per_node)
+    argv = worker_argv(
+        opts.script, opts.script_args, module=opts.module, no_python=opts.no_python, run_path=opts.run_path
+    )
+    redirects, tee = parse_std(opts.redirects, "--redirects"), parse_std(opts.tee, "--tee")
+    ranks_filter = parse_ranks_filter(opts.local_ranks_filter)
+    cpu_binding, numa_line = binding_commands(opts.numa_binding, nproc)
+    if opts.master_addr or opts.master_port or opts.node_rank:
+        say("--node-rank/--master-addr/--master-port belong to static rendezvous and are ignored")
+    return RunRequest(
+        argv=tuple(argv),
+        min_nodes=nodes.min_nodes,
+        max_nodes=nodes.max_nodes,
+        nproc_per_node=nproc,
+        endpoint=endpoint,
+        run_id=opts.rdzv_id or None,
+        rdzv_conf=parse_conf(opts.rdzv_conf),
+        max_restarts=opts.max_restarts,
+        monitor_interval=opts.monitor_interval,
+        role=opts.role,
+        event_log_handler=opts.event_log_handler,
+        log_dir=opts.log_dir,
+        redirects=redirects,
+        tee=tee,
+        ranks_filter=ranks_filter,
+        stdout_filters=parse_filters(opts.duplicate_stdout_filters),
+        stderr_filters=parse_filters(opts.duplicate_stderr_filters),
+        logs_specs=_logs_specs(opts, redirects, tee, ranks_filter),
+        log_line_prefix_template=opts.log_line_prefix_template,
+        local_addr=opts.local_addr,
+        signals=parse_signals(opts.signals_to_handle),
+        signals_to_handle=opts.signals_to_handle,
+        stop_grace=_shutdown_timeout(opts.stop_grace),
+        hang_timeouts=_hang_timeouts(opts),
+        cpu_binding=cpu_binding,
+        virtual_local_rank=opts.virtual_local_rank,
+        http_port=opts.http_port,
+        http_host=opts.http_host,
+        lighthouse=_lighthouse(opts),
+        allocation=slurm.etcd if slurm is not None else None,
+        node_name=slurm.job.node_name if slurm is not None else None,
+        notes=(numa_line,) if numa_line else (),
+    )
+
+
+def _logs_specs(opts: RunOptions, redirects: Any, tee: Any, ranks_filter: Any) -> Any:
+    """A torch LogsSpecs: the instance given from Python, or the one --logs-specs names (None: the built-in layout)."""
+    if opts.logs_specs is None or isinstance(opts.logs_specs, str):
+        return load_logs_specs(opts.logs_specs, opts.log_dir, redirects, tee, ranks_filter)
+    return opts.logs_specs
+
+
+def _lighthouse(opts: RunOptions) -> Beside | None:
+    if not opts.lighthouse:
+        return None
+    return Beside(opts.lighthouse, opts.lighthouse_port, opts.lighthouse_min_replicas)
+
+
+def _rendezvous_endpoint(opts: RunOptions) -> str | None:
+    """etcd's endpoint, or None for --standalone (which overrides the rendezvous options, saying so)."""
+    if opts.standalone:
+        given = [
+            f"--rdzv-{name.split('_')[1]}"
+            for name in ("rdzv_backend", "rdzv_endpoint", "rdzv_id")
+            if getattr(opts, name) not in (None, "", "etcd-v3", "none")
+        ]
+        if given:
+            say(f"--standalone: ignoring {', '.join(given)}; a local etcd is started for this job")
+        return None
+    if str(opts.rdzv_backend).strip().lower() == "etcd-v2":
+        say("--rdzv-backend etcd-v2: using etcd's v3 API (etcd 3.6 removed v2)")
+    parse_rdzv_backend(opts.rdzv_backend)
+    return opts.rdzv_endpoint or ""
+
+
+def _nodes(opts: RunOptions, *, standalone: bool) -> NodeRange:
+    """--nnodes; --standalone runs one node (saying so when --nnodes asked for more)."""
+    nodes = parse_nnodes(opts.nnodes)
+    if standalone and nodes.max_nodes != 1:
+        say("--standalone runs one node; ignoring --nnodes")
+    return NodeRange(1, 1) if standalone else nodes
+
+
+def _hang_timeouts(opts: RunOptions) -> HangTimeouts:
+    """--heartbeat-timeout and --first-heartbeat-timeout."""
+    first, steady = opts.first_heartbeat_timeout, opts.heartbeat_timeout
+    try:
+        return HangTimeouts(first=900.0 if first is None else first, steady=steady, judge_first=first is not None)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _shutdown_timeout(value: float | None) -> float:
+    """--shutdown-timeout, else TORCH_ELASTIC_SHUTDOWN_TIMEOUT, else 30 s (torchrun's rule)."""
+    if value is not None:
+        return value
+    text = os.environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "30")
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not seconds >= 0:
+        raise UsageError(f"TORCH_ELASTIC_SHUTDOWN_TIMEOUT must be a number of seconds >= 0, not {text!r}")
+    return seconds
