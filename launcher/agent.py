@@ -32,7 +32,8 @@ from dataclasses import dataclass
 from launcher.output.console import report_progress, say
 from launcher.telemetry.health import AgentSnapshot
 from launcher.telemetry.metrics import Telemetry
-from launcher.workers.group import ReaperProcess, WorkerGroup
+from launcher.workers.fence import ReaperProcess
+from launcher.workers.group import WorkerGroup
 from rendezvous.errors import (
     RendezvousClosedError,
     RendezvousConnectionError,

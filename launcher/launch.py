@@ -13,7 +13,7 @@ from typing import Any
 from launcher.output.console import console_event, say
 from launcher.telemetry.metrics import Telemetry
 from launcher.workers.env import exported
-from launcher.workers.group import ReaperProcess, reaper_sys_path
+from launcher.workers.fence import ReaperProcess, reaper_sys_path
 from rendezvous.etcd.client import EtcdClient
 from rendezvous.etcd.endpoints import Endpoint
 from rendezvous.job.hangboard import HangChannel
@@ -116,7 +116,7 @@ def _run_agent(
     history = HistoryWriter(client, keys.root, plan.node_id, report=report, echo=echo)
     reaper = ReaperProcess()
     try:
-        reaper.configure(client.config(), reaper_sys_path(), history={"prefix": keys.root, "node": plan.node_id})
+        reaper.configure(client.target, reaper_sys_path(), history={"prefix": keys.root, "node": plan.node_id})
         for path in temporary:
             reaper.remove_at_exit(path)
         handler = RendezvousHandler(

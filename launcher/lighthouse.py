@@ -67,7 +67,7 @@ class _Replica:
         self, beside: Beside, client: EtcdClient, settings: RendezvousSettings, report: Callable[[str], None]
     ) -> None:
         self.beside, self.report = beside, report
-        self._config = client.config()
+        self._target = client.target
         self._settings = settings
         self._dir = tempfile.mkdtemp(prefix="elastic-lighthouse-")
         self._port = beside.port
@@ -79,7 +79,7 @@ class _Replica:
         env = dict(os.environ)
         env.pop(PASSWORD_FILE, None)  # the password, if any, is given below
         for field, name in ENV_VARS.items():
-            value = self._config.get(field)
+            value = getattr(self._target, field)
             if value:
                 env[name] = str(value)
         return env
@@ -87,7 +87,7 @@ class _Replica:
     def start(self) -> str:
         address_file = Path(self._dir, "address")
         address_file.unlink(missing_ok=True)
-        argv = replica_argv(self.beside, self._config["endpoints"], self._settings, self._port, str(address_file))
+        argv = replica_argv(self.beside, self._target.urls, self._settings, self._port, str(address_file))
         self._process = start_process(argv, str(Path(self._dir, "replica.log")), env=self._env())
         deadline = time.monotonic() + _READY_WITHIN
         while not (address_file.exists() and address_file.read_text().strip()):

@@ -15,7 +15,8 @@ from launcher.hangs.verdict import Verdict
 from launcher.hangs.watch import HangWatch, watch_round
 from launcher.telemetry.metrics import Telemetry
 from launcher.workers.env import WorkerSpec
-from launcher.workers.group import GroupState, GroupStatus, ReaperProcess, WorkerGroup
+from launcher.workers.fence import ReaperProcess
+from launcher.workers.group import GroupState, GroupStatus, WorkerGroup
 from rendezvous.errors import RendezvousError
 from rendezvous.job.hangboard import HangChannel
 from rendezvous.job.history import HistoryWriter

@@ -11,7 +11,7 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
-from rendezvous.etcd.client import EtcdClient
+from rendezvous.etcd.client import EtcdClient, EtcdTarget
 from rendezvous.etcd.session import default_renew_deadline, keep_alive_interval
 from rendezvous.job.keys import DEFAULT_KEY_PREFIX, validate_run_id
 
@@ -201,12 +201,12 @@ class RendezvousSettings:
     def with_(self, **changes: object) -> "RendezvousSettings":
         return replace(self, **changes)
 
-    def connect(self, endpoints: str) -> EtcdClient:
-        """An etcd client for ``host:port[,...]`` with these settings (``https://`` added when
-        ``protocol`` is https and an endpoint names no scheme)."""
+    def target(self, endpoints: str) -> EtcdTarget:
+        """Where etcd is for ``host:port[,...]`` and how to reach it with these settings (``https://``
+        added when ``protocol`` is https and an endpoint names no scheme)."""
         if self.protocol == "https":
             endpoints = ",".join(e if "://" in e else f"https://{e.strip()}" for e in endpoints.split(","))
-        return EtcdClient(
+        return EtcdTarget.of(
             endpoints,
             timeout=self.read_timeout,
             ca_cert=self.ca_cert,
@@ -215,6 +215,10 @@ class RendezvousSettings:
             user=self.user,
             password=self.password,
         )
+
+    def connect(self, endpoints: str) -> EtcdClient:
+        """A client of ``target(endpoints)``."""
+        return EtcdClient(self.target(endpoints))
 
 
 def _is_number(value: object) -> bool:

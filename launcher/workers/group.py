@@ -15,13 +15,11 @@ descendant that left it (found with psutil).
 from __future__ import annotations
 
 import enum
-import json
 import os
 import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -32,11 +30,9 @@ from rendezvous.etcd.lifeline import die_with_parent
 
 from .env import WorkerSpec, worker_env
 from .errorfile import ErrorRecord, read_error
-from .fence import FenceGuard
+from .fence import ReaperProcess
 
-__all__ = ["GroupState", "WorkerFailure", "GroupStatus", "ReaperProcess", "reaper_sys_path", "WorkerGroup"]
-
-_REAPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reaper.py")
+__all__ = ["GroupState", "WorkerFailure", "GroupStatus", "WorkerGroup"]
 
 
 class GroupState(str, enum.Enum):
@@ -84,120 +80,6 @@ class GroupStatus:
             self.failures,
             key=lambda f: (f.error.timestamp if f.error and f.error.timestamp else int(f.at), f.at, f.rank),
         )
-
-
-def reaper_sys_path() -> list[str]:
-    """Where the reaper imports the etcd client from if it has to revoke the lease: the directory of
-    the ``rendezvous`` package, then this process's own path (the reaper starts with ``python -I -S``,
-    without site-packages or PYTHONPATH, so that starting it costs the agent nothing more)."""
-    import rendezvous
-
-    paths = [os.path.dirname(os.path.dirname(os.path.abspath(rendezvous.__file__))), *sys.path]
-    return list(dict.fromkeys(p for p in paths if p))
-
-
-class ReaperProcess:
-    """The helper process that kills registered process groups when this process exits, or when
-    the fence deadline passes without a newer one (``launcher/workers/reaper.py``); and the same
-    deadline enforced inside this process too (``FenceGuard``), for an agent that wakes past it."""
-
-    def __init__(self) -> None:
-        self._process = subprocess.Popen(
-            [sys.executable, "-I", "-S", _REAPER],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-            close_fds=True,
-        )
-        os.set_blocking(self._process.stdout.fileno(), False)
-        self._lock = threading.Lock()
-        self._fired = False
-        self._armed: float | None = None  # the last deadline sent
-        self._handled: float | None = None  # the last deadline a ``clear`` dealt with
-        self._guard = FenceGuard()
-
-    def _send(self, line: str) -> None:
-        stdin = self._process.stdin
-        if stdin is None:
-            return
-        with self._lock:
-            try:
-                stdin.write(line.encode() + b"\n")
-                stdin.flush()
-            except (BrokenPipeError, ValueError, OSError):
-                pass
-
-    def register(self, pgid: int) -> None:
-        self._guard.register(pgid)
-        self._send(f"+{pgid}")
-
-    def unregister(self, pgid: int) -> None:
-        self._guard.unregister(pgid)
-        self._send(f"-{pgid}")
-
-    def configure(self, client_config: dict, sys_path: Sequence[str], history: dict | None = None) -> None:
-        """How to reach etcd to revoke the lease once this process is gone (and where to record that)."""
-        self._send("C" + json.dumps({"client": client_config, "sys_path": list(sys_path), "history": history}))
-
-    def remove_at_exit(self, path: str) -> None:
-        """A temporary ``elastic-*`` directory the reaper removes if this process dies (not on ``close``)."""
-        self._send(f"T{path}")
-
-    def note_round(self, round_: int) -> None:
-        self._send(f"R{round_}")
-
-    def arm(self, lease_id: int, deadline: float) -> None:
-        """The lease to revoke after this process dies, and the time its workers must be gone by."""
-        self._armed = deadline
-        self._guard.arm(deadline)
-        self._send(f"L{lease_id}\nD{deadline!r}")
-
-    def fired(self) -> bool:
-        """The deadline passed and the reaper (or this process's guard) killed the workers (sticky until ``clear``)."""
-        if not self._fired and self._guard.fired():
-            self._fired = True
-        if not self._fired and self._process.stdout is not None:
-            try:
-                data = os.read(self._process.stdout.fileno(), 4096)
-            except (BlockingIOError, OSError):
-                data = b""
-            self._fired = any(self._news(line) for line in data.split(b"\n") if line.startswith(b"F"))
-        return self._fired
-
-    def _news(self, line: bytes) -> bool:
-        """An ``F<deadline>`` line from the reaper is news unless a ``clear`` already dealt with that
-        deadline (the guard in this process may have killed the workers first)."""
-        try:
-            deadline = float(line[1:])
-        except ValueError:
-            return True
-        return self._handled is None or deadline > self._handled
-
-    def clear(self) -> None:
-        """The fence was dealt with: forget it, and a late word from the reaper about the same deadline."""
-        self.fired()
-        if self._armed is not None and self._armed <= time.monotonic():
-            self._handled = self._armed
-        self._guard.clear()
-        self._fired = False
-
-    def close(self) -> None:
-        """Stop it after a clean exit: the workers are already stopped, and the lease is not its to revoke."""
-        self._guard.arm(None)
-        self._guard.close()
-        self._send("L0\nD\nT")
-        if self._process.stdin is not None:
-            try:
-                self._process.stdin.close()
-            except OSError:
-                pass
-        try:
-            self._process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self._process.kill()
-        if self._process.stdout is not None:
-            self._process.stdout.close()
 
 
 class _Worker:

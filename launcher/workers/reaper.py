@@ -6,7 +6,8 @@ The agent starts it with a pipe on its stdin and a pipe from its stdout, and wri
     D<seconds>        the fence deadline (CLOCK_MONOTONIC, which every process shares): the agent's
                       lease may be given up by etcd soon after it, so its workers must be gone by then
     L<lease id>       the agent's etcd lease (0: none to revoke)
-    C<json>           how to reach etcd (endpoints, timeout, TLS files, user, password; sys_path)
+    C<json>           how to reach etcd (``EtcdTarget``'s JSON: endpoints, TLS files, user, password),
+                      the agent's sys_path, and where to record its death in the job's history
     T<path> / T       a temporary directory of the agent's (its log root, heartbeat files, a local
                       etcd's data) / forget them all: the agent exits well and removes its own
 
@@ -121,9 +122,9 @@ class Reaper:
             if path not in sys.path:
                 sys.path.insert(0, path)
         try:
-            from rendezvous.etcd.client import EtcdClient
+            from rendezvous.etcd.client import EtcdClient, EtcdTarget
 
-            client = EtcdClient.from_config({**self.config["client"], "timeout": _REVOKE_BUDGET})
+            client = EtcdClient(EtcdTarget.from_json(self.config["target"]).with_timeout(_REVOKE_BUDGET))
             try:
                 client.revoke_lease(self.lease)
                 self.record_death(client)

@@ -28,18 +28,16 @@ from rendezvous.errors import (
     RendezvousConnectionError,
     RendezvousCredentialsError,
     RendezvousError,
-    RendezvousSettingsError,
 )
 
 from . import retry
 from .channels import Channels
-from .endpoints import Endpoint, parse_endpoints
+from .endpoints import Endpoint
 from .rpcerrors import Unreachable, details_of, map_rpc_error
+from .target import DEFAULT_TIMEOUT, EtcdTarget
 from .txn import KeyValue, _b, prefix_range_end
 
-__all__ = ["DEFAULT_TIMEOUT", "EtcdClient"]
-
-DEFAULT_TIMEOUT = 5.0
+__all__ = ["DEFAULT_TIMEOUT", "EtcdClient", "EtcdTarget"]
 
 
 class EtcdClient:
@@ -51,7 +49,7 @@ class EtcdClient:
 
     def __init__(
         self,
-        endpoints: str | Sequence[Endpoint],
+        endpoints: "str | Sequence[Endpoint] | EtcdTarget",
         *,
         timeout: float = DEFAULT_TIMEOUT,
         ca_cert: str | None = None,
@@ -60,48 +58,25 @@ class EtcdClient:
         user: str | None = None,
         password: str | None = None,
     ) -> None:
-        self.endpoints: tuple[Endpoint, ...] = (
-            parse_endpoints(endpoints) if isinstance(endpoints, str) else tuple(endpoints)
-        )
-        if not self.endpoints:
-            raise RendezvousSettingsError("no etcd endpoint given")
-        if not timeout or timeout <= 0:
-            raise RendezvousSettingsError(f"etcd timeout must be a positive number of seconds, not {timeout!r}")
-        if (user is None) != (password is None):
-            raise RendezvousSettingsError("etcd user and password go together: give both or neither")
-        if (cert_key is None) != (cert_cert is None):
-            raise RendezvousSettingsError("etcd client certificate and key go together: give both or neither")
-        self.timeout = float(timeout)
-        self._user, self._password = user, password
-        self._files = (ca_cert, cert_key, cert_cert)
-        self.channels = Channels(self.endpoints, self._files)
+        """``EtcdClient(target)``, or the target's fields: ``EtcdClient("host:port", timeout=...)``."""
+        if isinstance(endpoints, EtcdTarget):
+            self.target = endpoints
+        else:
+            self.target = EtcdTarget.of(
+                endpoints if isinstance(endpoints, str) else tuple(endpoints),
+                timeout=timeout,
+                ca_cert=ca_cert,
+                cert_key=cert_key,
+                cert_cert=cert_cert,
+                user=user,
+                password=password,
+            )
+        self.endpoints: tuple[Endpoint, ...] = self.target.endpoints
+        self.timeout = self.target.timeout
+        self._user, self._password = self.target.user, self.target.password
+        self.channels = Channels(self.endpoints, self.target.files)
         self.observer: Callable[[str, float, str | None], None] | None = None  # each call, for metrics
         self._token: str | None = None
-
-    def config(self) -> dict[str, Any]:
-        """What ``from_config`` needs to connect the same way (for a helper process; holds the password)."""
-        ca_cert, cert_key, cert_cert = self._files
-        return {
-            "endpoints": ",".join(f"{'https' if ep.secure else 'http'}://{ep.target}" for ep in self.endpoints),
-            "timeout": self.timeout,
-            "ca_cert": ca_cert,
-            "cert_key": cert_key,
-            "cert_cert": cert_cert,
-            "user": self._user,
-            "password": self._password,
-        }
-
-    @classmethod
-    def from_config(cls, config: dict[str, Any]) -> "EtcdClient":
-        return cls(
-            config["endpoints"],
-            timeout=config["timeout"],
-            ca_cert=config.get("ca_cert"),
-            cert_key=config.get("cert_key"),
-            cert_cert=config.get("cert_cert"),
-            user=config.get("user"),
-            password=config.get("password"),
-        )
 
     # -- auth ------------------------------------------------------------------------------------
     def _metadata(self, *, require_leader: bool = False) -> tuple[tuple[str, str], ...] | None:

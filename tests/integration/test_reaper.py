@@ -5,8 +5,8 @@ from __future__ import annotations
 import subprocess
 import time
 
-from launcher.workers.group import ReaperProcess as Reaper
-from launcher.workers.group import reaper_sys_path as _project_path
+from launcher.workers.fence import ReaperProcess as Reaper
+from launcher.workers.fence import reaper_sys_path as _project_path
 from rendezvous import EtcdClient
 
 
@@ -30,7 +30,7 @@ def _armed(endpoints: str, key_prefix: str):
     worker = _group()
     lease = client.grant_lease(30)
     client.put(f"{key_prefix}/node", b"x", lease=lease)
-    reaper.configure(client.config(), _project_path())
+    reaper.configure(client.target, _project_path())
     reaper.register(worker.pid)
     return client, reaper, worker, lease
 
@@ -108,7 +108,7 @@ def test_a_reaper_stopped_past_its_deadline_kills_the_workers_as_soon_as_it_is_c
     import signal
     import sys
 
-    from launcher.workers.group import _REAPER
+    from launcher.workers.fence import _REAPER
 
     reaper = subprocess.Popen([sys.executable, "-I", "-S", _REAPER], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     worker = _group()

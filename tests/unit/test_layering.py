@@ -104,3 +104,13 @@ def test_the_layering_check_sees_a_wrong_import():
     graph = {"rendezvous.etcd.client": {"rendezvous.job.keys"}}
     layer, allowed = LAYERS[0]
     assert [t for t in graph["rendezvous.etcd.client"] if not _allowed(t, (layer, *allowed))] == ["rendezvous.job.keys"]
+
+
+def test_only_the_command_lines_import_the_command_lines():
+    """launcher.cli parses text and prints; the agent, the plan and the Python API import nothing of it."""
+    outside = {
+        name: sorted(t for t in targets if t == "launcher.cli" or t.startswith("launcher.cli."))
+        for name, targets in _imports().items()
+        if not (name == "launcher.cli" or name.startswith("launcher.cli."))
+    }
+    assert not {name: found for name, found in outside.items() if found}
