@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
-from rendezvous.errors import LeaseNotFoundError, RendezvousError
+from rendezvous.errors import LeaseNotFoundError, RendezvousError, RendezvousNoSpaceError
 from rendezvous.etcd.client import EtcdClient
 from rendezvous.etcd.session import refresh_lease
 
@@ -100,12 +100,15 @@ class JobStateStore:
         tries: int | None = 20,
         timeout: float | None = None,
         what: str = "update",
+        through_no_space: bool = False,
     ) -> tuple[JobState | None, JobState | None]:
         """Apply ``change(state) -> new state`` by compare-and-swap until it holds; (before, after).
 
         ``change`` raises StateUnchanged when there is nothing to write (after is before then), or
         an error of its own to refuse. It is called again with the fresh state after a lost race,
         up to ``tries`` times (None: no count) and within ``timeout`` seconds (GaveUp after).
+        ``through_no_space``: etcd out of space (an operator may be freeing it) is tried again, once
+        a second, until ``timeout``; then its error, which names the alarm and the fix, is raised.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         for _ in range(tries) if tries is not None else itertools.count():
@@ -114,8 +117,14 @@ class JobStateStore:
                 after = change(state)
             except StateUnchanged:
                 return state, state
-            if self.compare_and_swap(after, token):
-                return state, after
+            try:
+                if self.compare_and_swap(after, token):
+                    return state, after
+            except RendezvousNoSpaceError:
+                if not through_no_space or deadline is None or time.monotonic() >= deadline:
+                    raise
+                time.sleep(min(1.0, max(deadline - time.monotonic(), 0.0)))
+                continue
             if deadline is not None and time.monotonic() > deadline:
                 break
         raise GaveUp(f"could not {what} job '{self.keys.run_id}': it kept changing")

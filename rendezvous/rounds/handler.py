@@ -16,7 +16,6 @@ from collections.abc import Callable
 from rendezvous.errors import (
     RendezvousConnectionError,
     RendezvousError,
-    RendezvousNoSpaceError,
     RendezvousTimeoutError,
 )
 from rendezvous.etcd.client import EtcdClient
@@ -34,6 +33,7 @@ from .join import (
 )
 from .joining import JoinLoop
 from .member import Identity, LeaseStatus, Member, default_node_id
+from .membership import Handover
 from .monitor import JobMonitor
 
 __all__ = ["RendezvousHandler", "RendezvousInfo", "Progress", "LeaseStatus", "default_node_id"]
@@ -147,19 +147,14 @@ class RendezvousHandler:
                 max_nodes=self.settings.max_nodes,
             )
 
-        deadline = self._clock() + self.settings.close_timeout
-        while True:
-            try:
-                _, closed = self._store.update(close, tries=None, timeout=self.settings.close_timeout, what="close")
-                break
-            except GaveUp:
-                raise RendezvousTimeoutError(
-                    f"could not mark rendezvous '{self.run_id}' closed within the close timeout"
-                ) from None
-            except RendezvousNoSpaceError:
-                if self._clock() >= deadline:
-                    raise  # its line names the alarm and the fix
-                time.sleep(min(1.0, max(deadline - self._clock(), 0.0)))
+        try:
+            _, closed = self._store.update(
+                close, tries=None, timeout=self.settings.close_timeout, what="close", through_no_space=True
+            )
+        except GaveUp:
+            raise RendezvousTimeoutError(
+                f"could not mark rendezvous '{self.run_id}' closed within the close timeout"
+            ) from None
         try:
             self._store.renew(closed)  # the job's keys are kept for its retention from now
         except RendezvousError:
@@ -260,7 +255,7 @@ class RendezvousHandler:
         return True
 
     # -- following the round ---------------------------------------------------------------------------
-    def _ensure_monitor(self, handover: tuple | None = None) -> JobMonitor | None:
+    def _ensure_monitor(self, handover: Handover | None = None) -> JobMonitor | None:
         if self._monitor is None and self._info is not None:
             lease = self._member.lease.lease_id if self._member.alive else 0
             self._monitor = JobMonitor(
@@ -268,7 +263,7 @@ class RendezvousHandler:
             )
         return self._monitor
 
-    def _start_monitor(self, handover: tuple | None) -> None:
+    def _start_monitor(self, handover: Handover | None) -> None:
         """Follow the new round at once, on the watch the round was joined with (the coordinator
         keeps the round from now on); etcd out of reach now is no error -- the first look at the
         membership tries again."""
@@ -276,7 +271,7 @@ class RendezvousHandler:
             self._ensure_monitor(handover)
         except RendezvousConnectionError:
             if handover is not None:
-                handover[0].close(wait=False)
+                handover.watch.close(wait=False)
 
     def _stop_monitor(self, join: bool = False) -> None:
         if self._monitor is not None:

@@ -30,7 +30,7 @@ from .coordinate import RoundCoordinator
 from .decide import joined
 from .join import Announce, Closed, Coordinate, Follow, Frozen, ReadAll, RendezvousInfo, join_step, target_round
 from .member import Member
-from .membership import RoundFollower, Snapshot, read_nodes, read_round
+from .membership import Handover, RoundFollower, Snapshot, read_nodes, read_round
 
 __all__ = ["JoinLoop", "Joined", "closed_error"]
 
@@ -44,7 +44,7 @@ class Joined:
     """This node's place in the frozen round, and the watch it joined on (to follow the round with)."""
 
     info: RendezvousInfo
-    handover: tuple | None  # (watch, coordinating, snapshot) for the round's monitor
+    handover: Handover | None  # for the round's monitor
 
 
 def closed_error(
@@ -214,10 +214,10 @@ class JoinLoop:
             max_restarts=state.max_restarts,
         )
 
-    def _handover(self, snapshot: Snapshot) -> tuple | None:
+    def _handover(self, snapshot: Snapshot) -> Handover | None:
         """The join's watch and what it showed, for the round's monitor to go on with."""
         kept = self._follower.detach()
-        return (*kept, snapshot) if kept is not None else None
+        return Handover(*kept, snapshot) if kept is not None else None
 
     def _timeout(self) -> RendezvousTimeoutError:
         nodes, _ = read_nodes(self._client, self._keys)

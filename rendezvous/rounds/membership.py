@@ -27,6 +27,7 @@ from .decide import LiveNode
 
 __all__ = [
     "Snapshot",
+    "Handover",
     "read_round",
     "apply_node_event",
     "apply_round_events",
@@ -69,6 +70,16 @@ def _decode_nodes(kvs) -> tuple[LiveNode, ...]:
         except RendezvousStateError:
             continue  # a stray key under nodes/ is not a node; it takes no part
     return tuple(nodes)
+
+
+@dataclass(frozen=True)
+class Handover:
+    """A join's watch and what it showed, for the round's monitor to go on with: following the round
+    then costs no read and no new stream."""
+
+    watch: Watch
+    coordinating: bool  # the watch is the coordinator's (it follows every node)
+    snapshot: Snapshot
 
 
 def read_round(

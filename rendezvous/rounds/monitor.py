@@ -25,7 +25,7 @@ from rendezvous.job.state import Cause, JobState, JobStatus
 from rendezvous.job.store import JobStateStore
 
 from .decide import LiveNode, forming_state, round_cause
-from .membership import Snapshot, apply_round_events, read_round, round_watch
+from .membership import Handover, Snapshot, apply_round_events, read_round, round_watch
 
 __all__ = ["JobMonitor"]
 
@@ -60,7 +60,7 @@ class JobMonitor:
         round_: int,
         node: str = "",
         lease: int = 0,
-        handover: tuple[Watch, bool, Snapshot] | None = None,
+        handover: Handover | None = None,
     ) -> None:
         self._client = client
         self._keys = keys
@@ -77,14 +77,16 @@ class JobMonitor:
         self.lease_gone = False  # etcd said this node's lease is gone: it is no longer a member
         self._view = Snapshot(None, None, (), 0, None)  # what the read and the watch since showed
         if handover is not None:
-            watch, coordinating, snapshot = handover
-            if coordinating != (snapshot.coordinator == node) or (coordinating and not snapshot.all_nodes):
-                watch.close(wait=False)  # not the watch (or the view) this node's part needs: read
+            snapshot = handover.snapshot
+            if handover.coordinating != (snapshot.coordinator == node) or (
+                handover.coordinating and not snapshot.all_nodes
+            ):
+                handover.watch.close(wait=False)  # not the watch (or the view) this node's part needs: read
                 handover = None
         if handover is None:
             self._setup()
         else:
-            self._adopt(watch, snapshot)
+            self._adopt(handover.watch, handover.snapshot)
 
     def _setup(self) -> None:
         """Read the state and the coordinator (claiming it if nobody holds it); the keeper reads every node too.

@@ -152,6 +152,38 @@ def test_out_of_space_is_an_infrastructure_failure_said_plainly_and_a_running_jo
     assert after.returncode == 0, after.stderr
 
 
+def test_closing_a_job_waits_out_a_full_etcd_within_its_close_timeout_in_one_loop():
+    """The close is one compare-and-swap loop through the store's update: while etcd is full it
+    tries again once a second until its timeout (an operator may be freeing space), then closes;
+    an update not asked to wait raises the NOSPACE error at once."""
+    import threading
+
+    from rendezvous.job.state import JobState, JobStatus
+    from rendezvous.job.store import JobStateStore
+
+    with EtcdServer(extra_args=["--quota-backend-bytes=16777216"]) as etcd, EtcdClient(etcd.endpoints) as client:
+        store = JobStateStore(client, JobKeys("/elastic", "full"))
+        store.update(lambda state: JobState("full", 1, JobStatus.RUNNING, 1, 1))
+        _fill(client)
+        closing = lambda state: JobState("full", 1, JobStatus.CLOSED, 1, 1, reason="done")  # noqa: E731
+        with pytest.raises(RendezvousNoSpaceError):
+            store.update(closing, tries=None, timeout=30)
+        done: list = []
+        waiting = threading.Thread(
+            target=lambda: done.append(store.update(closing, tries=None, timeout=30, through_no_space=True))
+        )
+        started = time.monotonic()
+        waiting.start()
+        time.sleep(2.0)
+        assert not done, "it closed while etcd was full"
+        _operator_fix(etcd, client)
+        waiting.join(30)
+        took = time.monotonic() - started
+        assert done and done[0][1].status is JobStatus.CLOSED, done
+        assert store.read()[0].reason == "done"
+        print(f"\nclosed {took:.1f} s after it was asked, etcd full for the first 2 s and more")
+
+
 @pytest.mark.timeout(300)
 def test_many_short_jobs_with_restarts_kills_and_hangs_leave_nothing_and_never_fill_etcd(tmp_path):
     """A soak: 12 jobs of 2 nodes, 2 at a time, against an etcd with a small quota and compaction."""
