@@ -4,6 +4,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+README = (ROOT / "README.md").read_text()
 
 
 def _first_code_block(text: str) -> list[str]:
@@ -71,3 +72,35 @@ def test_the_settings_table_names_every_key_and_its_exit_codes_are_the_codes_tab
         assert words in meaning[str(code)], (
             f"{key} exits {code}, but the codes table's {code} says: {meaning[str(code)]}"
         )
+
+
+def _code_map() -> dict[str, str]:
+    """The README's code map as {folder: its text}: a package's whole section under its top folder
+    (``launcher``), and each sub-folder's own words (``launcher/cli``)."""
+    block = README.split("## Code map", 1)[1].split("```", 2)[1]
+    sections: dict[str, str] = {}
+    top = sub = ""
+    for token in re.split(r"(?m)(^\w+/|(?<=\s)\w+/(?=\s))", block):
+        if re.fullmatch(r"\w+/", token or ""):
+            name = token[:-1]
+            if name in ("elastic", "launcher", "rendezvous"):
+                top, sub = name, name
+            else:
+                sub = f"{top}/{name}"
+            continue
+        sections[top] = sections.get(top, "") + (token or "")
+        sections[sub] = sections.get(sub, "") + (token or "")
+    return sections
+
+
+def test_the_code_map_names_every_module_where_it_lives():
+    sections = _code_map()
+    missing = []
+    for path in sorted(p for package in ("elastic", "launcher", "rendezvous") for p in (ROOT / package).rglob("*.py")):
+        if path.name == "__init__.py":
+            continue
+        folder = path.parent.relative_to(ROOT).as_posix()
+        words = sections.get(folder, "")
+        if not re.search(rf"(?<![\w/]){re.escape(path.stem)}(?![\w/])", words):
+            missing.append(path.relative_to(ROOT).as_posix())
+    assert not missing, f"the README's code map does not name: {missing}"
