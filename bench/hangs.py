@@ -25,7 +25,7 @@ import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from launcher.hangs import record as beats  # noqa: E402
+from launcher.hangs import beatfile as beats  # noqa: E402
 from rendezvous import EtcdServer  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -11,7 +11,7 @@ found, named and restarted long before a collective's own timeout.
                 save(model)                      # quiet for long, legitimately
 
 Under elastic-run the agent gives each worker a small record mapped into memory
-(``launcher/hangs/record.py``): ``heartbeat()`` writes the time and a count there -- no system call
+(``launcher/hangs/beatfile.py``): ``heartbeat()`` writes the time and a count there -- no system call
 beyond reading the clock (vDSO), no etcd traffic, safe from any thread. Anywhere else (not launched
 by elastic-run, or under torchrun) every call does nothing.
 
@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from launcher.hangs import record as beats
+from launcher.hangs import beatfile as beats
 
 __all__ = ["heartbeat", "phase", "ENV"]
 

@@ -11,7 +11,7 @@
 - When every local worker succeeded the agent says so in its node key and waits (up to the exit
   barrier timeout) for the other nodes; when all have, the job is marked closed.
 - A worker that calls elastic.heartbeat() and then stays silent past its timeout is hung; the nodes
-  agree through etcd on the rank to blame (launcher/hangs/watch.py), its stacks are dumped, and the
+  agree through etcd on the rank to blame (launcher/hangs/hangwatch.py), its stacks are dumped, and the
   hang is then handled as a failure (one restart of the job's budget).
 - the signals of --signals-to-handle (SIGTERM, SIGINT, SIGHUP, SIGQUIT) stop the workers with the same
   signal and leave the job open for the others.
@@ -58,7 +58,7 @@ from .errors import (
     rendezvous_failure,
 )
 from .output import LogPump
-from .rounds import RoundOutcome, RoundResult, RoundRunner
+from .runner import RoundOutcome, RoundResult, RoundRunner
 from .signals import ignore_stop_signals
 
 __all__ = ["AgentConfig", "Agent", "AgentState", "RoundOutcome", "RoundResult"]

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .errors import ChildFailedError, UsageError, WorkerFailedError
-from .hangs.rules import positive_seconds
+from .hangs.hangrules import positive_seconds
 from .workers.mainguard import unguarded_launch
 from .workers.payload import dump_payload, name_of
 
@@ -210,7 +210,7 @@ def _request(config: LaunchConfig, argv: list[str]) -> Any:
 
 
 def _hang_timeouts(first: float | None, steady: float | None) -> Any:
-    from .hangs.rules import HangTimeouts
+    from .hangs.hangrules import HangTimeouts
 
     try:
         return HangTimeouts(first=900.0 if first is None else first, steady=steady, judge_first=first is not None)

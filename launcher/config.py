@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from launcher.hangs.rules import HangTimeouts
+from launcher.hangs.hangrules import HangTimeouts
 
 from .output import LayoutStrategy
 

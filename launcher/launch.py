@@ -24,9 +24,9 @@ from rendezvous.settings import RendezvousSettings
 
 from .agent import Agent
 from .allocation import allocation_member
+from .beside import Beside, lighthouse_beside
 from .config import AgentConfig
 from .errors import UsageError
-from .lighthouse import Beside, lighthouse_beside
 from .signals import PASSED_SIGNALS, STOP_SIGNALS, pass_to_workers, stop_on_signals
 from .slurm import AllocationEtcd
 

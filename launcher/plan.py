@@ -16,11 +16,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from launcher.beside import Beside
 from launcher.config import AgentConfig
 from launcher.errors import UsageError
-from launcher.hangs.rules import HangTimeouts
+from launcher.hangs.hangrules import HangTimeouts
 from launcher.launch import LaunchPlan
-from launcher.lighthouse import Beside
 from launcher.output import DefaultLayout, TorchLogsSpecsLayout
 from launcher.output.streams import Std
 from launcher.slurm import AllocationEtcd

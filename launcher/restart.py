@@ -3,7 +3,7 @@
 A restart, from start to end:
 
 1. a worker fails (``workers.group``) or hangs (``hangs``) on some node: its round ends FAILED or
-   HUNG (``launcher.rounds``);
+   HUNG (``launcher.runner``);
 2. that node's agent decides here (``restart_or_close``): while the job's count is under its
    budget it asks the next round for a restart -- ``RendezvousHandler.request_restart``, which the
    node key of its next join carries (which round failed, and the line saying why); else it prints

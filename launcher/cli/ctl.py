@@ -22,8 +22,8 @@ from rendezvous.etcd.client import EtcdClient
 from rendezvous.etcd.watch import EventType, KeyRange, Watch
 from rendezvous.job.history import Event, HistoryWriter, read_history
 from rendezvous.job.keys import JobKeys
-from rendezvous.rounds.membership import read_round
 from rendezvous.rounds.operate import JobNotFound, JobRefused, close_job, request_round, reset_job
+from rendezvous.rounds.snapshot import read_round
 from rendezvous.rounds.view import JobView, get_state, stopped_of, view_of
 
 from .ctl_etcd import ctl_etcd

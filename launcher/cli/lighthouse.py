@@ -20,8 +20,8 @@ from launcher.errors import UsageError
 from launcher.signals import stop_requested
 from rendezvous.etcd.endpoints import Endpoint
 from rendezvous.lighthouse.book import LighthouseKeys
+from rendezvous.lighthouse.quorum import Rules
 from rendezvous.lighthouse.replica import Replica
-from rendezvous.lighthouse.rules import Rules
 from rendezvous.lighthouse.service import serve
 from rendezvous.lighthouse.status import StatusPage
 from rendezvous.settings import RendezvousSettings

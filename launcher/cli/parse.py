@@ -13,10 +13,10 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from launcher.beside import Beside
 from launcher.errors import UsageError
-from launcher.hangs.rules import HangTimeouts
+from launcher.hangs.hangrules import HangTimeouts
 from launcher.launch import LaunchPlan
-from launcher.lighthouse import Beside
 from launcher.output import load_logs_specs
 from launcher.output.console import say
 from launcher.output.streams import parse_filters, parse_ranks_filter, parse_std

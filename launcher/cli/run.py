@@ -15,7 +15,7 @@ import click
 from click.core import ParameterSource
 
 from launcher.errors import EXIT_SIGNAL_BASE, EXIT_USAGE, LauncherError, UsageError, describe_code, rendezvous_failure
-from launcher.hangs.rules import positive_seconds
+from launcher.hangs.hangrules import positive_seconds
 from launcher.launch import launch
 from launcher.output.console import console_closed, say, set_log_format
 from launcher.workers.numa import MODES as NUMA_MODES

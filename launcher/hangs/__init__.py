@@ -1,17 +1,17 @@
 """Hangs: a rank that stops making progress, found, agreed on and reported. Read in this order:
 
-- ``record``: the heartbeat record a worker shares with its agent (``elastic.heartbeat`` writes it,
+- ``beatfile``: the heartbeat record a worker shares with its agent (``elastic.heartbeat`` writes it,
   the agent maps it: no system call, no etcd);
-- ``rules``: pure -- when a rank counts as hung (first-heartbeat, learned steady, phase or
+- ``hangrules``: pure -- when a rank counts as hung (first-heartbeat, learned steady, phase or
   end-of-job timeout), and what its agent reports of it;
 - ``blame``: pure -- what a rank's main thread is doing, from its stack: waiting in a
   torch.distributed call or not (the tie-breaker);
 - ``verdict``: pure -- which rank of the job to blame (or a deadlock), and the lines every node prints;
-- ``watch``: the agent's watch over one round, ticked from the round's monitor loop;
+- ``hangwatch``: the agent's watch over one round, ticked from the round's monitor loop;
 - ``cases``: the protocol by which the nodes agree on one verdict (keys: ``rendezvous.job.hangboard``);
 - ``stacks``: taking the ranks' stacks when a hang is suspected; the console lines and the
   ``worker_hung`` record once it is decided.
 
 The agent then handles a hang as a failure: ``launcher.restart``. Kept light: every worker imports
-``record`` through ``elastic.heartbeat``.
+``beatfile`` through ``elastic.heartbeat``.
 """

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from rendezvous.job.hangboard import HangBoard
 
 from .blame import Frame, doing, excerpt
-from .rules import RankReport
+from .hangrules import RankReport
 from .verdict import TIE, Verdict, decide, stacks_wanted
 
 __all__ = ["CaseFollower", "COLLECT", "TAKE_OVER"]

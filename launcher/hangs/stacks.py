@@ -1,6 +1,6 @@
 """The Python stacks of a round's workers, taken when a hang is suspected: each worker registered
 faulthandler on a signal of its own (``elastic.heartbeat``) and appends every thread's stack to a
-file beside its heartbeat record (``record.stacks_path``). They decide ties (``blame``); what the
+file beside its heartbeat record (``beatfile.stacks_path``). They decide ties (``blame``); what the
 console and the history show of them: the verdict's lines and stacks, the same on every node, one
 line for each local rank blocked behind the culprit, and the culprit's other threads on its node."""
 
@@ -10,9 +10,9 @@ import os
 import time
 from collections.abc import Callable, Sequence
 
+from .beatfile import BeatReader, stacks_path
 from .blame import blocked_at, excerpt, main_frames, main_thread_of, parse_threads
-from .record import BeatReader, stacks_path
-from .rules import RankReport
+from .hangrules import RankReport
 from .verdict import Verdict
 
 __all__ = ["dump_stacks", "report_hang"]

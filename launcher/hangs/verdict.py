@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from .blame import ELSEWHERE, MAYBE_WAITING, UNKNOWN, WAITING, Doing
-from .rules import RankReport, seconds
+from .hangrules import RankReport, seconds
 
 __all__ = ["Verdict", "decide", "ranks_text", "TIE", "SHOWN_STACKS", "SHOWN_CALLS"]
 

@@ -59,7 +59,7 @@ class WorkerSpec:
     error_file: str
     role: str = "default"
     virtual_local_rank: bool = False  # torchrun's --virtual-local-rank
-    heartbeat_file: str = ""  # the record elastic.heartbeat() writes to (launcher/hangs/record.py)
+    heartbeat_file: str = ""  # the record elastic.heartbeat() writes to (launcher/hangs/beatfile.py)
 
     @property
     def rank(self) -> int:

@@ -1,7 +1,7 @@
 """A job's state, typed: read it, compare-and-swap it, or update it with retries -- the one path every
 writer of ``<prefix>/<run_id>/state`` takes (the rounds, the agent's close, the operator's close and
 new round). ``decode_state`` is the one decoding of a stored value: the store's reads use it, and so
-do the round reads and watches of ``rendezvous.rounds.membership``, which read the state together with the
+do the round reads and watches of ``rendezvous.rounds.snapshot``, which read the state together with the
 nodes in one transaction.
 
 Writes keep torch's bytes-and-token contract (``EtcdRendezvousBackend``); this store speaks

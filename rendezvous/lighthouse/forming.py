@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from .book import Fenced, Issued
-from .rules import Asked, Decision, Rules, decide, next_id
+from .quorum import Asked, Decision, Rules, decide, next_id
 
 __all__ = ["Forming", "Withdrawn"]
 

@@ -25,8 +25,8 @@ from rendezvous.etcd.watch import EventType, Watch
 
 from .book import Fenced, Issued, LighthouseKeys, QuorumBook, campaign, decode_issued
 from .forming import Forming, Withdrawn
+from .quorum import Rules, healthy
 from .relay import LeaderGone, Relay
-from .rules import Rules, healthy
 
 __all__ = ["Replica", "NotLeader"]
 

@@ -20,7 +20,7 @@ from rendezvous.job.store import JobStateStore
 from rendezvous.settings import RendezvousSettings
 
 from .decide import Freeze, Wait, decide, forming_state, frozen_state, job_budget, joined, restart_count, round_cause
-from .membership import Snapshot
+from .snapshot import Snapshot
 
 __all__ = ["RoundCoordinator", "PROGRESS_EVERY", "progress_every"]
 

@@ -31,10 +31,10 @@ from .join import (
     Progress,
     RendezvousInfo,
 )
-from .joining import JoinLoop
+from .joinloop import JoinLoop
 from .member import Identity, LeaseStatus, Member, default_node_id
-from .membership import Handover
 from .monitor import JobMonitor
+from .snapshot import Handover
 
 __all__ = ["RendezvousHandler", "RendezvousInfo", "Progress", "LeaseStatus", "default_node_id"]
 

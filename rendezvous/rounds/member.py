@@ -22,7 +22,7 @@ from rendezvous.job.keys import JobKeys
 from rendezvous.job.state import NodeInfo
 from rendezvous.settings import RendezvousSettings
 
-from .membership import Snapshot, read_round
+from .snapshot import Snapshot, read_round
 
 __all__ = ["Member", "Identity", "LeaseStatus", "default_node_id"]
 

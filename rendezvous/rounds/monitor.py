@@ -25,7 +25,7 @@ from rendezvous.job.state import Cause, JobState, JobStatus
 from rendezvous.job.store import JobStateStore
 
 from .decide import LiveNode, forming_state, round_cause
-from .membership import Handover, Snapshot, apply_round_events, read_round, round_watch
+from .snapshot import Handover, Snapshot, apply_round_events, read_round, round_watch
 
 __all__ = ["JobMonitor"]
 

@@ -16,7 +16,7 @@ from rendezvous.job.keys import DEFAULT_KEY_PREFIX, JobKeys
 from rendezvous.job.state import JobStatus
 from rendezvous.job.stopped import Stopped, stopped_from
 
-from .membership import Snapshot, read_round
+from .snapshot import Snapshot, read_round
 
 __all__ = ["JobView", "NodeView", "get_state", "view_of", "stopped_of"]
 

@@ -31,7 +31,7 @@ from rendezvous.etcd.client import EtcdClient
 from rendezvous.job.backend import EtcdRendezvousBackend
 from rendezvous.settings import CONF_KEYS, RendezvousSettings
 
-from .store import EtcdKVStore
+from .kvstore import EtcdKVStore
 
 __all__ = ["EtcdStore", "TorchBackend", "torch_error", "create_handler", "handler_creator"]
 

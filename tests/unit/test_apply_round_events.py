@@ -6,7 +6,7 @@ from rendezvous.etcd.watch import EventType, WatchEvent
 from rendezvous.job.keys import STATE_HEADER, JobKeys
 from rendezvous.job.state import JobState, JobStatus, NodeInfo, Participant
 from rendezvous.rounds.decide import LiveNode
-from rendezvous.rounds.membership import Snapshot, apply_round_events, lacks_table
+from rendezvous.rounds.snapshot import Snapshot, apply_round_events, lacks_table
 
 KEYS = JobKeys("/elastic", "job")
 
@@ -101,7 +101,7 @@ def test_a_deleted_or_corrupt_state_needs_a_read():
 
 
 def test_a_node_key_whose_value_is_no_node_record_is_taken_out_as_a_read_would():
-    from rendezvous.rounds.membership import apply_node_event
+    from rendezvous.rounds.snapshot import apply_node_event
 
     nodes = {"a": LiveNode(_node("a"), 5)}
     apply_node_event(KEYS, nodes, WatchEvent(EventType.PUT, KEYS.node("a").encode(), b"garbage", 12, 5))

@@ -21,7 +21,7 @@ from launcher.hangs.blame import (
     main_frames,
     with_source,
 )
-from launcher.hangs.rules import RankReport
+from launcher.hangs.hangrules import RankReport
 from launcher.hangs.verdict import Verdict, decide, ranks_text, stacks_wanted
 
 SITE = "/venv/lib/python3.11/site-packages"

@@ -12,9 +12,9 @@ import time
 
 import pytest
 
-from launcher.hangs import record as beats
-from launcher.hangs.record import Beat, BeatReader
-from launcher.hangs.rules import FACTOR, FLOOR, HangTimeouts, RankWatch
+from launcher.hangs import beatfile as beats
+from launcher.hangs.beatfile import Beat, BeatReader
+from launcher.hangs.hangrules import FACTOR, FLOOR, HangTimeouts, RankWatch
 
 
 def _beat(last: float, count: int, phase: str = "", changes: int = 0, timeout: float = 0.0) -> Beat:

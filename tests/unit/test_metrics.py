@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from launcher.rounds import RoundOutcome, RoundResult
+from launcher.runner import RoundOutcome, RoundResult
 from launcher.telemetry.metrics import PrometheusTelemetry
 
 

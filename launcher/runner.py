@@ -11,8 +11,8 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from launcher.hangs.hangwatch import HangWatch, watch_round
 from launcher.hangs.verdict import Verdict
-from launcher.hangs.watch import HangWatch, watch_round
 from launcher.telemetry.metrics import Telemetry
 from launcher.workers.env import WorkerSpec
 from launcher.workers.fence import ReaperProcess
@@ -24,7 +24,7 @@ from rendezvous.rounds.handler import RendezvousHandler
 from rendezvous.rounds.join import RendezvousInfo
 
 from .config import AgentConfig
-from .hangs import record as beats
+from .hangs import beatfile as beats
 from .output import Layout
 from .restart import change_line
 

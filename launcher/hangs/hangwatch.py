@@ -1,5 +1,5 @@
 """The agent's hang watch over one round: each monitor tick it reads its workers' heartbeat
-records into the rules (``rules.RankWatch``), follows the round's hang cases (``cases``: the nodes
+records into the rules (``hangrules.RankWatch``), follows the round's hang cases (``cases``: the nodes
 agree on one verdict through etcd), and, once a hang stands, reports it with the stacks (``stacks``).
 """
 
@@ -14,10 +14,10 @@ from launcher.workers.env import WorkerSpec
 from rendezvous.errors import RendezvousError
 from rendezvous.job.hangboard import HangBoard, HangChannel
 
+from .beatfile import BeatReader
 from .blame import Frame, main_frames, with_source
 from .cases import CaseFollower
-from .record import BeatReader
-from .rules import HangTimeouts, RankReport, RankWatch
+from .hangrules import HangTimeouts, RankReport, RankWatch
 from .stacks import dump_stacks, report_hang
 from .verdict import Verdict
 

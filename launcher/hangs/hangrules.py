@@ -19,8 +19,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+from .beatfile import Beat
 from .blame import Doing
-from .record import Beat
 
 __all__ = [
     "HangTimeouts",

@@ -30,7 +30,7 @@ from .coordinate import RoundCoordinator
 from .decide import joined
 from .join import Announce, Closed, Coordinate, Follow, Frozen, ReadAll, RendezvousInfo, join_step, target_round
 from .member import Member
-from .membership import Handover, RoundFollower, Snapshot, read_nodes, read_round
+from .snapshot import Handover, RoundFollower, Snapshot, read_nodes, read_round
 
 __all__ = ["JoinLoop", "Joined", "closed_error"]
 
