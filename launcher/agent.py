@@ -252,7 +252,7 @@ class Agent:
         count, budget = self.info.restart_count, self.info.max_restarts
         if count < budget:
             self.say(restart.restart_line(failure.what, count, budget))
-            self.handler.request_restart(failure.what)
+            self.handler.request_restart(failure.what, failure.kind)
             return
         self.state = AgentState.FAILED
         self._close(restart.spent_reason(failure.what, count, budget), failed=True)  # recorded before it is said

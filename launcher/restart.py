@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from launcher.hangs.verdict import Verdict
 from launcher.workers.group import GroupStatus
-from rendezvous.job.state import Cause, JobState, JobStatus
+from rendezvous.job.state import Cause, FailureKind, JobState, JobStatus
 from rendezvous.rounds.join import RendezvousInfo
 from rendezvous.rounds.monitor import JobMonitor
 
@@ -52,6 +52,7 @@ class Failure:
     what: str  # one line: "rank 3 on node n1 failed (exit code 1)"
     summary: Callable[[], str]  # the whole summary, printed when no restart is left
     failures: tuple = ()  # this node's worker failures (for the error the agent raises)
+    kind: FailureKind = FailureKind.WORKER
 
 
 def restart_line(what: str, restarts: int, budget: int) -> str:
@@ -82,6 +83,7 @@ def hang_of(verdict: Verdict, info: RendezvousInfo, history_command: str = "") -
     return Failure(
         verdict.what(),
         lambda: hang_summary(line, info.run_id, info.restart_count, info.max_restarts, history_command),
+        kind=FailureKind.HANG,
     )
 
 

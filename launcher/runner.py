@@ -20,6 +20,7 @@ from launcher.workers.group import GroupState, GroupStatus, WorkerGroup
 from rendezvous.errors import RendezvousError
 from rendezvous.job.hangboard import HangChannel
 from rendezvous.job.history import HistoryWriter
+from rendezvous.job.state import Cause, FailureKind
 from rendezvous.rounds.handler import RendezvousHandler
 from rendezvous.rounds.join import RendezvousInfo
 
@@ -42,8 +43,8 @@ class RoundOutcome(str, enum.Enum):
 
 
 CAUSES = {
-    RoundOutcome.FAILED: "worker_failure",
-    RoundOutcome.HUNG: "hang",
+    RoundOutcome.FAILED: FailureKind.WORKER.value,
+    RoundOutcome.HUNG: FailureKind.HANG.value,
     RoundOutcome.MEMBERSHIP_CHANGED: "membership_change",
     RoundOutcome.FENCED: "fence",
 }  # metrics' restart causes
@@ -55,13 +56,14 @@ class RoundResult:
     status: GroupStatus | None = None  # the workers' status when they ended (SUCCEEDED, FAILED)
     verdict: Verdict | None = None  # HUNG: the rank to blame
     failure: str = ""  # MEMBERSHIP_CHANGED by another node's failed or hung worker: what it said
+    failure_kind: FailureKind | None = None  # and what that was
 
     @property
     def cause(self) -> str:
         """The metrics' restart cause: the job's -- a worker that failed or hung on another node is
         that cause here too, not a membership change."""
-        if self.outcome is RoundOutcome.MEMBERSHIP_CHANGED and self.failure:
-            return "hang" if " hung" in self.failure else "worker_failure"
+        if self.outcome is RoundOutcome.MEMBERSHIP_CHANGED and self.failure_kind is not None:
+            return self.failure_kind.value
         return CAUSES[self.outcome]
 
 
@@ -189,9 +191,10 @@ class RoundRunner:
                 verdict = self._hangs.settled() if self._hangs is not None else None
                 if verdict is not None:  # another node acted on the job's hang verdict first
                     return RoundResult(RoundOutcome.HUNG, verdict=verdict)
-                line, failure = self._why_changed()
+                line, cause = self._why_changed()
                 self._say(line)
-                return RoundResult(RoundOutcome.MEMBERSHIP_CHANGED, failure=failure)
+                failure = cause.failures[0] if cause.failures else ""
+                return RoundResult(RoundOutcome.MEMBERSHIP_CHANGED, failure=failure, failure_kind=cause.kind)
 
     def _outcome(self) -> RoundResult | None:
         """How the round ended, or None while the workers run. Fencing is checked before and after
@@ -224,15 +227,14 @@ class RoundRunner:
                 return False
             time.sleep(0.01)
 
-    def _why_changed(self) -> tuple[str, str]:
-        """One line with the facts: why this node's workers stop for a new round; and what another
-        node's failed or hung worker said, when one ended it (else "")."""
+    def _why_changed(self) -> tuple[str, Cause]:
+        """One line with the facts: why this node's workers stop for a new round; and the round's
+        cause (another node's failed or hung worker, when one ended it)."""
         try:
             state = self.handler.job_state()
             monitor = self.handler.round_monitor()
         except RendezvousError:
-            return "etcd unreachable: re-rendezvous", ""
-        failures = monitor.cause.failures if monitor is not None else ()
+            return "etcd unreachable: re-rendezvous", Cause()
         line = change_line(
             state,
             monitor,
@@ -240,4 +242,4 @@ class RoundRunner:
             restarts=self.info.restart_count,
             budget=self.info.max_restarts,
         )
-        return line, failures[0] if failures else ""
+        return line, monitor.cause if monitor is not None else Cause()

@@ -40,6 +40,13 @@ class JobStatus(str, enum.Enum):
     CLOSED = "closed"  # the job finished or failed; the run id cannot be joined again
 
 
+class FailureKind(str, enum.Enum):
+    """What a node's failed round was: a worker that exited non-zero, or a hang the job agreed on."""
+
+    WORKER = "worker_failure"
+    HANG = "hang"
+
+
 class Participant(NamedTuple):
     """One node of a frozen round."""
 
@@ -56,18 +63,20 @@ class Cause(NamedTuple):
     lost: tuple[str, ...] = ()  # participants whose node key is gone
     joining: tuple[str, ...] = ()  # newcomers asking to join
     waiting: int = 0  # nodes asking for the next round
+    kind: FailureKind | None = None  # what the first of ``failures`` was (None: no failure)
 
     def encode(self) -> dict[str, Any]:
-        return {
+        data = {
             "failures": list(self.failures),
             "lost": list(self.lost),
             "joining": list(self.joining),
             "waiting": self.waiting,
         }
+        return {**data, "kind": self.kind.value} if self.kind is not None else data
 
     @classmethod
-    def of(cls, failures, lost, joining, waiting: int) -> "Cause":
-        return cls(*(tuple(names[:CAUSE_NAMES]) for names in (failures, lost, joining)), waiting)
+    def of(cls, failures, lost, joining, waiting: int, kind: FailureKind | None = None) -> "Cause":
+        return cls(*(tuple(names[:CAUSE_NAMES]) for names in (failures, lost, joining)), waiting, kind)
 
 
 class Keep(NamedTuple):
@@ -210,7 +219,17 @@ def _cause(data: dict, where: str) -> Cause:
     waiting = data.get("waiting", 0)
     if type(waiting) is not int:
         raise RendezvousStateError(f"{where} is malformed: cause.waiting is not int")
-    return Cause.of(*lists, waiting)
+    return Cause.of(*lists, waiting, _kind(data.get("kind"), "cause.kind", where))
+
+
+def _kind(value: Any, name: str, where: str) -> FailureKind | None:
+    """A failure kind read from etcd (absent: None, as written before kinds were)."""
+    if value is None or value == "":
+        return None
+    try:
+        return FailureKind(value)
+    except (ValueError, TypeError):
+        raise RendezvousStateError(f"{where} is malformed: {name} is not one of worker_failure, hang") from None
 
 
 @dataclass(frozen=True)
@@ -225,10 +244,13 @@ class NodeInfo:
     finished: bool = False  # its workers of ``round`` all succeeded; it waits for the others
     failed_round: int = 0  # its workers of this round failed: it asks for a restart (0: none)
     failure: str = ""  # what failed, for the other nodes' one line: "rank 3 on node n1 failed (exit code 1)"
+    failure_kind: FailureKind | None = None  # what that was: a worker's failure or a hang
     schema: int = field(default=SCHEMA_VERSION)
 
     def encode(self) -> bytes:
-        return json.dumps(asdict(self), separators=(",", ":"), sort_keys=True).encode()
+        data = asdict(self)
+        data["failure_kind"] = self.failure_kind.value if self.failure_kind is not None else None
+        return json.dumps(data, separators=(",", ":"), sort_keys=True).encode()
 
     def finished_round(self, round_: int) -> bool:
         """Its workers of round ``round_`` all succeeded."""
@@ -246,6 +268,7 @@ class NodeInfo:
             finished=_optional(data, "finished", bool, False, where),
             failed_round=_optional(data, "failed_round", int, 0, where),
             failure=_optional(data, "failure", str, "", where),
+            failure_kind=_kind(data.get("failure_kind"), "failure_kind", where),
         )
 
 

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from rendezvous.job.ranktable import bucket_count
-from rendezvous.job.state import CAUSE_NAMES, Cause, JobState, JobStatus, Keep, NodeInfo, Participant
+from rendezvous.job.state import CAUSE_NAMES, Cause, FailureKind, JobState, JobStatus, Keep, NodeInfo, Participant
 
 __all__ = [
     "LiveNode",
@@ -237,11 +237,13 @@ def forming_state(
 def round_cause(state: JobState | None, nodes: Sequence[LiveNode]) -> Cause:
     """Why the running round ``state`` (read with its participants) ends, from the live nodes."""
     live = {n.info.node for n in nodes}
+    reported = _reports(state, nodes)
     return Cause.of(
-        failures_reported(state, nodes),
+        [text for text, _ in reported],
         lost_participants(state, live),
         newcomers(state, nodes),
         nodes_waiting(state, nodes),
+        reported[0][1] if reported else None,
     )
 
 
@@ -273,10 +275,15 @@ def job_budget(state: JobState | None, own: int) -> int:
 
 def failures_reported(state: JobState | None, nodes: Sequence[LiveNode]) -> list[str]:
     """What the nodes asking to restart the running round said failed (``rank 1 on node b failed (exit code 1)``)."""
+    return [text for text, _ in _reports(state, nodes)]
+
+
+def _reports(state: JobState | None, nodes: Sequence[LiveNode]) -> list[tuple[str, FailureKind]]:
+    """``failures_reported`` with each failure's kind (a node that did not say: a worker's failure)."""
     if state is None or state.status is not JobStatus.RUNNING:
         return []
     return sorted(
-        n.info.failure or f"a worker on node {n.info.node} failed"
+        (n.info.failure or f"a worker on node {n.info.node} failed", n.info.failure_kind or FailureKind.WORKER)
         for n in nodes
         if n.info.failed_round == state.round and n.info.round > state.round
     )

@@ -21,7 +21,7 @@ from rendezvous.errors import (
 from rendezvous.etcd.client import EtcdClient
 from rendezvous.job.history import HistoryWriter
 from rendezvous.job.keys import JobKeys
-from rendezvous.job.state import JobState, JobStatus, Keep
+from rendezvous.job.state import FailureKind, JobState, JobStatus, Keep
 from rendezvous.job.store import GaveUp, JobStateStore, StateUnchanged
 from rendezvous.settings import RendezvousSettings
 
@@ -112,12 +112,12 @@ class RendezvousHandler:
         state, _ = self._store.read()
         return state is not None and state.status is JobStatus.CLOSED
 
-    def request_restart(self, failure: str) -> None:
+    def request_restart(self, failure: str, kind: FailureKind = FailureKind.WORKER) -> None:
         """This node's workers of the current round failed: the next round it joins restarts the
         group and advances the job's restart count (once, whichever nodes ask)."""
         if self._info is None:
             raise RendezvousError("request_restart() needs a completed round")
-        self._member.request_restart(self._info.round, failure)
+        self._member.request_restart(self._info.round, failure, kind)
 
     def set_closed(self, reason: str = "the job ended", *, failed: bool = False) -> None:
         """Mark the job closed: every agent of it stops, and the run id cannot be joined again.

@@ -19,7 +19,7 @@ from rendezvous.etcd.ports import free_port
 from rendezvous.etcd.session import Session
 from rendezvous.etcd.txn import op_put
 from rendezvous.job.keys import JobKeys
-from rendezvous.job.state import NodeInfo
+from rendezvous.job.state import FailureKind, NodeInfo
 from rendezvous.settings import RendezvousSettings
 
 from .snapshot import Snapshot, read_round
@@ -111,9 +111,9 @@ class Member:
         """Who becomes the coordinator if nobody is: this node, on its lease (None: no live lease)."""
         return (self.node_id, self._session.lease_id) if self.alive else None
 
-    def request_restart(self, round_: int, failure: str) -> None:
-        """This node's workers of ``round_`` failed: its next announcement asks for a restart."""
-        self._request = (round_, failure)
+    def request_restart(self, round_: int, failure: str, kind: FailureKind = FailureKind.WORKER) -> None:
+        """This node's workers of ``round_`` failed (or hung): its next announcement asks for a restart."""
+        self._request = (round_, failure, kind)
 
     def placed(self) -> None:
         """A round took this node in: a restart it asked for is counted (or was not needed)."""
@@ -132,7 +132,7 @@ class Member:
                 interval=self._settings.renew_every,
                 on_renew=self._renewed,
             )
-        failed_round, failure = self._request or (0, "")
+        failed_round, failure, kind = self._request or (0, "", None)
         info = NodeInfo(
             node=self.node_id,
             round=round_,
@@ -142,6 +142,7 @@ class Member:
             finished=finished,
             failed_round=failed_round,
             failure=failure,
+            failure_kind=kind,
         )
         put = op_put(self._keys.node(self.node_id), info.encode(), lease=self._session.lease_id)
         try:

@@ -230,3 +230,30 @@ def test_a_participant_whose_key_is_gone_or_whose_workers_finished_is_not_waited
     assert still_running(previous.participants, [node("n0", 2), finished], 2) == ()
     decision = call([node("n0", 2), finished], round_=2, previous=previous, min_nodes=1, max_nodes=3, start=90.0)
     assert isinstance(decision, Freeze)
+
+
+def test_the_rounds_cause_carries_the_kind_of_its_first_failure_read_back_from_etcd_as_written():
+    from rendezvous.job.state import Cause, FailureKind
+    from rendezvous.rounds.decide import round_cause
+
+    state = _running(4, restarts=0, members=("a", "b"))
+    hang = NodeInfo("b", 5, "h", 1, 1, failed_round=4, failure="rank 1 on node b hung", failure_kind=FailureKind.HANG)
+    failed = NodeInfo("a", 5, "h", 1, 1, failed_round=4, failure="rank 0 on node a failed (exit code 1)")
+    cause = round_cause(state, [LiveNode(hang, 1), LiveNode(failed, 2)])
+    assert cause.failures[0].startswith("rank 0 on node a failed") and cause.kind is FailureKind.WORKER
+    assert round_cause(state, [LiveNode(hang, 1)]).kind is FailureKind.HANG
+    assert round_cause(state, [LiveNode(NodeInfo("c", 5, "h", 1, 1), 3)]).kind is None
+    assert NodeInfo.decode(hang.encode()) == hang and NodeInfo.decode(failed.encode()).failure_kind is None
+    stored = JobState(
+        "job", 5, JobStatus.JOINING, 1, 4, cause=Cause.of(["rank 1 on node b hung"], [], [], 0, FailureKind.HANG)
+    )
+    assert JobState.decode(stored.encode()).cause.kind is FailureKind.HANG
+    assert JobState.decode(JobState("job", 5, JobStatus.JOINING, 1, 4).encode()).cause.kind is None
+
+
+def test_a_failure_kind_etcd_holds_that_is_not_one_is_a_state_error():
+    from rendezvous.errors import RendezvousStateError
+
+    raw = NodeInfo("b", 5, "h", 1, 1).encode().replace(b'"failure_kind":null', b'"failure_kind":"oops"')
+    with pytest.raises(RendezvousStateError, match="failure_kind is not one of worker_failure, hang"):
+        NodeInfo.decode(raw)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from launcher.runner import RoundOutcome, RoundResult
 from launcher.telemetry.metrics import PrometheusTelemetry
+from rendezvous.job.state import FailureKind
 
 
 def _value(telemetry: PrometheusTelemetry, name: str, **labels: str) -> float | None:
@@ -20,8 +21,12 @@ def test_the_budget_is_known_before_the_first_round_and_the_state_has_a_state_la
 
 
 def test_the_restart_cause_is_the_jobs_a_failure_elsewhere_is_not_a_membership_change():
-    elsewhere = RoundResult(RoundOutcome.MEMBERSHIP_CHANGED, failure="rank 3 on node b failed (exit code 1)")
-    hung = RoundResult(RoundOutcome.MEMBERSHIP_CHANGED, failure="rank 1 on node b hung")
+    elsewhere = RoundResult(
+        RoundOutcome.MEMBERSHIP_CHANGED,
+        failure="rank 3 on node b failed (exit code 1)",
+        failure_kind=FailureKind.WORKER,
+    )
+    hung = RoundResult(RoundOutcome.MEMBERSHIP_CHANGED, failure="rank 1 on node b hung", failure_kind=FailureKind.HANG)
     assert (elsewhere.cause, hung.cause) == ("worker_failure", "hang")
     assert RoundResult(RoundOutcome.MEMBERSHIP_CHANGED).cause == "membership_change"
     telemetry = PrometheusTelemetry("job", "n")
