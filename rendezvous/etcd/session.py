@@ -154,57 +154,52 @@ class Session:
                 pass
 
     async def _keep_alive(self) -> None:
-        """Renew every ``interval`` on one stream; when it errs or goes silent, ask every endpoint.
-
-        Only etcd saying the lease is gone (TTL 0) ends it: while etcd is unreachable it keeps
-        trying, since a new leader extends every lease it still holds.
-        """
+        """Renew every ``interval`` (``_renew``) until closed, or until etcd says the lease is gone
+        (TTL 0): while etcd is unreachable it keeps trying, since a new leader extends every lease
+        it still holds."""
         request = etcdrpc.LeaseKeepAliveRequest(ID=self.lease_id)
         stream: tuple[Any, Any] | None = None  # the usual stream: its call and endpoint
-        usual: asyncio.Future | None = None
-        wait = self._wait
         next_send = self._clock() + self.interval
         try:
             while not self.done.is_set():
                 await asyncio.sleep(max(next_send - self._clock(), 0.0))
                 if self.done.is_set():
                     return  # closed, or abandoned without a revoke (as a killed agent would)
-                sent = self._clock()
-                usual = asyncio.ensure_future(_renew_on(self._client, request, stream=stream))
-                seconds = wait.seconds
-                await hear(
-                    usual,
-                    seconds,
-                    sent=sent,
-                    late=self._late,
-                    last=sent + max(seconds, self.renew_deadline / 2),
-                    clock=self._clock,
-                )
-                in_time = _answered(usual)
-                if in_time:
-                    call, endpoint, response = usual.result()
-                    usual = None
-                else:  # an error or silence: ask every endpoint, the usual stream's answer still counts
-                    silent = not usual.done()
-                    if silent:
-                        wait.silent()
-                    failed = TimeoutError("no answer") if silent else usual.exception()
-                    self._client.stream_failed(failed, stream[1] if stream else None)
-                    tries, usual = ({usual: sent} if silent else {}), None
-                    (call, endpoint, response), sent = await self._renew_anywhere(request, tries)
+                (call, endpoint, response), sent, in_time = await self._renew(request, stream)
                 stream = (call, endpoint)
                 if response.TTL <= 0:
                     self.lost.set()
                     return
-                wait.answered(self._clock() - sent, in_time=in_time)
+                self._wait.answered(self._clock() - sent, in_time=in_time)
                 self._client.channels.answered(endpoint)
                 self._acknowledged(sent)
                 next_send = sent + self.interval
         finally:
-            if usual is not None:
-                _discard(usual)
             if stream is not None:
                 stream[0].cancel()
+
+    async def _renew(self, request: Any, stream: tuple[Any, Any] | None) -> tuple[tuple[Any, Any, Any], float, bool]:
+        """One renewal on the usual stream; when it errs or goes silent, on every endpoint (the usual
+        stream's answer still counts). ((call, endpoint, response), when the answered request was
+        sent, whether the usual stream answered in time)."""
+        sent = self._clock()
+        usual: asyncio.Future | None = asyncio.ensure_future(_renew_on(self._client, request, stream=stream))
+        try:
+            seconds = self._wait.seconds
+            last = sent + max(seconds, self.renew_deadline / 2)
+            await hear(usual, seconds, sent=sent, late=self._late, last=last, clock=self._clock)
+            if _answered(usual):
+                return usual.result(), sent, True
+            silent = not usual.done()
+            if silent:
+                self._wait.silent()
+            self._client.stream_failed(TimeoutError("no answer") if silent else usual.exception(), stream and stream[1])
+            tries, usual = ({usual: sent} if silent else {}), None  # the silent one is handed on
+            answer, sent = await self._renew_anywhere(request, tries)
+            return answer, sent, False
+        finally:
+            if usual is not None and not usual.done():
+                _discard(usual)
 
     @property
     def _late(self) -> float:
