@@ -15,11 +15,23 @@ from rendezvous.etcd.client import EtcdClient
 from rendezvous.job.history import HistoryWriter, record_freeze
 from rendezvous.job.keys import JobKeys
 from rendezvous.job.ranktable import drop_other_tables, new_table_id, write_table
-from rendezvous.job.state import CAUSE_NAMES, Cause, JobState, JobStatus, Keep
+from rendezvous.job.state import Cause, JobState, JobStatus, Keep
 from rendezvous.job.store import JobStateStore
 from rendezvous.settings import RendezvousSettings
 
-from .decide import Freeze, Wait, decide, forming_state, frozen_state, job_budget, joined, restart_count, round_cause
+from .decide import (
+    Freeze,
+    News,
+    Wait,
+    decide,
+    forming_news,
+    forming_state,
+    frozen_state,
+    job_budget,
+    joined,
+    restart_count,
+    round_cause,
+)
 from .snapshot import Snapshot
 
 __all__ = ["RoundCoordinator", "PROGRESS_EVERY", "progress_every"]
@@ -76,20 +88,15 @@ class RoundCoordinator:
         if decision.until is not None:
             last_call_at = round(self._wall() + (decision.until - self._clock()), 3)
         count = len(joined(snapshot.nodes, target))
-        announced = state is not None and state.status is JobStatus.JOINING and state.round == target
-        recount = announced and state.joined != count
-        if (
-            not announced
-            or (last_call_at is None) != (state.last_call_at is None)
-            or state.stopping != decision.stopping[:CAUSE_NAMES]
-            or (recount and self._clock() >= self._told_at + progress_every(len(snapshot.nodes)))
-        ):
+        news = forming_news(state, target, decision, last_call_at, count)
+        next_progress = self._told_at + progress_every(len(snapshot.nodes))
+        if news is News.TELL or (news is News.RECOUNT and self._clock() >= next_progress):
             self._tell(snapshot, target, decision, last_call_at, count)
             return None
         wake = float("inf") if decision.until is None else decision.until
         if state is not None and state.keep.renew_every:
             wake = min(wake, self._renewed_at + state.keep.renew_every)  # to renew the job's lease
-        return min(wake, self._told_at + progress_every(len(snapshot.nodes))) if recount else wake
+        return min(wake, next_progress) if news is News.RECOUNT else wake
 
     def _decide(self, snapshot: Snapshot, target: int) -> Freeze | Wait:
         state = snapshot.state

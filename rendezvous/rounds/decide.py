@@ -6,6 +6,7 @@ with made-up node lists and an injected clock.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -27,6 +28,8 @@ __all__ = [
     "restart_count",
     "job_budget",
     "failures_reported",
+    "News",
+    "forming_news",
     "newcomers",
     "nodes_waiting",
     "lost_participants",
@@ -232,6 +235,26 @@ def forming_state(
         joined=joined,
         stopping=stopping[:CAUSE_NAMES],
     )
+
+
+class News(enum.Enum):
+    """What the forming round's state in etcd lacks, as its coordinator decides it (``forming_news``)."""
+
+    NONE = "none"  # nothing: wait for a change, the last call's end or a lease renewal
+    RECOUNT = "recount"  # only the count of nodes that joined: written at the progress pace
+    TELL = "tell"  # the round is not announced yet, its last call started or ended, or whom it waits for changed
+
+
+def forming_news(state: JobState | None, target: int, decision: Wait, last_call_at: float | None, count: int) -> News:
+    """Pure: what the state lacks of round ``target`` forming as ``decision`` says, ``count`` nodes joined."""
+    announced = state is not None and state.status is JobStatus.JOINING and state.round == target
+    if (
+        not announced
+        or (last_call_at is None) != (state.last_call_at is None)
+        or state.stopping != decision.stopping[:CAUSE_NAMES]
+    ):
+        return News.TELL
+    return News.RECOUNT if state.joined != count else News.NONE
 
 
 def round_cause(state: JobState | None, nodes: Sequence[LiveNode]) -> Cause:

@@ -257,3 +257,19 @@ def test_a_failure_kind_etcd_holds_that_is_not_one_is_a_state_error():
     raw = NodeInfo("b", 5, "h", 1, 1).encode().replace(b'"failure_kind":null', b'"failure_kind":"oops"')
     with pytest.raises(RendezvousStateError, match="failure_kind is not one of worker_failure, hang"):
         NodeInfo.decode(raw)
+
+
+def test_the_coordinator_tells_a_forming_round_only_what_changed():
+    from dataclasses import replace
+
+    from rendezvous.rounds.decide import News, Wait, forming_news
+
+    waiting = Wait(until=None, last_call_start=None)
+    forming = JobState("job", 5, JobStatus.JOINING, 1, 4, joined=2)
+    assert forming_news(_running(4, 0), 5, waiting, None, 2) is News.TELL  # not announced yet
+    assert forming_news(forming, 5, waiting, None, 2) is News.NONE
+    assert forming_news(forming, 5, waiting, None, 3) is News.RECOUNT  # only the count: at the progress pace
+    assert forming_news(forming, 5, Wait(until=9.0, last_call_start=1.0), 1234.5, 2) is News.TELL  # last call began
+    assert forming_news(replace(forming, last_call_at=1234.5), 5, waiting, None, 2) is News.TELL  # and it ended
+    assert forming_news(forming, 5, Wait(None, None, stopping=("n2",)), None, 2) is News.TELL  # whom it waits for
+    assert forming_news(forming, 6, waiting, None, 2) is News.TELL  # a later round
