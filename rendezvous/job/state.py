@@ -249,7 +249,9 @@ class NodeInfo:
 
     def encode(self) -> bytes:
         data = asdict(self)
-        data["failure_kind"] = self.failure_kind.value if self.failure_kind is not None else None
+        kind = data.pop("failure_kind")
+        if kind is not None:  # written only with a failure: a node record is no larger than before kinds
+            data["failure_kind"] = kind.value
         return json.dumps(data, separators=(",", ":"), sort_keys=True).encode()
 
     def finished_round(self, round_: int) -> bool:

@@ -244,6 +244,7 @@ def test_the_rounds_cause_carries_the_kind_of_its_first_failure_read_back_from_e
     assert round_cause(state, [LiveNode(hang, 1)]).kind is FailureKind.HANG
     assert round_cause(state, [LiveNode(NodeInfo("c", 5, "h", 1, 1), 3)]).kind is None
     assert NodeInfo.decode(hang.encode()) == hang and NodeInfo.decode(failed.encode()).failure_kind is None
+    assert b"failure_kind" not in failed.encode()  # no larger than before kinds when there is none
     stored = JobState(
         "job", 5, JobStatus.JOINING, 1, 4, cause=Cause.of(["rank 1 on node b hung"], [], [], 0, FailureKind.HANG)
     )
@@ -254,7 +255,7 @@ def test_the_rounds_cause_carries_the_kind_of_its_first_failure_read_back_from_e
 def test_a_failure_kind_etcd_holds_that_is_not_one_is_a_state_error():
     from rendezvous.errors import RendezvousStateError
 
-    raw = NodeInfo("b", 5, "h", 1, 1).encode().replace(b'"failure_kind":null', b'"failure_kind":"oops"')
+    raw = NodeInfo("b", 5, "h", 1, 1).encode().replace(b'"finished"', b'"failure_kind":"oops","finished"')
     with pytest.raises(RendezvousStateError, match="failure_kind is not one of worker_failure, hang"):
         NodeInfo.decode(raw)
 
