@@ -24,7 +24,7 @@ from rendezvous.job.keys import JobKeys
 from rendezvous.job.state import Cause, JobState, JobStatus
 from rendezvous.job.store import JobStateStore
 
-from .decide import LiveNode, forming_state, round_cause
+from .decide import LiveNode, forming_state, joined, round_cause, still_running
 from .snapshot import Handover, Snapshot, apply_round_events, read_round, round_watch
 
 __all__ = ["JobMonitor"]
@@ -211,7 +211,8 @@ class JobMonitor:
             state, token = self._mine(), self._view.token
             if not self.keeper or state is None:
                 return
-            cause = round_cause(state, list(self._view.nodes))
+            nodes = list(self._view.nodes)
+            cause = round_cause(state, nodes)
             if cause.lost or cause.waiting > 0:
                 change, new = (
                     "next",
@@ -224,6 +225,10 @@ class JobMonitor:
                         last_call_at=None,
                         max_restarts=state.max_restarts,
                         cause=cause,
+                        joined=len(joined(nodes, state.round + 1)),
+                        # whom the next round waits for, said now: the coordinator may be one of them,
+                        # busy stopping its own workers, and say nothing more until they are gone
+                        stopping=still_running(state.participants, nodes, state.round + 1),
                     ),
                 )
             elif self.some_finished and not state.finishing:

@@ -96,7 +96,7 @@ def test_a_worker_that_cannot_load_its_function_says_why_not_use_record(etcd_end
 def test_a_failure_names_no_error_file_in_the_removed_log_directory(etcd_endpoints):
     setup = "def fails():\n    raise ValueError('planned failure of rank ' + os.environ['RANK'])\n"
     result, _ = _ending(setup, "elastic_launch(config, fails)()", etcd_endpoints)
-    assert "ValueError: planned failure of rank 0" in result, result
+    assert "ValueError: planned failure of rank " in result, result  # whichever rank failed first
     assert "error_file: <removed with the run's log directory>" in result, result
     paths = re.findall(r"(/[\w.@-]+(?:/[\w.@-]+)+\.json)", result)
     assert not paths, paths  # torch's field names the file; this one is gone with the temporary log root
