@@ -42,10 +42,9 @@ from rendezvous.errors import (
 )
 from rendezvous.job.hangboard import HangChannel
 from rendezvous.job.history import HistoryWriter
-from rendezvous.job.state import JobState, JobStatus
+from rendezvous.job.state import CLOSED_BY_OPERATOR, JobState, JobStatus
 from rendezvous.rounds.handler import RendezvousHandler
 from rendezvous.rounds.join import RendezvousInfo
-from rendezvous.rounds.operate import OPERATOR
 
 from . import restart
 from .config import AgentConfig
@@ -277,7 +276,7 @@ class Agent:
             self.state = AgentState.FAILED
             self.say(f"the job failed: {state.reason}")
             return WorkerFailedError(state.reason)
-        if state is not None and state.closed_by == OPERATOR:
+        if state is not None and state.closed_by == CLOSED_BY_OPERATOR:
             self._departure = _Departure(f"the job was closed by an operator ({state.reason})")
             return JobClosedError(f"the job was closed by an operator: {state.reason}")
         return JobRendezvousError(str(exc))

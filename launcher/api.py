@@ -23,12 +23,15 @@ import tempfile
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import ChildFailedError, UsageError, WorkerFailedError
 from .hangs.hangrules import positive_seconds
 from .workers.mainguard import unguarded_launch
 from .workers.payload import dump_payload, name_of
+
+if TYPE_CHECKING:
+    from .plan import RunRequest
 
 __all__ = ["LaunchConfig", "elastic_launch", "launch_agent"]
 
@@ -174,11 +177,10 @@ def _worker_command(entrypoint: Callable[..., Any] | str, args: list[Any], work:
     return [sys.executable, "-u", "-m", "launcher.workers.fn_worker", payload, work]
 
 
-def _request(config: LaunchConfig, argv: list[str]) -> Any:
+def _request(config: LaunchConfig, argv: list[str]) -> RunRequest:
     """The config as the typed request elastic-run's options also come to: the worker command runs
     as --no-python does; no rdzv_endpoint (one node) is a local etcd, as --standalone."""
-    from .output.streams import Std
-    from .plan import RunRequest
+    from .plan import RunRequest, hang_timeouts
     from .signals import parse_signals
 
     standalone = not config.rdzv_endpoint
@@ -194,8 +196,6 @@ def _request(config: LaunchConfig, argv: list[str]) -> Any:
         monitor_interval=float(config.monitor_interval),
         role=config.role,
         event_log_handler=config.event_log_handler,
-        redirects=Std.NONE,
-        tee=Std.NONE,
         stdout_filters=tuple(config.duplicate_stdout_filters or ()),
         stderr_filters=tuple(config.duplicate_stderr_filters or ()),
         logs_specs=config.logs_specs,
@@ -204,18 +204,9 @@ def _request(config: LaunchConfig, argv: list[str]) -> Any:
         signals=parse_signals(config.signals_to_handle),
         signals_to_handle=config.signals_to_handle,
         stop_grace=float(config.shutdown_timeout),
-        hang_timeouts=_hang_timeouts(config.first_heartbeat_timeout, config.heartbeat_timeout),
+        hang_timeouts=hang_timeouts(config.first_heartbeat_timeout, config.heartbeat_timeout),
         virtual_local_rank=config.virtual_local_rank,
     )
-
-
-def _hang_timeouts(first: float | None, steady: float | None) -> Any:
-    from .hangs.hangrules import HangTimeouts
-
-    try:
-        return HangTimeouts(first=900.0 if first is None else first, steady=steady, judge_first=first is not None)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
 
 
 def _random_run_id() -> str:

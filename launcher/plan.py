@@ -22,6 +22,7 @@ from launcher.errors import UsageError
 from launcher.hangs.hangrules import HangTimeouts
 from launcher.launch import LaunchPlan
 from launcher.output import DefaultLayout, TorchLogsSpecsLayout
+from launcher.output.console import say
 from launcher.output.streams import Std
 from launcher.slurm import AllocationEtcd
 from launcher.workers.env import OMP_WARNING, virtual_device
@@ -29,9 +30,9 @@ from rendezvous.job.keys import JobKeys
 from rendezvous.rounds.member import default_node_id
 from rendezvous.settings import RendezvousSettings
 
-__all__ = ["RunRequest", "build_plan"]
+__all__ = ["RunRequest", "build_plan", "hang_timeouts", "STOP_SIGNALS_TEXT"]
 
-STOP_SIGNALS_TEXT = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
+STOP_SIGNALS_TEXT = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"  # torchrun's --signals-to-handle default
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,7 @@ def build_plan(request: RunRequest) -> LaunchPlan:
     if request.virtual_local_rank:
         _check_virtual_devices(request.nproc_per_node)
     min_nodes, max_nodes, run_id = _identity(request)
-    settings = RendezvousSettings.from_conf(run_id, min_nodes, max_nodes, dict(request.rdzv_conf), warn=_say)
+    settings = RendezvousSettings.from_conf(run_id, min_nodes, max_nodes, dict(request.rdzv_conf), warn=say)
     node_id = default_node_id() if request.node_name is None else f"{request.node_name}-{uuid.uuid4().hex[:6]}"
     log_root, temporary = _log_root(request.log_dir, run_id, node_id)
     keep_files = bool(request.redirects or request.tee)
@@ -99,10 +100,13 @@ def build_plan(request: RunRequest) -> LaunchPlan:
     )
 
 
-def _say(line: str) -> None:
-    from launcher.output.console import say
-
-    say(line)
+def hang_timeouts(first: float | None, steady: float | None) -> HangTimeouts:
+    """--first-heartbeat-timeout and --heartbeat-timeout (LaunchConfig's fields of the same names):
+    900 s for the first heartbeat unless given; a bad pair is a UsageError naming it."""
+    try:
+        return HangTimeouts(first=900.0 if first is None else first, steady=steady, judge_first=first is not None)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _identity(request: RunRequest) -> tuple[int, int, str]:

@@ -125,12 +125,10 @@ def ctl_watch(rdzv_endpoint: str, rdzv_id: str, rdzv_conf: str, as_json: bool, t
     client, keys = _ctl_client(rdzv_endpoint, rdzv_id, rdzv_conf)
     deadline = None if timeout is None else time.monotonic() + timeout
     with client:
-        snapshot = read_round(client, keys, all_nodes=True)
+        revision, view = _look(client, keys)
         shown = None
-        with Watch(client, KeyRange(keys.root, prefix=True), start_revision=snapshot.revision + 1) as watch:
+        with Watch(client, KeyRange(keys.root, prefix=True), start_revision=revision + 1) as watch:
             while True:
-                # Heartbeat ages are status's (it asks the agents): they change on every look.
-                view = view_of(snapshot, stopped=stopped_of(client, keys, snapshot))
                 if view != shown:
                     if view is None:
                         click.echo(f"no job '{rdzv_id}' yet; waiting")
@@ -146,7 +144,14 @@ def ctl_watch(rdzv_endpoint: str, rdzv_id: str, rdzv_conf: str, as_json: bool, t
                     return 0
                 if watch.get(timeout=wait) is not None:
                     watch.drain()
-                    snapshot = read_round(client, keys, all_nodes=True)
+                    _, view = _look(client, keys)
+
+
+def _look(client: EtcdClient, keys: JobKeys) -> tuple[int, JobView | None]:
+    """One read of the job for ``watch`` (and of its history when it is stopped), and the revision
+    read at. No heartbeat ages: they are status's (it asks the agents), and change on every look."""
+    snapshot = read_round(client, keys, all_nodes=True)
+    return snapshot.revision, view_of(snapshot, stopped=stopped_of(client, keys, snapshot))
 
 
 _BELOW = ("why", "stack")  # details shown under their event's row, as they were printed

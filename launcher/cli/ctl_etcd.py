@@ -57,13 +57,13 @@ def ctl_etcd(members: int, host: str, port: int, data_dir: str | None) -> int:
             cluster.stop()
 
 
-def _say_exits(gone: list[str], said: set[str], members: int) -> None:
-    """A line for each member that exited (a quorum of the others goes on); an error once none is left."""
-    for each in gone:
-        name = each.split(" ", 1)[0]  # its log's last line may change between looks: said once, by name
+def _say_exits(gone: list[tuple[str, str]], said: set[str], members: int) -> None:
+    """A line for each member that exited (a quorum of the others goes on); an error once none is left.
+    Said once a member, by name: its log's last line may change between looks."""
+    for name, line in gone:
         if name not in said:
             said.add(name)
-            click.echo(f"etcd: member {each}; {members - len(said)} of {members} go on", err=True)
+            click.echo(f"etcd: member {line}; {members - len(said)} of {members} go on", err=True)
     if len(said) == members:
         raise RendezvousConnectionError("every etcd member exited")
 

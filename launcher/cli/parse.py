@@ -15,12 +15,11 @@ from typing import Any
 
 from launcher.beside import Beside
 from launcher.errors import UsageError
-from launcher.hangs.hangrules import HangTimeouts
 from launcher.launch import LaunchPlan
 from launcher.output import load_logs_specs
 from launcher.output.console import say
 from launcher.output.streams import parse_filters, parse_ranks_filter, parse_std
-from launcher.plan import RunRequest, build_plan
+from launcher.plan import STOP_SIGNALS_TEXT, RunRequest, build_plan, hang_timeouts
 from launcher.signals import parse_signals
 from launcher.workers.numa import binding_commands
 from rendezvous.settings import parse_conf
@@ -65,7 +64,7 @@ class RunOptions:
     logs_specs: Any = None  # the name of a torch LogsSpecs entry point, or (from Python) an instance
     log_line_prefix_template: str | None = None  # from Python; the CLI reads $TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE
     numa_binding: str | None = None
-    signals_to_handle: str = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
+    signals_to_handle: str = STOP_SIGNALS_TEXT
     stop_grace: float | None = None
     heartbeat_timeout: float | None = None
     first_heartbeat_timeout: float | None = None
@@ -121,7 +120,7 @@ def request_from(opts: RunOptions) -> RunRequest:
         signals=parse_signals(opts.signals_to_handle),
         signals_to_handle=opts.signals_to_handle,
         stop_grace=_shutdown_timeout(opts.stop_grace),
-        hang_timeouts=_hang_timeouts(opts),
+        hang_timeouts=hang_timeouts(opts.first_heartbeat_timeout, opts.heartbeat_timeout),
         cpu_binding=cpu_binding,
         virtual_local_rank=opts.virtual_local_rank,
         http_port=opts.http_port,
@@ -169,15 +168,6 @@ def _nodes(opts: RunOptions, *, standalone: bool) -> NodeRange:
     if standalone and nodes.max_nodes != 1:
         say("--standalone runs one node; ignoring --nnodes")
     return NodeRange(1, 1) if standalone else nodes
-
-
-def _hang_timeouts(opts: RunOptions) -> HangTimeouts:
-    """--heartbeat-timeout and --first-heartbeat-timeout."""
-    first, steady = opts.first_heartbeat_timeout, opts.heartbeat_timeout
-    try:
-        return HangTimeouts(first=900.0 if first is None else first, steady=steady, judge_first=first is not None)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
 
 
 def _shutdown_timeout(value: float | None) -> float:

@@ -4,7 +4,7 @@ the workers when the agent dies); and ``FenceGuard``, a thread that kills this n
 moment the renew deadline is past.
 
 The guard is for an agent that was stopped with its machine (SIGSTOP, a paused VM, a swap
-storm) and wakes past the deadline.: whatever its main thread was doing when it stopped (an etcd
+storm) and wakes past the deadline: whatever its main thread was doing when it stopped (an etcd
 call, a watch, stopping the workers with a grace period), the workers get SIGKILL before anything
 else happens, since the lease may have expired and the others may already run the same ranks.
 

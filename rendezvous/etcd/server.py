@@ -305,10 +305,10 @@ class EtcdCluster:
     def _ports(self, index: int) -> tuple[int, int] | None:
         return None if self.base_port is None else (self.base_port + 2 * index, self.base_port + 2 * index + 1)
 
-    def exited(self) -> list[str]:
-        """``m2 exited (how; its log's last line)`` for each member whose process ended."""
+    def exited(self) -> list[tuple[str, str]]:
+        """(name, ``m2 exited (how; its log's last line)``) for each member whose process ended."""
         return [
-            f"{m.name} exited ({ended_by(m.process.returncode)}; {self._log_tail(m)})"
+            (m.name, f"{m.name} exited ({ended_by(m.process.returncode)}; {self._log_tail(m)})")
             for m in self.members
             if m.process is not None and m.process.poll() is not None
         ]

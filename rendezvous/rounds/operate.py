@@ -17,7 +17,6 @@ from rendezvous.job.store import GaveUp, JobStateStore, StateUnchanged
 from .decide import closed_state
 
 __all__ = [
-    "OPERATOR",
     "closed_by_operator",
     "new_round",
     "close_job",
@@ -28,7 +27,6 @@ __all__ = [
     "JobRefused",
 ]
 
-OPERATOR = CLOSED_BY_OPERATOR
 _TRIES = 20  # CAS attempts before giving up on a job that keeps changing
 
 
@@ -42,7 +40,7 @@ class JobRefused(RendezvousError):
 
 def closed_by_operator(state: JobState, reason: str, when: float | None = None) -> JobState:
     """The job closed by an operator: every agent stops its workers and exits (exit code 4)."""
-    return closed_state(state, reason, when=when, closed_by=OPERATOR)
+    return closed_state(state, reason, when=when, closed_by=CLOSED_BY_OPERATOR)
 
 
 def new_round(state: JobState, reason: str) -> JobState:
@@ -79,7 +77,7 @@ def close_job(
         except RendezvousError:
             pass
     if history is not None and after is not before:
-        history.record("job_closed", after.round, reason=reason, failed=False, by=OPERATOR)
+        history.record("job_closed", after.round, reason=reason, failed=False, by=CLOSED_BY_OPERATOR)
     return before, after
 
 
@@ -93,7 +91,7 @@ def request_round(
 
     before, after = _change(client, keys, change)
     if history is not None and after is not before:
-        history.record("round_requested", after.round, reason=reason, by=OPERATOR)
+        history.record("round_requested", after.round, reason=reason, by=CLOSED_BY_OPERATOR)
     return before, after
 
 
