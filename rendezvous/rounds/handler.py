@@ -27,10 +27,7 @@ from rendezvous.settings import RendezvousSettings
 
 from .coordinate import RoundCoordinator
 from .decide import closed_state
-from .join import (
-    Progress,
-    RendezvousInfo,
-)
+from .join import Progress, RendezvousInfo, progress_of
 from .joinloop import JoinLoop
 from .member import Identity, LeaseStatus, Member, default_node_id
 from .monitor import JobMonitor
@@ -237,16 +234,9 @@ class RendezvousHandler:
         if target is None:
             return None
         state, _ = self._store.read()
-        last_call_in, count, stopping, running = None, 0, (), None
-        if state is not None and state.status is JobStatus.JOINING and state.round == target:
-            count, stopping = state.joined, state.stopping  # as the coordinator last said: one small read
-            if state.last_call_at is not None:
-                last_call_in = max(state.last_call_at - self._wall(), 0.0)
-        elif state is not None and state.status is JobStatus.RUNNING and state.round < target:
-            running = state.size  # a node waiting for a place: the round before runs without it
         timeout_in = self._join.timeout_in if self._join is not None else None
         s = self.settings
-        return Progress(target, count, s.min_nodes, s.max_nodes, last_call_in, timeout_in, stopping, running)
+        return progress_of(state, target, s.min_nodes, s.max_nodes, self._wall(), timeout_in)
 
     def shutdown(self) -> bool:
         """Leave the job: revoke the lease so the others notice at once. Does NOT close the job."""

@@ -21,6 +21,7 @@ __all__ = [
     "JoinStep",
     "join_step",
     "target_round",
+    "progress_of",
 ]
 
 
@@ -125,3 +126,20 @@ def join_step(
     if coordinator == node:
         return Coordinate() if all_nodes else ReadAll()
     return Follow(coordinator or "")
+
+
+def progress_of(
+    state: JobState | None, target: int, min_nodes: int, max_nodes: int, now: float, timeout_in: float | None
+) -> Progress | None:
+    """How round ``target`` looks to a node waiting for it, from the state read at wall-clock ``now``;
+    None when a line could only be stale: the round froze (with or without this node) or the job
+    closed, which the join loop is about to tell."""
+    if state is not None and state.status is JobStatus.JOINING and state.round == target:
+        last_call_in = None if state.last_call_at is None else max(state.last_call_at - now, 0.0)
+        return Progress(target, state.joined, min_nodes, max_nodes, last_call_in, timeout_in, state.stopping)
+    if state is not None and state.status is JobStatus.RUNNING and state.round < target:
+        # a node waiting for a place: the round before runs without it
+        return Progress(target, 0, min_nodes, max_nodes, None, timeout_in, running=state.size)
+    if state is None or (state.status is JobStatus.JOINING and state.round < target):
+        return Progress(target, 0, min_nodes, max_nodes, None, timeout_in)  # nobody has said more yet
+    return None

@@ -8,7 +8,7 @@ import re
 import signal
 import subprocess
 
-from tests.e2e.cli_helpers import run, run_id, tool
+from tests.e2e.cli_helpers import run, run_id, tool, wait_for
 from tests.faults.proxy import Proxy
 from tests.hangs.helpers import Agent
 from tests.readme_quotes import README
@@ -188,6 +188,7 @@ def test_an_agent_told_to_stop_says_stopped_while_its_workers_stop(etcd_endpoint
     try:
         url = "http://" + endpoint_of(agent.lines)
         until(url + "/readyz", 200, "ready: 1 workers running in round 1", 30)
+        wait_for(lambda: list(tmp_path.glob("0.0.*")), 30, what="the worker to take its SIGTERM handler")
         agent.process.send_signal(signal.SIGTERM)
         metrics = until(url + "/metrics", 200, 'state="stopped"} 1.0', 3)
         assert re.search(r'^elastic_agent_state\{[^}]*state="running"\} 0\.0$', metrics, re.M), metrics

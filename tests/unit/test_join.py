@@ -1,7 +1,20 @@
 """The join protocol's decisions, without etcd."""
 
+from dataclasses import replace
+
 from rendezvous.job.state import JobState, JobStatus, Participant
-from rendezvous.rounds.join import Announce, Closed, Coordinate, Follow, Frozen, ReadAll, join_step, target_round
+from rendezvous.rounds.join import (
+    Announce,
+    Closed,
+    Coordinate,
+    Follow,
+    Frozen,
+    Progress,
+    ReadAll,
+    join_step,
+    progress_of,
+    target_round,
+)
 
 A = Participant("a", 0, "h", 1)
 B = Participant("b", 1, "h", 1)
@@ -47,3 +60,15 @@ def test_the_coordinator_reads_every_node_before_it_decides():
 def test_the_others_follow_the_coordinator():
     assert _step(_state(JobStatus.JOINING, 2), node="b", coordinator="a") == Follow("a")
     assert _step(None, target=1, node="b", coordinator=None) == Follow("")
+
+
+def test_progress_says_what_the_forming_round_looks_like_and_nothing_once_it_froze_or_the_job_closed():
+    forming = replace(_state(JobStatus.JOINING, 2), joined=2, last_call_at=110.0, stopping=("c",))
+    assert progress_of(forming, 2, 2, 3, 100.0, 50.0) == Progress(2, 2, 2, 3, 10.0, 50.0, ("c",))
+    assert progress_of(None, 1, 2, 3, 100.0, 50.0) == Progress(1, 0, 2, 3, None, 50.0)  # a new job
+    spare = progress_of(replace(_state(JobStatus.RUNNING, 1, A, B), size=2), 2, 2, 3, 100.0, None)
+    assert spare == Progress(2, 0, 2, 3, None, None, running=2)  # waits for a place beside round 1
+    # a spare still waiting for round 2 when round 2 froze without it, or when the job ended: any
+    # count it could print ("round 2: 0/3 nodes joined") would be false; the join loop tells next
+    assert progress_of(_state(JobStatus.RUNNING, 2, A, B), 2, 2, 3, 100.0, None) is None
+    assert progress_of(_state(JobStatus.CLOSED, 2, A, B), 3, 2, 3, 100.0, None) is None

@@ -19,7 +19,6 @@ parser.add_argument("--hang-rank", type=int, default=-1)
 parser.add_argument("--hang-after", type=float, default=2.0)
 args = parser.parse_args()
 rank, attempt = int(os.environ["RANK"]), int(os.environ["TORCHELASTIC_RESTART_COUNT"])
-open(os.path.join(args.out, f"{rank}.{attempt}.{os.getpid()}"), "w").close()
 
 
 def linger(signum, frame):
@@ -27,7 +26,8 @@ def linger(signum, frame):
     sys.exit(128 + signum)
 
 
-signal.signal(signal.SIGTERM, linger)
+signal.signal(signal.SIGTERM, linger)  # before the file that says it started: a test may signal it then
+open(os.path.join(args.out, f"{rank}.{attempt}.{os.getpid()}"), "w").close()
 if rank == args.fail_rank and attempt == 0:
     time.sleep(args.fail_after)
     sys.exit(1)
