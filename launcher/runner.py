@@ -28,6 +28,7 @@ from .config import AgentConfig
 from .hangs import beatfile as beats
 from .output import Layout
 from .restart import change_line
+from .signals import stop_deferred
 
 __all__ = ["RoundOutcome", "RoundResult", "RoundRunner", "CAUSES"]
 
@@ -114,7 +115,8 @@ class RoundRunner:
         specs = self._specs(info, attempt, layout)
         for spec in specs:
             beats.create(spec.heartbeat_file)
-        self._group.start(specs, layout, self._environ, self.config.cpu_binding)
+        with stop_deferred():  # every worker started is one the group knows when a stop comes
+            self._group.start(specs, layout, self._environ, self.config.cpu_binding)
         self._telemetry.workers(len(specs))
         self._hangs = watch_round(
             self._channel,

@@ -18,6 +18,7 @@ __all__ = [
     "STOP_SIGNALS",
     "PASSED_SIGNALS",
     "stop_on_signals",
+    "stop_deferred",
     "ignore_stop_signals",
     "pass_to_workers",
     "stop_requested",
@@ -33,6 +34,8 @@ class _Handled:
 
     def __init__(self) -> None:
         self.signals: tuple[int, ...] = STOP_SIGNALS
+        self.deferring = False  # inside stop_deferred: a stop is kept for its end
+        self.deferred: int | None = None  # the stop signal that came while deferring
 
 
 _handled = _Handled()
@@ -71,6 +74,9 @@ def stop_on_signals(signals: tuple[int, ...] = STOP_SIGNALS) -> Iterator[None]:
     """Turn each of ``signals`` into AgentStopped in the main thread (once)."""
 
     def handle(signum: int, frame: object) -> None:
+        if _handled.deferring:
+            _handled.deferred = _handled.deferred or signum
+            return
         ignore_stop_signals()
         raise AgentStopped(signum)
 
@@ -78,6 +84,26 @@ def stop_on_signals(signals: tuple[int, ...] = STOP_SIGNALS) -> Iterator[None]:
         _handled.signals = tuple(signals)
     with _handling(signals, handle):
         yield
+
+
+@contextmanager
+def stop_deferred() -> Iterator[None]:
+    """A stop signal that comes inside the block is raised as AgentStopped when the block ends, not
+    in the middle of it: a worker started in it is always one its group knows, so it is stopped with
+    the others (an exception between its fork and its registration left it to die unwarned with the
+    agent). Main thread only; elsewhere the block runs as is."""
+    if threading.current_thread() is not threading.main_thread() or _handled.deferring:
+        yield
+        return
+    _handled.deferring = True
+    try:
+        yield
+    finally:
+        _handled.deferring = False
+        signum, _handled.deferred = _handled.deferred, None
+        if signum is not None:
+            ignore_stop_signals()
+            raise AgentStopped(signum)
 
 
 @contextmanager
