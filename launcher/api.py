@@ -22,7 +22,7 @@ import sys
 import tempfile
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .errors import ChildFailedError, UsageError, WorkerFailedError
@@ -148,7 +148,8 @@ def launch_agent(config: LaunchConfig, entrypoint: Callable[..., Any] | str, arg
     work = tempfile.mkdtemp(prefix="elastic-launch-")
     try:
         argv = _worker_command(entrypoint, args, work)
-        plan = replace(build_plan(_request(config, argv)), scratch=(work,))
+        request = _request(config, argv, scratch=work)
+        plan = build_plan(request)
         try:
             outcome = launch(plan)
         except WorkerFailedError as exc:
@@ -177,7 +178,7 @@ def _worker_command(entrypoint: Callable[..., Any] | str, args: list[Any], work:
     return [sys.executable, "-u", "-m", "launcher.workers.fn_worker", payload, work]
 
 
-def _request(config: LaunchConfig, argv: list[str]) -> RunRequest:
+def _request(config: LaunchConfig, argv: list[str], scratch: str) -> RunRequest:
     """The config as the typed request elastic-run's options also come to: the worker command runs
     as --no-python does; no rdzv_endpoint (one node) is a local etcd, as --standalone."""
     from .plan import RunRequest, hang_timeouts
@@ -206,6 +207,7 @@ def _request(config: LaunchConfig, argv: list[str]) -> RunRequest:
         stop_grace=float(config.shutdown_timeout),
         hang_timeouts=hang_timeouts(config.first_heartbeat_timeout, config.heartbeat_timeout),
         virtual_local_rank=config.virtual_local_rank,
+        scratch=(scratch,),
     )
 
 

@@ -25,13 +25,12 @@ from pathlib import Path
 
 from launcher.errors import LauncherError
 from launcher.workers.env import exported
-from rendezvous.etcd.client import EtcdClient
-from rendezvous.etcd.credentials import ENV_VARS, PASSWORD_FILE
 from rendezvous.etcd.server import start_process, stop_process
-from rendezvous.settings import RendezvousSettings
+from rendezvous.etcd.target import EtcdTarget
 
-__all__ = ["Beside", "lighthouse_beside", "replica_argv"]
+__all__ = ["Beside", "lighthouse_beside", "replica_argv", "TARGET_FILE"]
 
+TARGET_FILE = "etcd-target.json"  # EtcdTarget.to_json(), for the replica
 _START = "from launcher.cli.main import lighthouse_main; lighthouse_main()"
 _READY_WITHIN = 60.0  # seconds for a replica to listen (it waits for etcd meanwhile)
 _QUORUM_RETRIES = "3"
@@ -46,49 +45,38 @@ class Beside:
     min_replicas: int = 1
 
 
-def replica_argv(
-    beside: Beside, endpoints: str, settings: RendezvousSettings, port: int, address_file: str
-) -> list[str]:
-    """The replica's command line (the etcd credentials go in its environment, never here)."""
-    conf = f"key_prefix={settings.key_prefix},read_timeout={settings.read_timeout:g}"
+def replica_argv(beside: Beside, key_prefix: str, port: int, directory: str) -> list[str]:
+    """The replica's command line: where etcd is, with the credentials, it reads from the target's
+    JSON in ``directory`` (private to the agent), never from here."""
     return [
         sys.executable, "-c", _START,
         "--bind", f"[::]:{port}",
         "--min_replicas", str(beside.min_replicas),
-        "--rdzv-endpoint", endpoints,
+        "--etcd-target-file", str(Path(directory, TARGET_FILE)),
         "--rdzv-id", beside.lighthouse_id,
-        "--rdzv-conf", conf,
-        "--address-file", address_file,
+        "--rdzv-conf", f"key_prefix={key_prefix}",
+        "--address-file", str(Path(directory, "address")),
     ]  # fmt: skip
 
 
 class _Replica:
-    def __init__(
-        self, beside: Beside, client: EtcdClient, settings: RendezvousSettings, report: Callable[[str], None]
-    ) -> None:
+    def __init__(self, beside: Beside, target: EtcdTarget, key_prefix: str, report: Callable[[str], None]) -> None:
         self.beside, self.report = beside, report
-        self._target = client.target
-        self._settings = settings
-        self._dir = tempfile.mkdtemp(prefix="elastic-lighthouse-")
+        self._key_prefix = key_prefix
+        self._dir = tempfile.mkdtemp(prefix="elastic-lighthouse-")  # mode 0700: the target holds the password
+        target_file = Path(self._dir, TARGET_FILE)
+        target_file.touch(mode=0o600)
+        target_file.write_text(target.to_json())
         self._port = beside.port
         self._process: subprocess.Popen | None = None
         self._stop = threading.Event()
         self.address = ""
 
-    def _env(self) -> dict[str, str]:
-        env = dict(os.environ)
-        env.pop(PASSWORD_FILE, None)  # the password, if any, is given below
-        for field, name in ENV_VARS.items():
-            value = getattr(self._target, field)
-            if value:
-                env[name] = str(value)
-        return env
-
     def start(self) -> str:
         address_file = Path(self._dir, "address")
         address_file.unlink(missing_ok=True)
-        argv = replica_argv(self.beside, self._target.urls, self._settings, self._port, str(address_file))
-        self._process = start_process(argv, str(Path(self._dir, "replica.log")), env=self._env())
+        argv = replica_argv(self.beside, self._key_prefix, self._port, self._dir)
+        self._process = start_process(argv, str(Path(self._dir, "replica.log")))
         deadline = time.monotonic() + _READY_WITHIN
         while not (address_file.exists() and address_file.read_text().strip()):
             if self._process.poll() is not None or time.monotonic() > deadline:
@@ -121,13 +109,13 @@ class _Replica:
 
 @contextmanager
 def lighthouse_beside(
-    beside: Beside | None, client: EtcdClient, settings: RendezvousSettings, report: Callable[[str], None]
+    beside: Beside | None, target: EtcdTarget, key_prefix: str, report: Callable[[str], None]
 ) -> Iterator[str | None]:
     """Run the replica for the block, with ``TORCHFT_LIGHTHOUSE`` set for the workers; its address."""
     if beside is None:
         yield None
         return
-    replica = _Replica(beside, client, settings, report)
+    replica = _Replica(beside, target, key_prefix, report)
     address = replica.start()
     report(f"torchft lighthouse {beside.lighthouse_id!r}: a replica at {address} (TORCHFT_LIGHTHOUSE)")
     watcher = threading.Thread(target=replica.supervise, name="lighthouse-supervisor", daemon=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from launcher.output.console import console_event, say
 from launcher.telemetry.metrics import Telemetry
@@ -16,6 +16,7 @@ from launcher.workers.env import exported
 from launcher.workers.fence import ReaperProcess, reaper_sys_path
 from rendezvous.etcd.client import EtcdClient
 from rendezvous.etcd.endpoints import Endpoint
+from rendezvous.etcd.target import EtcdTarget
 from rendezvous.job.hangboard import HangChannel
 from rendezvous.job.history import HistoryWriter
 from rendezvous.job.keys import JobKeys
@@ -30,6 +31,9 @@ from .errors import UsageError
 from .signals import PASSED_SIGNALS, STOP_SIGNALS, pass_to_workers, stop_on_signals
 from .slurm import AllocationEtcd
 
+if TYPE_CHECKING:
+    from rendezvous.etcd.server import EtcdCluster
+
 __all__ = ["LaunchPlan", "LaunchOutcome", "launch"]
 
 
@@ -39,7 +43,7 @@ class LaunchPlan:
 
     config: AgentConfig
     settings: RendezvousSettings
-    endpoint: str | None  # host:port[,...] of etcd; None: start a local one (--standalone)
+    etcd: EtcdTarget | None  # where etcd is and how to reach it; None: start a local one (--standalone)
     node_id: str
     local_addr: str | None = None
     signals: tuple[int, ...] = STOP_SIGNALS  # the signals that stop the agent (--signals-to-handle)
@@ -55,7 +59,7 @@ class LaunchPlan:
 
     @property
     def standalone(self) -> bool:
-        return self.endpoint is None
+        return self.etcd is None
 
 
 @dataclass(frozen=True)
@@ -66,7 +70,9 @@ class LaunchOutcome:
     ranks: tuple[int, ...]
 
 
-def launch(plan: LaunchPlan, *, early_etcd: Any = None, report: Callable[[str], None] = say) -> LaunchOutcome:
+def launch(
+    plan: LaunchPlan, *, early_etcd: EtcdCluster | None = None, report: Callable[[str], None] = say
+) -> LaunchOutcome:
     """Run the plan's agent to the end: the outcome when the job succeeded, else a LauncherError is raised.
 
     ``early_etcd`` is a local etcd already starting (``launcher.cli.main`` starts it before the heavy
@@ -77,18 +83,16 @@ def launch(plan: LaunchPlan, *, early_etcd: Any = None, report: Callable[[str], 
     server = None
     try:
         with exported(dict(plan.exported)), stop_on_signals(plan.signals):
-            if plan.standalone:
+            target = plan.etcd
+            if target is None:
                 from rendezvous.etcd.server import EtcdServer
 
                 server, early_etcd = (early_etcd.ready() if early_etcd is not None else EtcdServer().start()), None
-                client = plan.settings.with_(protocol="http").connect(server.endpoints)  # the local etcd speaks http
-            else:
-                client = None
+                target = EtcdTarget.of(server.endpoints, timeout=plan.settings.read_timeout)  # it speaks http
             with allocation_member(plan.allocation, report):
-                if client is None:
-                    client = plan.settings.connect(plan.endpoint)
+                client = EtcdClient(target)
                 try:
-                    with lighthouse_beside(plan.lighthouse, client, plan.settings, report):
+                    with lighthouse_beside(plan.lighthouse, target, plan.settings.key_prefix, report):
                         return _run_agent(plan, client, report, _temporary(plan, server))
                 finally:
                     client.close()
@@ -100,7 +104,7 @@ def launch(plan: LaunchPlan, *, early_etcd: Any = None, report: Callable[[str], 
             shutil.rmtree(plan.log_root, ignore_errors=True)
 
 
-def _temporary(plan: LaunchPlan, server: Any) -> tuple[str, ...]:
+def _temporary(plan: LaunchPlan, server: EtcdCluster | None) -> tuple[str, ...]:
     """The run's temporary directories, which its reaper removes if the agent is killed outright."""
     logs = (plan.log_root,) if plan.remove_logs else ()
     etcd = (server.data_dir,) if server is not None and not server.given_dir else ()

@@ -71,32 +71,38 @@ class RunRequest:
     allocation: AllocationEtcd | None = None  # under SLURM with no --rdzv-endpoint: the allocation's etcd
     node_name: str | None = None  # under SLURM: the node's name, which this node's id starts with
     notes: tuple[str, ...] = ()  # lines to say when the run starts (the NUMA binding)
+    scratch: tuple[str, ...] = ()  # the caller's temporary directories: removed by the reaper if this process dies
 
 
 def build_plan(request: RunRequest) -> LaunchPlan:
     """The request as a LaunchPlan, ready to launch (a UsageError names what cannot be done)."""
+    min_nodes, max_nodes, run_id = _identity(request)
     if request.virtual_local_rank:
         _check_virtual_devices(request.nproc_per_node)
-    min_nodes, max_nodes, run_id = _identity(request)
     settings = RendezvousSettings.from_conf(run_id, min_nodes, max_nodes, dict(request.rdzv_conf), warn=say)
+    etcd = settings.target(request.endpoint) if request.endpoint is not None else None
+    history = JobKeys(settings.key_prefix, run_id).ctl("history", request.endpoint) if _etcd_outlives(request) else ""
+    # everything is checked: now the node's id and its log directory (made here)
     node_id = default_node_id() if request.node_name is None else f"{request.node_name}-{uuid.uuid4().hex[:6]}"
     log_root, temporary = _log_root(request.log_dir, run_id, node_id)
     keep_files = bool(request.redirects or request.tee)
+    notes = _notes(request, log_root if temporary and keep_files else None)
     return LaunchPlan(
-        _agent_config(request, log_root, _history_command(settings, request)),
+        _agent_config(request, log_root, history),
         settings,
-        request.endpoint,
+        etcd,
         node_id,
         local_addr=request.local_addr or ("127.0.0.1" if request.endpoint is None else None),
         signals=request.signals,
         exported=(("TORCHELASTIC_SIGNALS_TO_HANDLE", request.signals_to_handle),),
         log_root=log_root,
         remove_logs=temporary and not keep_files,
-        notes=_notes(request, log_root if temporary and keep_files else None),
+        notes=notes,
         http_host=request.http_host or "0.0.0.0",
         http_port=request.http_port,
         allocation=request.allocation,
         lighthouse=request.lighthouse,
+        scratch=request.scratch,
     )
 
 
@@ -128,12 +134,10 @@ def _notes(request: RunRequest, temporary_logs: str | None) -> tuple[str, ...]:
     return tuple(notes)
 
 
-def _history_command(settings: RendezvousSettings, request: RunRequest) -> str:
-    """``elastic-ctl history ...`` as it can be pasted; "" when the job's etcd stops with the agent
-    (--standalone, or the etcd of a SLURM allocation)."""
-    if not request.endpoint or request.allocation is not None:
-        return ""
-    return JobKeys(settings.key_prefix, settings.run_id).ctl("history", request.endpoint)
+def _etcd_outlives(request: RunRequest) -> bool:
+    """Whether the job's etcd outlives this agent, so that a command naming it can be pasted later:
+    not a local one (--standalone) nor the etcd of a SLURM allocation."""
+    return bool(request.endpoint) and request.allocation is None
 
 
 def _agent_config(request: RunRequest, log_root: str, history_command: str) -> AgentConfig:

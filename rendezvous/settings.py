@@ -11,8 +11,8 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
-from rendezvous.etcd.client import EtcdClient, EtcdTarget
 from rendezvous.etcd.session import default_renew_deadline, keep_alive_interval
+from rendezvous.etcd.target import EtcdTarget
 from rendezvous.job.keys import DEFAULT_KEY_PREFIX, validate_run_id
 
 from .errors import RendezvousSettingsError
@@ -215,10 +215,6 @@ class RendezvousSettings:
             user=self.user,
             password=self.password,
         )
-
-    def connect(self, endpoints: str) -> EtcdClient:
-        """A client of ``target(endpoints)``."""
-        return EtcdClient(self.target(endpoints))
 
 
 def _is_number(value: object) -> bool:

@@ -73,7 +73,7 @@ def connect(endpoint: str, conf: str, run_id: str = "elastic-ctl") -> tuple[Etcd
     settings = RendezvousSettings.from_conf(
         run_id, 1, 1, conf, warn=lambda line: click.echo(f"elastic-ctl: {line}", err=True)
     )
-    return settings.connect(endpoint), settings.key_prefix
+    return EtcdClient(settings.target(endpoint)), settings.key_prefix
 
 
 def _row(job: JobEntry, now: float) -> dict[str, Any]:

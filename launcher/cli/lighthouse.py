@@ -18,7 +18,9 @@ import grpc
 
 from launcher.errors import UsageError
 from launcher.signals import stop_requested
+from rendezvous.etcd.client import EtcdClient
 from rendezvous.etcd.endpoints import Endpoint
+from rendezvous.etcd.target import EtcdTarget
 from rendezvous.lighthouse.book import LighthouseKeys
 from rendezvous.lighthouse.quorum import Rules
 from rendezvous.lighthouse.replica import Replica
@@ -87,8 +89,8 @@ def _advertised(host: str, port: int, given: str | None) -> str:
     "--rdzv-endpoint",
     "--rdzv_endpoint",
     envvar="PET_RDZV_ENDPOINT",
-    required=True,
-    help="etcd endpoints, host:port[,...].",
+    default=None,
+    help="etcd endpoints, host:port[,...] (required).",
 )
 @click.option(
     "--rdzv-id",
@@ -120,6 +122,7 @@ def _advertised(host: str, port: int, given: str | None) -> str:
     help="Seconds a dead replica keeps the lead.",
 )
 @click.option("--address-file", type=click.Path(dir_okay=False), default=None, hidden=True)
+@click.option("--etcd-target-file", type=click.Path(dir_okay=False), default=None, hidden=True)
 @click.version_option(package_name="etcd-elastic", prog_name="elastic-lighthouse", message="%(prog)s %(version)s")
 def elastic_lighthouse(**opts: Any) -> int:
     """torchft's Lighthouse (Quorum, Heartbeat, status page), its state kept in etcd."""
@@ -127,7 +130,7 @@ def elastic_lighthouse(**opts: Any) -> int:
     host, port = split_bind(opts["bind"])
     say = lambda line: click.echo(f"elastic-lighthouse: {line}", err=True)  # noqa: E731
     settings = RendezvousSettings.from_conf(opts["rdzv_id"], 1, 1, opts["rdzv_conf"], warn=say)
-    client = settings.connect(opts["rdzv_endpoint"])
+    client = EtcdClient(_target(opts, settings))
     keys = LighthouseKeys(settings.key_prefix, opts["rdzv_id"])
     client.wait_ready(keys.leader, settings.connect_timeout, report=say)
     rules = Rules(
@@ -157,6 +160,16 @@ def elastic_lighthouse(**opts: Any) -> int:
         server.stop(grace=1).wait(2)
         page.stop()
     return 0
+
+
+def _target(opts: dict[str, Any], settings: RendezvousSettings) -> EtcdTarget:
+    """Where etcd is: --rdzv-endpoint with the conf's TLS and user, or the target an agent wrote for
+    the replica it runs beside it (``--lighthouse``)."""
+    if opts["etcd_target_file"]:
+        return EtcdTarget.from_json(Path(opts["etcd_target_file"]).read_text())
+    if not opts["rdzv_endpoint"]:
+        raise UsageError("--rdzv-endpoint is required (host:port of etcd)")
+    return settings.target(opts["rdzv_endpoint"])
 
 
 def _listen(replica: Replica, host: str, port: int, bind: str) -> tuple[grpc.Server, int]:

@@ -1,4 +1,5 @@
-"""Pure parsing of elastic-run's command line values (torchrun's meanings); no I/O beyond lookups."""
+"""Parsing of elastic-run's option values, one function an option (torchrun's meanings): a
+``UsageError`` names a bad one; a line is said for one that is ignored. No I/O beyond lookups."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from launcher.errors import UsageError
+from launcher.output.console import say
+from launcher.output.streams import Std
 
 __all__ = [
     "NodeRange",
@@ -19,6 +22,13 @@ __all__ = [
     "worker_argv",
     "RDZV_BACKENDS",
     "parse_rdzv_backend",
+    "rendezvous_endpoint",
+    "parse_nodes",
+    "shutdown_timeout",
+    "say_static_ignored",
+    "parse_std",
+    "parse_ranks_filter",
+    "parse_filters",
 ]
 
 RDZV_BACKENDS = {"etcd-v3": "etcd-v3", "etcd": "etcd-v3", "etcd_v3": "etcd-v3", "etcd-v2": "etcd-v3"}
@@ -187,3 +197,89 @@ def worker_argv(
     if run_path:
         return [python, "-u", "-c", _RUN_PATH, script, *args]
     return [python, "-u", script, *args]
+
+
+def rendezvous_endpoint(standalone: bool, backend: str, endpoint: str | None, rdzv_id: str | None) -> str | None:
+    """etcd's endpoint, or None for --standalone (which overrides the rendezvous options, saying so)."""
+    if standalone:
+        given = [
+            f"--rdzv-{name}"
+            for name, value in (("backend", backend), ("endpoint", endpoint), ("id", rdzv_id))
+            if value not in (None, "", "etcd-v3", "none")
+        ]
+        if given:
+            say(f"--standalone: ignoring {', '.join(given)}; a local etcd is started for this job")
+        return None
+    if str(backend).strip().lower() == "etcd-v2":
+        say("--rdzv-backend etcd-v2: using etcd's v3 API (etcd 3.6 removed v2)")
+    parse_rdzv_backend(backend)
+    return endpoint or ""
+
+
+def say_static_ignored(node_rank: object, master_addr: object, master_port: object) -> None:
+    """torchrun's static rendezvous options: taken, ignored, said once."""
+    if node_rank or master_addr or master_port:
+        say("--node-rank/--master-addr/--master-port belong to static rendezvous and are ignored")
+
+
+def parse_nodes(nnodes: str, *, standalone: bool) -> NodeRange:
+    """--nnodes; --standalone runs one node (saying so when --nnodes asked for more)."""
+    nodes = parse_nnodes(nnodes)
+    if standalone and nodes.max_nodes != 1:
+        say("--standalone runs one node; ignoring --nnodes")
+    return NodeRange(1, 1) if standalone else nodes
+
+
+def shutdown_timeout(value: float | None) -> float:
+    """--shutdown-timeout, else TORCH_ELASTIC_SHUTDOWN_TIMEOUT, else 30 s (torchrun's rule)."""
+    if value is not None:
+        return value
+    text = os.environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "30")
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not seconds >= 0:
+        raise UsageError(f"TORCH_ELASTIC_SHUTDOWN_TIMEOUT must be a number of seconds >= 0, not {text!r}")
+    return seconds
+
+
+def parse_std(value: str | int | None, option: str) -> dict[int, int] | int:
+    """``3`` -> 3 for every rank; ``0:1,1:2`` -> {0: 1, 1: 2} (ranks not named: 0)."""
+    if value is None or value == "":
+        return Std.NONE
+    text = str(value).strip()
+
+    def level(item: str) -> int:
+        if item.strip() not in {"0", "1", "2", "3"}:
+            raise UsageError(f"{option} must be 0, 1, 2 or 3 (or LOCAL_RANK:LEVEL,...), not {text!r}")
+        return int(item)
+
+    if ":" not in text:
+        return level(text)
+    mapping: dict[int, int] = {}
+    for part in text.split(","):
+        rank, sep, lvl = part.partition(":")
+        if not sep or not rank.strip().isdigit():
+            raise UsageError(f"{option} must be 0, 1, 2 or 3 (or LOCAL_RANK:LEVEL,...), not {text!r}")
+        mapping[int(rank)] = level(lvl)
+    return mapping
+
+
+def parse_ranks_filter(value: str | None) -> frozenset[int] | None:
+    if value is None or value.strip() == "":
+        return None
+    ranks = set()
+    for part in value.split(","):
+        if not part.strip().isdigit():
+            raise UsageError(f"--local-ranks-filter takes local ranks like 0,2, not {value!r}")
+        ranks.add(int(part))
+    return frozenset(ranks)
+
+
+def parse_filters(value: str | None) -> tuple[str, ...]:
+    """torchrun's comma-separated filter list; ``,,`` is a literal comma. Empty: no filter."""
+    if not value:
+        return ()
+    marker = "\x00"
+    return tuple(item.replace(marker, ",") for item in value.replace(",,", marker).split(","))

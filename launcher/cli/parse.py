@@ -9,23 +9,29 @@ launches.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any
 
 from launcher.beside import Beside
-from launcher.errors import UsageError
 from launcher.launch import LaunchPlan
 from launcher.output import load_logs_specs
-from launcher.output.console import say
-from launcher.output.streams import parse_filters, parse_ranks_filter, parse_std
 from launcher.plan import STOP_SIGNALS_TEXT, RunRequest, build_plan, hang_timeouts
 from launcher.signals import parse_signals
 from launcher.workers.numa import binding_commands
 from rendezvous.settings import parse_conf
 
 from .from_slurm import from_slurm
-from .options import NodeRange, parse_nnodes, parse_nproc_per_node, parse_rdzv_backend, worker_argv
+from .options import (
+    parse_filters,
+    parse_nodes,
+    parse_nproc_per_node,
+    parse_ranks_filter,
+    parse_std,
+    rendezvous_endpoint,
+    say_static_ignored,
+    shutdown_timeout,
+    worker_argv,
+)
 
 __all__ = ["RunOptions", "plan_from", "request_from"]
 
@@ -79,23 +85,27 @@ class RunOptions:
 
 def plan_from(opts: RunOptions) -> LaunchPlan:
     """elastic-run's options -> a validated LaunchPlan (a UsageError names the first bad option)."""
-    return build_plan(request_from(opts))
+    request = request_from(opts)
+    return build_plan(request)
 
 
 def request_from(opts: RunOptions) -> RunRequest:
-    """elastic-run's options, with SLURM's defaults in, parsed into a RunRequest."""
+    """elastic-run's options, with SLURM's defaults in, parsed into a RunRequest: each option's text
+    by its parser (``launcher.cli.options``), in the order torchrun reports a bad one."""
     opts, slurm = from_slurm(opts)
-    endpoint = _rendezvous_endpoint(opts)
-    nodes = _nodes(opts, standalone=endpoint is None)
+    endpoint = rendezvous_endpoint(opts.standalone, opts.rdzv_backend, opts.rdzv_endpoint, opts.rdzv_id)
+    nodes = parse_nodes(opts.nnodes, standalone=endpoint is None)
     nproc = parse_nproc_per_node(opts.nproc_per_node)
     argv = worker_argv(
         opts.script, opts.script_args, module=opts.module, no_python=opts.no_python, run_path=opts.run_path
     )
     redirects, tee = parse_std(opts.redirects, "--redirects"), parse_std(opts.tee, "--tee")
     ranks_filter = parse_ranks_filter(opts.local_ranks_filter)
+    stop_grace = shutdown_timeout(opts.stop_grace)
+    say_static_ignored(opts.node_rank, opts.master_addr, opts.master_port)
+    logs_specs = _logs_specs(opts, redirects, tee, ranks_filter)
+    beside = Beside(opts.lighthouse, opts.lighthouse_port, opts.lighthouse_min_replicas)
     cpu_binding, numa_line = binding_commands(opts.numa_binding, nproc)
-    if opts.master_addr or opts.master_port or opts.node_rank:
-        say("--node-rank/--master-addr/--master-port belong to static rendezvous and are ignored")
     return RunRequest(
         argv=tuple(argv),
         min_nodes=nodes.min_nodes,
@@ -114,18 +124,18 @@ def request_from(opts: RunOptions) -> RunRequest:
         ranks_filter=ranks_filter,
         stdout_filters=parse_filters(opts.duplicate_stdout_filters),
         stderr_filters=parse_filters(opts.duplicate_stderr_filters),
-        logs_specs=_logs_specs(opts, redirects, tee, ranks_filter),
+        logs_specs=logs_specs,
         log_line_prefix_template=opts.log_line_prefix_template,
         local_addr=opts.local_addr,
         signals=parse_signals(opts.signals_to_handle),
         signals_to_handle=opts.signals_to_handle,
-        stop_grace=_shutdown_timeout(opts.stop_grace),
+        stop_grace=stop_grace,
         hang_timeouts=hang_timeouts(opts.first_heartbeat_timeout, opts.heartbeat_timeout),
         cpu_binding=cpu_binding,
         virtual_local_rank=opts.virtual_local_rank,
         http_port=opts.http_port,
         http_host=opts.http_host,
-        lighthouse=_lighthouse(opts),
+        lighthouse=beside if opts.lighthouse else None,
         allocation=slurm.etcd if slurm is not None else None,
         node_name=slurm.job.node_name if slurm is not None else None,
         notes=(numa_line,) if numa_line else (),
@@ -137,48 +147,3 @@ def _logs_specs(opts: RunOptions, redirects: Any, tee: Any, ranks_filter: Any) -
     if opts.logs_specs is None or isinstance(opts.logs_specs, str):
         return load_logs_specs(opts.logs_specs, opts.log_dir, redirects, tee, ranks_filter)
     return opts.logs_specs
-
-
-def _lighthouse(opts: RunOptions) -> Beside | None:
-    if not opts.lighthouse:
-        return None
-    return Beside(opts.lighthouse, opts.lighthouse_port, opts.lighthouse_min_replicas)
-
-
-def _rendezvous_endpoint(opts: RunOptions) -> str | None:
-    """etcd's endpoint, or None for --standalone (which overrides the rendezvous options, saying so)."""
-    if opts.standalone:
-        given = [
-            f"--rdzv-{name.split('_')[1]}"
-            for name in ("rdzv_backend", "rdzv_endpoint", "rdzv_id")
-            if getattr(opts, name) not in (None, "", "etcd-v3", "none")
-        ]
-        if given:
-            say(f"--standalone: ignoring {', '.join(given)}; a local etcd is started for this job")
-        return None
-    if str(opts.rdzv_backend).strip().lower() == "etcd-v2":
-        say("--rdzv-backend etcd-v2: using etcd's v3 API (etcd 3.6 removed v2)")
-    parse_rdzv_backend(opts.rdzv_backend)
-    return opts.rdzv_endpoint or ""
-
-
-def _nodes(opts: RunOptions, *, standalone: bool) -> NodeRange:
-    """--nnodes; --standalone runs one node (saying so when --nnodes asked for more)."""
-    nodes = parse_nnodes(opts.nnodes)
-    if standalone and nodes.max_nodes != 1:
-        say("--standalone runs one node; ignoring --nnodes")
-    return NodeRange(1, 1) if standalone else nodes
-
-
-def _shutdown_timeout(value: float | None) -> float:
-    """--shutdown-timeout, else TORCH_ELASTIC_SHUTDOWN_TIMEOUT, else 30 s (torchrun's rule)."""
-    if value is not None:
-        return value
-    text = os.environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "30")
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = -1.0
-    if not seconds >= 0:
-        raise UsageError(f"TORCH_ELASTIC_SHUTDOWN_TIMEOUT must be a number of seconds >= 0, not {text!r}")
-    return seconds

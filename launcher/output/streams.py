@@ -16,7 +16,7 @@ every local rank, or per local rank as ``0:1,1:2``. As in torch:
 
 A layout strategy (``LayoutStrategy``) turns the options into each attempt's ``Layout``: the
 built-in one (``launcher.output.default``) or a torch ``LogsSpecs`` (``launcher.output.torch_specs``);
-the CLI picks one. Everything here is pure.
+the CLI picks one (and parses the options' text: ``launcher.cli.options``). Everything here is pure.
 """
 
 from __future__ import annotations
@@ -26,15 +26,10 @@ from dataclasses import dataclass
 from string import Template
 from typing import Protocol
 
-from launcher.errors import UsageError
-
 __all__ = [
     "STDOUT",
     "STDERR",
     "Std",
-    "parse_std",
-    "parse_ranks_filter",
-    "parse_filters",
     "StreamPlan",
     "plan_stream",
     "line_prefix",
@@ -49,39 +44,6 @@ STDOUT, STDERR = 1, 2  # bit values, as torchrun's Std
 
 class Std:
     NONE, OUT, ERR, ALL = 0, 1, 2, 3
-
-
-def parse_std(value: str | int | None, option: str) -> dict[int, int] | int:
-    """``3`` -> 3 for every rank; ``0:1,1:2`` -> {0: 1, 1: 2} (ranks not named: 0)."""
-    if value is None or value == "":
-        return Std.NONE
-    text = str(value).strip()
-
-    def level(item: str) -> int:
-        if item.strip() not in {"0", "1", "2", "3"}:
-            raise UsageError(f"{option} must be 0, 1, 2 or 3 (or LOCAL_RANK:LEVEL,...), not {text!r}")
-        return int(item)
-
-    if ":" not in text:
-        return level(text)
-    mapping: dict[int, int] = {}
-    for part in text.split(","):
-        rank, sep, lvl = part.partition(":")
-        if not sep or not rank.strip().isdigit():
-            raise UsageError(f"{option} must be 0, 1, 2 or 3 (or LOCAL_RANK:LEVEL,...), not {text!r}")
-        mapping[int(rank)] = level(lvl)
-    return mapping
-
-
-def parse_ranks_filter(value: str | None) -> frozenset[int] | None:
-    if value is None or value.strip() == "":
-        return None
-    ranks = set()
-    for part in value.split(","):
-        if not part.strip().isdigit():
-            raise UsageError(f"--local-ranks-filter takes local ranks like 0,2, not {value!r}")
-        ranks.add(int(part))
-    return frozenset(ranks)
 
 
 @dataclass(frozen=True)
@@ -119,14 +81,6 @@ def line_prefix(template: str | None, role: str, rank: int, local_rank: int) -> 
     if template:
         return Template(template).safe_substitute(role_name=role, rank=rank, local_rank=local_rank)
     return f"[{role}{local_rank}]:"
-
-
-def parse_filters(value: str | None) -> tuple[str, ...]:
-    """torchrun's comma-separated filter list; ``,,`` is a literal comma. Empty: no filter."""
-    if not value:
-        return ()
-    marker = "\x00"
-    return tuple(item.replace(marker, ",") for item in value.replace(",,", marker).split(","))
 
 
 @dataclass(frozen=True)

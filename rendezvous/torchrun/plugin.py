@@ -208,7 +208,7 @@ def create_handler(params: Any) -> Any:
 
     ours = {k: str(v) for k, v in params.config.items() if k in CONF_KEYS and k not in _TORCHS}
     settings = RendezvousSettings.from_conf(params.run_id, params.min_nodes, params.max_nodes, ours)
-    client = settings.connect(params.endpoint)
+    client = EtcdClient(settings.target(params.endpoint))
     backend = TorchBackend(EtcdRendezvousBackend(client, params.run_id, settings.key_prefix))
     store = EtcdStore(client, params.run_id, key_prefix=settings.key_prefix)
     return torch_create_handler(store, backend, params)

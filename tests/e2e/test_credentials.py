@@ -21,21 +21,23 @@ PASSWORD = "trainer-Secr3t-pw"
 
 @pytest.fixture(scope="module")
 def auth_etcd():
-    """etcd with auth on: root, and a user whose role may only read and write keys under /elastic/."""
+    """etcd with auth on: root, and a user whose role may only read and write keys under /elastic/
+    and /elastic-lighthouse/."""
     with EtcdServer() as server:
         admin = EtcdClient(server.endpoints, timeout=5)
         call = admin._call
         call("AuthStub", "UserAdd", etcdrpc.AuthUserAddRequest(name="root", password=ROOT_PASSWORD))
         call("AuthStub", "UserGrantRole", etcdrpc.AuthUserGrantRoleRequest(user="root", role="root"))
         call("AuthStub", "RoleAdd", etcdrpc.AuthRoleAddRequest(name="elastic-job"))
-        permission = auth_pb2.Permission(
-            permType=auth_pb2.Permission.READWRITE, key=b"/elastic/", range_end=prefix_range_end(b"/elastic/")
-        )
-        call(
-            "AuthStub",
-            "RoleGrantPermission",
-            etcdrpc.AuthRoleGrantPermissionRequest(name="elastic-job", perm=permission),
-        )
+        for prefix in (b"/elastic/", b"/elastic-lighthouse/"):  # jobs, and torchft Lighthouses (--lighthouse)
+            permission = auth_pb2.Permission(
+                permType=auth_pb2.Permission.READWRITE, key=prefix, range_end=prefix_range_end(prefix)
+            )
+            call(
+                "AuthStub",
+                "RoleGrantPermission",
+                etcdrpc.AuthRoleGrantPermissionRequest(name="elastic-job", perm=permission),
+            )
         call("AuthStub", "UserAdd", etcdrpc.AuthUserAddRequest(name="trainer", password=PASSWORD))
         call("AuthStub", "UserGrantRole", etcdrpc.AuthUserGrantRoleRequest(user="trainer", role="elastic-job"))
         call("AuthStub", "AuthEnable", etcdrpc.AuthEnableRequest())
@@ -83,6 +85,31 @@ def test_a_prefix_only_role_runs_a_job_and_elastic_ctl_with_credentials_from_the
         tool_name="elastic-ctl",
     )
     assert anonymous.returncode == 2 and "refused the credentials" in anonymous.stderr  # configuration: no retry
+
+
+def test_the_lighthouse_replica_beside_an_agent_reaches_etcd_with_the_agents_credentials(
+    auth_etcd, password_file, tmp_path
+):
+    """--lighthouse: the replica is handed the agent's etcd target (user and password) in a file only
+    the agent's user can read; nothing of it on a command line. Its worker sees its address."""
+    pytest.importorskip("torchft")
+    env = {"ELASTIC_ETCD_USER": "trainer", "ELASTIC_ETCD_PASSWORD_FILE": password_file}
+    out = tmp_path / "out"
+    out.mkdir()
+    args = agent_args(auth_etcd, run_id(), "1", nproc=1) + ["--lighthouse", run_id(), "--lighthouse-port", "0"]
+    agent = start([*args, PROBE, str(out), "--run", "1"], env=env)
+    try:
+        wait_for(lambda: records(str(out), 0) or agent.poll() is not None, 60, what="the worker")
+        shown = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+        code, output = finish(agent, timeout=60)
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+    assert code == 0, output
+    assert "torchft lighthouse" in output and "a replica at" in output, output
+    (record,) = records(str(out), 0).values()
+    assert record["env"]["TORCHFT_LIGHTHOUSE"].startswith("http://"), record["env"]
+    assert PASSWORD not in shown and PASSWORD not in output
 
 
 def test_the_conf_wins_over_the_environment(auth_etcd, password_file):

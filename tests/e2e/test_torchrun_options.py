@@ -54,7 +54,7 @@ def test_a_signal_named_in_signals_to_handle_stops_the_job_and_reaches_the_worke
 @pytest.mark.parametrize(
     "how", [["--shutdown-timeout", "2"], {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "2"}], ids=["option", "environment"]
 )
-def test_workers_that_ignore_the_stop_signal_are_killed_after_the_shutdown_timeout(tmp_path, how):
+def test_workers_that_ignore_the_stop_signal_are_killed_after_theshutdown_timeout(tmp_path, how):
     import psutil
 
     options, env = (how, {}) if isinstance(how, list) else ([], how)
@@ -86,13 +86,13 @@ def test_workers_that_ignore_the_stop_signal_are_killed_after_the_shutdown_timeo
 
 
 def test_the_shutdown_timeout_is_30_s_unless_set_as_torchrun(monkeypatch):
-    from launcher.cli.parse import _shutdown_timeout
+    from launcher.cli.options import shutdown_timeout
 
     monkeypatch.delenv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", raising=False)
-    assert _shutdown_timeout(None) == 30.0
+    assert shutdown_timeout(None) == 30.0
     monkeypatch.setenv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "7")
-    assert _shutdown_timeout(None) == 7.0
-    assert _shutdown_timeout(3.0) == 3.0
+    assert shutdown_timeout(None) == 7.0
+    assert shutdown_timeout(3.0) == 3.0
 
 
 def test_event_log_handler_console_prints_each_event_as_a_json_object(tmp_path):

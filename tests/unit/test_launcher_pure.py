@@ -13,23 +13,18 @@ import elastic
 from launcher.cli.options import (
     NodeRange,
     expand_abbreviations,
+    parse_filters,
     parse_nnodes,
     parse_nproc_per_node,
+    parse_ranks_filter,
     parse_rdzv_backend,
+    parse_std,
     worker_argv,
 )
 from launcher.errors import UsageError
 from launcher.output.console import PROGRESS_EVERY, progress_line, should_say
 from launcher.output.pump import _Source
-from launcher.output.streams import (
-    STDOUT,
-    StreamPlan,
-    line_prefix,
-    parse_filters,
-    parse_ranks_filter,
-    parse_std,
-    plan_stream,
-)
+from launcher.output.streams import STDOUT, StreamPlan, line_prefix, plan_stream
 from launcher.restart import failure_summary
 from launcher.signals import parse_signals
 from launcher.workers.env import virtual_device
