@@ -1,7 +1,8 @@
 """torch interop: a ``torch.distributed.Store`` on etcd v3, and the ``etcd-v3`` torchrun handler.
 
 This module imports torch; nothing else in the package imports it. torchrun finds the handler
-through the entry point ``etcd-v3`` in group ``torchrun.handlers`` (see pyproject.toml):
+through the entry point ``etcd-v3`` in group ``torchrun.handlers`` (``entry``, which imports this
+module only when torchrun asks for the backend):
 
     torchrun --rdzv-backend etcd-v3 --rdzv-endpoint HOST:PORT --rdzv-id ID ...
 
@@ -19,7 +20,7 @@ agent must not pay for importing it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
@@ -33,7 +34,7 @@ from rendezvous.settings import CONF_KEYS, RendezvousSettings
 
 from .kvstore import EtcdKVStore
 
-__all__ = ["EtcdStore", "TorchBackend", "torch_error", "create_handler", "handler_creator"]
+__all__ = ["EtcdStore", "TorchBackend", "torch_error", "create_handler"]
 
 # The project's error -> the name of torch's, most specific first. torch's rendezvous package is
 # imported only when needed: importing it loads torchrun's handler entry points, this module's
@@ -216,8 +217,3 @@ def create_handler(params: Any) -> Any:
 
 # Keys whose meaning on this path is torch's handler's (keep_alive_interval is its heartbeat period).
 _TORCHS = ("join_timeout", "last_call_timeout", "close_timeout", "keep_alive_interval")
-
-
-def handler_creator() -> Callable[[Any], Any]:
-    """The entry point torchrun loads: it calls this and registers what it returns."""
-    return create_handler

@@ -1,0 +1,37 @@
+"""Installing the package costs a torchrun that does not use it nothing: torch loads every
+``torchrun.handlers`` entry point when its rendezvous registry is imported, and this package's
+(``rendezvous.torchrun.entry``) imports neither gRPC nor the handler until ``etcd-v3`` is asked for."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from torch.distributed.elastic.rendezvous import RendezvousParameters
+from torch.distributed.elastic.rendezvous.registry import handler_registry
+
+PROBE = """
+import json, sys
+from torch.distributed.elastic.rendezvous import registry
+print(json.dumps({name: name in sys.modules for name in ("grpc", "etcd3", "rendezvous.torchrun.plugin")}))
+"""
+
+
+def test_torchs_registry_loads_the_entry_point_without_grpc_or_the_handler():
+    result = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout.splitlines()[-1]) == {
+        "grpc": False,
+        "etcd3": False,
+        "rendezvous.torchrun.plugin": False,
+    }
+
+
+def test_asking_for_etcd_v3_gives_the_etcd_handler(etcd_endpoints):
+    params = RendezvousParameters("etcd-v3", etcd_endpoints, "entry-test", 1, 1, join_timeout="5")
+    handler = handler_registry.create_handler(params)
+    try:
+        assert handler.get_backend() == "etcd-v3"
+    finally:
+        handler.shutdown()
