@@ -231,8 +231,8 @@ class WorkerGroup:
         return GroupStatus(GroupState.RUNNING if running else GroupState.SUCCEEDED, exited=frozenset(exited))
 
     def stop(self, grace: float = 30.0, signum: int = signal.SIGTERM) -> None:
-        """``signum`` (SIGTERM) to every worker's process group, wait up to ``grace`` s, then SIGKILL
-        what is left."""
+        """``signum`` (SIGTERM) and SIGCONT to every worker's process group, wait up to ``grace`` s,
+        then SIGKILL what is left."""
         workers, self._workers = self._workers, []
         if not workers:
             return
@@ -242,6 +242,9 @@ class WorkerGroup:
         for worker in workers:
             stray += _descendants(worker.process.pid)
             _signal_group(worker.process.pid, signum)
+            # a stopped worker (SIGSTOP, a frozen cgroup) takes the signal only once it runs again:
+            # without this it would sit out the whole grace, and the job with it
+            _signal_group(worker.process.pid, signal.SIGCONT)
         deadline = time.monotonic() + grace
         for worker in workers:
             try:

@@ -92,3 +92,30 @@ def test_an_agent_of_the_manifest_stops_on_sigterm_within_the_grace_period_and_l
         run(["close", "--rdzv-endpoint", etcd_endpoints, "--rdzv-id", rdzv_id], tool_name="elastic-ctl")
         for pod in pods:
             pod.kill()
+
+
+def test_a_stopped_worker_is_woken_to_take_its_sigterm_instead_of_holding_the_agent_for_the_grace(
+    etcd_endpoints, tmp_path
+):
+    """A worker that is stopped (SIGSTOP, a frozen cgroup) when its agent is told to stop gets its
+    SIGTERM with a SIGCONT: it saves and exits at once, not SIGKILLed after the whole grace."""
+    agent = Agent(
+        [
+            "--nnodes", "1", "--nproc-per-node", "1", "--rdzv-endpoint", etcd_endpoints, "--rdzv-id", run_id(),
+            "--shutdown-timeout", "20", PHASED, str(tmp_path), "--run", "120",
+        ]
+    )  # fmt: skip
+    try:
+        started = wait_for(lambda: glob.glob(str(tmp_path / "0.0.*")), 60, what="the worker")
+        worker = int(started[0].rsplit(".", 1)[1])
+        os.kill(worker, signal.SIGSTOP)
+        wait_for(lambda: psutil.Process(worker).status() == psutil.STATUS_STOPPED, 10, what="the worker to stop")
+        sent = time.monotonic()
+        agent.process.send_signal(signal.SIGTERM)
+        code = agent.wait(30)
+        took = time.monotonic() - sent
+    finally:
+        agent.kill()
+    print(f"\nthe agent stopped a stopped worker in {took:.2f} s (grace 20 s)")
+    assert code == 128 + signal.SIGTERM, agent.output
+    assert took < 5, f"the stopped worker held the agent {took:.1f} s: it was not woken for its SIGTERM"
