@@ -34,6 +34,7 @@ from launcher.telemetry.health import AgentSnapshot
 from launcher.telemetry.metrics import Telemetry
 from launcher.workers.fence import ReaperProcess
 from launcher.workers.group import WorkerGroup
+from launcher.workers.warm import WarmStarter, default_preload, warm_able
 from rendezvous.errors import (
     RendezvousClosedError,
     RendezvousConnectionError,
@@ -110,6 +111,7 @@ class Agent:
         self.telemetry = telemetry or Telemetry()
         self.telemetry.lease_age(lambda: handler.lease.silent_for())
         self._group: WorkerGroup | None = None
+        self._warm: WarmStarter | None = None
         self._rounds: RoundRunner | None = None
         self.state = AgentState.INIT
         self.attempt = 0
@@ -195,7 +197,8 @@ class Agent:
     def _open(self) -> None:
         """The agent's own helpers: the log pump and the worker group."""
         self._pump = LogPump()
-        self._group = WorkerGroup(self.config.argv, self._pump, self._reaper)
+        self._warm = self._warm_starter()
+        self._group = WorkerGroup(self.config.argv, self._pump, self._reaper, warm=self._warm)
         self._departure = _Departure()
         shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None  # memory, never written back to a disk
         self._beats_dir = tempfile.mkdtemp(prefix="elastic-beats-", dir=shm)
@@ -213,6 +216,21 @@ class Agent:
             environ=self.environ,
         )
 
+    def _warm_starter(self) -> WarmStarter | None:
+        """The warm interpreter the workers are forked from, started now so that its imports overlap
+        the rendezvous (None: --no-warm-start, workers that are not Python programs, or nothing to
+        preload: neither torch nor numpy imported by the program, nor --preload)."""
+        c = self.config
+        if not c.warm_start or not warm_able(c.argv, wrapped=bool(c.cpu_binding)):
+            return None
+        preload = (*default_preload(c.argv), *c.preload)
+        if not preload:
+            return None  # nothing heavy to spare: a fresh interpreter starts in a few ms
+        environ = dict(self.environ)
+        if c.nproc_per_node > 1:
+            environ.setdefault("OMP_NUM_THREADS", "1")  # what the workers get: libraries read it at import
+        return WarmStarter(preload, environ, self.say)
+
     def _close_down(self) -> None:
         """Stop the workers (with the signal that stopped the agent), leave the round, close the pump."""
         ignore_stop_signals()
@@ -228,6 +246,8 @@ class Agent:
             ended = state is not None and state.status is JobStatus.CLOSED
             self.history.record("node_left", self.info.round, store=not ended, reason=self._departure.reason)
         self._pump.close()
+        if self._warm is not None:
+            self._warm.close()
         shutil.rmtree(self._beats_dir, ignore_errors=True)
 
     def _run_round(self) -> RoundResult:

@@ -29,3 +29,5 @@ class AgentConfig:
     exit_barrier_timeout: float = 300.0  # how long a finished node waits for the others
     hang_timeouts: HangTimeouts = field(default_factory=HangTimeouts)  # --heartbeat-timeout, --first-heartbeat-timeout
     history_command: str = ""  # the pasteable elastic-ctl history of the job ("": its etcd ends with the agent)
+    warm_start: bool = True  # fork Python workers from a warm interpreter (--no-warm-start: fresh processes)
+    preload: tuple[str, ...] = ()  # modules it imports besides torch's (--preload)

@@ -65,6 +65,8 @@ class RunRequest:
     hang_timeouts: HangTimeouts = field(default_factory=HangTimeouts)
     cpu_binding: Mapping[int, tuple[str, ...]] = field(default_factory=dict)
     virtual_local_rank: bool = False
+    warm_start: bool = True  # fork Python workers from a warm interpreter
+    preload: tuple[str, ...] = ()  # modules it imports besides torch's
     http_port: int | None = None
     http_host: str = "0.0.0.0"
     lighthouse: Beside | None = None
@@ -150,6 +152,8 @@ def _agent_config(request: RunRequest, log_root: str, history_command: str) -> A
         stop_grace=request.stop_grace,
         logs=_output_layout(request, log_root),
         virtual_local_rank=request.virtual_local_rank,
+        warm_start=request.warm_start,
+        preload=request.preload,
         event_log_handler=request.event_log_handler,
         cpu_binding=request.cpu_binding,
         hang_timeouts=request.hang_timeouts,

@@ -16,7 +16,19 @@ __all__ = ["GroupedCommand", "GROUPS", "MOOT", "rdzv_conf_help"]
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("The job", ("--nnodes", "--nproc-per-node", "--max-restarts", "--standalone")),
     ("Rendezvous (etcd)", ("--rdzv-endpoint", "--rdzv-id", "--rdzv-conf", "--rdzv-backend", "--local-addr")),
-    ("Workers", ("--no-python", "--module", "--run-path", "--role", "--numa-binding", "--virtual-local-rank")),
+    (
+        "Workers",
+        (
+            "--no-python",
+            "--module",
+            "--run-path",
+            "--role",
+            "--numa-binding",
+            "--virtual-local-rank",
+            "--warm-start",
+            "--preload",
+        ),
+    ),
     ("Hangs", ("--heartbeat-timeout", "--first-heartbeat-timeout")),
     ("Stopping", ("--signals-to-handle", "--shutdown-timeout", "--monitor-interval")),
     (

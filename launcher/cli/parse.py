@@ -77,6 +77,8 @@ class RunOptions:
     http_port: int | None = None
     http_host: str = "0.0.0.0"
     virtual_local_rank: bool = False
+    warm_start: bool = True
+    preload: str = ""
     lighthouse: str | None = None  # a torchft Lighthouse replica beside the agent: its id
     lighthouse_port: int = 29510
     lighthouse_min_replicas: int = 1
@@ -133,6 +135,8 @@ def request_from(opts: RunOptions) -> RunRequest:
         hang_timeouts=hang_timeouts(opts.first_heartbeat_timeout, opts.heartbeat_timeout),
         cpu_binding=cpu_binding,
         virtual_local_rank=opts.virtual_local_rank,
+        warm_start=opts.warm_start,
+        preload=parse_filters(opts.preload),
         http_port=opts.http_port,
         http_host=opts.http_host,
         lighthouse=beside if opts.lighthouse else None,

@@ -240,6 +240,20 @@ _SECONDS = _Seconds()
     help="Replica groups a quorum needs at least (torchft's --min_replicas).",
 )
 @_option(
+    "--warm-start/--no-warm-start",
+    env="WARM_START",
+    default=True,
+    show_default=True,
+    help="Fork Python workers from an interpreter that has imported torch (and --preload) already.",
+)
+@_option(
+    "--preload",
+    env="PRELOAD",
+    default="",
+    metavar="MODULES",
+    help="More modules (comma-separated) for that interpreter to import, as the workers will.",
+)
+@_option(
     "--virtual-local-rank",
     env="VIRTUAL_LOCAL_RANK",
     is_flag=True,

@@ -31,6 +31,7 @@ from rendezvous.etcd.lifeline import die_with_parent
 from .env import WorkerSpec, worker_env
 from .errorfile import ErrorRecord, read_error
 from .fence import ReaperProcess
+from .warm import WarmProcess, WarmStarter
 
 __all__ = ["GroupState", "WorkerFailure", "GroupStatus", "WorkerGroup"]
 
@@ -83,7 +84,7 @@ class GroupStatus:
 
 
 class _Worker:
-    def __init__(self, spec: WorkerSpec, process: subprocess.Popen) -> None:
+    def __init__(self, spec: WorkerSpec, process: subprocess.Popen | WarmProcess) -> None:
         self.spec = spec
         self.process = process
         self.exited_at: float | None = None
@@ -101,6 +102,7 @@ class WorkerGroup:
         console_out: BinaryIO | None = None,
         console_err: BinaryIO | None = None,
         lifeline: bool = True,
+        warm: WarmStarter | None = None,
     ) -> None:
         self.argv = list(argv)
         self._pump = pump
@@ -108,6 +110,7 @@ class WorkerGroup:
         self._out = console_out if console_out is not None else sys.stdout.buffer
         self._err = console_err if console_err is not None else sys.stderr.buffer
         self._lifeline = lifeline
+        self._warm = warm  # forks Python workers from a warm interpreter (None: every start is plain)
         self._workers: list[_Worker] = []
         self._host = socket.gethostname()
         self._duplicates: list[BinaryIO] = []
@@ -146,19 +149,11 @@ class WorkerGroup:
             os.unlink(spec.error_file)
         out = self._stream(logs.stdout, self._out)
         err = self._stream(logs.stderr, self._err)
-        argv = [*wrap, *self.argv]
-        if self._lifeline:
-            argv = die_with_parent(argv, "KILL")
         try:
-            process = subprocess.Popen(
-                argv,
-                env=worker_env(spec, inherited),
-                stdin=subprocess.DEVNULL,
-                stdout=out[0],
-                stderr=err[0],
-                start_new_session=True,
-                close_fds=True,
-            )
+            if self._warm is not None and self._warm.can_start(self.argv, wrapped=bool(wrap)):
+                process = self._warm.spawn(self.argv, worker_env(spec, inherited), *_descriptors(out[0], err[0]))
+            else:
+                process = self._popen([*wrap, *self.argv], worker_env(spec, inherited), out[0], err[0])
         finally:
             for target in (out[0], err[0]):
                 if isinstance(target, int) and target >= 0:
@@ -178,6 +173,20 @@ class WorkerGroup:
             self._pump.add(
                 read_end, logs.prefix if plan.prefixed else "", console if plan.console else None, file, duplicate
             )
+
+    def _popen(self, argv: list[str], env: dict[str, str], stdout, stderr) -> subprocess.Popen:
+        """A plain start: a fresh process (with its parent-death signal)."""
+        if self._lifeline:
+            argv = die_with_parent(argv, "KILL")
+        return subprocess.Popen(
+            argv,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=stdout,
+            stderr=stderr,
+            start_new_session=True,
+            close_fds=True,
+        )
 
     def _stream(self, plan: StreamPlan, console: BinaryIO):
         """(what the worker writes to, read end for the pump or None, log file for the pump or None)."""
@@ -267,6 +276,27 @@ class WorkerGroup:
                 self._reaper.unregister(worker.process.pid)
         self._pump.drain(timeout=1.0)
         self._close_duplicates()
+
+
+def _descriptors(*targets) -> tuple[int, ...]:
+    """Popen's stdout/stderr arguments (a descriptor, a file, DEVNULL) as descriptors to hand over."""
+    out = []
+    for target in targets:
+        if target == subprocess.DEVNULL:
+            target = _devnull()
+        out.append(target if isinstance(target, int) else target.fileno())
+    return tuple(out)
+
+
+def _devnull() -> int:
+    """A descriptor on /dev/null for writing, kept for the process's life (one, reused)."""
+    global _DEVNULL
+    if _DEVNULL is None:
+        _DEVNULL = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+    return _DEVNULL
+
+
+_DEVNULL: int | None = None
 
 
 def _signal_group(pgid: int, signum: int) -> None:

@@ -1,0 +1,231 @@
+"""Warm starts: the agent keeps one pre-started interpreter (``launcher.workers.zygote``) that has
+imported what its workers will import, and forks each Python worker from it -- at every restart,
+and at the first start when its imports are done by then -- instead of starting a fresh interpreter
+that loads torch again.
+
+``WarmStarter`` starts that interpreter when the agent starts, so that its imports overlap the
+rendezvous; a worker to start before they are done is started plainly (never slower than without
+it). ``spawn`` returns a ``WarmProcess``: the worker's pid, and its end as ``subprocess.Popen``
+reports it (``poll``, ``wait``, negative for a signal), relayed by the interpreter, whose child the
+worker is. A command that is not ``python -u SCRIPT|-m MODULE|-c CODE ...`` of this Python, or a
+wrapped one (--numa-binding), is started plainly. The interpreter dies with the agent (a
+parent-death signal), and its workers with it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+from rendezvous.etcd.lifeline import die_with_parent
+
+__all__ = ["WarmStarter", "WarmProcess", "default_preload", "warm_able"]
+
+ZYGOTE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "zygote.py")
+
+
+_KNOWN = {"torch": ("torch", "torch._dynamo"), "numpy": ("numpy", "numpy.random")}  # safe to import before the fork
+
+
+def default_preload(argv: Sequence[str]) -> tuple[str, ...]:
+    """What the warm interpreter imports unless told more: torch and what torch imports on first
+    use (its optimizers load torch._dynamo), and numpy, each when installed and imported by the
+    worker's program (its script, or its module's file; read, not run). A user's own modules are
+    imported only when named (--preload): importing them may do anything."""
+    from importlib.util import find_spec
+
+    named = _imports(_program_file(argv))
+    return tuple(m for top, mods in _KNOWN.items() if top in named and find_spec(top) is not None for m in mods)
+
+
+def _program_file(argv: Sequence[str]) -> str | None:
+    """The file of ``python -u SCRIPT|-m MODULE|-c CODE SCRIPT`` (--run-path's form) ..."""
+    from importlib.util import find_spec
+
+    rest = list(argv[2:])
+    if rest and rest[0] == "-m" and len(rest) > 1:
+        try:
+            spec = find_spec(rest[1])
+        except (ImportError, ValueError):
+            return None
+        return spec.origin if spec is not None else None
+    if rest and rest[0] == "-c":
+        return rest[2] if len(rest) > 2 else None
+    return rest[0] if rest else None
+
+
+def _imports(path: str | None) -> set[str]:
+    """The top-level package of every import statement in ``path``'s source (none if unreadable)."""
+    import ast
+
+    try:
+        with open(path or "", "rb") as source:
+            tree = ast.parse(source.read())
+    except (OSError, SyntaxError, ValueError):
+        return set()
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+class WarmProcess:
+    """A worker forked by the warm interpreter, seen as ``subprocess.Popen`` sees its children."""
+
+    def __init__(self, pid: int, starter: "WarmStarter", argv: Sequence[str]) -> None:
+        self.pid = pid
+        self.args = list(argv)
+        self._starter = starter
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.returncode = self._starter.returncode(self.pid)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise subprocess.TimeoutExpired(self.args, timeout)
+            self._starter.wait_for_exit(min(left, 0.5) if left is not None else 0.5)
+        return self.returncode
+
+
+class WarmStarter:
+    """The warm interpreter of one agent, and the workers forked from it."""
+
+    def __init__(self, preload: Sequence[str], environ: Mapping[str, str], say: Callable[[str], None]) -> None:
+        self.preload = tuple(preload)
+        self._say = say
+        self._changes = threading.Condition()
+        self._exits: dict[int, int] = {}
+        self._replies: list[dict] = []
+        self._ready: dict | None = None
+        self._dead = False
+        self._said = False
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self._sock = ours
+        argv = die_with_parent([sys.executable, "-u", ZYGOTE, str(theirs.fileno()), ",".join(self.preload)])
+        self._process = subprocess.Popen(
+            argv,
+            env=dict(environ),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            pass_fds=(theirs.fileno(),),
+            start_new_session=True,
+        )
+        theirs.close()
+        self._reader = threading.Thread(target=self._read, name="warm-start", daemon=True)
+        self._reader.start()
+
+    @property
+    def pid(self) -> int:
+        return self._process.pid
+
+    def _read(self) -> None:
+        while True:
+            try:
+                data = self._sock.recv(1 << 16)
+            except OSError:
+                data = b""
+            with self._changes:
+                if not data:
+                    self._dead = True
+                else:
+                    message = json.loads(data)
+                    if "exit" in message:
+                        self._exits[message["exit"]] = os.waitstatus_to_exitcode(message["status"])
+                    elif "ready" in message:
+                        self._ready = message
+                    else:
+                        self._replies.append(message)
+                self._changes.notify_all()
+            if not data:
+                return
+
+    def can_start(self, argv: Sequence[str], wrapped: bool) -> bool:
+        """Whether ``argv`` is forked warm now. While the interpreter still imports (a first round
+        that formed sooner), the start is plain: never slower than without it. A reason it will not
+        do at all is said once."""
+        with self._changes:
+            if self._ready is None and not self._dead:
+                return False
+            why = _not_warm(argv, wrapped) or self._broken()
+        if why and not self._said:
+            self._said = True
+            self._say(f"warm start off: {why}; workers start as fresh processes")
+        return not why
+
+    def _broken(self) -> str:
+        if self._ready is None or self._dead:
+            return "the warm interpreter exited"
+        return self._ready.get("unsafe", "")
+
+    def spawn(self, argv: Sequence[str], env: Mapping[str, str], stdout: int, stderr: int) -> WarmProcess:
+        """Fork a worker running ``argv`` with ``env`` and these two descriptors (not closed here)."""
+        request = json.dumps({"argv": list(argv), "env": dict(env), "cwd": os.getcwd()}).encode()
+        with self._changes:
+            socket.send_fds(self._sock, [request], [stdout, stderr])
+            self._changes.wait_for(lambda: self._replies or self._dead, timeout=30)
+            if not self._replies:
+                raise OSError("the warm interpreter did not fork the worker")
+            reply = self._replies.pop(0)
+        return WarmProcess(reply["pid"], self, argv)
+
+    def returncode(self, pid: int) -> int | None:
+        with self._changes:
+            if pid in self._exits:
+                return self._exits[pid]
+            if self._dead and not _alive(pid):
+                return -9  # its interpreter died: the parent-death signal killed it
+            return None
+
+    def wait_for_exit(self, timeout: float) -> None:
+        with self._changes:
+            self._changes.wait(timeout)
+
+    def close(self) -> None:
+        """Stop the interpreter (the workers forked from it are stopped already, or die with it)."""
+        self._process.kill()  # it may be importing still: no reason to wait for that
+        self._process.wait()
+        self._sock.close()
+
+
+def warm_able(argv: Sequence[str], wrapped: bool) -> bool:
+    """Whether workers running ``argv`` can be forked warm at all (a Python program, not wrapped)."""
+    return not _not_warm(argv, wrapped)
+
+
+def _not_warm(argv: Sequence[str], wrapped: bool) -> str:
+    """Why ``argv`` cannot be forked warm ("" when it can)."""
+    if wrapped:
+        return "the workers run under a command (--numa-binding)"
+    if len(argv) < 3 or argv[0] != sys.executable or argv[1] != "-u":
+        return "the worker is not a Python program of this interpreter (--no-python)"
+    if argv[2] in ("-m", "-c") and len(argv) < 4:
+        return f"{argv[2]} without its argument"
+    if argv[2].startswith("-") and argv[2] not in ("-m", "-c"):
+        return f"the interpreter option {argv[2]}"
+    return ""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

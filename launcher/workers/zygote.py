@@ -1,0 +1,218 @@
+"""The warm interpreter an agent forks its Python workers from (``launcher.workers.warm`` drives it).
+
+Run by path (``python -u zygote.py FD MODULES``) so that nothing of the project is imported here:
+it imports MODULES (torch and the parts torch imports on first use, and any the user names), says
+whether it can fork safely, then serves one request at a time on the SOCK_SEQPACKET socket FD:
+
+    agent -> here   {"argv": [...], "env": {...}, "cwd": "..."} with the worker's stdout and
+                    stderr as two file descriptors
+    here -> agent   {"ready": [...modules], "failed": {...}, "unsafe": "..."}   once, after the imports
+                    {"pid": N}                                                   per request
+                    {"exit": N, "status": S}                                     when a worker ends
+
+A forked worker becomes what a plain start makes: a session of its own, SIGKILL when this process
+dies (which dies with the agent), stdin on /dev/null, its stdout and stderr, the agent's cwd, its
+environment, default signal handlers, reseeded generators (numpy's global one and torch's; Python's
+``random`` reseeds itself), the import-time output of the modules it was spared, and then its
+program as ``python -u`` runs it: ``SCRIPT``, ``-m MODULE`` or ``-c CODE``, with its argv, sys.path
+and ``__main__``. It exits as that program does (an uncaught exception: its traceback and exit 1).
+
+Nothing here may start a thread, initialize an accelerator or run a tensor operation: a fork copies
+only the thread that forks, and CUDA cannot be used in a child forked after it was initialized.
+"""
+
+import ctypes
+import json
+import os
+import select
+import signal
+import socket
+import sys
+import tempfile
+import threading
+
+__all__ = ["main", "serve"]
+
+_PR_SET_PDEATHSIG = 1
+_MAX_MESSAGE = 1 << 20
+
+
+def _preload(names: list[str]) -> tuple[list[str], dict[str, str], bytes, bytes]:
+    """Import ``names``; what imported, what failed (and why), and what they printed (stdout, stderr)."""
+    loaded, failed = [], {}
+    captured = [tempfile.TemporaryFile(), tempfile.TemporaryFile()]
+    saved = [os.dup(1), os.dup(2)]
+    for fd, file in zip((1, 2), captured):
+        os.dup2(file.fileno(), fd)
+    try:
+        for name in names:
+            try:
+                __import__(name)
+                loaded.append(name)
+            except Exception as exc:  # noqa: BLE001 -- any import error: the workers import it themselves
+                failed[name] = f"{type(exc).__name__}: {exc}"
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for fd, copy in zip((1, 2), saved):
+            os.dup2(copy, fd)
+            os.close(copy)
+    output = []
+    for file in captured:
+        file.seek(0)
+        output.append(file.read())
+        file.close()
+    return loaded, failed, output[0], output[1]
+
+
+def _unsafe() -> str:
+    """Why forking here would not give a sound worker ("" when it would)."""
+    others = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
+    if others:
+        return f"the preloaded modules started Python threads ({', '.join(others)})"
+    torch = sys.modules.get("torch")
+    if torch is not None and getattr(torch, "cuda", None) is not None and torch.cuda.is_initialized():
+        return "the preloaded modules initialized CUDA"
+    return ""
+
+
+def _send(sock: socket.socket, message: dict) -> None:
+    sock.send(json.dumps(message).encode())
+
+
+def _reap(sock: socket.socket) -> None:
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        _send(sock, {"exit": pid, "status": status})
+
+
+def serve(sock: socket.socket, output: tuple[bytes, bytes]) -> None:
+    """Fork a worker per request until the agent closes the socket; report each one's end."""
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+    while True:
+        ready, _, _ = select.select([sock, wake_r], [], [])
+        if wake_r in ready:
+            os.read(wake_r, 4096)
+        _reap(sock)
+        if sock in ready:
+            data, fds, _, _ = socket.recv_fds(sock, _MAX_MESSAGE, 2)
+            if not data:
+                return  # the agent is gone; the workers die with this process
+            pid = os.fork()
+            if pid == 0:
+                _become_worker(json.loads(data), fds, output, (sock.fileno(), wake_r, wake_w))
+                _run(json.loads(data)["argv"])  # returns only by raising SystemExit
+            for fd in fds:
+                os.close(fd)
+            _send(sock, {"pid": pid})
+
+
+def _become_worker(request: dict, fds: list[int], output: tuple[bytes, bytes], ours: tuple[int, ...]) -> None:
+    """In the forked child: everything a plain start would have given the worker."""
+    parent = os.getppid()
+    os.setsid()
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:
+        os._exit(128 + signal.SIGKILL)  # this process died while forking: so would a plain worker
+    signal.set_wakeup_fd(-1)
+    for signum in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2):
+        signal.signal(signum, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    null = os.open(os.devnull, os.O_RDONLY)
+    for source, target in ((null, 0), (fds[0], 1), (fds[1], 2)):
+        os.dup2(source, target)
+    for fd in (null, *fds, *ours):
+        os.close(fd)
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    _reseed()
+    for fd, text in zip((1, 2), output):
+        if text:
+            os.write(fd, text)
+
+
+def _reseed() -> None:
+    """What a fresh process seeds on its own: numpy's global generator and torch's (``random``
+    reseeds itself in a forked child)."""
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        numpy.random.seed()
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.seed()
+
+
+def _run(argv: list[str]) -> None:
+    """``argv[1:]`` as ``python -u`` runs it: ``-m MODULE args``, ``-c CODE args`` or ``SCRIPT args``."""
+    import runpy
+
+    sys.orig_argv = list(argv)
+    rest = argv[2:]  # after the interpreter and -u
+    try:
+        if rest[0] == "-m":
+            sys.argv = [rest[1], *rest[2:]]
+            sys.path.insert(0, os.getcwd())
+            runpy.run_module(rest[1], run_name="__main__", alter_sys=True)
+        elif rest[0] == "-c":
+            sys.argv = ["-c", *rest[2:]]
+            sys.path.insert(0, "")
+            exec(compile(rest[1], "<string>", "exec"), _main_module().__dict__)
+        else:
+            sys.argv = list(rest)
+            sys.path.insert(0, os.path.dirname(os.path.abspath(rest[0])))
+            runpy.run_path(rest[0], run_name="__main__")
+    except SystemExit:
+        raise
+    except KeyboardInterrupt:
+        _print_exception()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)  # as the interpreter ends on an uncaught Ctrl-C
+    except BaseException:  # noqa: BLE001 -- the program's own error: shown and exit 1, as python does
+        _print_exception()
+        raise SystemExit(1) from None
+    raise SystemExit(0)
+
+
+def _main_module():
+    import types
+
+    module = types.ModuleType("__main__")
+    module.__dict__["__builtins__"] = __builtins__
+    sys.modules["__main__"] = module
+    return module
+
+
+def _print_exception() -> None:
+    """The traceback as ``python`` shows it: the program's frames, not this module's or runpy's."""
+    kind, value, tb = sys.exc_info()
+    ours = (__file__, _runpy_file(), "<frozen runpy>")
+    while tb is not None and tb.tb_frame.f_code.co_filename in ours:
+        tb = tb.tb_next
+    sys.excepthook(kind, value.with_traceback(tb), tb)  # the hook prints the exception's own traceback
+
+
+def _runpy_file() -> str:
+    import runpy
+
+    return runpy.__file__
+
+
+def main() -> None:
+    sys.path.pop(0)  # run by path: this directory must not shadow the workers' imports
+    sock = socket.socket(fileno=int(sys.argv[1]))
+    loaded, failed, out, err = _preload([name for name in sys.argv[2].split(",") if name])
+    _send(sock, {"ready": loaded, "failed": failed, "unsafe": _unsafe()})
+    serve(sock, (out, err))
+
+
+if __name__ == "__main__":
+    main()
