@@ -208,7 +208,16 @@ def _request(config: LaunchConfig, argv: list[str], scratch: str) -> RunRequest:
         hang_timeouts=hang_timeouts(config.first_heartbeat_timeout, config.heartbeat_timeout),
         virtual_local_rank=config.virtual_local_rank,
         scratch=(scratch,),
+        preload=_preload_like_the_caller(),
     )
+
+
+def _preload_like_the_caller() -> tuple[str, ...]:
+    """What the warm interpreter imports for function workers: what the caller has imported of
+    torch and numpy (the function's module is imported by reference; its source is not read)."""
+    from .workers.warm import preload_for
+
+    return preload_for(name for name in ("torch", "numpy") if name in sys.modules)
 
 
 def _random_run_id() -> str:

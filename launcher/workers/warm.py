@@ -1,11 +1,10 @@
 """Warm starts: the agent keeps one pre-started interpreter (``launcher.workers.zygote``) that has
-imported what its workers will import, and forks each Python worker from it -- at every restart,
-and at the first start when its imports are done by then -- instead of starting a fresh interpreter
-that loads torch again.
+imported what its workers will import, and forks each Python worker from it -- at the first start
+and at every restart -- instead of starting a fresh interpreter that loads torch again.
 
 ``WarmStarter`` starts that interpreter when the agent starts, so that its imports overlap the
-rendezvous; a worker to start before they are done is started plainly (never slower than without
-it). ``spawn`` returns a ``WarmProcess``: the worker's pid, and its end as ``subprocess.Popen``
+rendezvous; a worker to start before they are done waits for them (a fresh one would spend longer
+on the same imports). ``spawn`` returns a ``WarmProcess``: the worker's pid, and its end as ``subprocess.Popen``
 reports it (``poll``, ``wait``, negative for a signal), relayed by the interpreter, whose child the
 worker is. A command that is not ``python -u SCRIPT|-m MODULE|-c CODE ...`` of this Python, or a
 wrapped one (--numa-binding), is started plainly. The interpreter dies with the agent (a
@@ -21,11 +20,13 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from rendezvous.etcd.lifeline import die_with_parent
 
-__all__ = ["WarmStarter", "WarmProcess", "default_preload", "warm_able"]
+__all__ = ["WarmStarter", "WarmProcess", "default_preload", "preload_for", "warm_able"]
+
+READY_WITHIN = 120.0  # seconds a worker start waits for the warm interpreter's imports, then starts plainly
 
 ZYGOTE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "zygote.py")
 
@@ -40,8 +41,13 @@ def default_preload(argv: Sequence[str]) -> tuple[str, ...]:
     imported only when named (--preload): importing them may do anything."""
     from importlib.util import find_spec
 
-    named = _imports(_program_file(argv))
-    return tuple(m for top, mods in _KNOWN.items() if top in named and find_spec(top) is not None for m in mods)
+    return preload_for(top for top in _imports(_program_file(argv)) if top in _KNOWN and find_spec(top) is not None)
+
+
+def preload_for(packages: Iterable[str]) -> tuple[str, ...]:
+    """The modules to preload for workers that import ``packages`` (torch's and numpy's known parts)."""
+    named = set(packages)
+    return tuple(module for top, modules in _KNOWN.items() if top in named for module in modules)
 
 
 def _program_file(argv: Sequence[str]) -> str | None:
@@ -156,12 +162,10 @@ class WarmStarter:
                 return
 
     def can_start(self, argv: Sequence[str], wrapped: bool) -> bool:
-        """Whether ``argv`` is forked warm now. While the interpreter still imports (a first round
-        that formed sooner), the start is plain: never slower than without it. A reason it will not
-        do at all is said once."""
+        """Whether ``argv`` is forked warm. Waits for the interpreter's imports while they run: a
+        fresh worker would spend longer on the same imports. A reason it will not do is said once."""
         with self._changes:
-            if self._ready is None and not self._dead:
-                return False
+            self._changes.wait_for(lambda: self._ready is not None or self._dead, timeout=READY_WITHIN)
             why = _not_warm(argv, wrapped) or self._broken()
         if why and not self._said:
             self._said = True
@@ -169,6 +173,8 @@ class WarmStarter:
         return not why
 
     def _broken(self) -> str:
+        if self._ready is None and not self._dead:
+            return f"the warm interpreter's imports took more than {READY_WITHIN:.0f} s"
         if self._ready is None or self._dead:
             return "the warm interpreter exited"
         return self._ready.get("unsafe", "")

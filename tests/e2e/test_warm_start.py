@@ -1,7 +1,7 @@
 """Warm starts: workers forked from the agent's pre-started interpreter get what a plain start gives
 them (compared field by field with --no-warm-start), reseeded generators, their exit code and a
-traceback of their own frames, and die with their agent. The first start may be plain (the
-interpreter may still be importing), so each test looks at a restart, which is forked for sure."""
+traceback of their own frames, and die with their agent. Each test looks at a restart's worker
+(forked from the interpreter that forked the first start's too) beside a plain one's."""
 
 from __future__ import annotations
 
@@ -19,22 +19,32 @@ PROBE = os.path.join(HERE, "workers", "warm_probe.py")
 PER_RUN = ("TORCHELASTIC_RUN_ID", "MASTER_PORT", "TORCHELASTIC_ERROR_FILE", "ELASTIC_HEARTBEAT_FILE")
 
 
-def _job(out, *options: str, flags=("--fail-first",)) -> subprocess.CompletedProcess:
-    args = ["--standalone", "--nproc-per-node", "2", "--max-restarts", "1", *options, PROBE, str(out), *flags]
+def _job(out, *options: str, flags=("--fail-first",), program: str = PROBE) -> subprocess.CompletedProcess:
+    args = ["--standalone", "--nproc-per-node", "2", "--max-restarts", "1", *options, program, str(out), *flags]
     return run(args, timeout=120)
 
 
-@pytest.mark.parametrize("numpy_too", [False, True], ids=["stdlib", "numpy"])
-def test_a_forked_worker_is_started_as_a_plain_one_but_warm(tmp_path, numpy_too):
+FORMS = {  # how the worker is started: its options before the program, and the program
+    "script": ((), PROBE),
+    "module": (("-m",), "tests.e2e.workers.warm_probe"),
+    "run-path": (("--run-path",), PROBE),
+}
+
+
+@pytest.mark.parametrize(
+    "form, numpy_too", [("script", False), ("script", True), ("module", False), ("run-path", False)]
+)
+def test_a_forked_worker_is_started_as_a_plain_one_but_warm(tmp_path, form, numpy_too):
     if numpy_too:
         pytest.importorskip("numpy")
     preload = "decimal,numpy,numpy.random" if numpy_too else "decimal"
     warm_out, cold_out = tmp_path / "warm", tmp_path / "cold"
     warm_out.mkdir()
     cold_out.mkdir()
+    options, program = FORMS[form]
     flags = ("--fail-first", "--matmul")
-    warm = _job(warm_out, "--preload", preload, flags=flags)
-    cold = _job(cold_out, "--no-warm-start", flags=flags)
+    warm = _job(warm_out, *options, "--preload", preload, flags=flags, program=program)
+    cold = _job(cold_out, *options, "--no-warm-start", flags=flags, program=program)
     assert warm.returncode == 0 and cold.returncode == 0, (warm.stderr, cold.stderr)
     forked, fresh = records(str(warm_out), 1), records(str(cold_out), 1)
     assert all(r["preloaded"]["decimal"] for r in forked.values()), "the restart was not forked warm"
@@ -90,3 +100,24 @@ def test_a_forked_worker_and_its_interpreter_die_with_the_agent(tmp_path):
     finally:
         if agent.poll() is None:
             agent.kill()
+
+
+def test_a_torch_program_gets_torch_preloaded_without_cuda_and_each_worker_its_own_seed(tmp_path):
+    """No --preload: the program imports torch, so its workers are forked with torch and
+    torch._dynamo imported (a restart's first line finds them), CUDA untouched, seeds their own."""
+    pytest.importorskip("torch")
+    program = os.path.join(HERE, "workers", "torch_probe.py")
+    warm_out, cold_out = tmp_path / "warm", tmp_path / "cold"
+    warm_out.mkdir()
+    cold_out.mkdir()
+    warm = run(["--standalone", "--nproc-per-node", "2", "--max-restarts", "1", program, str(warm_out)], timeout=180)
+    cold = run(
+        ["--standalone", "--nproc-per-node", "2", "--max-restarts", "1", "--no-warm-start", program, str(cold_out)],
+        timeout=180,
+    )
+    assert warm.returncode == 0 and cold.returncode == 0, (warm.stderr, cold.stderr)
+    forked, fresh = records(str(warm_out), 1), records(str(cold_out), 1)
+    assert all(r["preloaded"] for r in forked.values()), forked
+    assert not any(r["preloaded"] for r in fresh.values())
+    assert not any(r["cuda_initialized"] for r in forked.values())
+    assert forked[0]["seed"] != forked[1]["seed"] and forked[0]["rand"] != forked[1]["rand"]
