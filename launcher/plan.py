@@ -26,6 +26,7 @@ from launcher.output.console import say
 from launcher.output.streams import Std
 from launcher.slurm import AllocationEtcd
 from launcher.workers.env import OMP_WARNING, virtual_device
+from launcher.workers.numa import binding_commands
 from rendezvous.job.keys import JobKeys
 from rendezvous.rounds.member import default_node_id
 from rendezvous.settings import RendezvousSettings
@@ -63,7 +64,7 @@ class RunRequest:
     signals_to_handle: str = STOP_SIGNALS_TEXT  # as given: exported to the workers as torchrun does
     stop_grace: float = 30.0
     hang_timeouts: HangTimeouts = field(default_factory=HangTimeouts)
-    cpu_binding: Mapping[int, tuple[str, ...]] = field(default_factory=dict)
+    numa_binding: str | None = None  # --numa-binding's mode (None: no binding)
     virtual_local_rank: bool = False
     warm_start: bool = True  # fork Python workers from a warm interpreter
     preload: tuple[str, ...] = ()  # modules it imports besides torch's
@@ -72,7 +73,6 @@ class RunRequest:
     lighthouse: Beside | None = None
     allocation: AllocationEtcd | None = None  # under SLURM with no --rdzv-endpoint: the allocation's etcd
     node_name: str | None = None  # under SLURM: the node's name, which this node's id starts with
-    notes: tuple[str, ...] = ()  # lines to say when the run starts (the NUMA binding)
     scratch: tuple[str, ...] = ()  # the caller's temporary directories: removed by the reaper if this process dies
 
 
@@ -81,6 +81,7 @@ def build_plan(request: RunRequest) -> LaunchPlan:
     min_nodes, max_nodes, run_id = _identity(request)
     if request.virtual_local_rank:
         _check_virtual_devices(request.nproc_per_node)
+    cpu_binding, numa_line = binding_commands(request.numa_binding, request.nproc_per_node)
     settings = RendezvousSettings.from_conf(run_id, min_nodes, max_nodes, dict(request.rdzv_conf), warn=say)
     etcd = settings.target(request.endpoint) if request.endpoint is not None else None
     history = JobKeys(settings.key_prefix, run_id).ctl("history", request.endpoint) if _etcd_outlives(request) else ""
@@ -88,9 +89,9 @@ def build_plan(request: RunRequest) -> LaunchPlan:
     node_id = default_node_id() if request.node_name is None else f"{request.node_name}-{uuid.uuid4().hex[:6]}"
     log_root, temporary = _log_root(request.log_dir, run_id, node_id)
     keep_files = bool(request.redirects or request.tee)
-    notes = _notes(request, log_root if temporary and keep_files else None)
+    notes = _notes(request, numa_line, log_root if temporary and keep_files else None)
     return LaunchPlan(
-        _agent_config(request, log_root, history),
+        _agent_config(request, log_root, history, cpu_binding),
         settings,
         etcd,
         node_id,
@@ -128,10 +129,10 @@ def _identity(request: RunRequest) -> tuple[int, int, str]:
     return request.min_nodes, request.max_nodes, request.run_id
 
 
-def _notes(request: RunRequest, temporary_logs: str | None) -> tuple[str, ...]:
+def _notes(request: RunRequest, numa_line: str | None, temporary_logs: str | None) -> tuple[str, ...]:
     """torchrun's warnings about the run (OMP_NUM_THREADS), the NUMA binding, where the logs go."""
     notes = [OMP_WARNING] if request.nproc_per_node > 1 and "OMP_NUM_THREADS" not in os.environ else []
-    notes += request.notes
+    notes += [numa_line] if numa_line else []
     notes += [f"log files go to {temporary_logs} (set --log-dir to choose)"] if temporary_logs else []
     return tuple(notes)
 
@@ -142,7 +143,9 @@ def _etcd_outlives(request: RunRequest) -> bool:
     return bool(request.endpoint) and request.allocation is None
 
 
-def _agent_config(request: RunRequest, log_root: str, history_command: str) -> AgentConfig:
+def _agent_config(
+    request: RunRequest, log_root: str, history_command: str, cpu_binding: Mapping[int, tuple[str, ...]]
+) -> AgentConfig:
     return AgentConfig(
         argv=request.argv,
         nproc_per_node=request.nproc_per_node,
@@ -155,7 +158,7 @@ def _agent_config(request: RunRequest, log_root: str, history_command: str) -> A
         warm_start=request.warm_start,
         preload=request.preload,
         event_log_handler=request.event_log_handler,
-        cpu_binding=request.cpu_binding,
+        cpu_binding=cpu_binding,
         hang_timeouts=request.hang_timeouts,
         history_command=history_command,
     )

@@ -10,6 +10,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from launcher.beside import Beside
 from launcher.errors import UsageError
 from launcher.output.console import say
 from launcher.output.streams import Std
@@ -26,6 +27,7 @@ __all__ = [
     "parse_nodes",
     "shutdown_timeout",
     "say_static_ignored",
+    "beside_of",
     "parse_std",
     "parse_ranks_filter",
     "parse_filters",
@@ -220,6 +222,11 @@ def say_static_ignored(node_rank: object, master_addr: object, master_port: obje
     """torchrun's static rendezvous options: taken, ignored, said once."""
     if node_rank or master_addr or master_port:
         say("--node-rank/--master-addr/--master-port belong to static rendezvous and are ignored")
+
+
+def beside_of(lighthouse: str | None, port: int, min_replicas: int) -> Beside | None:
+    """--lighthouse ID (with its port and quorum): a torchft Lighthouse replica beside the agent."""
+    return Beside(lighthouse, port, min_replicas) if lighthouse else None
 
 
 def parse_nodes(nnodes: str, *, standalone: bool) -> NodeRange:

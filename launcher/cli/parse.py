@@ -12,16 +12,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from launcher.beside import Beside
 from launcher.launch import LaunchPlan
 from launcher.output import load_logs_specs
 from launcher.plan import STOP_SIGNALS_TEXT, RunRequest, build_plan, hang_timeouts
 from launcher.signals import parse_signals
-from launcher.workers.numa import binding_commands
 from rendezvous.settings import parse_conf
 
 from .from_slurm import from_slurm
 from .options import (
+    beside_of,
     parse_filters,
     parse_nodes,
     parse_nproc_per_node,
@@ -103,19 +102,24 @@ def request_from(opts: RunOptions) -> RunRequest:
     )
     redirects, tee = parse_std(opts.redirects, "--redirects"), parse_std(opts.tee, "--tee")
     ranks_filter = parse_ranks_filter(opts.local_ranks_filter)
-    stop_grace = shutdown_timeout(opts.stop_grace)
     say_static_ignored(opts.node_rank, opts.master_addr, opts.master_port)
-    logs_specs = _logs_specs(opts, redirects, tee, ranks_filter)
-    beside = Beside(opts.lighthouse, opts.lighthouse_port, opts.lighthouse_min_replicas)
-    cpu_binding, numa_line = binding_commands(opts.numa_binding, nproc)
     return RunRequest(
+        # the option parsers' (launcher.cli.options) first, then what other modules parse
+        stdout_filters=parse_filters(opts.duplicate_stdout_filters),
+        stderr_filters=parse_filters(opts.duplicate_stderr_filters),
+        preload=parse_filters(opts.preload),
+        stop_grace=shutdown_timeout(opts.stop_grace),
+        lighthouse=beside_of(opts.lighthouse, opts.lighthouse_port, opts.lighthouse_min_replicas),
+        logs_specs=_logs_specs(opts, redirects, tee, ranks_filter),
+        signals=parse_signals(opts.signals_to_handle),
+        rdzv_conf=parse_conf(opts.rdzv_conf),
+        hang_timeouts=hang_timeouts(opts.first_heartbeat_timeout, opts.heartbeat_timeout),
         argv=tuple(argv),
         min_nodes=nodes.min_nodes,
         max_nodes=nodes.max_nodes,
         nproc_per_node=nproc,
         endpoint=endpoint,
         run_id=opts.rdzv_id or None,
-        rdzv_conf=parse_conf(opts.rdzv_conf),
         max_restarts=opts.max_restarts,
         monitor_interval=opts.monitor_interval,
         role=opts.role,
@@ -124,25 +128,16 @@ def request_from(opts: RunOptions) -> RunRequest:
         redirects=redirects,
         tee=tee,
         ranks_filter=ranks_filter,
-        stdout_filters=parse_filters(opts.duplicate_stdout_filters),
-        stderr_filters=parse_filters(opts.duplicate_stderr_filters),
-        logs_specs=logs_specs,
         log_line_prefix_template=opts.log_line_prefix_template,
         local_addr=opts.local_addr,
-        signals=parse_signals(opts.signals_to_handle),
         signals_to_handle=opts.signals_to_handle,
-        stop_grace=stop_grace,
-        hang_timeouts=hang_timeouts(opts.first_heartbeat_timeout, opts.heartbeat_timeout),
-        cpu_binding=cpu_binding,
+        numa_binding=opts.numa_binding,
         virtual_local_rank=opts.virtual_local_rank,
         warm_start=opts.warm_start,
-        preload=parse_filters(opts.preload),
         http_port=opts.http_port,
         http_host=opts.http_host,
-        lighthouse=beside if opts.lighthouse else None,
         allocation=slurm.etcd if slurm is not None else None,
         node_name=slurm.job.node_name if slurm is not None else None,
-        notes=(numa_line,) if numa_line else (),
     )
 
 
