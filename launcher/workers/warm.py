@@ -18,6 +18,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -120,6 +121,7 @@ class WarmStarter:
         self._ready: dict | None = None
         self._dead = False
         self._said = False
+        self._log = tempfile.TemporaryFile()  # its own errors, for the line that says why it is off
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._sock = ours
         argv = die_with_parent([sys.executable, "-u", ZYGOTE, str(theirs.fileno()), ",".join(self.preload)])
@@ -128,7 +130,7 @@ class WarmStarter:
             env=dict(environ),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stderr=self._log,
             pass_fds=(theirs.fileno(),),
             start_new_session=True,
         )
@@ -170,14 +172,23 @@ class WarmStarter:
         if why and not self._said:
             self._said = True
             self._say(f"warm start off: {why}; workers start as fresh processes")
+        elif not why and not self._said and self._ready.get("failed"):
+            self._said = True
+            failed = "; ".join(f"{name} ({error})" for name, error in self._ready["failed"].items())
+            self._say(f"warm start: could not import {failed}; the workers import it themselves")
         return not why
 
     def _broken(self) -> str:
         if self._ready is None and not self._dead:
             return f"the warm interpreter's imports took more than {READY_WITHIN:.0f} s"
         if self._ready is None or self._dead:
-            return "the warm interpreter exited"
+            return f"the warm interpreter exited ({self._last_line() or 'no output'})"
         return self._ready.get("unsafe", "")
+
+    def _last_line(self) -> str:
+        self._log.seek(0)
+        lines = self._log.read().decode(errors="replace").strip().splitlines()
+        return lines[-1] if lines else ""
 
     def spawn(self, argv: Sequence[str], env: Mapping[str, str], stdout: int, stderr: int) -> WarmProcess:
         """Fork a worker running ``argv`` with ``env`` and these two descriptors (not closed here)."""
@@ -207,6 +218,7 @@ class WarmStarter:
         self._process.kill()  # it may be importing still: no reason to wait for that
         self._process.wait()
         self._sock.close()
+        self._log.close()
 
 
 def warm_able(argv: Sequence[str], wrapped: bool) -> bool:

@@ -121,3 +121,19 @@ def test_a_torch_program_gets_torch_preloaded_without_cuda_and_each_worker_its_o
     assert not any(r["preloaded"] for r in fresh.values())
     assert not any(r["cuda_initialized"] for r in forked.values())
     assert forked[0]["seed"] != forked[1]["seed"] and forked[0]["rand"] != forked[1]["rand"]
+
+
+def test_an_interpreter_that_dies_or_a_module_that_will_not_import_is_one_line_and_the_job_runs(tmp_path):
+    (tmp_path / "dies_on_import.py").write_text("import os\nos._exit(7)\n")
+    env = {"PYTHONPATH": str(tmp_path)}
+    out = tmp_path / "out"
+    out.mkdir()
+    args = ["--standalone", "--nproc-per-node", "1", PROBE, str(out)]
+    died = run(["--preload", "dies_on_import", *args], timeout=120, env=env)
+    assert died.returncode == 0, died.stderr
+    assert "warm start off: the warm interpreter exited" in died.stderr
+    assert records(str(out), 0)[0]["preloaded"]["decimal"] is False  # started plainly
+    missing = run(["--preload", "decimal,no_such_module_here", *args], timeout=120, env=env)
+    assert missing.returncode == 0, missing.stderr
+    assert "warm start: could not import no_such_module_here (ModuleNotFoundError" in missing.stderr
+    assert records(str(out), 0)[0]["preloaded"]["decimal"] is True  # the rest was preloaded
