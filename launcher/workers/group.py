@@ -149,11 +149,12 @@ class WorkerGroup:
             os.unlink(spec.error_file)
         out = self._stream(logs.stdout, self._out)
         err = self._stream(logs.stderr, self._err)
+        env = worker_env(spec, inherited)
         try:
-            if self._warm is not None and self._warm.can_start(self.argv, wrapped=bool(wrap)):
-                process = self._warm.spawn(self.argv, worker_env(spec, inherited), *_descriptors(out[0], err[0]))
+            if self._warm is not None and not wrap and self._warm.can_start():
+                process = self._fork_warm(env, out[0], err[0])
             else:
-                process = self._popen([*wrap, *self.argv], worker_env(spec, inherited), out[0], err[0])
+                process = self._popen([*wrap, *self.argv], env, out[0], err[0])
         finally:
             for target in (out[0], err[0]):
                 if isinstance(target, int) and target >= 0:
@@ -173,6 +174,17 @@ class WorkerGroup:
             self._pump.add(
                 read_end, logs.prefix if plan.prefixed else "", console if plan.console else None, file, duplicate
             )
+
+    def _fork_warm(self, env: dict[str, str], stdout, stderr) -> WarmProcess:
+        """A warm start: forked by the warm interpreter, given Popen's stdout/stderr as descriptors."""
+        with open(os.devnull, "wb") as null:
+
+            def descriptor(target) -> int:
+                if target == subprocess.DEVNULL:
+                    return null.fileno()
+                return target if isinstance(target, int) else target.fileno()
+
+            return self._warm.spawn(self.argv, env, descriptor(stdout), descriptor(stderr))
 
     def _popen(self, argv: list[str], env: dict[str, str], stdout, stderr) -> subprocess.Popen:
         """A plain start: a fresh process (with its parent-death signal)."""
@@ -276,27 +288,6 @@ class WorkerGroup:
                 self._reaper.unregister(worker.process.pid)
         self._pump.drain(timeout=1.0)
         self._close_duplicates()
-
-
-def _descriptors(*targets) -> tuple[int, ...]:
-    """Popen's stdout/stderr arguments (a descriptor, a file, DEVNULL) as descriptors to hand over."""
-    out = []
-    for target in targets:
-        if target == subprocess.DEVNULL:
-            target = _devnull()
-        out.append(target if isinstance(target, int) else target.fileno())
-    return tuple(out)
-
-
-def _devnull() -> int:
-    """A descriptor on /dev/null for writing, kept for the process's life (one, reused)."""
-    global _DEVNULL
-    if _DEVNULL is None:
-        _DEVNULL = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
-    return _DEVNULL
-
-
-_DEVNULL: int | None = None
 
 
 def _signal_group(pgid: int, signum: int) -> None:

@@ -4,17 +4,18 @@ and at every restart -- instead of starting a fresh interpreter that loads torch
 
 ``WarmStarter`` starts that interpreter when the agent starts, so that its imports overlap the
 rendezvous; a worker to start before they are done waits for them (a fresh one would spend longer
-on the same imports). ``spawn`` returns a ``WarmProcess``: the worker's pid, and its end as ``subprocess.Popen``
-reports it (``poll``, ``wait``, negative for a signal), relayed by the interpreter, whose child the
-worker is. A command that is not ``python -u SCRIPT|-m MODULE|-c CODE ...`` of this Python, or a
-wrapped one (--numa-binding), is started plainly. The interpreter dies with the agent (a
-parent-death signal), and its workers with it.
+on the same imports). ``spawn`` returns a ``WarmProcess``: the worker's pid, and its end as
+``subprocess.Popen`` reports it (``poll``, ``wait``, negative for a signal), relayed by the
+interpreter, whose child the worker is. A command that is not ``python -u SCRIPT|-m MODULE|-c CODE
+...`` of this Python, or a wrapped one (--numa-binding), is started plainly (``warm_able``). The
+interpreter dies with the agent (a parent-death signal), and its workers with it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -163,12 +164,13 @@ class WarmStarter:
             if not data:
                 return
 
-    def can_start(self, argv: Sequence[str], wrapped: bool) -> bool:
-        """Whether ``argv`` is forked warm. Waits for the interpreter's imports while they run: a
-        fresh worker would spend longer on the same imports. A reason it will not do is said once."""
+    def can_start(self) -> bool:
+        """Whether a worker is forked warm (the agent starts this only for warm-able workers, see
+        ``warm_able``). Waits for the interpreter's imports while they run: a fresh worker would spend
+        longer on the same imports. A reason it will not do is said once."""
         with self._changes:
             self._changes.wait_for(lambda: self._ready is not None or self._dead, timeout=READY_WITHIN)
-            why = _not_warm(argv, wrapped) or self._broken()
+            why = self._broken()
         if why and not self._said:
             self._said = True
             self._say(f"warm start off: {why}; workers start as fresh processes")
@@ -179,10 +181,10 @@ class WarmStarter:
         return not why
 
     def _broken(self) -> str:
-        if self._ready is None and not self._dead:
-            return f"the warm interpreter's imports took more than {READY_WITHIN:.0f} s"
-        if self._ready is None or self._dead:
+        if self._dead:
             return f"the warm interpreter exited ({self._last_line() or 'no output'})"
+        if self._ready is None:
+            return f"the warm interpreter's imports took more than {READY_WITHIN:.0f} s"
         return self._ready.get("unsafe", "")
 
     def _last_line(self) -> str:
@@ -206,7 +208,7 @@ class WarmStarter:
             if pid in self._exits:
                 return self._exits[pid]
             if self._dead and not _alive(pid):
-                return -9  # its interpreter died: the parent-death signal killed it
+                return -signal.SIGKILL  # its interpreter died: the parent-death signal killed it
             return None
 
     def wait_for_exit(self, timeout: float) -> None:
@@ -222,21 +224,13 @@ class WarmStarter:
 
 
 def warm_able(argv: Sequence[str], wrapped: bool) -> bool:
-    """Whether workers running ``argv`` can be forked warm at all (a Python program, not wrapped)."""
-    return not _not_warm(argv, wrapped)
-
-
-def _not_warm(argv: Sequence[str], wrapped: bool) -> str:
-    """Why ``argv`` cannot be forked warm ("" when it can)."""
-    if wrapped:
-        return "the workers run under a command (--numa-binding)"
-    if len(argv) < 3 or argv[0] != sys.executable or argv[1] != "-u":
-        return "the worker is not a Python program of this interpreter (--no-python)"
-    if argv[2] in ("-m", "-c") and len(argv) < 4:
-        return f"{argv[2]} without its argument"
-    if argv[2].startswith("-") and argv[2] not in ("-m", "-c"):
-        return f"the interpreter option {argv[2]}"
-    return ""
+    """Whether workers running ``argv`` can be forked warm at all: ``python -u`` of this interpreter
+    with a script, ``-m MODULE`` or ``-c CODE`` (--run-path), and no command in front (--numa-binding)."""
+    if wrapped or len(argv) < 3 or argv[0] != sys.executable or argv[1] != "-u":
+        return False
+    if argv[2] in ("-m", "-c"):
+        return len(argv) >= 4
+    return not argv[2].startswith("-")
 
 
 def _alive(pid: int) -> bool:

@@ -106,10 +106,11 @@ def serve(sock: socket.socket, output: tuple[bytes, bytes]) -> None:
             data, fds, _, _ = socket.recv_fds(sock, _MAX_MESSAGE, 2)
             if not data:
                 return  # the agent is gone; the workers die with this process
+            request = json.loads(data)
             pid = os.fork()
             if pid == 0:
-                _become_worker(json.loads(data), fds, output, (sock.fileno(), wake_r, wake_w))
-                _run(json.loads(data)["argv"])  # returns only by raising SystemExit
+                _become_worker(request, fds, output, (sock.fileno(), wake_r, wake_w))
+                _run(request["argv"])  # returns only by raising SystemExit
             for fd in fds:
                 os.close(fd)
             _send(sock, {"pid": pid})
@@ -194,16 +195,12 @@ def _main_module():
 def _print_exception() -> None:
     """The traceback as ``python`` shows it: the program's frames, not this module's or runpy's."""
     kind, value, tb = sys.exc_info()
-    ours = (__file__, _runpy_file(), "<frozen runpy>")
+    import runpy
+
+    ours = (__file__, runpy.__file__, "<frozen runpy>")
     while tb is not None and tb.tb_frame.f_code.co_filename in ours:
         tb = tb.tb_next
     sys.excepthook(kind, value.with_traceback(tb), tb)  # the hook prints the exception's own traceback
-
-
-def _runpy_file() -> str:
-    import runpy
-
-    return runpy.__file__
 
 
 def main() -> None:
