@@ -142,13 +142,7 @@ class EtcdKVStore:
         ranges = (KeyRange(self.root, prefix=True), KeyRange(self.queues, prefix=True))
         with Watch(self.client, *ranges, start_revision=revision + 1) as watch:
             while missing:
-                remaining = deadline - time.monotonic()
-                event = watch.get(timeout=remaining) if remaining > 0 else None
-                if event is None:
-                    raise RendezvousTimeoutError(
-                        f"timeout after {timeout:g}s waiting for store key{'s' if len(missing) > 1 else ''} "
-                        f"{', '.join(map(repr, missing))}"
-                    )
+                event = _next_event(watch, deadline, _keys_timeout(timeout, missing))
                 if event.type in (EventType.PUT, EventType.RESYNC):
                     missing, _ = self._missing(names)
 
@@ -181,7 +175,9 @@ class EtcdKVStore:
         """The oldest item of queue ``name``, removed. Empty: None when not ``block``, else wait for
         one (RendezvousTimeoutError after ``timeout`` seconds)."""
         prefix = self._items(name)
-        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        waited = self.timeout if timeout is None else timeout
+        deadline = time.monotonic() + waited
+        timed_out = f"timeout after {waited:g}s waiting for an item in store queue {name!r}"
         while True:
             kvs, revision = self.client.get_prefix(prefix, limit=1)
             if kvs:
@@ -194,16 +190,8 @@ class EtcdKVStore:
             if not block:
                 return None
             with Watch(self.client, KeyRange(prefix, prefix=True), start_revision=revision + 1) as watch:
-                while True:
-                    remaining = deadline - time.monotonic()
-                    event = watch.get(timeout=remaining) if remaining > 0 else None
-                    if event is None:
-                        raise RendezvousTimeoutError(
-                            f"timeout after {timeout if timeout is not None else self.timeout:g}s "
-                            f"waiting for an item in store queue {name!r}"
-                        )
-                    if event.type in (EventType.PUT, EventType.RESYNC):
-                        break
+                while _next_event(watch, deadline, timed_out).type not in (EventType.PUT, EventType.RESYNC):
+                    pass
 
     def _wait_values(self, names: Sequence[str], timeout: float) -> list[bytes]:
         keys = [self.key(n) for n in names]
@@ -214,14 +202,8 @@ class EtcdKVStore:
             return [found[k] for k in keys]
         with Watch(self.client, KeyRange(self.root, prefix=True), start_revision=response.header.revision + 1) as watch:
             while len(found) < len(set(keys)):
-                remaining = deadline - time.monotonic()
-                event = watch.get(timeout=remaining) if remaining > 0 else None
-                if event is None:
-                    missing = [n for n, k in zip(names, keys) if k not in found]
-                    raise RendezvousTimeoutError(
-                        f"timeout after {timeout:g}s waiting for store key{'s' if len(missing) > 1 else ''} "
-                        f"{', '.join(map(repr, missing))}"
-                    )
+                missing = [n for n, k in zip(names, keys) if k not in found]
+                event = _next_event(watch, deadline, _keys_timeout(timeout, missing))
                 if event.type is EventType.RESYNC:
                     return self._wait_values(names, max(deadline - time.monotonic(), 0.0))
                 key = event.key.decode(errors="replace")
@@ -231,3 +213,19 @@ class EtcdKVStore:
                     else:
                         found.pop(key, None)
         return [found[k] for k in keys]
+
+
+def _next_event(watch: Watch, deadline: float, timed_out: str):
+    """The watch's next event before ``deadline`` (monotonic); RendezvousTimeoutError(``timed_out``) after."""
+    remaining = deadline - time.monotonic()
+    event = watch.get(timeout=remaining) if remaining > 0 else None
+    if event is None:
+        raise RendezvousTimeoutError(timed_out)
+    return event
+
+
+def _keys_timeout(timeout: float, missing: Sequence[str]) -> str:
+    return (
+        f"timeout after {timeout:g}s waiting for store key{'s' if len(missing) > 1 else ''} "
+        f"{', '.join(map(repr, missing))}"
+    )
