@@ -108,14 +108,14 @@ def worker_of(work: str, rank: int) -> int | None:
 
 
 def node_of(nodes: list[Node], pid: int) -> Node:
-    return next(n for n in nodes if pid in {c.pid for c in psutil.Process(n.process.pid).children(recursive=True)})
+    return next(n for n in nodes if pid in _children(n.process.pid))
 
 
 def inject(fault: str, nodes: list[Node], work: str) -> float:
     """The fault, on the node of rank 1's worker; when it was injected."""
     victim = worker_of(work, 1)
     node = node_of(nodes, victim)
-    tree = [node.process.pid, *(c.pid for c in psutil.Process(node.process.pid).children(recursive=True))]
+    tree = [node.process.pid, *_children(node.process.pid)]
     when = time.time()
     if fault == "worker":
         os.kill(victim, signal.SIGKILL)
@@ -124,11 +124,7 @@ def inject(fault: str, nodes: list[Node], work: str) -> float:
     elif fault == "agent":
         os.kill(node.process.pid, signal.SIGKILL)
     else:  # node: everything of it at once
-        for pid in tree:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        _kill(tree)
     return when
 
 
@@ -172,13 +168,17 @@ def trial(launcher: str, fault: str, endpoint: str, nodes: int, wait: float) -> 
     finally:
         workers = {e["pid"] for e in events(work)}  # an orphan of a killed agent is in no tree
         for node in agents:
-            for pid in [node.process.pid, *_children(node.process.pid), *workers]:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+            _kill([node.process.pid, *_children(node.process.pid), *workers])
             node.process.wait(timeout=30)
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _kill(pids) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def _children(pid: int) -> list[int]:
