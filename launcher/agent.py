@@ -48,6 +48,7 @@ from rendezvous.rounds.handler import RendezvousHandler
 from rendezvous.rounds.join import RendezvousInfo
 
 from . import restart
+from .c10dstore import StoreHost
 from .config import AgentConfig
 from .errors import (
     AgentStopped,
@@ -98,10 +99,13 @@ class Agent:
         report: Callable[[str], None] | None = None,
         environ: Mapping[str, str] | None = None,
         telemetry: Telemetry | None = None,
+        stores: StoreHost | None = None,
     ) -> None:
-        """``history`` and ``reaper`` are the handler's too (it records rounds and arms the reaper);
-        whoever made them closes them after ``run``. ``hangs``: etcd's side of hang detection
-        (None: workers' heartbeats are not watched)."""
+        """``history``, ``reaper`` and ``stores`` are the handler's too (it records rounds, arms the
+        reaper, announces the store's ports); whoever made them closes them after ``run``.
+        ``hangs``: etcd's side of hang detection (None: workers' heartbeats are not watched).
+        ``stores``: the round's c10d store, hosted here when this node is group rank 0 (None: by
+        rank 0's worker)."""
         self.config = config
         self.handler = handler
         self.history = history
@@ -118,6 +122,7 @@ class Agent:
         self._told_budget = False
         self.info: RendezvousInfo | None = None
         self._hang_channel = hangs
+        self._stores = stores
 
     @property
     def state(self) -> AgentState:
@@ -214,6 +219,7 @@ class Agent:
             telemetry=self.telemetry,
             hangs=self._hang_channel,
             environ=self.environ,
+            stores=self._stores,
         )
 
     def _warm_starter(self) -> WarmStarter | None:

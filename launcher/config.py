@@ -31,3 +31,5 @@ class AgentConfig:
     history_command: str = ""  # the pasteable elastic-ctl history of the job ("": its etcd ends with the agent)
     warm_start: bool = True  # fork Python workers from a warm interpreter (--no-warm-start: fresh processes)
     preload: tuple[str, ...] = ()  # modules it imports besides torch's (--preload)
+    agent_store: bool = True  # group rank 0's agent hosts the c10d store (TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1: not)
+    store_port: int | None = None  # its port (--master-port); None: a free port each round

@@ -26,6 +26,7 @@ from rendezvous.settings import RendezvousSettings
 from .agent import Agent
 from .allocation import allocation_member
 from .beside import Beside, lighthouse_beside
+from .c10dstore import StoreHost
 from .config import AgentConfig
 from .errors import UsageError
 from .signals import PASSED_SIGNALS, STOP_SIGNALS, pass_to_workers, stop_on_signals
@@ -119,6 +120,7 @@ def _run_agent(
     echo = console_event if plan.config.event_log_handler == "console" else None
     history = HistoryWriter(client, keys.root, plan.node_id, report=report, echo=echo)
     reaper = ReaperProcess()
+    stores = StoreHost(plan.config.store_port, say=report) if plan.config.agent_store else None
     try:
         reaper.configure(client.target, reaper_sys_path(), history={"prefix": keys.root, "node": plan.node_id})
         for path in temporary:
@@ -132,6 +134,7 @@ def _run_agent(
             max_restarts=plan.config.max_restarts,
             history=history,
             on_renew=reaper.arm,
+            master_port=stores.port if stores is not None else None,
         )
         telemetry = _telemetry(plan, client, history)
         agent = Agent(
@@ -142,6 +145,7 @@ def _run_agent(
             report=report,
             hangs=HangChannel(client, keys, plan.node_id),
             telemetry=telemetry,
+            stores=stores,
         )
         server = _serve(plan, agent, telemetry, report)
         try:
@@ -154,6 +158,8 @@ def _run_agent(
         base = agent.info.base_global_rank if agent.info is not None else 0
         return LaunchOutcome(code, tuple(range(base, base + plan.config.nproc_per_node)))
     finally:
+        if stores is not None:
+            stores.close()
         history.close()
         reaper.close()
 

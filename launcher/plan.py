@@ -68,6 +68,7 @@ class RunRequest:
     virtual_local_rank: bool = False
     warm_start: bool = True  # fork Python workers from a warm interpreter
     preload: tuple[str, ...] = ()  # modules it imports besides torch's
+    store_port: int | None = None  # --master-port: the agent store's port (None: a free one each round)
     http_port: int | None = None
     http_host: str = "0.0.0.0"
     lighthouse: Beside | None = None
@@ -157,6 +158,8 @@ def _agent_config(
         virtual_local_rank=request.virtual_local_rank,
         warm_start=request.warm_start,
         preload=request.preload,
+        agent_store=os.environ.get("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "0") != "1",  # torchrun's opt-out
+        store_port=request.store_port,
         event_log_handler=request.event_log_handler,
         cpu_binding=cpu_binding,
         hang_timeouts=request.hang_timeouts,

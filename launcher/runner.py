@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from launcher.c10dstore import StoreHost
 from launcher.hangs.hangwatch import HangWatch, watch_round
 from launcher.hangs.verdict import Verdict
 from launcher.telemetry.metrics import Telemetry
@@ -82,8 +83,11 @@ class RoundRunner:
         telemetry: Telemetry,
         hangs: HangChannel | None,
         environ: Mapping[str, str],
+        stores: StoreHost | None = None,
     ) -> None:
-        """``beats_dir``: where the workers' heartbeat records go (one per worker and attempt)."""
+        """``beats_dir``: where the workers' heartbeat records go (one per worker and attempt).
+        ``stores``: the sockets this node announced for the round's c10d store, which it serves
+        when it is group rank 0 (None: rank 0's worker hosts the store)."""
         self.config = config
         self._beats_dir = beats_dir
         self.handler = handler
@@ -94,6 +98,7 @@ class RoundRunner:
         self._telemetry = telemetry
         self._channel = hangs
         self._environ = environ
+        self._stores = stores
         self._hangs: HangWatch | None = None
         self._beats_used = False  # this node's workers called elastic.heartbeat() in an earlier round
         self._status = GroupStatus(GroupState.RUNNING)  # the workers' last poll
@@ -113,6 +118,8 @@ class RoundRunner:
         self._reaper.clear()
         self._reaper.note_round(info.round)
         specs = self._specs(info, attempt, layout)
+        if self._stores is not None:
+            self._stores.serve(info.master_port if info.group_rank == 0 else None)
         for spec in specs:
             beats.create(spec.heartbeat_file)
         with stop_deferred():  # every worker started is one the group knows when a stop comes
@@ -142,6 +149,8 @@ class RoundRunner:
         ending(result.outcome)
         # fenced: now, the lease may expire in under a second; else with the grace period
         self._group.stop(0.0 if result.outcome is RoundOutcome.FENCED else self.config.stop_grace)
+        if self._stores is not None:
+            self._stores.stop()  # the round's workers are gone, and its store with them
         self._telemetry.workers(0)
         return result
 
@@ -164,6 +173,7 @@ class RoundRunner:
                 error_file=layout.ranks[i].error_file,
                 virtual_local_rank=self.config.virtual_local_rank,
                 heartbeat_file=os.path.join(self._beats_dir, f"{attempt}-{i}.beat"),
+                agent_store=self._stores is not None,
             )
             for i in range(n)
         ]

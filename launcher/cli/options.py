@@ -218,10 +218,11 @@ def rendezvous_endpoint(standalone: bool, backend: str, endpoint: str | None, rd
     return endpoint or ""
 
 
-def say_static_ignored(node_rank: object, master_addr: object, master_port: object) -> None:
-    """torchrun's static rendezvous options: taken, ignored, said once."""
-    if node_rank or master_addr or master_port:
-        say("--node-rank/--master-addr/--master-port belong to static rendezvous and are ignored")
+def say_static_ignored(node_rank: object, master_addr: object) -> None:
+    """torchrun's static rendezvous options: taken, ignored, said once (--master-port is the port
+    of the store group rank 0's agent hosts, as under torchrun's static rendezvous)."""
+    if node_rank or master_addr:
+        say("--node-rank/--master-addr belong to static rendezvous and are ignored")
 
 
 def beside_of(lighthouse: str | None, port: int, min_replicas: int) -> Beside | None:

@@ -65,7 +65,7 @@ class RunOptions:
     local_addr: str | None = None
     node_rank: int | None = 0  # static rendezvous only: ignored, said so
     master_addr: str | None = None  # ditto
-    master_port: int | None = None  # ditto
+    master_port: int | None = None  # the port of the agent's store on group rank 0's node
     logs_specs: Any = None  # the name of a torch LogsSpecs entry point, or (from Python) an instance
     log_line_prefix_template: str | None = None  # from Python; the CLI reads $TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE
     numa_binding: str | None = None
@@ -102,7 +102,7 @@ def request_from(opts: RunOptions) -> RunRequest:
     )
     redirects, tee = parse_std(opts.redirects, "--redirects"), parse_std(opts.tee, "--tee")
     ranks_filter = parse_ranks_filter(opts.local_ranks_filter)
-    say_static_ignored(opts.node_rank, opts.master_addr, opts.master_port)
+    say_static_ignored(opts.node_rank, opts.master_addr)
     return RunRequest(
         # the option parsers' (launcher.cli.options) first, then what other modules parse
         stdout_filters=parse_filters(opts.duplicate_stdout_filters),
@@ -134,6 +134,7 @@ def request_from(opts: RunOptions) -> RunRequest:
         numa_binding=opts.numa_binding,
         virtual_local_rank=opts.virtual_local_rank,
         warm_start=opts.warm_start,
+        store_port=opts.master_port or None,
         http_port=opts.http_port,
         http_host=opts.http_host,
         allocation=slurm.etcd if slurm is not None else None,

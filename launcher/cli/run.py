@@ -159,7 +159,13 @@ _SECONDS = _Seconds()
 @_option("--local-addr", env="LOCAL_ADDR", default=None, help="This node's address as the others reach it.")
 @_option("--node-rank", env="NODE_RANK", type=int, default=0, help="Static rendezvous only: ignored.")
 @_option("--master-addr", env="MASTER_ADDR", default=None, help="Static rendezvous only: ignored.")
-@_option("--master-port", env="MASTER_PORT", type=int, default=None, help="Static rendezvous only: ignored.")
+@_option(
+    "--master-port",
+    env="MASTER_PORT",
+    type=int,
+    default=None,
+    help="The port of the c10d store that group rank 0's agent hosts (default: a free one each round).",
+)
 @_option(
     "--logs-specs",
     env=None,

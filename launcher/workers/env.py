@@ -60,6 +60,7 @@ class WorkerSpec:
     role: str = "default"
     virtual_local_rank: bool = False  # torchrun's --virtual-local-rank
     heartbeat_file: str = ""  # the record elastic.heartbeat() writes to (launcher/hangs/beatfile.py)
+    agent_store: bool = False  # the store at MASTER_ADDR:MASTER_PORT is the agent's (else rank 0's worker's)
 
     @property
     def rank(self) -> int:
@@ -82,8 +83,9 @@ def worker_env(spec: WorkerSpec, inherited: Mapping[str, str]) -> dict[str, str]
 
     With one role per job (as torchrun), ROLE_RANK and ROLE_WORLD_SIZE equal RANK and WORLD_SIZE.
     As torchrun: OMP_NUM_THREADS is 1 when the node runs more than one worker and the user has not
-    set it; TORCH_NCCL_ASYNC_ERROR_HANDLING is 1 unless set. TORCHELASTIC_USE_AGENT_STORE is False:
-    workers create their own store at MASTER_ADDR:MASTER_PORT (rank 0 hosts it).
+    set it; TORCH_NCCL_ASYNC_ERROR_HANDLING is 1 unless set. TORCHELASTIC_USE_AGENT_STORE is True
+    when the agent of group rank 0 hosts the store at MASTER_ADDR:MASTER_PORT (every worker is its
+    client), False when rank 0's worker hosts it.
     """
     if not 0 <= spec.local_rank < spec.local_world_size:
         raise ValueError(f"local rank {spec.local_rank} is outside 0..{spec.local_world_size - 1}")
@@ -105,7 +107,7 @@ def worker_env(spec: WorkerSpec, inherited: Mapping[str, str]) -> dict[str, str]
         TORCHELASTIC_RUN_ID=spec.run_id,
         TORCHELASTIC_RESTART_COUNT=str(spec.restart_count),
         TORCHELASTIC_MAX_RESTARTS=str(spec.max_restarts),
-        TORCHELASTIC_USE_AGENT_STORE="False",
+        TORCHELASTIC_USE_AGENT_STORE=str(spec.agent_store),
         TORCHELASTIC_ERROR_FILE=spec.error_file,
     )
     if spec.virtual_local_rank:

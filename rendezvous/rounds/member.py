@@ -80,12 +80,16 @@ class Member:
         keys: JobKeys,
         identity: Identity,
         on_renew: Callable[[int, float], None] | None = None,
+        master_port: Callable[[], int] | None = None,
     ) -> None:
         """``on_renew(lease id, fence deadline)``: after every acknowledged renewal, from the stream
-        loop's thread (the agent hands it to the process that enforces the deadline)."""
+        loop's thread (the agent hands it to the process that enforces the deadline).
+        ``master_port()``: the port this node offers for its round's store, asked at every
+        announcement (default: a free port, for a worker to host the store on)."""
         self._client, self._settings, self._keys = client, settings, keys
         self.identity = identity
         self._on_renew = on_renew
+        self._master_port = master_port or (lambda: free_port("0.0.0.0"))
         self._session: Session | None = None
         self._request: tuple[int, str] | None = None  # (round, what failed): ask the next round for a restart
 
@@ -138,7 +142,7 @@ class Member:
             round=round_,
             addr=self.identity.addr,
             local_world_size=self.identity.local_world_size,
-            master_port=free_port("0.0.0.0"),
+            master_port=self._master_port(),
             finished=finished,
             failed_round=failed_round,
             failure=failure,

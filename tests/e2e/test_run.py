@@ -39,7 +39,7 @@ def test_standalone_gives_every_rank_the_torchrun_environment(tmp_path):
         assert env["ROLE_NAME"] == "default" and env["ROLE_RANK"] == str(rank)
         assert env["MASTER_ADDR"] == "127.0.0.1" and 0 < int(env["MASTER_PORT"]) < 65536
         assert env["TORCHELASTIC_RESTART_COUNT"] == "0" and env["TORCHELASTIC_MAX_RESTARTS"] == "0"
-        assert env["TORCHELASTIC_USE_AGENT_STORE"] == "False"
+        assert env["TORCHELASTIC_USE_AGENT_STORE"] == "True"  # the agent hosts the store, as torchrun's
         assert env["TORCHELASTIC_ERROR_FILE"].startswith(str(tmp_path / "logs"))
         assert env["TORCHELASTIC_ERROR_FILE"].endswith(os.path.join("attempt_0", str(rank), "error.json"))
         assert env["OMP_NUM_THREADS"] == "1" and env["USER_SETTING"] == "kept"

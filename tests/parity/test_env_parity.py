@@ -16,12 +16,12 @@ DUMP = (
     "json.dump(dict(os.environ), open(os.path.join(sys.argv[1], os.environ['RANK'] + '.json'), 'w'))"
 )
 # The whole environment is compared, name by name and value by value, except values that differ by
-# nature (the job id, a free port, paths under each launcher's own directory) and the two the README's
-# "Coming from torchrun" names: TORCHELASTIC_USE_AGENT_STORE, True under torchrun's c10d rendezvous (its
-# agent's TCPStore is shared) and False here by design; MASTER_ADDR under --standalone, torchrun's
-# ``localhost`` and 127.0.0.1 here (the same loopback, without a resolver that may answer ::1 first).
+# nature (the job id, a free port, paths under each launcher's own directory) and the one the README's
+# "Coming from torchrun" names: MASTER_ADDR under --standalone, torchrun's ``localhost`` and 127.0.0.1
+# here (the same loopback, without a resolver that may answer ::1 first). TORCHELASTIC_USE_AGENT_STORE
+# is True on both sides: each launcher's agent of group rank 0 hosts the store.
 DIFFER_BY_NATURE = {"TORCHELASTIC_RUN_ID", "MASTER_PORT", "TORCHELASTIC_ERROR_FILE"}
-DIFFER_BY_DESIGN = {"TORCHELASTIC_USE_AGENT_STORE": ("True", "False"), "MASTER_ADDR": ("localhost", "127.0.0.1")}
+DIFFER_BY_DESIGN = {"MASTER_ADDR": ("localhost", "127.0.0.1")}
 # Ours only, by design (README "Coming from torchrun"): the worker's heartbeat record for elastic.heartbeat().
 OURS_ONLY = {"ELASTIC_HEARTBEAT_FILE"}
 

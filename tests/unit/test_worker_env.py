@@ -44,6 +44,7 @@ def test_worker_env_exports_what_torchrun_exports():
         "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
     }
     assert env["PATH"] == "/bin" and env["OMP_NUM_THREADS"] == "1"
+    assert worker_env(spec(agent_store=True), {})["TORCHELASTIC_USE_AGENT_STORE"] == "True"
 
 
 def test_worker_env_follows_torchruns_omp_and_nccl_rules():

@@ -1,0 +1,99 @@
+"""The store the agent hosts (launcher/c10dstore) side by side with torch's own TCPStore server:
+torch's client makes every call it has against each, and gets the same answers."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.e2e.cli_helpers import agent_args, finish, json_records, run, run_id, start
+
+WORKERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "workers")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _answers(kind: str) -> list:
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    host = subprocess.Popen(
+        [sys.executable, os.path.join(WORKERS, "store_host.py"), kind],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        port = host.stdout.readline().strip()
+        assert port, f"the {kind} store printed no port"
+        done = subprocess.run(
+            [sys.executable, os.path.join(WORKERS, "store_ops.py"), port],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        return json.loads(done.stdout.strip().splitlines()[-1])
+    finally:
+        host.stdin.close()
+        host.wait(timeout=10)
+
+
+@pytest.mark.parametrize("kind", ["agent", "agent-late"])
+def test_the_agents_store_answers_torchs_client_as_torchs_server_does(kind):
+    theirs, ours = _answers("torch"), _answers(kind)
+    print(f"\n{len(theirs)} calls, torch's server: {theirs}")
+    assert ours == theirs
+
+
+# -- under elastic-run: the agent of group rank 0 hosts each round's store -------------------------
+INIT = os.path.join(WORKERS, "store_init.py")
+
+
+def _attempts(out: str) -> dict[int, list[dict]]:
+    by_attempt: dict[int, list[dict]] = {}
+    for record in json_records(out, "*.json", "rank"):
+        by_attempt.setdefault(record["attempt"], []).append(record)
+    return by_attempt
+
+
+def _init_after_last(records: list[dict]) -> float:
+    """From the last rank's call of init_process_group to the end of everyone's."""
+    return max(r["end"] for r in records) - max(r["start"] for r in records)
+
+
+def test_init_takes_milliseconds_in_any_start_order_and_each_round_has_a_fresh_store(etcd_endpoints, tmp_path):
+    """Two agents, two workers each; rank 0 calls init_process_group 1 s after the others, and rank 1
+    fails in attempt 0. With the store in rank 0's worker the others wait on its connect back-off
+    (0.57-0.60 s seen); the agent's store is listening already."""
+    out = str(tmp_path)
+    args = agent_args(etcd_endpoints, run_id(), "2", nproc=2) + ["--max-restarts", "1", INIT, out, "1.0", "1"]
+    agents = [start(args) for _ in range(2)]
+    results = [finish(agent, timeout=150) for agent in agents]
+    assert [code for code, _ in results] == [0, 0], "\n".join(output for _, output in results)
+    attempts = _attempts(out)
+    assert sorted(attempts) == [0, 1] and all(len(records) == 4 for records in attempts.values()), attempts
+    for attempt, records in attempts.items():
+        took = _init_after_last(records)
+        print(f"\nattempt {attempt}: init_process_group done {took * 1000:.1f} ms after the last rank called it")
+        assert {r["agent_store"] for r in records} == {"True"} and len({r["master"] for r in records}) == 1
+        assert took < 0.2, records
+        assert all(not r["earlier_keys"] for r in records), records  # no key of attempt 0 in attempt 1's store
+    assert attempts[0][0]["master"] != attempts[1][0]["master"]  # a store of its own per round
+
+
+def test_torchs_opt_out_leaves_the_store_to_rank_0s_worker(tmp_path):
+    """TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, as torchrun honours it: the workers host the store."""
+    out = str(tmp_path)
+    done = run(
+        ["--standalone", "--nproc-per-node", "2", INIT, out, "1.0"],
+        timeout=120,
+        env={"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = _attempts(out)[0]
+    print(f"\nrank 0's worker hosting: init done {_init_after_last(records) * 1000:.1f} ms after the last call")
+    assert {r["agent_store"] for r in records} == {"False"}

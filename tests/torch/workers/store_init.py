@@ -1,0 +1,40 @@
+"""A gloo worker that times its init_process_group and says what the store holds: rank 0 comes up
+``delay`` seconds after the others (the order in which a store hosted by rank 0 costs the most),
+and every rank leaves a key in the store that the next attempt must not see.
+
+argv: OUT_DIR DELAY [FAIL_RANK]: FAIL_RANK exits 1 in attempt 0 after its record is written."""
+
+import datetime
+import json
+import os
+import sys
+import time
+
+import torch.distributed as dist
+
+out, delay = sys.argv[1], float(sys.argv[2])
+fail_rank = int(sys.argv[3]) if len(sys.argv) > 3 else -1
+rank, attempt = int(os.environ["RANK"]), int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+if rank == 0:
+    time.sleep(delay)
+start = time.time()
+dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+end = time.time()
+store = dist.distributed_c10d._get_default_store()
+earlier = [a for a in range(attempt) if store.check([f"attempt-{a}-rank-{rank}"])]
+store.set(f"attempt-{attempt}-rank-{rank}", "here")
+dist.barrier()
+record = {
+    "rank": rank,
+    "attempt": attempt,
+    "start": start,
+    "end": end,
+    "earlier_keys": earlier,
+    "agent_store": os.environ["TORCHELASTIC_USE_AGENT_STORE"],
+    "master": f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}",
+}
+with open(os.path.join(out, f"{attempt}-{rank}.json"), "w") as f:
+    json.dump(record, f)
+dist.destroy_process_group()
+if attempt == 0 and rank == fail_rank:
+    sys.exit(1)
