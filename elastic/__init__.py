@@ -36,6 +36,8 @@ __all__ = [
 
 
 def __getattr__(name: str):
+    if name == "checkpoint":  # a module of its own: elastic.checkpoint.save / load
+        return importlib.import_module(".checkpoint", __name__)
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'elastic' has no attribute {name!r}")

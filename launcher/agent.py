@@ -34,6 +34,7 @@ from launcher.telemetry.health import AgentSnapshot
 from launcher.telemetry.metrics import Telemetry
 from launcher.workers.fence import ReaperProcess
 from launcher.workers.group import WorkerGroup
+from launcher.workers.snapshots import SnapshotKeeper
 from launcher.workers.warm import WarmStarter, default_preload, warm_able
 from rendezvous.errors import (
     RendezvousClosedError,
@@ -208,6 +209,9 @@ class Agent:
         shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None  # memory, never written back to a disk
         self._beats_dir = tempfile.mkdtemp(prefix="elastic-beats-", dir=shm)
         self._reaper.remove_at_exit(self._beats_dir)
+        self._snapshots = SnapshotKeeper(self.config.checkpoint_dir, self.config.checkpoint_every)
+        self._reaper.remove_at_exit(self._snapshots.memory)  # no shared memory left if the agent is killed
+        self.environ.update(self._snapshots.env())
         self._rounds = RoundRunner(
             self.config,
             self._beats_dir,
@@ -255,6 +259,7 @@ class Agent:
         if self._warm is not None:
             self._warm.close()
         shutil.rmtree(self._beats_dir, ignore_errors=True)
+        self._snapshots.close()  # the newest saves to --checkpoint-dir, the memory freed
 
     def _run_round(self) -> RoundResult:
         self.state = AgentState.RUNNING

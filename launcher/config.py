@@ -33,3 +33,5 @@ class AgentConfig:
     preload: tuple[str, ...] = ()  # modules it imports besides torch's (--preload)
     agent_store: bool = True  # group rank 0's agent hosts the c10d store (TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1: not)
     store_port: int | None = None  # its port (--master-port); None: a free port each round
+    checkpoint_dir: str | None = None  # where elastic.checkpoint saves are copied (--checkpoint-dir); None: memory only
+    checkpoint_every: int = 10  # a copy there every so many saves of a rank (--checkpoint-every)

@@ -69,6 +69,8 @@ class RunRequest:
     warm_start: bool = True  # fork Python workers from a warm interpreter
     preload: tuple[str, ...] = ()  # modules it imports besides torch's
     store_port: int | None = None  # --master-port: the agent store's port (None: a free one each round)
+    checkpoint_dir: str | None = None  # where the agent copies elastic.checkpoint saves (None: memory only)
+    checkpoint_every: int = 10  # a copy every so many saves of a rank
     http_port: int | None = None
     http_host: str = "0.0.0.0"
     lighthouse: Beside | None = None
@@ -160,6 +162,8 @@ def _agent_config(
         preload=request.preload,
         agent_store=os.environ.get("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "0") != "1",  # torchrun's opt-out
         store_port=request.store_port,
+        checkpoint_dir=request.checkpoint_dir,
+        checkpoint_every=request.checkpoint_every,
         event_log_handler=request.event_log_handler,
         cpu_binding=cpu_binding,
         hang_timeouts=request.hang_timeouts,

@@ -9,6 +9,7 @@ launches.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,6 +79,8 @@ class RunOptions:
     virtual_local_rank: bool = False
     warm_start: bool = True
     preload: str = ""
+    checkpoint_dir: str | None = None
+    checkpoint_every: int = 10
     lighthouse: str | None = None  # a torchft Lighthouse replica beside the agent: its id
     lighthouse_port: int = 29510
     lighthouse_min_replicas: int = 1
@@ -135,6 +138,8 @@ def request_from(opts: RunOptions) -> RunRequest:
         virtual_local_rank=opts.virtual_local_rank,
         warm_start=opts.warm_start,
         store_port=opts.master_port or None,
+        checkpoint_dir=os.path.abspath(opts.checkpoint_dir) if opts.checkpoint_dir else None,
+        checkpoint_every=opts.checkpoint_every,
         http_port=opts.http_port,
         http_host=opts.http_host,
         allocation=slurm.etcd if slurm is not None else None,

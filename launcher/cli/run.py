@@ -260,6 +260,22 @@ _SECONDS = _Seconds()
     help="More modules (comma-separated) for that interpreter to import, as the workers will.",
 )
 @_option(
+    "--checkpoint-dir",
+    env="CHECKPOINT_DIR",
+    default=None,
+    metavar="DIR",
+    help="Where the agent copies the workers' elastic.checkpoint saves (else they stay in memory only).",
+)
+@_option(
+    "--checkpoint-every",
+    env="CHECKPOINT_EVERY",
+    type=click.IntRange(min=1),
+    default=10,
+    show_default=True,
+    metavar="N",
+    help="A copy to --checkpoint-dir every N saves of a rank (and one at the end).",
+)
+@_option(
     "--virtual-local-rank",
     env="VIRTUAL_LOCAL_RANK",
     is_flag=True,

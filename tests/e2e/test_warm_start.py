@@ -16,7 +16,13 @@ from .cli_helpers import records, run, tool, wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROBE = os.path.join(HERE, "workers", "warm_probe.py")
-PER_RUN = ("TORCHELASTIC_RUN_ID", "MASTER_PORT", "TORCHELASTIC_ERROR_FILE", "ELASTIC_HEARTBEAT_FILE")
+PER_RUN = (
+    "TORCHELASTIC_RUN_ID",
+    "MASTER_PORT",
+    "TORCHELASTIC_ERROR_FILE",
+    "ELASTIC_HEARTBEAT_FILE",
+    "ELASTIC_CHECKPOINT_MEMORY",
+)
 
 
 def _job(out, *options: str, flags=("--fail-first",), program: str = PROBE) -> subprocess.CompletedProcess:

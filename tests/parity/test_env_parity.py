@@ -22,8 +22,9 @@ DUMP = (
 # is True on both sides: each launcher's agent of group rank 0 hosts the store.
 DIFFER_BY_NATURE = {"TORCHELASTIC_RUN_ID", "MASTER_PORT", "TORCHELASTIC_ERROR_FILE"}
 DIFFER_BY_DESIGN = {"MASTER_ADDR": ("localhost", "127.0.0.1")}
-# Ours only, by design (README "Coming from torchrun"): the worker's heartbeat record for elastic.heartbeat().
-OURS_ONLY = {"ELASTIC_HEARTBEAT_FILE"}
+# Ours only, by design (README "Coming from torchrun"): the worker's heartbeat record for elastic.heartbeat()
+# and the agent's memory for elastic.checkpoint.
+OURS_ONLY = {"ELASTIC_HEARTBEAT_FILE", "ELASTIC_CHECKPOINT_MEMORY"}
 
 
 def _launch(
