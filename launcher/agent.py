@@ -23,7 +23,6 @@ import enum
 import os
 import shutil
 import signal
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -34,7 +33,7 @@ from launcher.telemetry.health import AgentSnapshot
 from launcher.telemetry.metrics import Telemetry
 from launcher.workers.fence import ReaperProcess
 from launcher.workers.group import WorkerGroup
-from launcher.workers.snapshots import SnapshotKeeper
+from launcher.workers.snapshots import SnapshotKeeper, memory_dir
 from launcher.workers.warm import WarmStarter, default_preload, warm_able
 from rendezvous.errors import (
     RendezvousClosedError,
@@ -102,11 +101,9 @@ class Agent:
         telemetry: Telemetry | None = None,
         stores: StoreHost | None = None,
     ) -> None:
-        """``history``, ``reaper`` and ``stores`` are the handler's too (it records rounds, arms the
-        reaper, announces the store's ports); whoever made them closes them after ``run``.
-        ``hangs``: etcd's side of hang detection (None: workers' heartbeats are not watched).
-        ``stores``: the round's c10d store, hosted here when this node is group rank 0 (None: by
-        rank 0's worker)."""
+        """``history``, ``reaper`` and ``stores`` (the c10d store's sockets; None: rank 0's worker
+        hosts it) are the handler's too; whoever made them closes them after ``run``. ``hangs``:
+        etcd's side of hang detection (None: workers' heartbeats are not watched)."""
         self.config = config
         self.handler = handler
         self.history = history
@@ -206,8 +203,7 @@ class Agent:
         self._warm = self._warm_starter()
         self._group = WorkerGroup(self.config.argv, self._pump, self._reaper, warm=self._warm)
         self._departure = _Departure()
-        shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None  # memory, never written back to a disk
-        self._beats_dir = tempfile.mkdtemp(prefix="elastic-beats-", dir=shm)
+        self._beats_dir = memory_dir("elastic-beats-")
         self._reaper.remove_at_exit(self._beats_dir)
         self._snapshots = SnapshotKeeper(self.config.checkpoint_dir, self.config.checkpoint_every)
         self._reaper.remove_at_exit(self._snapshots.memory)  # no shared memory left if the agent is killed

@@ -32,6 +32,7 @@ __all__ = [
     "copies_in",
     "due_marker",
     "file_name",
+    "memory_dir",
     "newest",
     "superseded",
 ]
@@ -52,6 +53,12 @@ class Copy:
 
 def file_name(rank: int, step: int) -> str:
     return f"rank-{rank}-step-{step}.pt"
+
+
+def memory_dir(prefix: str) -> str:
+    """A new directory in shared memory (``/dev/shm``: never written back to a disk; else the
+    temporary directory)."""
+    return tempfile.mkdtemp(prefix=prefix, dir="/dev/shm" if os.access("/dev/shm", os.W_OK) else None)
 
 
 def due_marker(rank: int) -> str:
@@ -94,8 +101,7 @@ class SnapshotKeeper:
     def __init__(self, directory: str | None, every: int) -> None:
         """``directory``: where copies go (None: memory only); ``every``: a copy every so many
         saves of a rank (and one at the end)."""
-        shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None  # memory, never written back to a disk
-        self.memory = tempfile.mkdtemp(prefix="elastic-ckpt-", dir=shm)
+        self.memory = memory_dir("elastic-ckpt-")
         self.directory = directory
         self._every = max(1, every)
         self._written: dict[int, int] = {}  # rank -> the step last copied

@@ -25,7 +25,7 @@ def test_a_killed_worker_comes_back_with_its_last_save_from_the_agents_memory(tm
     out.mkdir()
     done = run(
         ["--standalone", "--nproc-per-node", "2", "--max-restarts", "1", "--checkpoint-dir", str(disk)]
-        + ["--checkpoint-every", "4", WORKER, str(out), "12", "1", "6"],
+        + ["--checkpoint-every", "100", WORKER, str(out), "12", "1", "6"],
         timeout=120,
     )
     assert done.returncode == 0, done.stderr[-3000:]
@@ -36,7 +36,7 @@ def test_a_killed_worker_comes_back_with_its_last_save_from_the_agents_memory(tm
     assert seen[(1, 0)]["loaded"] is not None and seen[(1, 0)]["loaded"]["value"] % 100 == 0
     print(f"\nloads after the restart: {seen[(1, 0)]['load_s'] * 1000:.1f} ms, {seen[(1, 1)]['load_s'] * 1000:.1f} ms")
     assert max(seen[(1, 0)]["load_s"], seen[(1, 1)]["load_s"]) < 0.5
-    # on disk, the newest of each rank at the end, read back with weights_only
+    # on disk, the newest of each rank, written at the end (no rank saved 100 times), read back with weights_only
     assert sorted(os.listdir(disk)) == ["rank-0-step-11.pt", "rank-1-step-11.pt"]
     final = torch.load(disk / "rank-1-step-11.pt", weights_only=True)
     assert final["step"] == 11 and final["note"] == "rank 1" and float(final["weights"][0]) == 1101.0
@@ -45,14 +45,17 @@ def test_a_killed_worker_comes_back_with_its_last_save_from_the_agents_memory(tm
     assert not os.path.exists(memory)  # freed when the agent ended
 
 
-def test_an_agent_killed_outright_leaves_no_shared_memory(tmp_path):
-    out = tmp_path / "out"
+def test_copies_reach_the_disk_while_the_job_runs_and_a_killed_agent_leaves_no_shared_memory(tmp_path):
+    out, disk = tmp_path / "out", tmp_path / "disk"
     out.mkdir()
-    agent = start(["--standalone", "--nproc-per-node", "1", WORKER, str(out), "100000"])
+    args = ["--standalone", "--nproc-per-node", "1", "--checkpoint-dir", str(disk), "--checkpoint-every", "5"]
+    agent = start(args + [WORKER, str(out), "100000"])
     try:
         (record,) = wait_for(lambda: json_records(str(out), "*.json", "rank"), 60, what="the worker's start")
         memory = record["memory"]
-        wait_for(lambda: os.listdir(memory), 30, what="a save in the agent's memory")
+        wait_for(lambda: os.path.isdir(disk) and os.listdir(disk), 30, what="a copy on disk every 5 saves")
+        copies = [name for name in os.listdir(memory) if name.endswith(".pt")]
+        assert len(copies) <= 2, copies  # at most two per rank in memory (the newest, one being written)
         agent.send_signal(signal.SIGKILL)
         wait_for(lambda: not os.path.exists(memory), 15, what="the reaper to free the agent's memory")
     finally:
