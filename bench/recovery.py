@@ -1,9 +1,10 @@
 """Time lost per fault on a DDP training script, elastic-run and torchrun side by side in one run.
 
-    python bench/recovery.py [--nodes 3] [--faults worker,agent,node,hang] [--wait 45]
+    python bench/recovery.py [--nodes 3] [--faults worker,agent,node,hang] [--wait 45] [--in-memory]
 
 Both launchers run the same script (examples/ddp_steps.py: gloo, one worker per node, a save every
-50 steps) with the same arguments (--nnodes 2:N --nproc-per-node 1 --max-restarts 3; torchrun on
+50 steps; with --in-memory, under elastic-run, elastic.checkpoint after every step) with the same
+arguments (--nnodes 2:N --nproc-per-node 1 --max-restarts 3; torchrun on
 its c10d backend, elastic-run on a local etcd). Once the job has run 150 steps a fault is injected
 into the node of group rank 1 (never the node hosting torchrun's c10d store):
 
@@ -71,10 +72,10 @@ class Result:
     last: str = ""  # when it did not resume: the last line its agents printed
 
 
-def command(launcher: str, endpoint: str, run_id: str, nodes: int, work: str) -> list[str]:
+def command(launcher: str, endpoint: str, run_id: str, nodes: int, work: str, extra: tuple = ()) -> list[str]:
     args = ["--nnodes", f"2:{nodes}", "--nproc-per-node", "1", "--max-restarts", "3", "--rdzv-endpoint", endpoint]
     args += ["--rdzv-id", run_id, "--rdzv-conf", "last_call_timeout=1", "--local-addr", "127.0.0.1"]
-    script = [SCRIPT, "--steps", "100000", "--checkpoint", os.path.join(work, "save.pt"), "--timeline", work]
+    script = [SCRIPT, "--steps", "100000", "--checkpoint", os.path.join(work, "save.pt"), "--timeline", work, *extra]
     if launcher == "torchrun":
         return [sys.executable, "-m", "torch.distributed.run", "--rdzv-backend", "c10d", *args, *script]
     return [os.path.join(BIN, "elastic-run"), *args, *script]
@@ -147,12 +148,13 @@ def measure(work: str, nodes: list[Node], when: float, wait: float) -> Result:
     lines = sorted((t, text) for n in nodes for t, text in n.lines if t > when)
     seen = next((t - when for t, text in lines if SEEN.search(text)), None)
     formed = next((t - when for t, text in lines if ROUND.search(text)), None)
-    return Result(first["t"] - when, done_before - restored, {"seen": seen, "round": formed, **stages})
+    redone = max(0, done_before - restored)  # a rank may finish (and keep) one more step after the fault
+    return Result(first["t"] - when, redone, {"seen": seen, "round": formed, **stages})
 
 
-def trial(launcher: str, fault: str, endpoint: str, nodes: int, wait: float) -> Result:
+def trial(launcher: str, fault: str, endpoint: str, nodes: int, wait: float, extra: tuple = ()) -> Result:
     work = tempfile.mkdtemp(prefix="bench-recovery-")
-    argv = command(launcher, endpoint, f"recovery-{uuid.uuid4().hex[:8]}", nodes, work)
+    argv = command(launcher, endpoint, f"recovery-{uuid.uuid4().hex[:8]}", nodes, work, extra)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     agents = []
     for _ in range(nodes):
@@ -204,14 +206,16 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=3)
     parser.add_argument("--faults", default="worker,agent,node,hang")
     parser.add_argument("--wait", type=float, default=45.0, help="seconds to wait for a launcher to resume")
+    parser.add_argument("--in-memory", action="store_true", help="the script keeps its state with elastic.checkpoint")
     args = parser.parse_args()
     print(f"{args.nodes} nodes x 1 worker, gloo, {SCRIPT}; seconds after the fault", flush=True)
     print(f"{'':<24} {'lost':>10} {'redone':>7} " + " ".join(f"{c:>8}" for c in _COLUMNS), flush=True)
     with EtcdServer() as etcd:
         for fault in args.faults.split(","):
-            ours = trial("elastic-run", fault, etcd.endpoints, args.nodes, args.wait)
+            extra = ("--in-memory",) if args.in_memory else ()
+            ours = trial("elastic-run", fault, etcd.endpoints, args.nodes, args.wait, extra)
             print(row(f"{fault}: elastic-run", ours), flush=True)
-            theirs = trial("torchrun", fault, f"127.0.0.1:{free_port()}", args.nodes, args.wait)
+            theirs = trial("torchrun", fault, f"127.0.0.1:{free_port()}", args.nodes, args.wait, extra)
             print(row(f"{fault}: torchrun (c10d)", theirs), flush=True)
             if ours.lost and theirs.lost:
                 print(f"{'':<24} torchrun / elastic-run: {theirs.lost / ours.lost:.1f}x", flush=True)

@@ -6,7 +6,9 @@ restart costs is visible step by step (``bench/recovery.py`` measures it with th
 
 Each step is one forward/backward/optimizer step of a small MLP on synthetic data, on every rank,
 followed by elastic.heartbeat(). Rank 0 saves the model, the optimizer and the step every
---save-every steps. With --timeline DIR every process appends JSON lines to DIR/<pid>.jsonl: when it
+--save-every steps; with --in-memory under elastic-run every rank keeps its state with
+elastic.checkpoint after every step instead (elsewhere --in-memory changes nothing). With
+--timeline DIR every process appends JSON lines to DIR/<pid>.jsonl: when it
 started (before any import), finished importing torch, joined the process group, built its model
 and optimizer, restored the save, and completed each step.
 """
@@ -53,6 +55,7 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--save-every", type=int, default=50)
     parser.add_argument("--checkpoint", default=None, help="the save file (default: none)")
     parser.add_argument("--timeline", default=None, help="a directory for the JSON lines (default: none)")
+    parser.add_argument("--in-memory", action="store_true", help="elastic.checkpoint after every step (elastic-run)")
     return parser.parse_args()
 
 
@@ -61,6 +64,16 @@ def restore(path: str | None, model: torch.nn.Module, optimizer: torch.optim.Opt
     if not path or not os.path.exists(path):
         return 0
     state = torch.load(path, weights_only=True)
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    return int(state["step"])
+
+
+def restore_from_memory(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> int:
+    """The step to go on from: the newest copy any rank keeps (elastic.checkpoint), else 0."""
+    state = elastic.checkpoint.load(replicated=True)
+    if state is None:
+        return 0
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     return int(state["step"])
@@ -85,7 +98,8 @@ def main() -> None:
     net = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 1))
     optimizer = torch.optim.SGD(net.parameters(), lr=0.01)
     timeline("built")  # the model and optimizer: torch imports more on first use (torch._dynamo)
-    step = restore(args.checkpoint, net, optimizer)
+    in_memory = args.in_memory and bool(os.environ.get("ELASTIC_CHECKPOINT_MEMORY"))
+    step = restore_from_memory(net, optimizer) if in_memory else restore(args.checkpoint, net, optimizer)
     timeline("restored", step=step)
     model = DistributedDataParallel(net)
     generator = torch.Generator().manual_seed(rank)
@@ -98,7 +112,9 @@ def main() -> None:
         step += 1
         elastic.heartbeat()
         timeline("step", step=step)
-        if args.checkpoint and rank == 0 and step % args.save_every == 0:
+        if in_memory:
+            elastic.checkpoint.save({"model": net.state_dict(), "optimizer": optimizer.state_dict(), "step": step})
+        elif args.checkpoint and rank == 0 and step % args.save_every == 0:
             save(args.checkpoint, net, optimizer, step)
     if rank == 0:
         print(f"{step} steps on {world} ranks, last loss {loss.item():.4f}", flush=True)

@@ -151,9 +151,10 @@ class WorkerGroup:
         err = self._stream(logs.stderr, self._err)
         env = worker_env(spec, inherited)
         try:
+            process = None
             if self._warm is not None and not wrap and self._warm.can_start():
                 process = self._fork_warm(env, out[0], err[0])
-            else:
+            if process is None:
                 process = self._popen([*wrap, *self.argv], env, out[0], err[0])
         finally:
             for target in (out[0], err[0]):
@@ -175,8 +176,9 @@ class WorkerGroup:
                 read_end, logs.prefix if plan.prefixed else "", console if plan.console else None, file, duplicate
             )
 
-    def _fork_warm(self, env: dict[str, str], stdout, stderr) -> WarmProcess:
-        """A warm start: forked by the warm interpreter, given Popen's stdout/stderr as descriptors."""
+    def _fork_warm(self, env: dict[str, str], stdout, stderr) -> WarmProcess | None:
+        """A warm start: forked by the warm interpreter, given Popen's stdout/stderr as descriptors
+        (None: the interpreter died since it said it could; the worker starts plainly)."""
         with open(os.devnull, "wb") as null:
 
             def descriptor(target) -> int:
@@ -184,7 +186,11 @@ class WorkerGroup:
                     return null.fileno()
                 return target if isinstance(target, int) else target.fileno()
 
-            return self._warm.spawn(self.argv, env, descriptor(stdout), descriptor(stderr))
+            try:
+                return self._warm.spawn(self.argv, env, descriptor(stdout), descriptor(stderr))
+            except OSError:
+                self._warm.can_start()  # says once why warm starts are off
+                return None
 
     def _popen(self, argv: list[str], env: dict[str, str], stdout, stderr) -> subprocess.Popen:
         """A plain start: a fresh process (with its parent-death signal)."""

@@ -71,3 +71,28 @@ def test_outside_the_start_a_stop_signal_stops_the_agent_at_once():
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(5)  # never reached in full: the handler raises in the sleep
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def test_a_warm_interpreter_that_died_after_saying_it_could_start_leaves_the_worker_to_a_plain_start(tmp_path):
+    """The interpreter dies between ``can_start`` and the fork: the worker starts plainly and one
+    line says warm starts are off (the start does not fail)."""
+    from launcher.workers.warm import WarmStarter
+
+    said: list[str] = []
+    warm = WarmStarter(("json",), os.environ, said.append)
+    assert warm.can_start()  # its imports are done
+    os.kill(warm.pid, signal.SIGKILL)
+    psutil.Process(warm.pid).wait(10)
+    real, asked = warm.can_start, []
+    warm.can_start = lambda: bool(asked.append(1)) or len(asked) == 1 or real()  # "yes", as just before it died
+    pump = LogPump()
+    group = WorkerGroup(["sleep", "30"], pump, None, warm=warm, lifeline=False)
+    layout = DefaultLayout(str(tmp_path)).layout(0, role="default", base_rank=0, nproc=1, run_id="job", restart_count=0)
+    try:
+        group.start(_specs(tmp_path)[:1], layout, {"PATH": os.environ["PATH"]})
+        (pid,) = group.pids
+        assert psutil.Process(pid).name() == "sleep" and psutil.Process(pid).ppid() == os.getpid()
+        assert len(said) == 1 and said[0].startswith("warm start off: the warm interpreter exited"), said
+    finally:
+        group.stop(grace=5)
+        warm.close()
