@@ -23,6 +23,7 @@ from .protocol import MAGIC, Op, ProtocolError, Table, parse
 __all__ = ["StoreHost", "StoreServer"]
 
 _READ = 1 << 16
+_KEEP = 2  # announced sockets kept: the newest, and the one before in case a round froze with it
 
 
 class _Conn:
@@ -160,6 +161,8 @@ class StoreHost:
                 return self._fixed
             sock = self._listen()
             self._announced[sock.getsockname()[1]] = sock
+            while len(self._announced) > _KEEP:  # a spare re-announcing for round after round
+                self._announced.pop(next(iter(self._announced))).close()
         return sock.getsockname()[1]
 
     def _listen(self) -> socket.socket:

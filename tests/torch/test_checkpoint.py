@@ -40,6 +40,13 @@ def test_a_killed_worker_comes_back_with_its_last_save_from_the_agents_memory(tm
     assert sorted(os.listdir(disk)) == ["rank-0-step-11.pt", "rank-1-step-11.pt"]
     final = torch.load(disk / "rank-1-step-11.pt", weights_only=True)
     assert final["step"] == 11 and final["note"] == "rank 1" and float(final["weights"][0]) == 1101.0
+    # a new job (a new node: no memory of it) on the same directory starts from the disk's copies
+    again = tmp_path / "again"
+    again.mkdir()
+    done = run(["--standalone", "--nproc-per-node", "2", "--checkpoint-dir", str(disk), WORKER, str(again), "13"])
+    assert done.returncode == 0, done.stderr[-3000:]
+    resumed = _by_attempt(str(again))
+    assert resumed[(0, 0)]["loaded"] == {"step": 11, "value": 1100.0} and resumed[(0, 1)]["loaded"]["step"] == 11
     memory = seen[(0, 0)]["memory"]
     assert memory.startswith(("/dev/shm/elastic-ckpt-", "/tmp/elastic-ckpt-")), memory
     assert not os.path.exists(memory)  # freed when the agent ended

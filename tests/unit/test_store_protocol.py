@@ -78,3 +78,17 @@ def test_compare_set_answers_as_torchs_server():
     assert table.handle("c", Request(Op.COMPARE_SET, (b"/k", b"old", b"x"))) == [("c", key(b"new"))]
     assert table.handle("c", Request(Op.COMPARE_SET, (b"/gone", b"y", b"z"))) == [("c", key(b"y"))]
     assert b"/gone" not in table.data
+
+
+def test_a_node_that_announces_again_and_again_keeps_two_sockets_and_serves_the_one_the_round_names():
+    from launcher.c10dstore import StoreHost
+
+    host = StoreHost()
+    ports = [host.port() for _ in range(5)]
+    try:
+        assert list(host._announced) == ports[-2:]  # the older ones are closed
+        host.serve(ports[-2])
+        assert host.server is not None and host.server.port == ports[-2] and not host._announced
+    finally:
+        host.close()
+    assert host.server is None
