@@ -78,17 +78,21 @@ def console_closed() -> None:
 def progress_line(progress: Progress) -> str:
     """``round 1: 2/4 nodes joined (min 3, max 4), last call in 4 s``"""
     if progress.running is not None:
+        waiting = _silent_text(progress) if progress.silent else "the coordinator" if progress.stayer else "a place"
         return (
-            f"round {progress.round}: waiting for a place; round {progress.round - 1} runs with "
-            f"{progress.running}/{progress.max_nodes} nodes (min {progress.min_nodes}, max {progress.max_nodes})"
+            f"round {progress.round}: waiting for {waiting}; round {progress.round - 1} "
+            f"{'ran' if progress.stayer else 'runs'} with {progress.running}/{progress.max_nodes} nodes "
+            f"(min {progress.min_nodes}, max {progress.max_nodes})"
         )
     line = (
         f"round {progress.round}: {progress.nodes_joined}/{progress.max_nodes} nodes joined "
         f"(min {progress.min_nodes}, max {progress.max_nodes})"
     )
-    if progress.stopping:
-        names = ", ".join(progress.stopping)
-        line += f", waiting for {names} to stop the workers of the round before"
+    if progress.silent:
+        line += ", waiting for " + _silent_text(progress)
+    stopping = [node for node in progress.stopping if node not in progress.silent_nodes]
+    if stopping:
+        line += f", waiting for {', '.join(stopping)} to stop the workers of the round before"
     elif progress.last_call_in is not None:
         line += f", last call in {progress.last_call_in:.0f} s"
     elif progress.nodes_joined < progress.min_nodes:
@@ -96,6 +100,14 @@ def progress_line(progress: Progress) -> str:
         if progress.timeout_in is not None:
             line += f", join timeout in {progress.timeout_in:.0f} s"
     return line
+
+
+def _silent_text(progress: Progress) -> str:
+    """``n3 (silent: its lease runs out in 12 s)``, for each node the round waits for in vain."""
+    role = {progress.coordinator: "the coordinator, "} if progress.coordinator else {}
+    return ", ".join(
+        f"{node} ({role.get(node, '')}silent: its lease runs out in {left:.0f} s)" for node, left in progress.silent
+    )
 
 
 def console_event(event: Event) -> None:

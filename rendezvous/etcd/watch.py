@@ -50,6 +50,7 @@ class WatchEvent:
     value: bytes = b""
     revision: int = 0  # the mod_revision of the change (for RESYNC: the revision watched from now)
     create_revision: int = 0
+    lease: int = 0  # the lease the key is attached to (0: none)
 
 
 @dataclass(frozen=True)
@@ -203,7 +204,7 @@ class Watch:
             for event in response.events:
                 kind = EventType.DELETE if event.type == event.DELETE else EventType.PUT
                 kv = event.kv
-                self._events.put(WatchEvent(kind, kv.key, kv.value, kv.mod_revision, kv.create_revision))
+                self._events.put(WatchEvent(kind, kv.key, kv.value, kv.mod_revision, kv.create_revision, kv.lease))
                 self._next_revision[index] = kv.mod_revision + 1
 
     async def _probe(self, call: Any, heard: list[float], endpoint: Any) -> bool:

@@ -124,6 +124,7 @@ class JobState:
     joined: int = 0  # nodes that asked for the forming round, as its coordinator last said (for progress lines)
     cause: Cause = Cause()  # why the round before ended (set when the coordinator starts the next)
     stopping: tuple[str, ...] = ()  # participants of the round before whose workers may still run (forming round)
+    silent: tuple[tuple[str, float], ...] = ()  # of those, the ones whose lease is not renewed: (node, it runs out at)
     keep: Keep = Keep()  # the job's retention lease
     schema: int = SCHEMA_VERSION
     participants: tuple[Participant, ...] = field(default=(), compare=False)  # not stored here
@@ -150,6 +151,9 @@ class JobState:
         data["status"] = self.status.value
         data["cause"] = self.cause.encode()
         data["stopping"] = list(self.stopping)
+        data["silent"] = [[node, when] for node, when in self.silent]
+        if not self.silent:
+            del data["silent"]  # the header stays as small as before for every other state
         data["keep"] = self.keep.encode()
         return data
 
@@ -193,6 +197,7 @@ class JobState:
             finishing=_optional(data, "finishing", bool, False, where),
             cause=_cause(_optional(data, "cause", dict, {}, where), where),
             stopping=_names(data.get("stopping", []), "stopping", where),
+            silent=_silent(data.get("silent", []), where),
             keep=_keep(_optional(data, "keep", dict, {}, where), where),
             **counts,
         )
@@ -205,6 +210,15 @@ def _keep(data: dict, where: str) -> Keep:
     if closed is not None and (isinstance(closed, bool) or not isinstance(closed, (int, float))):
         raise RendezvousStateError(f"{where} is malformed: keep.closed_at is not a time")
     return Keep(lease, retention, closed)
+
+
+def _silent(raw: Any, where: str) -> tuple[tuple[str, float], ...]:
+    """``silent``: a list of [node, time] pairs."""
+    if not isinstance(raw, list) or not all(
+        isinstance(p, list) and len(p) == 2 and isinstance(p[0], str) and isinstance(p[1], (int, float)) for p in raw
+    ):
+        raise RendezvousStateError(f"{where} is malformed: silent is not a list of [node, time] pairs")
+    return tuple((node, float(when)) for node, when in raw)
 
 
 def _names(names: Any, name: str, where: str) -> tuple[str, ...]:

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from rendezvous.errors import RendezvousError
 from rendezvous.etcd.client import EtcdClient
 from rendezvous.job.history import HistoryWriter, record_freeze
 from rendezvous.job.keys import JobKeys
 from rendezvous.job.ranktable import drop_other_tables, new_table_id, write_table
-from rendezvous.job.state import Cause, JobState, JobStatus, Keep
+from rendezvous.job.state import CAUSE_NAMES, Cause, JobState, JobStatus, Keep
 from rendezvous.job.store import JobStateStore
 from rendezvous.settings import RendezvousSettings
 
@@ -31,6 +32,9 @@ from .decide import (
     joined,
     restart_count,
     round_cause,
+    silent_after,
+    silent_nodes,
+    still_running,
 )
 from .snapshot import Snapshot
 
@@ -74,6 +78,8 @@ class RoundCoordinator:
         self._since = now
         self._last_call_start: float | None = None
         self._told_at = float("-inf")  # when the forming round's joined count was last written
+        self._silent_at = float("-inf")  # when the leases of the nodes it waits for were last looked at
+        self._silent: tuple[tuple[str, float], ...] = ()
 
     def step(self, snapshot: Snapshot, target: int) -> float | None:
         """Decide the round. Returns None after a write, else when to look again (inf: on a change)."""
@@ -84,6 +90,8 @@ class RoundCoordinator:
             self._freeze(snapshot, target, decision)
             return None
         self._last_call_start = decision.last_call_start
+        waiting_for = self._waiting_for(snapshot, target)
+        decision = replace(decision, silent=self._silent_of(snapshot, waiting_for))
         last_call_at = None
         if decision.until is not None:
             last_call_at = round(self._wall() + (decision.until - self._clock()), 3)
@@ -96,7 +104,35 @@ class RoundCoordinator:
         wake = float("inf") if decision.until is None else decision.until
         if state is not None and state.keep.renew_every:
             wake = min(wake, self._renewed_at + state.keep.renew_every)  # to renew the job's lease
+        if waiting_for:
+            wake = min(wake, self._clock() + self._settings.renew_every)  # to see whether they went silent
         return min(wake, next_progress) if news is News.RECOUNT else wake
+
+    def _waiting_for(self, snapshot: Snapshot, target: int) -> tuple[str, ...]:
+        """Participants of the round before, alive in etcd, that have not asked for ``target``."""
+        state = snapshot.state
+        previous = state.participants if state is not None else ()
+        return still_running(previous, snapshot.nodes, target)[:CAUSE_NAMES]
+
+    def _silent_of(self, snapshot: Snapshot, waiting_for: tuple[str, ...]) -> tuple[tuple[str, float], ...]:
+        """Of the nodes the round waits for, those whose lease is not renewed any more (a dead or cut
+        off machine), with when it runs out, for every node's progress line. Their leases are read
+        once a renewal interval, and only once the wait is long enough to tell (a quick round reads
+        none)."""
+        now, settings = self._clock(), self._settings
+        if not waiting_for:
+            self._silent = ()
+        elif now - self._since >= silent_after(settings.renew_every) and now >= self._silent_at + settings.renew_every:
+            self._silent_at = now
+            leases = {n.info.node: n.lease for n in snapshot.nodes}
+            time_left = []
+            for node in waiting_for:
+                try:
+                    time_left.append((node, self._client.lease_ttl(leases[node]) if leases.get(node) else -1))
+                except RendezvousError:
+                    pass  # etcd away: said at the next look
+            self._silent = silent_nodes(time_left, settings.lease_ttl, settings.renew_every, self._wall())
+        return tuple(s for s in self._silent if s[0] in waiting_for)
 
     def _decide(self, snapshot: Snapshot, target: int) -> Freeze | Wait:
         state = snapshot.state
@@ -128,6 +164,7 @@ class RoundCoordinator:
             cause=round_cause(state, snapshot.nodes) if ending else Cause(),
             retention=self._settings.retention,
             stopping=decision.stopping,
+            silent=decision.silent,
         )
         self._store.compare_and_swap(forming, snapshot.token)
         self._told_at = self._clock()

@@ -38,10 +38,11 @@ __all__ = [
 
 @dataclass(frozen=True)
 class LiveNode:
-    """A node key that exists now: the agent's record and when its key was created."""
+    """A node key that exists now: the agent's record, when its key was created, and its lease."""
 
     info: NodeInfo
     create_revision: int
+    lease: int = 0
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,7 @@ class Wait:
     until: float | None
     last_call_start: float | None
     stopping: tuple[str, ...] = ()
+    silent: tuple[tuple[str, float], ...] = ()  # (node, when its lease runs out): set by the coordinator
 
 
 def still_running(previous: Sequence[Participant], nodes: Sequence[LiveNode], round_: int) -> tuple[str, ...]:
@@ -74,6 +76,25 @@ def still_running(previous: Sequence[Participant], nodes: Sequence[LiveNode], ro
     return tuple(
         sorted(p.node for p in previous if p.node in live and live[p.node].round < round_ and not live[p.node].finished)
     )
+
+
+SILENT_RENEWALS = 2  # renewals a node's lease misses before the forming round calls the node silent
+
+
+def silent_after(renew_every: float) -> float:
+    """Seconds of waiting before a node's lease can show it missed ``SILENT_RENEWALS`` renewals
+    (etcd gives a lease's time left in whole seconds)."""
+    return SILENT_RENEWALS * renew_every + 1.0
+
+
+def silent_nodes(
+    time_left: Sequence[tuple[str, int]], lease_ttl: int, renew_every: float, now: float
+) -> tuple[tuple[str, float], ...]:
+    """Pure: of the nodes a forming round waits for, each with its lease's time left (whole seconds,
+    -1: gone), those whose lease has not been renewed for ``SILENT_RENEWALS`` renewals -- a live
+    agent renews every ``renew_every`` -- with the wall-clock time their lease runs out."""
+    limit = lease_ttl - silent_after(renew_every)
+    return tuple((node, round(now + left, 3)) for node, left in time_left if 0 <= left < limit)
 
 
 def joined(nodes: Sequence[LiveNode], round_: int) -> list[LiveNode]:
@@ -201,6 +222,7 @@ def forming_state(
     joined: int = 0,
     retention: int = 0,
     stopping: tuple[str, ...] = (),
+    silent: tuple[tuple[str, float], ...] = (),
 ) -> JobState:
     """Round ``round_`` forming: the last frozen round's table, master and restart count carried over
     (and, while the same round forms, its cause and reason); ``stopping``: the participants of the
@@ -219,6 +241,7 @@ def forming_state(
             joined=joined,
             keep=Keep(retention=retention),
             stopping=stopping[:CAUSE_NAMES],
+            silent=silent[:CAUSE_NAMES],
         )
     same = state.status is JobStatus.JOINING and state.round == round_
     return replace(
@@ -234,6 +257,7 @@ def forming_state(
         reason=state.reason if same else "",
         joined=joined,
         stopping=stopping[:CAUSE_NAMES],
+        silent=silent[:CAUSE_NAMES],
     )
 
 
@@ -252,6 +276,7 @@ def forming_news(state: JobState | None, target: int, decision: Wait, last_call_
         not announced
         or (last_call_at is None) != (state.last_call_at is None)
         or state.stopping != decision.stopping[:CAUSE_NAMES]
+        or [n for n, _ in state.silent] != [n for n, _ in decision.silent[:CAUSE_NAMES]]
     ):
         return News.TELL
     return News.RECOUNT if state.joined != count else News.NONE

@@ -12,6 +12,7 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from rendezvous.errors import (
     RendezvousConnectionError,
@@ -25,8 +26,8 @@ from rendezvous.job.state import FailureKind, JobState, JobStatus, Keep
 from rendezvous.job.store import GaveUp, JobStateStore, StateUnchanged
 from rendezvous.settings import RendezvousSettings
 
-from .coordinate import RoundCoordinator
-from .decide import closed_state
+from .coordinate import RoundCoordinator, progress_every
+from .decide import closed_state, silent_after, silent_nodes
 from .join import Progress, RendezvousInfo, progress_of
 from .joinloop import JoinLoop
 from .member import Identity, LeaseStatus, Member, default_node_id
@@ -70,6 +71,8 @@ class RendezvousHandler:
         self._monitor: JobMonitor | None = None
         self._info: RendezvousInfo | None = None
         self._join: JoinLoop | None = None  # the last (or running) join, for progress lines
+        self._joined_at, self._coordinator_read_at = self._clock(), float("-inf")  # when it began; its last look
+        self._coordinator_silent: tuple[str, float] | None = None  # (node, its lease runs out at), for progress
         self._coordinator = RoundCoordinator(
             client, settings, self._keys, max_restarts=max_restarts, history=history, clock=clock, wall_clock=wall_clock
         )
@@ -102,6 +105,7 @@ class RendezvousHandler:
         kept = self._monitor.detach() if self._monitor is not None else None  # its watch goes on
         self._stop_monitor()
         self._join = JoinLoop(self._client, self.settings, self._keys, self._member, self._coordinator, self._clock)
+        self._joined_at, self._coordinator_read_at, self._coordinator_silent = self._clock(), float("-inf"), None
         joined_round = self._join.run(seen, kept)
         self._info = joined_round.info
         self._start_monitor(joined_round.handover)
@@ -238,7 +242,32 @@ class RendezvousHandler:
         state, _ = self._store.read()
         timeout_in = self._join.timeout_in if self._join is not None else None
         s = self.settings
-        return progress_of(state, target, s.min_nodes, s.max_nodes, self._wall(), timeout_in)
+        ran_in = self._info.round if self._info is not None else None
+        progress = progress_of(state, target, s.min_nodes, s.max_nodes, self._wall(), timeout_in, ran_in)
+        coordinator = self._silent_coordinator(state)
+        if progress is None or coordinator is None or coordinator[0] in progress.silent_nodes:
+            return progress
+        node, runs_out = coordinator
+        silent = ((node, max(runs_out - self._wall(), 0.0)), *progress.silent)
+        return replace(progress, silent=silent, coordinator=node)
+
+    def _silent_coordinator(self, state: JobState | None) -> tuple[str, float] | None:
+        """The coordinator and when its lease runs out, when that lease has missed two renewals: a
+        dead machine holding the coordinator key keeps every node waiting until then, and nobody
+        else can say so. Read once a renewal interval (more rarely in a big job, as the
+        coordinator's counts), and only after a wait long enough to tell."""
+        s, now = self.settings, self._clock()
+        due = self._coordinator_read_at + max(s.renew_every, progress_every(state.size if state else 1))
+        if now - self._joined_at < silent_after(s.renew_every) or now < due:
+            return self._coordinator_silent
+        self._coordinator_read_at = now
+        held = self._client.get(self._keys.coordinator)
+        found: tuple[tuple[str, float], ...] = ()
+        if held is not None and held.lease and held.value.decode(errors="replace") != self.node_id:
+            time_left = [(held.value.decode(errors="replace"), self._client.lease_ttl(held.lease))]
+            found = silent_nodes(time_left, s.lease_ttl, s.renew_every, self._wall())
+        self._coordinator_silent = found[0] if found else None
+        return self._coordinator_silent
 
     def shutdown(self) -> bool:
         """Leave the job: revoke the lease so the others notice at once. Does NOT close the job."""

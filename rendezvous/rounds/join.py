@@ -54,11 +54,18 @@ class Progress:
     timeout_in: float | None = None  # seconds until this node's join_timeout, if known
     stopping: tuple[str, ...] = ()  # participants of the round before whose workers the round waits for
     running: int | None = None  # the round before runs with this many nodes and nobody forms this one yet
+    silent: tuple[tuple[str, float], ...] = ()  # nodes the round waits for whose lease is not renewed: seconds left
+    coordinator: str = ""  # set when one of those is the coordinator (nobody forms the round meanwhile)
+    stayer: bool = False  # with ``running``: this node ran in that round (it waits for the next to start)
 
     @property
     def key(self) -> tuple:
         """What a new progress line is said for when it changes."""
-        return (self.nodes_joined, self.last_call_in is not None, self.stopping, self.running)
+        return (self.nodes_joined, self.last_call_in is not None, self.stopping, self.running, self.silent_nodes)
+
+    @property
+    def silent_nodes(self) -> tuple[str, ...]:
+        return tuple(node for node, _ in self.silent)
 
 
 @dataclass(frozen=True)
@@ -129,17 +136,28 @@ def join_step(
 
 
 def progress_of(
-    state: JobState | None, target: int, min_nodes: int, max_nodes: int, now: float, timeout_in: float | None
+    state: JobState | None,
+    target: int,
+    min_nodes: int,
+    max_nodes: int,
+    now: float,
+    timeout_in: float | None,
+    ran_in: int | None = None,
 ) -> Progress | None:
-    """How round ``target`` looks to a node waiting for it, from the state read at wall-clock ``now``;
+    """How round ``target`` looks to a node waiting for it (``ran_in``: the round it last ran in),
+    from the state read at wall-clock ``now``;
     None when a line could only be stale: the round froze (with or without this node) or the job
     closed, which the join loop is about to tell."""
     if state is not None and state.status is JobStatus.JOINING and state.round == target:
         last_call_in = None if state.last_call_at is None else max(state.last_call_at - now, 0.0)
-        return Progress(target, state.joined, min_nodes, max_nodes, last_call_in, timeout_in, state.stopping)
+        silent = tuple((node, max(when - now, 0.0)) for node, when in state.silent)
+        return Progress(
+            target, state.joined, min_nodes, max_nodes, last_call_in, timeout_in, state.stopping, silent=silent
+        )
     if state is not None and state.status is JobStatus.RUNNING and state.round < target:
         # a node waiting for a place: the round before runs without it
-        return Progress(target, 0, min_nodes, max_nodes, None, timeout_in, running=state.size)
+        stayer = ran_in == state.round
+        return Progress(target, 0, min_nodes, max_nodes, None, timeout_in, running=state.size, stayer=stayer)
     if state is None or (state.status is JobStatus.JOINING and state.round < target):
         return Progress(target, 0, min_nodes, max_nodes, None, timeout_in)  # nobody has said more yet
     return None

@@ -66,7 +66,7 @@ def _decode_nodes(kvs) -> tuple[LiveNode, ...]:
     nodes = []
     for kv in kvs:
         try:
-            nodes.append(LiveNode(NodeInfo.decode(kv.value, f"node record {kv.key!r}"), kv.create_revision))
+            nodes.append(LiveNode(NodeInfo.decode(kv.value, f"node record {kv.key!r}"), kv.create_revision, kv.lease))
         except RendezvousStateError:
             continue  # a stray key under nodes/ is not a node; it takes no part
     return tuple(nodes)
@@ -113,7 +113,7 @@ def apply_node_event(keys: JobKeys, nodes: dict[str, LiveNode], event: WatchEven
     node_id = event.key.decode(errors="replace")[len(keys.nodes) :]
     if event.type is EventType.PUT:
         try:
-            nodes[node_id] = LiveNode(NodeInfo.decode(event.value), event.create_revision)
+            nodes[node_id] = LiveNode(NodeInfo.decode(event.value), event.create_revision, event.lease)
             return
         except RendezvousStateError:
             pass

@@ -10,12 +10,16 @@ from rendezvous.rounds.decide import (
     assign_ranks,
     decide,
     failures_reported,
+    forming_news,
+    forming_state,
     frozen_state,
     job_budget,
     lost_participants,
     newcomers,
     nodes_waiting,
     restart_count,
+    silent_after,
+    silent_nodes,
     still_running,
 )
 
@@ -274,3 +278,34 @@ def test_the_coordinator_tells_a_forming_round_only_what_changed():
     assert forming_news(replace(forming, last_call_at=1234.5), 5, waiting, None, 2) is News.TELL  # and it ended
     assert forming_news(forming, 5, Wait(None, None, stopping=("n2",)), None, 2) is News.TELL  # whom it waits for
     assert forming_news(forming, 6, waiting, None, 2) is News.TELL  # a later round
+
+
+def test_a_node_whose_lease_missed_two_renewals_is_silent_with_when_its_lease_runs_out():
+    # lease_ttl 15, renewed every 1 s: a live lease shows 14-15 s left; 12 or more is not yet telling
+    time_left = [("a", 15), ("b", 14), ("c", 12), ("d", 11), ("e", 0), ("gone", -1)]
+    assert silent_after(1.0) == 3.0
+    assert silent_nodes(time_left, 15, 1.0, now=1000.0) == (("d", 1011.0), ("e", 1000.0))
+
+
+def test_a_node_going_silent_is_news_for_the_forming_rounds_state_and_survives_encoding():
+    waiting = Wait(until=130.0, last_call_start=100.0)
+    told = forming_state(None, "job", 2, min_nodes=2, max_nodes=3, last_call_at=130.0, max_restarts=0, joined=2)
+    silent = Wait(until=130.0, last_call_start=100.0, silent=(("c", 1011.0),))
+    assert forming_news(told, 2, waiting, 130.0, 2).value == "none"
+    assert forming_news(told, 2, silent, 130.0, 2).value == "tell"
+    again = forming_state(
+        told, "job", 2, min_nodes=2, max_nodes=3, last_call_at=130.0, max_restarts=0, joined=2, silent=silent.silent
+    )
+    assert JobState.decode(again.encode()).silent == (("c", 1011.0),)
+    assert b"silent" not in told.encode()  # absent unless some node is silent: the header keeps its size
+    later = Wait(until=130.0, last_call_start=100.0, silent=(("c", 1012.0),))
+    assert forming_news(again, 2, later, 130.0, 2).value == "none"  # the same node: no rewrite for a second's drift
+
+
+def test_a_malformed_silent_list_is_a_state_error():
+    from rendezvous.errors import RendezvousStateError
+
+    raw = forming_state(None, "job", 2, min_nodes=2, max_nodes=3, last_call_at=None, max_restarts=0).encode()
+    bad = raw[:-1] + b',"silent":[["c"]]}'
+    with pytest.raises(RendezvousStateError, match="silent is not a list"):
+        JobState.decode(bad)

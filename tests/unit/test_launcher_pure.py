@@ -300,6 +300,28 @@ def test_the_progress_line_names_the_nodes_a_full_round_waits_for_and_a_spare_se
     assert should_say(full, Progress(2, 3, 2, 3, None).key, 0.5)  # the round started to wait for c
 
 
+def test_the_progress_line_names_a_silent_node_and_when_its_lease_runs_out():
+    """A dead machine's node key lives until its lease runs out: the round waits for it, and says so."""
+    silent = Progress(2, 2, 2, 3, 27.0, 590.0, silent=(("node-b", 11.6),))
+    assert progress_line(silent) == (
+        "round 2: 2/3 nodes joined (min 2, max 3), waiting for node-b (silent: its lease runs out in 12 s), "
+        "last call in 27 s"
+    )
+    both = Progress(2, 3, 2, 4, None, 590.0, stopping=("node-b", "node-c"), silent=(("node-b", 3.0),))
+    assert progress_line(both) == (
+        "round 2: 3/4 nodes joined (min 2, max 4), waiting for node-b (silent: its lease runs out in 3 s), "
+        "waiting for node-c to stop the workers of the round before"
+    )
+    assert should_say(silent, Progress(2, 2, 2, 3, 28.0, 590.0).key, 0.5)  # it went silent: news
+    stayer = Progress(2, 0, 2, 3, None, 590.0, running=3, stayer=True)
+    assert progress_line(stayer) == "round 2: waiting for the coordinator; round 1 ran with 3/3 nodes (min 2, max 3)"
+    dead = Progress(2, 0, 2, 3, None, 590.0, running=3, stayer=True, silent=(("n1", 9.2),), coordinator="n1")
+    assert progress_line(dead) == (
+        "round 2: waiting for n1 (the coordinator, silent: its lease runs out in 9 s); round 1 ran with 3/3 nodes "
+        "(min 2, max 3)"
+    )
+
+
 def test_progress_is_said_when_the_nodes_change_or_the_last_call_begins_else_every_10_s():
     waiting, last_call = Progress(1, 1, 3, 4, None, 590.0), Progress(1, 3, 3, 4, 29.0)
     assert should_say(waiting, None, math.inf)  # the first look
