@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
-from tests.e2e.cli_helpers import agent_args, finish, json_records, run, run_id, start
+from tests.e2e.cli_helpers import agent_args, finish, json_records, run, run_id, start, wait_for
 
 WORKERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "workers")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -83,6 +85,28 @@ def test_init_takes_milliseconds_in_any_start_order_and_each_round_has_a_fresh_s
         assert took < 0.2, records
         assert all(not r["earlier_keys"] for r in records), records  # no key of attempt 0 in attempt 1's store
     assert attempts[0][0]["master"] != attempts[1][0]["master"]  # a store of its own per round
+
+
+def test_when_group_rank_0s_node_goes_the_next_rounds_rank_0_hosts_the_store(etcd_endpoints, tmp_path):
+    """Three agents; the one of group rank 0 (the store's host) is killed while its round runs: the
+    two left form a round whose new group rank 0 serves a store of its own, and the job finishes."""
+    out = str(tmp_path)
+    args = agent_args(etcd_endpoints, run_id(), "2:3", nproc=1) + ["--rdzv-conf", "last_call_timeout=1"]
+    worker = [INIT, out, "0", "-1", "60", "3"]  # in the round of 3, every rank stays until the test acts
+    first = start(args + worker)
+    time.sleep(1.0)  # it joins first: group rank 0
+    others = [start(args + worker) for _ in range(2)]
+    wait_for(lambda: len(json_records(out, "*.json", "rank")) == 3, 90, what="the round of 3")
+    round_of_3 = json_records(out, "*.json", "rank")
+    assert round_of_3[0]["master"].startswith("127.0.0.1:") and len({r["master"] for r in round_of_3}) == 1
+    first.send_signal(signal.SIGKILL)  # its reaper revokes its lease and kills its worker
+    results = [finish(agent, timeout=120) for agent in others]
+    assert [code for code, _ in results] == [0, 0], "\n".join(output for _, output in results)
+    round_of_2 = [r for r in json_records(out, "*.json", "rank") if r["world"] == 2]
+    assert len(round_of_2) == 2 and len({r["master"] for r in round_of_2}) == 1, round_of_2
+    assert round_of_2[0]["master"] != round_of_3[0]["master"]
+    print(f"\nround of 2 after the master's node died: init {_init_after_last(round_of_2) * 1000:.1f} ms")
+    assert _init_after_last(round_of_2) < 0.2
 
 
 def test_torchs_opt_out_leaves_the_store_to_rank_0s_worker(tmp_path):

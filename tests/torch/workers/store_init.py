@@ -2,7 +2,8 @@
 ``delay`` seconds after the others (the order in which a store hosted by rank 0 costs the most),
 and every rank leaves a key in the store that the next attempt must not see.
 
-argv: OUT_DIR DELAY [FAIL_RANK]: FAIL_RANK exits 1 in attempt 0 after its record is written."""
+argv: OUT_DIR DELAY [FAIL_RANK [LINGER WORLD]]: FAIL_RANK exits 1 in attempt 0 after its record is
+written; in a world of WORLD ranks every rank then stays LINGER seconds (for a test to end that round)."""
 
 import datetime
 import json
@@ -14,6 +15,7 @@ import torch.distributed as dist
 
 out, delay = sys.argv[1], float(sys.argv[2])
 fail_rank = int(sys.argv[3]) if len(sys.argv) > 3 else -1
+linger, linger_world = (float(sys.argv[4]), int(sys.argv[5])) if len(sys.argv) > 5 else (0.0, 0)
 rank, attempt = int(os.environ["RANK"]), int(os.environ["TORCHELASTIC_RESTART_COUNT"])
 if rank == 0:
     time.sleep(delay)
@@ -32,9 +34,13 @@ record = {
     "earlier_keys": earlier,
     "agent_store": os.environ["TORCHELASTIC_USE_AGENT_STORE"],
     "master": f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}",
+    "world": dist.get_world_size(),
+    "pid": os.getpid(),
 }
-with open(os.path.join(out, f"{attempt}-{rank}.json"), "w") as f:
+with open(os.path.join(out, f"{attempt}-{rank}-{os.getpid()}.json"), "w") as f:
     json.dump(record, f)
+if record["world"] == linger_world:
+    time.sleep(linger)
 dist.destroy_process_group()
 if attempt == 0 and rank == fail_rank:
     sys.exit(1)
