@@ -70,6 +70,9 @@ class LaunchConfig:
     # ours, beside torch's fields: elastic-run's --heartbeat-timeout and --first-heartbeat-timeout (README "Hangs")
     heartbeat_timeout: float | None = None
     first_heartbeat_timeout: float | None = None
+    # and --checkpoint-dir / --checkpoint-every (README "State kept in memory")
+    checkpoint_dir: str | None = None
+    checkpoint_every: int = 10
 
     def __post_init__(self) -> None:
         if self.rdzv_timeout != -1:
@@ -94,6 +97,7 @@ def _validate(config: LaunchConfig) -> None:
         raise ValueError(f"LaunchConfig.min_nodes ({config.min_nodes}) is more than max_nodes ({config.max_nodes})")
     whole("nproc_per_node", 1)
     whole("max_restarts", 0)
+    whole("checkpoint_every", 1)
     whole("shutdown_timeout", 0)
     if not isinstance(config.monitor_interval, (int, float)) or not config.monitor_interval > 0:
         raise ValueError(
@@ -209,6 +213,8 @@ def _request(config: LaunchConfig, argv: list[str], scratch: str) -> RunRequest:
         virtual_local_rank=config.virtual_local_rank,
         scratch=(scratch,),
         preload=_preload_like_the_caller(),
+        checkpoint_dir=os.path.abspath(config.checkpoint_dir) if config.checkpoint_dir else None,
+        checkpoint_every=config.checkpoint_every,
     )
 
 

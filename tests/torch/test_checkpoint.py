@@ -115,3 +115,28 @@ def _is_child(pid: int, parent: int) -> bool:
     except OSError:
         return False
     return ppid == parent or (ppid > 1 and _is_child(ppid, parent))
+
+
+def _save_steps(steps: int):
+    """A function worker keeping its state with elastic.checkpoint; returns the step it resumed from."""
+    import torch
+
+    import elastic.checkpoint as ckpt
+
+    state = ckpt.load()
+    for step in range(0 if state is None else state["step"] + 1, steps):
+        ckpt.save({"weights": torch.ones(4) * step, "step": step}, step=step)
+    return None if state is None else state["step"]
+
+
+def test_the_launch_api_takes_a_checkpoint_directory(tmp_path):
+    import pytest
+
+    from elastic import LaunchConfig, elastic_launch
+
+    config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=2, max_restarts=0, checkpoint_dir=str(tmp_path))
+    assert elastic_launch(config, _save_steps)(5) == {0: None, 1: None}
+    assert sorted(os.listdir(tmp_path)) == ["rank-0-step-4.pt", "rank-1-step-4.pt"]
+    assert elastic_launch(config, _save_steps)(7) == {0: 4, 1: 4}  # a new job on that directory resumes
+    with pytest.raises(ValueError, match="checkpoint_every must be an integer >= 1"):
+        elastic_launch(LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=1, checkpoint_every=0), _save_steps)(1)
