@@ -213,7 +213,7 @@ def _request(config: LaunchConfig, argv: list[str], scratch: str) -> RunRequest:
         virtual_local_rank=config.virtual_local_rank,
         scratch=(scratch,),
         preload=_preload_like_the_caller(),
-        checkpoint_dir=os.path.abspath(config.checkpoint_dir) if config.checkpoint_dir else None,
+        checkpoint_dir=config.checkpoint_dir or None,
         checkpoint_every=config.checkpoint_every,
     )
 

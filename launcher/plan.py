@@ -162,7 +162,7 @@ def _agent_config(
         preload=request.preload,
         agent_store=os.environ.get("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "0") != "1",  # torchrun's opt-out
         store_port=request.store_port,
-        checkpoint_dir=request.checkpoint_dir,
+        checkpoint_dir=os.path.abspath(request.checkpoint_dir) if request.checkpoint_dir else None,
         checkpoint_every=request.checkpoint_every,
         event_log_handler=request.event_log_handler,
         cpu_binding=cpu_binding,

@@ -9,7 +9,6 @@ launches.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -138,7 +137,7 @@ def request_from(opts: RunOptions) -> RunRequest:
         virtual_local_rank=opts.virtual_local_rank,
         warm_start=opts.warm_start,
         store_port=opts.master_port or None,
-        checkpoint_dir=os.path.abspath(opts.checkpoint_dir) if opts.checkpoint_dir else None,
+        checkpoint_dir=opts.checkpoint_dir or None,
         checkpoint_every=opts.checkpoint_every,
         http_port=opts.http_port,
         http_host=opts.http_host,
