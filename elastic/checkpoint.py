@@ -33,10 +33,10 @@ from launcher.workers.snapshots import (
     ENV_EVERY,
     ENV_MEMORY,
     Copy,
-    copies_in,
+    copies_at,
+    drop_superseded,
     due_marker,
     file_name,
-    superseded,
 )
 from launcher.workers.snapshots import newest as newest_of
 
@@ -64,8 +64,7 @@ def save(state: Any, *, step: int | None = None) -> int:
     with _without_crc32(torch):
         torch.save(state, partial)
     os.replace(partial, os.path.join(memory, name))
-    for old in superseded(copies_in(os.listdir(memory)), rank):
-        _remove(os.path.join(memory, old.name))
+    drop_superseded(memory, rank)
     _saves, _last_step = _saves + 1, step
     every = int(os.environ.get(ENV_EVERY) or 0)
     if every and _saves % every == 0:
@@ -79,10 +78,9 @@ def newest(*, replicated: bool = False) -> tuple[str, Copy] | None:
     rank = None if replicated else int(os.environ.get("RANK", "0"))
     found = []
     for where in (os.environ.get(ENV_MEMORY), os.environ.get(ENV_DIR)):
-        if where and os.path.isdir(where):
-            copy = newest_of(copies_in(os.listdir(where)), rank)
-            if copy is not None:
-                found.append((copy.step, -len(found), where, copy))
+        copy = newest_of(copies_at(where), rank)
+        if copy is not None:
+            found.append((copy.step, -len(found), where, copy))
     if not found:
         return None
     _, _, where, copy = max(found)  # the newest step; on a tie, memory
@@ -146,10 +144,3 @@ def _without_crc32(torch):
         yield
     finally:
         serialization.set_crc32_options(before)
-
-
-def _remove(path: str) -> None:
-    try:
-        os.remove(path)
-    except FileNotFoundError:
-        pass

@@ -29,7 +29,9 @@ __all__ = [
     "ENV_MEMORY",
     "Copy",
     "SnapshotKeeper",
+    "copies_at",
     "copies_in",
+    "drop_superseded",
     "due_marker",
     "file_name",
     "memory_dir",
@@ -87,11 +89,21 @@ def superseded(copies: Iterable[Copy], rank: int) -> list[Copy]:
     return mine[:-1]
 
 
-def _list(directory: str) -> list[Copy]:
+def copies_at(directory: str | None) -> list[Copy]:
+    """The complete copies in ``directory`` (none when there is no such directory)."""
     try:
-        return copies_in(os.listdir(directory))
-    except FileNotFoundError:
+        return copies_in(os.listdir(directory)) if directory else []
+    except (FileNotFoundError, NotADirectoryError):
         return []
+
+
+def drop_superseded(directory: str, rank: int) -> None:
+    """Delete ``rank``'s copies in ``directory`` older than its newest (one may be gone already)."""
+    for old in superseded(copies_at(directory), rank):
+        try:
+            os.remove(os.path.join(directory, old.name))
+        except FileNotFoundError:
+            pass
 
 
 class SnapshotKeeper:
@@ -131,8 +143,7 @@ class SnapshotKeeper:
             self._copy(final=False)
 
     def _copy(self, final: bool) -> None:
-        copies = _list(self.memory)
-        for rank in sorted({c.rank for c in copies}):
+        for rank in sorted({c.rank for c in copies_at(self.memory)}):
             marker = os.path.join(self.memory, due_marker(rank))
             due = os.path.exists(marker)
             if not (final or due):
@@ -140,11 +151,12 @@ class SnapshotKeeper:
             if due:
                 os.remove(marker)
             for _ in range(3):  # a copy deleted under us was superseded: the newer one then
-                latest = newest(_list(self.memory), rank)
-                if latest is None or self._written.get(rank) == latest.step or self._write(latest):
+                latest = newest(copies_at(self.memory), rank)
+                if latest is None or self._written.get(rank) == latest.step:
                     break
-            if latest is not None:
-                self._written[rank] = latest.step
+                if self._write(latest):
+                    self._written[rank] = latest.step
+                    break
 
     def _write(self, copy: Copy) -> bool:
         """``copy`` into the user's directory under the same name (a hidden name until complete);
@@ -156,9 +168,5 @@ class SnapshotKeeper:
         except FileNotFoundError:
             return False  # superseded while we looked: the next look takes the newer one
         os.replace(partial, target)
-        for old in superseded(_list(self.directory), copy.rank):
-            try:
-                os.remove(os.path.join(self.directory, old.name))
-            except FileNotFoundError:
-                pass
+        drop_superseded(self.directory, copy.rank)
         return True
