@@ -88,20 +88,22 @@ class StoreServer:
         self._selector.register(sock, selectors.EVENT_READ, "client")
 
     def _io(self, conns: dict[socket.socket, _Conn], conn: _Conn, events: int) -> None:
+        if events & selectors.EVENT_WRITE:
+            self._flush(conns, conn)
+        if not events & selectors.EVENT_READ or conn.sock not in conns:
+            return
         try:
-            if events & selectors.EVENT_WRITE:
-                self._flush(conn)
-            if events & selectors.EVENT_READ:
-                data = conn.sock.recv(_READ)
-                if not data:
-                    raise ConnectionResetError
-                conn.inbox += data
-                self._answer(conns, conn)
+            data = conn.sock.recv(_READ)
+            if not data:
+                raise ConnectionResetError
+            conn.inbox += data
+            self._answer(conns, conn)
         except (OSError, ProtocolError):
             self._drop(conns, conn)
 
     def _answer(self, conns: dict[socket.socket, _Conn], conn: _Conn) -> None:
-        while (found := parse(conn.inbox)) is not None:
+        """Every whole request ``conn`` has sent, in order, while it is still connected."""
+        while conn.sock in conns and (found := parse(conn.inbox)) is not None:
             request, used = found
             del conn.inbox[:used]
             if not conn.validated:
@@ -111,19 +113,23 @@ class StoreServer:
                 continue
             for target, data in self.table.handle(conn, request):
                 target.outbox += data
-                self._flush(target)
+                self._flush(conns, target)
 
-    def _flush(self, conn: _Conn) -> None:
-        """Send what ``conn`` is owed; what the socket cannot take now waits for it to be writable."""
-        if conn.outbox:
-            try:
-                sent = conn.sock.send(conn.outbox)
-            except (BlockingIOError, InterruptedError):
-                sent = 0
-            del conn.outbox[:sent]
-        wanted = selectors.EVENT_READ | (selectors.EVENT_WRITE if conn.outbox else 0)
-        if self._selector.get_key(conn.sock).events != wanted:
-            self._selector.modify(conn.sock, wanted, "client")
+    def _flush(self, conns: dict[socket.socket, _Conn], conn: _Conn) -> None:
+        """Send what ``conn`` is owed; what the socket cannot take now waits for it to be writable.
+        A connection that fails to take it is dropped (not the one whose request woke it)."""
+        try:
+            if conn.outbox:
+                try:
+                    sent = conn.sock.send(conn.outbox)
+                except (BlockingIOError, InterruptedError):
+                    sent = 0
+                del conn.outbox[:sent]
+            wanted = selectors.EVENT_READ | (selectors.EVENT_WRITE if conn.outbox else 0)
+            if self._selector.get_key(conn.sock).events != wanted:
+                self._selector.modify(conn.sock, wanted, "client")
+        except OSError:
+            self._drop(conns, conn)
 
     def _drop(self, conns: dict[socket.socket, _Conn], conn: _Conn) -> None:
         if conns.pop(conn.sock, None) is None:
