@@ -262,9 +262,10 @@ class RendezvousHandler:
             return self._coordinator_silent
         self._coordinator_read_at = now
         held = self._client.get(self._keys.coordinator)
+        holder = held.value.decode(errors="replace") if held is not None and held.lease else self.node_id
         found: tuple[tuple[str, float], ...] = ()
-        if held is not None and held.lease and held.value.decode(errors="replace") != self.node_id:
-            time_left = [(held.value.decode(errors="replace"), self._client.lease_ttl(held.lease))]
+        if holder != self.node_id:
+            time_left = [(holder, self._client.lease_ttl(held.lease))]
             found = silent_nodes(time_left, s.lease_ttl, s.renew_every, self._wall())
         self._coordinator_silent = found[0] if found else None
         return self._coordinator_silent
