@@ -40,6 +40,7 @@ class Timeline:
             "pid": os.getpid(),
             "rank": int(os.environ.get("RANK", "0")),
             "restart": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")),
+            "world": int(os.environ.get("WORLD_SIZE", "1")),
         }
 
     def __call__(self, event: str, when: float | None = None, **details: object) -> None:

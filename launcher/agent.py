@@ -59,6 +59,7 @@ from .errors import (
     rendezvous_failure,
 )
 from .output import LogPump
+from .peers.probes import PeerProbes
 from .runner import RoundOutcome, RoundResult, RoundRunner
 from .signals import ignore_stop_signals
 
@@ -100,9 +101,10 @@ class Agent:
         environ: Mapping[str, str] | None = None,
         telemetry: Telemetry | None = None,
         stores: StoreHost | None = None,
+        peers: PeerProbes | None = None,
     ) -> None:
         """``history``, ``reaper`` and ``stores`` (the c10d store's sockets; None: rank 0's worker
-        hosts it) are the handler's too; whoever made them closes them after ``run``. ``hangs``:
+        hosts it) and ``peers`` are the handler's too; whoever made them closes them after ``run``. ``hangs``:
         etcd's side of hang detection (None: workers' heartbeats are not watched)."""
         self.config = config
         self.handler = handler
@@ -121,6 +123,7 @@ class Agent:
         self.info: RendezvousInfo | None = None
         self._hang_channel = hangs
         self._stores = stores
+        self._peers = peers
 
     @property
     def state(self) -> AgentState:
@@ -188,7 +191,10 @@ class Agent:
             elif result.outcome is RoundOutcome.FAILED:
                 for record in restart.failure_records(result.status):
                     self.history.record("worker_failed", self.info.round, **record)
-                self._restart_or_close(restart.failure_of(result.status, self.handler.node_id, self.info))
+                if result.lost:  # with a peer's loss: a membership change, whatever the budget
+                    self.say(restart.loss_line(result.lost, self.info.restart_count, self.info.max_restarts))
+                else:
+                    self._restart_or_close(restart.failure_of(result.status, self.handler.node_id, self.info))
             elif result.outcome is RoundOutcome.HUNG:
                 self._restart_or_close(restart.hang_of(result.verdict, self.info, self.config.history_command))
 
@@ -220,6 +226,7 @@ class Agent:
             hangs=self._hang_channel,
             environ=self.environ,
             stores=self._stores,
+            peers=self._peers,
         )
 
     def _warm_starter(self) -> WarmStarter | None:
@@ -355,16 +362,15 @@ class Agent:
         return info
 
     def _after_fence(self) -> None:
-        silent = self.handler.lease.silent_for()
-        self.history.record(
-            "node_left",
-            self.info.round if self.info else 0,
-            reason=f"fenced: no lease renewal for {silent:.1f} s; it rejoins",
-        )
-        self.say(
-            f"no lease renewal from etcd for {silent:.1f} s (renew deadline {self.handler.settings.fence_after:g} s): "
-            "stopped the workers so that no stale rank runs on; rejoining when etcd answers"
-        )
+        missed = self._peers.missed if self._peers is not None else None
+        if missed is not None:  # the peers' deadline came first
+            what = f"no peer acknowledged this node's probe answers for {missed:.1f} s"
+            limit = f"peers' deadline {self._peers.timing.fence_after:g} s"
+        else:
+            what = f"no lease renewal for {self.handler.lease.silent_for():.1f} s"
+            limit = f"renew deadline {self.handler.settings.fence_after:g} s"
+        self.history.record("node_left", self.info.round if self.info else 0, reason=f"fenced: {what}; it rejoins")
+        self.say(f"{what} ({limit}): stopped the workers so that no stale rank runs on; rejoining when etcd answers")
         self.handler.lease.handled()
         self._reaper.clear()
 

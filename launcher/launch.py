@@ -6,6 +6,7 @@ Python caller can build one too and call the same ``launch``."""
 from __future__ import annotations
 
 import shutil
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -29,6 +30,7 @@ from .beside import Beside, lighthouse_beside
 from .c10dstore import StoreHost
 from .config import AgentConfig
 from .errors import UsageError
+from .peers.probes import PeerProbes
 from .signals import PASSED_SIGNALS, STOP_SIGNALS, pass_to_workers, stop_on_signals
 from .slurm import AllocationEtcd
 
@@ -121,7 +123,9 @@ def _run_agent(
     history = HistoryWriter(client, keys.root, plan.node_id, report=report, echo=echo)
     reaper = ReaperProcess()
     stores = StoreHost(plan.config.store_port, say=report) if plan.config.agent_store else None
+    peers = None
     try:
+        peers = _peer_probes(plan, client, reaper, history, report)
         reaper.configure(client.target, reaper_sys_path(), history={"prefix": keys.root, "node": plan.node_id})
         for path in temporary:
             reaper.remove_at_exit(path)
@@ -135,6 +139,7 @@ def _run_agent(
             history=history,
             on_renew=reaper.arm,
             master_port=stores.port if stores is not None else None,
+            probe=peers.endpoint if peers is not None else "",
         )
         telemetry = _telemetry(plan, client, history)
         agent = Agent(
@@ -146,6 +151,7 @@ def _run_agent(
             hangs=HangChannel(client, keys, plan.node_id),
             telemetry=telemetry,
             stores=stores,
+            peers=peers,
         )
         server = _serve(plan, agent, telemetry, report)
         try:
@@ -158,10 +164,28 @@ def _run_agent(
         base = agent.info.base_global_rank if agent.info is not None else 0
         return LaunchOutcome(code, tuple(range(base, base + plan.config.nproc_per_node)))
     finally:
-        if stores is not None:
-            stores.close()
+        for helper in (stores, peers):
+            if helper is not None:
+                helper.close()
         history.close()
         reaper.close()
+
+
+def _peer_probes(
+    plan: LaunchPlan, client: EtcdClient, reaper: ReaperProcess, history: HistoryWriter, report: Callable[[str], None]
+) -> PeerProbes | None:
+    """This node's probes of its peers (None: peer_timeout=0, or a job of one node at most)."""
+    settings = plan.settings
+    if settings.peer_window <= 0 or settings.max_nodes < 2:
+        return None
+    try:
+        return PeerProbes(
+            settings, client, plan.node_id, plan.local_addr or socket.getfqdn(), reaper.contact, history, report
+        )
+    except OSError as exc:
+        raise UsageError(
+            f"--rdzv-conf probe_port={settings.probe_port}: cannot listen ({exc.strerror or exc})"
+        ) from None
 
 
 def _telemetry(plan: LaunchPlan, client: EtcdClient, history: HistoryWriter) -> Telemetry:

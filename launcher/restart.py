@@ -41,6 +41,7 @@ __all__ = [
     "failure_summary",
     "hang_summary",
     "change_line",
+    "loss_line",
     "failure_records",
 ]
 
@@ -60,6 +61,13 @@ def restart_line(what: str, restarts: int, budget: int) -> str:
     if restarts < budget:
         return f"{what}; restarting the workers ({restarts + 1}/{budget})"
     return f"{what}; no restart left ({restarts}/{budget})"
+
+
+def loss_line(lost: tuple[str, ...], restarts: int, budget: int) -> str:
+    """The line every node prints when a participant's machine is lost while the round runs:
+    a membership change, whatever failed with it."""
+    names = f"node{'s' if len(lost) > 1 else ''} {', '.join(lost)}"
+    return f"{names} left the round (agent gone or silent): re-rendezvous, no restart used ({restarts}/{budget})"
 
 
 def spent_reason(what: str, restarts: int, budget: int) -> str:
@@ -154,13 +162,13 @@ def change_line(
         return f"the job was closed ({state.reason})" if state.reason else "the job was closed"
     if state is not None and state.status is JobStatus.JOINING and state.reason:
         return f"{state.reason}: re-rendezvous"
+    if lost and not lease_lost:
+        return loss_line(lost, restarts, budget)
     if failures:
         more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
         return restart_line(f"{failures[0]}{more}", restarts, budget)
     if lease_lost:
         return "this node's lease expired: re-rendezvous"
-    if lost:
-        return f"node{'s' if len(lost) > 1 else ''} {', '.join(lost)} left: re-rendezvous"
     if joining:
         return f"node{'s' if len(joining) > 1 else ''} {', '.join(joining)} joined: re-rendezvous"
     return "another node started a new round: re-rendezvous"

@@ -9,11 +9,12 @@ import enum
 import os
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from launcher.c10dstore import StoreHost
 from launcher.hangs.hangwatch import HangWatch, watch_round
 from launcher.hangs.verdict import Verdict
+from launcher.peers.probes import PeerProbes
 from launcher.telemetry.metrics import Telemetry
 from launcher.workers.env import WorkerSpec
 from launcher.workers.fence import ReaperProcess
@@ -59,11 +60,14 @@ class RoundResult:
     verdict: Verdict | None = None  # HUNG: the rank to blame
     failure: str = ""  # MEMBERSHIP_CHANGED by another node's failed or hung worker: what it said
     failure_kind: FailureKind | None = None  # and what that was
+    lost: tuple[str, ...] = ()  # FAILED with the loss of these peers: a membership change, not a failure
 
     @property
     def cause(self) -> str:
         """The metrics' restart cause: the job's -- a worker that failed or hung on another node is
         that cause here too, not a membership change."""
+        if self.lost:
+            return CAUSES[RoundOutcome.MEMBERSHIP_CHANGED]
         if self.outcome is RoundOutcome.MEMBERSHIP_CHANGED and self.failure_kind is not None:
             return self.failure_kind.value
         return CAUSES[self.outcome]
@@ -84,10 +88,12 @@ class RoundRunner:
         hangs: HangChannel | None,
         environ: Mapping[str, str],
         stores: StoreHost | None = None,
+        peers: PeerProbes | None = None,
     ) -> None:
         """``beats_dir``: where the workers' heartbeat records go (one per worker and attempt).
         ``stores``: the sockets this node announced for the round's c10d store, which it serves
-        when it is group rank 0 (None: rank 0's worker hosts the store)."""
+        when it is group rank 0 (None: rank 0's worker hosts the store). ``peers``: this node's
+        probes (None: a peer's death is known by its lease only)."""
         self.config = config
         self._beats_dir = beats_dir
         self.handler = handler
@@ -99,6 +105,7 @@ class RoundRunner:
         self._channel = hangs
         self._environ = environ
         self._stores = stores
+        self._peers = peers
         self._hangs: HangWatch | None = None
         self._beats_used = False  # this node's workers called elastic.heartbeat() in an earlier round
         self._status = GroupStatus(GroupState.RUNNING)  # the workers' last poll
@@ -122,6 +129,8 @@ class RoundRunner:
             self._stores.serve(info.master_port if info.group_rank == 0 else None)
         for spec in specs:
             beats.create(spec.heartbeat_file)
+        if self._peers is not None:
+            self._peers.start_round(info, lambda: self.handler.lease.lease_id)
         with stop_deferred():  # every worker started is one the group knows when a stop comes
             self._group.start(specs, layout, self._environ, self.config.cpu_binding)
         self._telemetry.workers(len(specs))
@@ -137,6 +146,8 @@ class RoundRunner:
         )
         try:
             result = self._watch()
+            if result.outcome is RoundOutcome.FAILED:
+                result = self._blame(result)
             if result.outcome is RoundOutcome.HUNG:
                 self._hangs.report_hang(
                     result.verdict, self._say, lambda kind, **details: self._history.record(kind, info.round, **details)
@@ -151,8 +162,18 @@ class RoundRunner:
         self._group.stop(0.0 if result.outcome is RoundOutcome.FENCED else self.config.stop_grace)
         if self._stores is not None:
             self._stores.stop()  # the round's workers are gone, and its store with them
+        if self._peers is not None:
+            self._peers.end_round()  # after the workers: the peers' deadline guards them until then
         self._telemetry.workers(0)
         return result
+
+    def _blame(self, result: RoundResult) -> RoundResult:
+        """A worker failure that comes with a peer's loss is that loss, a membership change (a
+        broken collective is what a dead machine looks like from its peers' workers)."""
+        if self._peers is None or self.info.group_world_size == 1:
+            return result
+        lost = self._peers.lost_with_failure(spent=self.info.restart_count >= self.info.max_restarts)
+        return replace(result, lost=lost) if lost else result
 
     def _specs(self, info: RendezvousInfo, attempt: int, layout: Layout) -> list[WorkerSpec]:
         n = self.config.nproc_per_node

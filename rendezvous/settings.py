@@ -22,6 +22,7 @@ __all__ = ["RendezvousSettings", "parse_conf", "CONF_KEYS", "TORCH_ALIASES", "TO
 
 DEFAULT_RETENTION = 3 * 24 * 3600  # seconds a finished job's keys stay (elastic-ctl history, status)
 MAX_RETENTION = 365 * 24 * 3600
+DEFAULT_PEER_TIMEOUT = 1.5  # seconds: a machine's death is noticed within this and one probe interval
 
 # key -> (attribute, kind, help)
 CONF_KEYS: dict[str, tuple[str, type, str]] = {
@@ -57,6 +58,18 @@ CONF_KEYS: dict[str, tuple[str, type, str]] = {
         "retention",
         int,
         "seconds a finished or abandoned job's keys stay in etcd (default 259200, 3 days; 0: forever)",
+    ),
+    "peer_timeout": (
+        "peer_timeout",
+        float,
+        "seconds a node's peers hear nothing from its agent before they end its lease "
+        "(default 1.5; 0: no peer probes, a dead machine is noticed when its lease expires)",
+    ),
+    "probe_port": ("probe_port", int, "port this node answers its peers' probes on (default: any free port)"),
+    "probe_addr": (
+        "probe_addr",
+        str,
+        "host:port the peers probe this node at, when it is not its address and probe port (NAT, a proxy)",
     ),
     "key_prefix": ("key_prefix", str, "etcd key prefix of all jobs (default /elastic)"),
     "protocol": ("protocol", str, "http or https"),
@@ -105,6 +118,9 @@ class RendezvousSettings:
     keep_alive_interval: float | None = None  # None: renew_deadline / 8, at most 1 s
     connect_timeout: float = 60.0
     retention: int = DEFAULT_RETENTION
+    peer_timeout: float | None = None  # None: DEFAULT_PEER_TIMEOUT (off when the renew deadline is under twice that)
+    probe_port: int = 0
+    probe_addr: str = ""
     key_prefix: str = DEFAULT_KEY_PREFIX
     protocol: str = "http"
     ca_cert: str | None = None
@@ -146,8 +162,27 @@ class RendezvousSettings:
                 f"keep_alive_interval must be from 0.01 s to half the renew deadline ({self.fence_after / 2:g} s), "
                 f"not {self.keep_alive_interval!r}"
             )
+        self._check_probes()
         if self.protocol not in ("http", "https"):
             raise RendezvousSettingsError(f"protocol must be http or https, not {self.protocol!r}")
+
+    def _check_probes(self) -> None:
+        timeout = self.peer_timeout
+        if timeout is not None and not (_is_number(timeout) and (timeout == 0 or 0.3 <= timeout <= 60)):
+            raise RendezvousSettingsError(f"peer_timeout must be 0 (off) or from 0.3 to 60 seconds, not {timeout!r}")
+        if not _is_int(self.probe_port) or not 0 <= self.probe_port <= 65535:
+            raise RendezvousSettingsError(f"probe_port must be a port number from 0 to 65535, not {self.probe_port!r}")
+        host, sep, port = self.probe_addr.rpartition(":")
+        if self.probe_addr and not (sep and host and port.isdigit() and 0 < int(port) <= 65535):
+            raise RendezvousSettingsError(f"probe_addr must be host:port, not {self.probe_addr!r}")
+
+    @property
+    def peer_window(self) -> float:
+        """The peer timeout in force (0: no probes). By default probes are off when the renew deadline
+        is already under twice their timeout: the lease then notices a dead machine nearly as soon."""
+        if self.peer_timeout is not None:
+            return float(self.peer_timeout)
+        return DEFAULT_PEER_TIMEOUT if self.fence_after >= 2 * DEFAULT_PEER_TIMEOUT else 0.0
 
     @property
     def fence_after(self) -> float:

@@ -120,6 +120,9 @@ class ReaperProcess:
         self._lock = threading.Lock()
         self._fired = False
         self._armed: float | None = None  # the last deadline sent
+        self._lease: tuple[int, float] | None = None  # (lease id, its renew deadline)
+        self._peers: float | None = None  # the peers' contact deadline (``launcher.peers``), while a round runs
+        self._arming = threading.Lock()  # the lease's renewals and the peers' answers arm it from two threads
         self._handled: float | None = None  # the last deadline a ``clear`` dealt with
         self._guard = FenceGuard()
 
@@ -156,9 +159,24 @@ class ReaperProcess:
 
     def arm(self, lease_id: int, deadline: float) -> None:
         """The lease to revoke after this process dies, and the time its workers must be gone by."""
+        with self._arming:
+            self._lease = (lease_id, deadline)
+            self._rearm()
+
+    def contact(self, deadline: float | None) -> None:
+        """The time the peers' probes give this node's workers (None: none now); the earlier of it
+        and the lease's renew deadline is the one enforced."""
+        with self._arming:
+            self._peers = deadline
+            self._rearm()
+
+    def _rearm(self) -> None:
+        lease_id, deadline = self._lease or (0, None)
+        if self._peers is not None:
+            deadline = self._peers if deadline is None else min(deadline, self._peers)
         self._armed = deadline
         self._guard.arm(deadline)
-        self._send(f"L{lease_id}\nD{deadline!r}")
+        self._send(f"L{lease_id}\nD{'' if deadline is None else repr(deadline)}")
 
     def fired(self) -> bool:
         """The deadline passed and the reaper (or this process's guard) killed the workers (sticky until ``clear``)."""

@@ -18,6 +18,7 @@ Kinds and their details::
     node_left      reason                                worker_failed rank, host, exit_code | signal, message
     group_restarted restart_count, max_restarts          job_closed    reason, failed, by
     round_requested reason (an operator's new round)
+    node_lost      reason, by (the watcher that ended the lease of a node its peers found dead)
 """
 
 from __future__ import annotations

@@ -136,6 +136,11 @@ class JobKeys:
     def history(self) -> str:
         return history_prefix(self.root)
 
+    def suspects(self, round_: int, target: str) -> str:
+        """``<prefix>/<run_id>/suspects/<round>/<target>/``: the watchers that find ``target`` dead,
+        one key each on its own lease (``launcher.peers``)."""
+        return job_key(self.prefix, self.run_id, "suspects", str(round_), target) + "/"
+
     def hangs(self, round_: int) -> str:
         """``<prefix>/<run_id>/hangs/<round>/``: one round's hang cases."""
         return job_key(self.prefix, self.run_id, "hangs", str(round_)) + "/"

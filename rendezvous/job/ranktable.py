@@ -4,7 +4,7 @@ The job state (``state``) is the round's header: its number, master, world size,
 the id of its table. The table itself is written, once, before the header that names it is
 compare-and-swapped in:
 
-    <prefix>/<run_id>/ranks/<table>/<bucket>   [[node, group_rank, addr, local_world_size, base_rank], ...]
+    <prefix>/<run_id>/ranks/<table>/<bucket>   [[node, group_rank, addr, local_world_size, base_rank(, watch)], ...]
 
 A node's bucket is ``crc32(node) % buckets``, with about ``ROWS_PER_BUCKET`` rows in each, so a
 follower reads one small value to learn its group rank and the global rank of its first worker; the
@@ -12,6 +12,11 @@ coordinator, ``elastic-ctl status`` and ``get_state`` read the whole table (one 
 table is never changed once written: the header's CAS is the round's one commit, and the tables of
 earlier rounds (and of a freeze that lost its CAS) are deleted when a later one commits.
 Writes are split to stay inside etcd's limits (``--max-txn-ops`` 128, a 1.5 MiB request).
+
+A row's optional ``watch`` lists the peers its node probes (``launcher.peers``): its ``WATCHERS``
+successors in group-rank order among the nodes that answer probes, each as ``[node, probe
+endpoint, lease id, watchers]`` -- where to probe it, the lease its watchers end once they all agree
+it is dead, and how many watchers it has (how many must agree).
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from __future__ import annotations
 import json
 import uuid
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 from rendezvous.errors import RendezvousStateError
@@ -31,7 +36,10 @@ from .state import JobState, Participant, parse_json
 
 __all__ = [
     "ROWS_PER_BUCKET",
+    "WATCHERS",
     "Placement",
+    "Target",
+    "watch_lists",
     "bucket_count",
     "bucket_of",
     "encode_buckets",
@@ -46,13 +54,39 @@ __all__ = [
 ROWS_PER_BUCKET = 32  # rows per bucket: a follower reads about this many rows to find its own
 MAX_OPS = 64  # puts per transaction: half of etcd's default --max-txn-ops
 MAX_BYTES = 1 << 20  # bytes per transaction: under etcd's 1.5 MiB request limit
+WATCHERS = 2  # peers probing each node: a machine's death is seen by this many, and needs them all to agree
+
+
+class Target(NamedTuple):
+    """A peer a node probes: where, the lease its death ends, and how many watchers it has."""
+
+    node: str
+    probe: str  # host:port
+    lease: int
+    watchers: int
 
 
 class Placement(NamedTuple):
-    """One node's row: its participant entry and the global rank of its local rank 0."""
+    """One node's row: its participant entry, the global rank of its local rank 0, and the peers it probes."""
 
     participant: Participant
     base_rank: int
+    watch: tuple[Target, ...] = ()
+
+
+def watch_lists(
+    participants: Sequence[Participant], probes: Mapping[str, tuple[str, int]]
+) -> dict[str, tuple[Target, ...]]:
+    """Whom each node probes: a ring in group-rank order over the participants that answer probes
+    (``probes``: node -> (endpoint, lease id)), each watching its next ``WATCHERS`` -- so each has
+    that many watchers (fewer in a ring that small), and a job's probes are O(N)."""
+    ring = [p.node for p in sorted(participants, key=lambda p: p.group_rank) if p.node in probes]
+    k = min(WATCHERS, len(ring) - 1)
+    lists: dict[str, tuple[Target, ...]] = {}
+    for i, node in enumerate(ring):
+        nexts = (ring[(i + step) % len(ring)] for step in range(1, k + 1))
+        lists[node] = tuple(Target(n, *probes[n], k) for n in nexts)
+    return lists
 
 
 def bucket_count(size: int) -> int:
@@ -70,12 +104,18 @@ def new_table_id(round_: int) -> str:
     return f"{round_}-{uuid.uuid4().hex[:8]}"
 
 
-def encode_buckets(participants: Sequence[Participant], buckets: int) -> dict[int, bytes]:
+def encode_buckets(
+    participants: Sequence[Participant], buckets: int, watch: Mapping[str, tuple[Target, ...]] | None = None
+) -> dict[int, bytes]:
     """Every bucket's value (an empty bucket is written too, so that a missing key means a lost table)."""
     rows: dict[int, list] = {b: [] for b in range(buckets)}
     base = 0
     for p in sorted(participants, key=lambda p: p.group_rank):
-        rows[bucket_of(p.node, buckets)].append([p.node, p.group_rank, p.addr, p.local_world_size, base])
+        row = [p.node, p.group_rank, p.addr, p.local_world_size, base]
+        targets = (watch or {}).get(p.node)
+        if targets:
+            row.append([list(t) for t in targets])
+        rows[bucket_of(p.node, buckets)].append(row)
         base += p.local_world_size
     return {b: json.dumps(r, separators=(",", ":")).encode() for b, r in rows.items()}
 
@@ -86,11 +126,11 @@ def decode_bucket(raw: bytes, where: str) -> list[Placement]:
         raise RendezvousStateError(f"{where} is not a list of rows")
     out = []
     for row in rows:
-        if type(row) is not list or len(row) != 5:
+        if type(row) is not list or len(row) not in (5, 6):
             raise RendezvousStateError(
-                f"{where} is malformed: {row!r} is not [node, group_rank, addr, local_world_size, base_rank]"
+                f"{where} is malformed: {row!r} is not [node, group_rank, addr, local_world_size, base_rank(, watch)]"
             )
-        node, rank, addr, size, base = row
+        node, rank, addr, size, base = row[:5]
         if (
             type(node) is not str
             or type(addr) is not str
@@ -102,17 +142,44 @@ def decode_bucket(raw: bytes, where: str) -> list[Placement]:
             or base < 0
         ):
             raise RendezvousStateError(f"{where} is malformed: row {row!r}")
-        out.append(Placement(Participant(node, rank, addr, size), base))
+        watch = _targets(row[5], where) if len(row) == 6 else ()
+        out.append(Placement(Participant(node, rank, addr, size), base, watch))
     return out
 
 
+def _targets(entries: object, where: str) -> tuple[Target, ...]:
+    """A row's watch list, checked: ``[[node, "host:port", lease, watchers], ...]``."""
+    ok = type(entries) is list and all(
+        type(e) is list
+        and len(e) == 4
+        and type(e[0]) is str
+        and type(e[1]) is str
+        and e[1].rpartition(":")[2].isdigit()
+        and type(e[2]) is int
+        and type(e[3]) is int
+        and e[3] >= 1
+        for e in entries
+    )
+    if not ok:
+        raise RendezvousStateError(
+            f"{where} is malformed: watch list {entries!r} is not [[node, host:port, lease, watchers], ...]"
+        )
+    return tuple(Target(*e) for e in entries)
+
+
 def write_table(
-    client: EtcdClient, keys: JobKeys, table: str, participants: Sequence[Participant], buckets: int, lease: int = 0
+    client: EtcdClient,
+    keys: JobKeys,
+    table: str,
+    participants: Sequence[Participant],
+    buckets: int,
+    lease: int = 0,
+    watch: Mapping[str, tuple[Target, ...]] | None = None,
 ) -> None:
     """Write a new table's buckets on ``lease`` (the job's), in as few transactions as etcd's limits allow."""
     batch: list = []
     size = 0
-    for bucket, value in encode_buckets(participants, buckets).items():
+    for bucket, value in encode_buckets(participants, buckets, watch).items():
         key = keys.rank_bucket(table, bucket)
         if batch and (len(batch) >= MAX_OPS or size + len(value) + len(key) > MAX_BYTES):
             client.txn([], batch)

@@ -259,6 +259,7 @@ class NodeInfo:
     failed_round: int = 0  # its workers of this round failed: it asks for a restart (0: none)
     failure: str = ""  # what failed, for the other nodes' one line: "rank 3 on node n1 failed (exit code 1)"
     failure_kind: FailureKind | None = None  # what that was: a worker's failure or a hang
+    probe: str = ""  # host:port where its agent answers its peers' probes ("": it answers none)
     schema: int = field(default=SCHEMA_VERSION)
 
     def encode(self) -> bytes:
@@ -266,6 +267,8 @@ class NodeInfo:
         kind = data.pop("failure_kind")
         if kind is not None:  # written only with a failure: a node record is no larger than before kinds
             data["failure_kind"] = kind.value
+        if not data["probe"]:
+            del data["probe"]
         return json.dumps(data, separators=(",", ":"), sort_keys=True).encode()
 
     def finished_round(self, round_: int) -> bool:
@@ -285,6 +288,7 @@ class NodeInfo:
             failed_round=_optional(data, "failed_round", int, 0, where),
             failure=_optional(data, "failure", str, "", where),
             failure_kind=_kind(data.get("failure_kind"), "failure_kind", where),
+            probe=_endpoint(_optional(data, "probe", str, "", where), where),
         )
 
 
@@ -321,3 +325,11 @@ def _typed(data: Any, name: str, kind: type, where: str) -> Any:
 def _optional(data: dict[str, Any], name: str, kind: type, default: Any, where: str) -> Any:
     """A field added after schema 2 was first written: its default when absent, else checked as ``_typed``."""
     return _typed(data, name, kind, where) if name in data else default
+
+
+def _endpoint(text: str, where: str) -> str:
+    """A probe endpoint as a node record holds it: "" or host:port."""
+    host, sep, port = text.rpartition(":")
+    if text and not (sep and host and port.isdigit() and 0 < int(port) <= 65535):
+        raise RendezvousStateError(f"{where} is malformed: probe {text!r} is not host:port")
+    return text

@@ -15,7 +15,7 @@ from rendezvous.errors import RendezvousError
 from rendezvous.etcd.client import EtcdClient
 from rendezvous.job.history import HistoryWriter, record_freeze
 from rendezvous.job.keys import JobKeys
-from rendezvous.job.ranktable import drop_other_tables, new_table_id, write_table
+from rendezvous.job.ranktable import drop_other_tables, new_table_id, watch_lists, write_table
 from rendezvous.job.state import CAUSE_NAMES, Cause, JobState, JobStatus, Keep
 from rendezvous.job.store import JobStateStore
 from rendezvous.settings import RendezvousSettings
@@ -196,7 +196,11 @@ class RoundCoordinator:
             keep=state.keep if state is not None else Keep(retention=self._settings.retention),
         )
         frozen, granted = self._store.leased(frozen)  # the table goes on the job's lease, as the state
-        write_table(self._client, self._keys, frozen.table, frozen.participants, frozen.buckets, frozen.keep.lease)
+        probes = {n.info.node: (n.info.probe, n.lease) for n in snapshot.nodes if n.info.probe and n.lease}
+        watch = watch_lists(frozen.participants, probes)
+        write_table(
+            self._client, self._keys, frozen.table, frozen.participants, frozen.buckets, frozen.keep.lease, watch
+        )
         if not self._store.compare_and_swap(frozen, snapshot.token):
             if granted:
                 self._store.release(frozen.keep.lease)  # this table goes with it

@@ -52,18 +52,20 @@ class RendezvousHandler:
         history: HistoryWriter | None = None,
         on_renew: Callable[[int, float], None] | None = None,
         master_port: Callable[[], int] | None = None,
+        probe: str = "",
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         """``history``: where the coordinator records the rounds it froze. ``on_renew(lease id, fence
         deadline)`` is called after every acknowledged lease renewal, from the stream loop's thread
         (the agent hands it to the process that enforces the deadline). ``master_port()``: the port
-        this node offers for the round's store each time it joins a round (default: a free one)."""
+        this node offers for the round's store each time it joins a round (default: a free one).
+        ``probe``: host:port where this node's agent answers its peers' probes ("": it does not)."""
         self._client = client
         self.settings = settings
         self._keys = JobKeys(settings.key_prefix, settings.run_id)
         self._store = JobStateStore(client, self._keys)
-        identity = Identity(node_id or default_node_id(), local_addr or socket.getfqdn(), local_world_size)
+        identity = Identity(node_id or default_node_id(), local_addr or socket.getfqdn(), local_world_size, probe)
         self._member = Member(client, settings, self._keys, identity, on_renew, master_port)
         self.max_restarts = max_restarts  # this agent's; the job's is the first agent's, kept in the state
         self._clock = clock

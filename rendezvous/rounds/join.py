@@ -40,6 +40,7 @@ class RendezvousInfo:
     base_global_rank: int  # the global rank of this node's local rank 0
     restart_count: int = 0  # the job's restart count (TORCHELASTIC_RESTART_COUNT of every worker)
     max_restarts: int = 0  # the job's budget (TORCHELASTIC_MAX_RESTARTS)
+    watch: tuple = ()  # the peers this node probes this round (``ranktable.Target``s)
 
 
 @dataclass(frozen=True)

@@ -186,7 +186,9 @@ class JoinLoop:
     def _place(self, snapshot: Snapshot) -> Placement | None:
         """This node's row in the frozen round (None: the round froze without it)."""
         state = snapshot.state
-        if state.participants:  # the coordinator read the whole table
+        if (
+            state.participants and state.size == 1
+        ):  # the coordinator read the whole table (a row with peers: its watch list)
             me = state.participant(self._member.node_id)
             if me is None:
                 return None
@@ -212,6 +214,7 @@ class JoinLoop:
             base_global_rank=me.base_rank,
             restart_count=state.restarts,
             max_restarts=state.max_restarts,
+            watch=me.watch,
         )
 
     def _handover(self, snapshot: Snapshot) -> Handover | None:

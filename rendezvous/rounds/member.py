@@ -68,6 +68,7 @@ class Identity:
     node_id: str
     addr: str
     local_world_size: int
+    probe: str = ""  # host:port its agent answers peer probes on ("": none)
 
 
 class Member:
@@ -147,6 +148,7 @@ class Member:
             failed_round=failed_round,
             failure=failure,
             failure_kind=kind,
+            probe=self.identity.probe,
         )
         put = op_put(self._keys.node(self.node_id), info.encode(), lease=self._session.lease_id)
         try:

@@ -151,7 +151,7 @@ def test_two_jobs_on_one_cluster_do_not_see_each_other(cluster, agents, tmp_path
     assert codes_b == [0, 0], [a.output() for a in job_b]
     assert len(workers(outs[1])) == 2 and all(w["world_size"] == 2 for w in workers(outs[1]))
     assert not any(d in a.output() for a in job_b for d in DISTURBED)
-    assert all("left: re-rendezvous" in a.output() for a in job_a[:2])
+    assert all("left the round (agent gone or silent): re-rendezvous" in a.output() for a in job_a[:2])
     print("\ntwo jobs: job b untouched (2 workers), job a went on as world 2 without its killed node")
 
 

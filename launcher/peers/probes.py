@@ -1,0 +1,116 @@
+"""This agent's probes, as the agent uses them: the responder for its life, a watch per round,
+and the contact deadline handed to its fence."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from rendezvous.errors import RendezvousError
+from rendezvous.etcd.client import EtcdClient
+from rendezvous.job.history import HistoryWriter
+from rendezvous.job.keys import JobKeys
+from rendezvous.rounds.join import RendezvousInfo
+from rendezvous.settings import RendezvousSettings
+
+from .contact import ContactLog
+from .responder import Responder
+from .verdict import Verdicts
+from .watcher import PeerWatch
+from .wire import timing
+
+__all__ = ["PeerProbes"]
+
+
+class PeerProbes:
+    """Answers this node's watchers, watches its targets while a round runs, and keeps
+    ``fence(deadline)`` (the agent's reaper) told when this node's workers must be gone by."""
+
+    def __init__(
+        self,
+        settings: RendezvousSettings,
+        client: EtcdClient,
+        node: str,
+        addr: str,
+        fence: Callable[[float | None], None],
+        history: HistoryWriter | None = None,
+        say: Callable[[str], None] = lambda line: None,
+    ) -> None:
+        self.timing = timing(settings.peer_window)
+        self._client, self._keys, self._node = client, JobKeys(settings.key_prefix, settings.run_id), node
+        self._fence, self._history, self._say = fence, history, say
+        self._log = ContactLog(self.timing.fence_after)
+        self._running: int | None = None
+        self._lock = threading.Lock()  # the running round and the deadline handed to the fence change together
+        self._watch: PeerWatch | None = None
+        self._info: RendezvousInfo | None = None
+        self.missed: float | None = None  # the last round ended past its contact deadline: seconds unheard then
+        self._responder = Responder(self._log, "0.0.0.0", settings.probe_port, on_contact=self._contact)
+        self.endpoint = settings.probe_addr or f"{addr}:{self._responder.port}"
+
+    def start_round(self, info: RendezvousInfo, lease: Callable[[], int]) -> None:
+        """Round ``info`` starts here: its contact deadline guards the workers, and its targets are watched."""
+        self._log.forget_before(info.round)
+        self._info, self.missed = info, None
+        with self._lock:
+            self._running = info.round
+            self._fence(self._log.deadline(info.round))
+        if info.watch:
+            verdicts = Verdicts(self._client, self._keys, self._node, lease, info.round, self._history)
+            self._watch = PeerWatch(info.round, info.watch, self.timing, verdicts, self._say)
+
+    def end_round(self) -> None:
+        """This node's workers of the round are gone: no deadline from the peers until the next."""
+        with self._lock:
+            if self._running is not None:
+                deadline, now = self._log.deadline(self._running), time.monotonic()
+                missed = deadline is not None and now >= deadline
+                self.missed = self._log.heard_for(self._running, now) if missed else None
+            self._running = None
+            self._fence(None)
+        if self._watch is not None:
+            self._watch.close()
+            self._watch = None
+
+    def lost_with_failure(self, spent: bool) -> tuple[str, ...]:
+        """The peers of the running round lost with a worker failure seen now (a membership change,
+        not a failure). Every target is probed at once: when all answer, none is lost, and this
+        returns after one round trip -- unless ``spent`` (no restart left) and some participant is
+        no target of this node's: then it waits the peers' whole verdict time, as when a target
+        does not answer (its verdict, or its lease ended by its reaper, ends the wait)."""
+        watch, info = self._watch, self._info
+        if watch is None or info is None:
+            return ()
+        failed_at = time.monotonic()
+        until = failed_at + self.timing.timeout + 2 * self.timing.interval + 0.5
+        everyone = len(info.watch) >= info.group_world_size - 1
+        watch.nudge()
+        while True:
+            lost = self._gone(info)
+            if lost or time.monotonic() >= until:
+                return lost
+            if watch.answered_since(failed_at) and not watch.lagging() and (everyone or not spent):
+                return ()
+            time.sleep(0.02)
+
+    def _gone(self, info: RendezvousInfo) -> tuple[str, ...]:
+        """The targets whose lease of the round ended (their node key is gone or on another lease)."""
+        lost = []
+        for target in info.watch:
+            try:
+                kv = self._client.get(self._keys.node(target.node))
+            except RendezvousError:
+                return ()
+            if kv is None or kv.lease != target.lease:
+                lost.append(target.node)
+        return tuple(lost)
+
+    def close(self) -> None:
+        self.end_round()
+        self._responder.close()
+
+    def _contact(self, round_: int) -> None:
+        with self._lock:
+            if round_ == self._running:
+                self._fence(self._log.deadline(round_))

@@ -1,0 +1,51 @@
+"""The probes' wire format and timing (pure).
+
+One line each way on a TCP connection from a watcher to the node it probes:
+
+    ping <round> <ack>\\n     the watcher: its round, and the last answer it received (0: none yet)
+    pong <round> <seq>\\n     the node: the same round, and this answer's number
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+__all__ = ["Timing", "timing", "ping", "pong", "parse", "MAX_LINE"]
+
+MAX_LINE = 64  # bytes: a longer line is not a probe, and its connection is closed
+
+
+class Timing(NamedTuple):
+    """The probes' clock: a watcher's verdict after ``timeout`` seconds of silence; a ping every
+    ``interval``; a node kills its own workers ``fence_after`` seconds after the send time of its
+    newest acknowledged answer, ``timeout - fence_after`` before any watcher can call it dead."""
+
+    timeout: float
+    interval: float
+    fence_after: float
+
+    @property
+    def margin(self) -> float:
+        return self.timeout - self.fence_after
+
+
+def timing(timeout: float) -> Timing:
+    """The probes' timing for a peer timeout: six pings a timeout, and a third of it as margin
+    (for the fence to kill the workers) -- 1.5 s: a ping every 0.25 s, the node's fence at 1.0 s."""
+    return Timing(timeout, timeout / 6, timeout - timeout / 3)
+
+
+def ping(round_: int, ack: int) -> bytes:
+    return b"ping %d %d\n" % (round_, ack)
+
+
+def pong(round_: int, seq: int) -> bytes:
+    return b"pong %d %d\n" % (round_, seq)
+
+
+def parse(line: bytes) -> tuple[str, int, int] | None:
+    """``(kind, round, number)`` of one line without its newline; None when it is not a probe line."""
+    parts = line.split()
+    if len(parts) != 3 or parts[0] not in (b"ping", b"pong") or not (parts[1].isdigit() and parts[2].isdigit()):
+        return None
+    return parts[0].decode(), int(parts[1]), int(parts[2])
