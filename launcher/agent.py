@@ -2,17 +2,17 @@
 
 - A worker failure stops the group and, while restarts remain, joins a new round and starts the
   workers again (TORCHELASTIC_RESTART_COUNT counts these).
-- A membership change -- a participant's agent is gone, a node waits to join, or another node
-  started a new round -- stops the group and re-rendezvouses without using a restart.
-- An etcd outage shorter than the renew deadline does not touch running workers. Past it the
-  workers are stopped (fenced: the lease may expire and the others may form a round without this
-  node), the agent waits for etcd (up to connect_timeout) and rejoins, without using a restart.
-  The reaper enforces the same deadline, so a frozen or hung agent's workers are stopped too.
+- A membership change -- a participant's agent or machine is gone (a worker failure that comes with
+  it included: ``launcher.peers``), a node waits to join, or another node started a new round --
+  stops the group and re-rendezvouses without using a restart.
+- An etcd outage shorter than the renew deadline does not touch running workers; past it, or past
+  the peers' deadline, the workers are stopped (fenced: the others may form a round without this
+  node) and the agent rejoins when etcd answers, without using a restart. The reaper enforces the
+  same deadlines, so a frozen or hung agent's workers are stopped too.
 - When every local worker succeeded the agent says so in its node key and waits (up to the exit
   barrier timeout) for the other nodes; when all have, the job is marked closed.
 - A worker that calls elastic.heartbeat() and then stays silent past its timeout is hung; the nodes
-  agree through etcd on the rank to blame (launcher/hangs/hangwatch.py), its stacks are dumped, and the
-  hang is then handled as a failure (one restart of the job's budget).
+  agree on the rank to blame (launcher/hangs/), its stacks are dumped, and it counts as a failure.
 - the signals of --signals-to-handle (SIGTERM, SIGINT, SIGHUP, SIGQUIT) stop the workers with the same
   signal and leave the job open for the others.
 """
@@ -362,13 +362,8 @@ class Agent:
         return info
 
     def _after_fence(self) -> None:
-        missed = self._peers.missed if self._peers is not None else None
-        if missed is not None:  # the peers' deadline came first
-            what = f"no peer acknowledged this node's probe answers for {missed:.1f} s"
-            limit = f"peers' deadline {self._peers.timing.fence_after:g} s"
-        else:
-            what = f"no lease renewal for {self.handler.lease.silent_for():.1f} s"
-            limit = f"renew deadline {self.handler.settings.fence_after:g} s"
+        peers = (self._peers.missed, self._peers.timing.fence_after) if self._peers is not None else (None, 0.0)
+        what, limit = restart.fence_reason(*peers, self.handler.lease.silent_for(), self.handler.settings.fence_after)
         self.history.record("node_left", self.info.round if self.info else 0, reason=f"fenced: {what}; it rejoins")
         self.say(f"{what} ({limit}): stopped the workers so that no stale rank runs on; rejoining when etcd answers")
         self.handler.lease.handled()

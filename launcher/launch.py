@@ -153,22 +153,27 @@ def _run_agent(
             stores=stores,
             peers=peers,
         )
-        server = _serve(plan, agent, telemetry, report)
-        try:
-            passed = tuple(s for s in PASSED_SIGNALS if s not in plan.signals)
-            with pass_to_workers(passed, agent.worker_pids, report):
-                code = agent.run()
-        finally:
-            if server is not None:
-                server.close()
-        base = agent.info.base_global_rank if agent.info is not None else 0
-        return LaunchOutcome(code, tuple(range(base, base + plan.config.nproc_per_node)))
+        return _run(plan, agent, telemetry, report)
     finally:
         for helper in (stores, peers):
             if helper is not None:
                 helper.close()
         history.close()
         reaper.close()
+
+
+def _run(plan: LaunchPlan, agent: Agent, telemetry: Telemetry, report: Callable[[str], None]) -> LaunchOutcome:
+    """The agent's run, with its metrics and probes served and the signals it passes to its workers."""
+    server = _serve(plan, agent, telemetry, report)
+    try:
+        passed = tuple(s for s in PASSED_SIGNALS if s not in plan.signals)
+        with pass_to_workers(passed, agent.worker_pids, report):
+            code = agent.run()
+    finally:
+        if server is not None:
+            server.close()
+    base = agent.info.base_global_rank if agent.info is not None else 0
+    return LaunchOutcome(code, tuple(range(base, base + plan.config.nproc_per_node)))
 
 
 def _peer_probes(

@@ -42,6 +42,7 @@ __all__ = [
     "hang_summary",
     "change_line",
     "loss_line",
+    "fence_reason",
     "failure_records",
 ]
 
@@ -68,6 +69,18 @@ def loss_line(lost: tuple[str, ...], restarts: int, budget: int) -> str:
     a membership change, whatever failed with it."""
     names = f"node{'s' if len(lost) > 1 else ''} {', '.join(lost)}"
     return f"{names} left the round (agent gone or silent): re-rendezvous, no restart used ({restarts}/{budget})"
+
+
+def fence_reason(
+    peers_unheard: float | None, peers_deadline: float, lease_silent: float, renew_deadline: float
+) -> tuple[str, str]:
+    """Why this node stopped its own workers, and the deadline that passed: the peers' when it came
+    first (``peers_unheard``: seconds since a watcher acknowledged it, else None), or the lease's."""
+    if peers_unheard is not None:
+        return f"no peer acknowledged this node's probe answers for {peers_unheard:.1f} s", (
+            f"peers' deadline {peers_deadline:g} s"
+        )
+    return f"no lease renewal from etcd for {lease_silent:.1f} s", f"renew deadline {renew_deadline:g} s"
 
 
 def spent_reason(what: str, restarts: int, budget: int) -> str:
@@ -162,7 +175,7 @@ def change_line(
         return f"the job was closed ({state.reason})" if state.reason else "the job was closed"
     if state is not None and state.status is JobStatus.JOINING and state.reason:
         return f"{state.reason}: re-rendezvous"
-    if lost and not lease_lost:
+    if lost and not failures and not lease_lost:
         return loss_line(lost, restarts, budget)
     if failures:
         more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""

@@ -121,6 +121,32 @@ class RoundRunner:
     ) -> RoundResult:
         """Start this round's workers and watch them until they end or the round does; ``ending``
         hears how it ended before the workers are stopped."""
+        self._start(info, attempt, layout)
+        try:
+            result = self._watch()
+            if result.outcome is RoundOutcome.FAILED:
+                result = self._blame(result)
+            if result.outcome is RoundOutcome.HUNG:
+                self._hangs.report_hang(
+                    result.verdict, self._say, lambda kind, **details: self._history.record(kind, info.round, **details)
+                )
+        finally:
+            self._beats_used = self._beats_used or (self._hangs is not None and self._hangs.used)
+            if self._hangs is not None:
+                self._hangs.close()
+            self._hangs = None
+        ending(result.outcome)
+        # fenced: now, the lease may expire in under a second; else with the grace period
+        self._group.stop(0.0 if result.outcome is RoundOutcome.FENCED else self.config.stop_grace)
+        if self._stores is not None:
+            self._stores.stop()  # the round's workers are gone, and its store with them
+        if self._peers is not None:
+            self._peers.end_round()  # after the workers: the peers' deadline guards them until then
+        self._telemetry.workers(0)
+        return result
+
+    def _start(self, info: RendezvousInfo, attempt: int, layout: Layout) -> None:
+        """The round's workers started, with its store, its probes and its hang watch."""
         self.info = info
         self._reaper.clear()
         self._reaper.note_round(info.round)
@@ -144,28 +170,6 @@ class RoundRunner:
             nodes=info.group_world_size,
             judge_first=self._beats_used,
         )
-        try:
-            result = self._watch()
-            if result.outcome is RoundOutcome.FAILED:
-                result = self._blame(result)
-            if result.outcome is RoundOutcome.HUNG:
-                self._hangs.report_hang(
-                    result.verdict, self._say, lambda kind, **details: self._history.record(kind, info.round, **details)
-                )
-        finally:
-            self._beats_used = self._beats_used or (self._hangs is not None and self._hangs.used)
-            if self._hangs is not None:
-                self._hangs.close()
-            self._hangs = None
-        ending(result.outcome)
-        # fenced: now, the lease may expire in under a second; else with the grace period
-        self._group.stop(0.0 if result.outcome is RoundOutcome.FENCED else self.config.stop_grace)
-        if self._stores is not None:
-            self._stores.stop()  # the round's workers are gone, and its store with them
-        if self._peers is not None:
-            self._peers.end_round()  # after the workers: the peers' deadline guards them until then
-        self._telemetry.workers(0)
-        return result
 
     def _blame(self, result: RoundResult) -> RoundResult:
         """A worker failure that comes with a peer's loss is that loss, a membership change (a

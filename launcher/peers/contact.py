@@ -19,7 +19,8 @@ class ContactLog:
     answer is acknowledged: ``fence_after`` after the send time of the newest acknowledged answer
     of the round, or of its first answer while none is. A watcher's silence clock starts no earlier
     than the first answer it received, so this deadline always comes ``timeout - fence_after``
-    before any watcher's verdict. None while no answer of the round was sent: nobody watches yet.
+    before any watcher's verdict. None while no answer of the round was sent (nobody watches yet),
+    and once a watcher said it stopped watching (``release``): a verdict needs every watcher.
     """
 
     KEEP = 256  # answers remembered (about 30 s of pings from two watchers)
@@ -32,6 +33,7 @@ class ContactLog:
         self._order: deque[int] = deque()
         self._first: dict[int, float] = {}  # round -> its first answer's send time
         self._acked: dict[int, float] = {}  # round -> the send time of its newest acknowledged answer
+        self._released: set[int] = set()  # rounds a watcher stopped watching
 
     def answer(self, round_: int, now: float) -> int:
         """An answer to a ping of ``round_`` is sent now: its number."""
@@ -53,10 +55,16 @@ class ContactLog:
             self._acked[round_] = entry[1]
             return True
 
+    def release(self, round_: int) -> None:
+        """A watcher of ``round_`` stopped watching, its accusation withdrawn: no verdict can end this
+        node's lease for that round any more, so its deadline is off."""
+        with self._lock:
+            self._released.add(round_)
+
     def deadline(self, round_: int) -> float | None:
         with self._lock:
             first = self._first.get(round_)
-            if first is None:
+            if first is None or round_ in self._released:
                 return None
             return max(first, self._acked.get(round_, first)) + self.fence_after
 
@@ -70,6 +78,7 @@ class ContactLog:
             for book in (self._first, self._acked):
                 for old in [r for r in book if r < round_]:
                     del book[old]
+            self._released = {r for r in self._released if r >= round_}
 
 
 class Silence:

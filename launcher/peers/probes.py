@@ -74,11 +74,11 @@ class PeerProbes:
             self._watch = None
 
     def lost_with_failure(self, spent: bool) -> tuple[str, ...]:
-        """The peers of the running round lost with a worker failure seen now (a membership change,
-        not a failure). Every target is probed at once: when all answer, none is lost, and this
-        returns after one round trip -- unless ``spent`` (no restart left) and some participant is
-        no target of this node's: then it waits the peers' whole verdict time, as when a target
-        does not answer (its verdict, or its lease ended by its reaper, ends the wait)."""
+        """The participants of the running round lost with a worker failure seen now (a membership
+        change, not a failure). Every target is probed at once: when all answer, none is lost, and
+        this returns after one round trip -- unless ``spent`` (no restart left) and some participant
+        is no target of this node's: then it waits the peers' whole verdict time, as when a target
+        does not answer (a verdict on any participant of the round ends the wait)."""
         watch, info = self._watch, self._info
         if watch is None or info is None:
             return ()
@@ -95,16 +95,13 @@ class PeerProbes:
             time.sleep(0.02)
 
     def _gone(self, info: RendezvousInfo) -> tuple[str, ...]:
-        """The targets whose lease of the round ended (their node key is gone or on another lease)."""
-        lost = []
-        for target in info.watch:
-            try:
-                kv = self._client.get(self._keys.node(target.node))
-            except RendezvousError:
-                return ()
-            if kv is None or kv.lease != target.lease:
-                lost.append(target.node)
-        return tuple(lost)
+        """The participants of the round its watchers found dead (theirs or this node's targets)."""
+        prefix = f"{self._keys.lost}{info.round}/"
+        try:
+            kvs, _ = self._client.get_prefix(prefix)
+        except RendezvousError:
+            return ()
+        return tuple(sorted(kv.key.decode(errors="replace")[len(prefix) :] for kv in kvs))
 
     def close(self) -> None:
         self.end_round()

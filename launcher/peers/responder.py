@@ -104,9 +104,13 @@ class Responder:
     def _answer(self, sock: socket.socket, line: bytes) -> bool:
         """Answer one ping (False: not a ping, or the answer cannot be sent: drop the connection)."""
         probe = parse(line)
-        if probe is None or probe[0] != "ping":
+        if probe is None or probe[0] == "pong":
             return False
-        _, round_, ack = probe
+        kind, round_, ack = probe
+        if kind == "bye":
+            self.log.release(round_)
+            self._on_contact(round_)
+            return False  # the watcher closes its side
         moved = (ack > 0 and self.log.acknowledged(round_, ack)) or self.log.deadline(round_) is None
         seq = self.log.answer(round_, self._clock())
         try:

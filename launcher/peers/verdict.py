@@ -1,7 +1,8 @@
 """The watchers' verdict in etcd: each one that finds a peer dead says so under
 ``suspects/<round>/<peer>/<watcher>`` (on its own lease), and the one that sees every watcher of
-that peer there ends the peer's lease. Writes happen only at a fault; the keys go when the round's
-watch ends, or with the watcher's lease.
+that peer there records it under ``lost/<round>/<peer>`` and ends the peer's lease. Writes happen
+only at a fault; the accusations go when the round's watch ends, the records at the next freeze
+(which counts no restart for a round with one), all with the watcher's lease at the latest.
 
 Order matters for safety: a watcher withdraws its suspicion (deletes its key) before it
 acknowledges a new answer from that peer, so a set of keys seen complete means that the peer got
@@ -51,6 +52,8 @@ class Verdicts:
                 self._written.add(target.node)
             if self._client.count_prefix(self._keys.suspects(self.round, target.node)) < target.watchers:
                 return False
+            lost = json.dumps({"why": why, "by": self._node}).encode()
+            self._client.put(f"{self._keys.lost}{self.round}/{target.node}", lost, lease=self._lease())
             ended = self._client.revoke_lease(target.lease)
         except RendezvousError:
             return False
@@ -74,9 +77,10 @@ class Verdicts:
         self._written.discard(node)
         return True
 
-    def close(self) -> None:
-        for node in list(self._written):
-            self.withdraw(node)
+    def close(self) -> bool:
+        """Every accusation withdrawn (True), or some left in etcd (etcd out of reach)."""
+        tried = [self.withdraw(node) for node in list(self._written)]  # each one, whatever the others did
+        return all(tried)
 
     def _key(self, peer: str) -> str:
         return self._keys.suspects(self.round, peer) + self._node

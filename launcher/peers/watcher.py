@@ -20,7 +20,7 @@ from rendezvous.job.ranktable import Target
 
 from .contact import Silence
 from .verdict import Verdicts
-from .wire import MAX_LINE, Timing, parse, ping
+from .wire import MAX_LINE, Timing, bye, parse, ping
 
 __all__ = ["PeerWatch"]
 
@@ -87,10 +87,11 @@ class PeerWatch:
         self._wake()
 
     def close(self) -> None:
+        """Stop watching: accusations withdrawn, then each target told (``bye``), so that its
+        deadline for the round is off while its workers stop at their pace."""
         self._stop.set()
         self._wake()
         self._thread.join(timeout=5.0)
-        self._verdicts.close()
         self._wake_w.close()
 
     def _wake(self) -> None:
@@ -110,7 +111,13 @@ class PeerWatch:
                 due = max(due, self._clock())  # a late turn does not try to catch up
                 self._read_until(due)
         finally:
+            withdrawn = self._verdicts.close()
             for link in self._links.values():
+                if withdrawn and link.connected:
+                    try:
+                        link.sock.send(bye(self.round))
+                    except OSError:
+                        pass
                 self._drop(link)
             self._selector.close()
             self._wake_r.close()

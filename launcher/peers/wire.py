@@ -4,13 +4,15 @@ One line each way on a TCP connection from a watcher to the node it probes:
 
     ping <round> <ack>\\n     the watcher: its round, and the last answer it received (0: none yet)
     pong <round> <seq>\\n     the node: the same round, and this answer's number
+    bye <round> 0\\n          the watcher: it no longer judges this node in that round (its
+                             accusation, if any, is withdrawn), so the round's deadline is off
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
-__all__ = ["Timing", "timing", "ping", "pong", "parse", "MAX_LINE"]
+__all__ = ["Timing", "timing", "ping", "pong", "bye", "parse", "MAX_LINE"]
 
 MAX_LINE = 64  # bytes: a longer line is not a probe, and its connection is closed
 
@@ -43,9 +45,13 @@ def pong(round_: int, seq: int) -> bytes:
     return b"pong %d %d\n" % (round_, seq)
 
 
+def bye(round_: int) -> bytes:
+    return b"bye %d 0\n" % round_
+
+
 def parse(line: bytes) -> tuple[str, int, int] | None:
     """``(kind, round, number)`` of one line without its newline; None when it is not a probe line."""
     parts = line.split()
-    if len(parts) != 3 or parts[0] not in (b"ping", b"pong") or not (parts[1].isdigit() and parts[2].isdigit()):
+    if len(parts) != 3 or parts[0] not in (b"ping", b"pong", b"bye") or not (parts[1].isdigit() and parts[2].isdigit()):
         return None
     return parts[0].decode(), int(parts[1]), int(parts[2])

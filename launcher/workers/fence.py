@@ -200,10 +200,11 @@ class ReaperProcess:
         return self._handled is None or deadline > self._handled
 
     def clear(self) -> None:
-        """The fence was dealt with: forget it, and a late word from the reaper about the same deadline."""
+        """The fence was dealt with (or a round starts): forget it, and a late word from the reaper
+        about any deadline already past -- the workers it was for are gone (a peers' deadline that
+        passed while a round's workers stopped may be reported after the next round began)."""
         self.fired()
-        if self._armed is not None and self._armed <= time.monotonic():
-            self._handled = self._armed
+        self._handled = max(self._handled or float("-inf"), time.monotonic())
         self._guard.clear()
         self._fired = False
 

@@ -141,6 +141,12 @@ class JobKeys:
         one key each on its own lease (``launcher.peers``)."""
         return job_key(self.prefix, self.run_id, "suspects", str(round_), target) + "/"
 
+    @property
+    def lost(self) -> str:
+        """``<prefix>/<run_id>/lost/``: ``<round>/<node>`` for each node its watchers found dead in a
+        round (``launcher.peers``); read and cleared by the next freeze (no restart for that round)."""
+        return job_key(self.prefix, self.run_id, "lost") + "/"
+
     def hangs(self, round_: int) -> str:
         """``<prefix>/<run_id>/hangs/<round>/``: one round's hang cases."""
         return job_key(self.prefix, self.run_id, "hangs", str(round_)) + "/"

@@ -13,6 +13,7 @@ from dataclasses import replace
 
 from rendezvous.errors import RendezvousError
 from rendezvous.etcd.client import EtcdClient
+from rendezvous.etcd.txn import op_delete
 from rendezvous.job.history import HistoryWriter, record_freeze
 from rendezvous.job.keys import JobKeys
 from rendezvous.job.ranktable import drop_other_tables, new_table_id, watch_lists, write_table
@@ -180,6 +181,10 @@ class RoundCoordinator:
         except RendezvousError:
             pass  # the next look tries again; the lease has two thirds of its time left
 
+    def _peers_lost(self, round_: int) -> bool:
+        """Peers found a participant of ``round_`` dead (``launcher.peers``): its failures use no restart."""
+        return self._client.count_prefix(f"{self._keys.lost}{round_}/") > 0
+
     def _freeze(self, snapshot: Snapshot, target: int, decision: Freeze) -> None:
         """Write the round's rank table, then commit the round by CAS of the state that names it."""
         state = snapshot.state
@@ -190,7 +195,7 @@ class RoundCoordinator:
             snapshot.nodes,
             self._settings.min_nodes,
             self._settings.max_nodes,
-            restarts=restart_count(state, snapshot.nodes, target),
+            restarts=restart_count(state, snapshot.nodes, target, self._peers_lost(target - 1)),
             max_restarts=job_budget(state, self._max_restarts),
             table=new_table_id(target),
             keep=state.keep if state is not None else Keep(retention=self._settings.retention),
@@ -205,6 +210,6 @@ class RoundCoordinator:
             if granted:
                 self._store.release(frozen.keep.lease)  # this table goes with it
             return  # lost the race: the next commit deletes this table
-        self._client.txn([], drop_other_tables(self._keys, frozen.table))
+        self._client.txn([], [*drop_other_tables(self._keys, frozen.table), op_delete(self._keys.lost, prefix=True)])
         if self._history is not None:
             record_freeze(self._history, state, frozen, formed_in=self._clock() - self._since)

@@ -303,21 +303,19 @@ def closed_state(state: JobState, reason: str, *, when: float | None = None, **c
     return replace(state, status=JobStatus.CLOSED, reason=reason, last_call_at=None, keep=keep, **changes)
 
 
-def restart_count(state: JobState | None, nodes: Sequence[LiveNode], round_: int) -> int:
+def restart_count(state: JobState | None, nodes: Sequence[LiveNode], round_: int, peers_lost: bool = False) -> int:
     """The job's restart count for ``round_``: the count so far, plus one when a node that joins it
     says its workers of the round before failed -- one per group restart, however many workers or
     nodes failed at once. Membership changes (a node lost, a node joining) do not count, and a
-    failure that comes with the loss of a participant of the round before is one: its workers failed
-    because a peer's machine died, was cut off or froze, and the round waited for that loss.
+    failure that comes with a participant its peers found dead (``peers_lost``: ``launcher.peers``)
+    is one: its workers failed because a peer's machine died, was cut off or froze.
 
     ``state`` is the last state (the frozen round before, or ``round_`` forming, which carries the
     count of the round before unchanged).
     """
     count = state.restarts if state is not None else 0
     failed = any(n.info.round == round_ and n.info.failed_round == round_ - 1 > 0 for n in nodes)
-    live = {n.info.node for n in nodes}
-    lost = state is not None and any(p.node not in live for p in state.participants)
-    return count + 1 if failed and not lost else count
+    return count + 1 if failed and not peers_lost else count
 
 
 def job_budget(state: JobState | None, own: int) -> int:

@@ -33,7 +33,8 @@ from .helpers import (
     workers,
 )
 
-FENCING = "last_call_timeout=1,lease_ttl=5"  # renew deadline 4 s: a freeze of 6 s outlasts the lease
+FENCING = "last_call_timeout=1,lease_ttl=5,peer_timeout=0"  # renew deadline 4 s: a freeze of 6 s outlasts the lease
+# (no peer probes: these tests are of the lease's fence; with probes, test_machine_loss.py)
 WOKEN = 0.25  # seconds a frozen node's worker may run after SIGCONT before it is dead (seen: 1-11 ms)
 
 

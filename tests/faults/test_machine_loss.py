@@ -20,7 +20,7 @@ import time
 from rendezvous.etcd.ports import free_port
 from tests.e2e.cli_helpers import tool
 
-from .helpers import children, freeze, run_id, thaw, wait_for
+from .helpers import children, death_watch, freeze, run_id, thaw, wait_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DDP = os.path.join(ROOT, "examples", "ddp_steps.py")
@@ -84,6 +84,11 @@ def _lost_node_case(started, lost, out: str, fault_at: float, rid: str, endpoint
     return ended[0]["time"] - fault_at, first_step - fault_at
 
 
+def _worker_of(out: str, agent) -> int:
+    tree = set(children(agent.pid))
+    return next(e["pid"] for e in _events(out) if e["event"] == "started" and e["pid"] in tree)
+
+
 def _three(agents, endpoints: str, rid: str, out: str, lost_endpoints: str = "", conf: str = "") -> list:
     started = [_start(agents, endpoints, rid, out) for _ in range(2)]
     started.append(_start(agents, lost_endpoints or endpoints, rid, out, conf))
@@ -109,16 +114,19 @@ def test_a_machine_frozen_whole_is_ended_by_its_peers_and_runs_no_step_when_it_w
     started = _three(agents, cluster.endpoints, rid, out)
     lost = started[2]
     tree = [lost.pid, *children(lost.pid)]
+    worker = _worker_of(out, lost)
     freeze(tree)
     frozen = time.time()
     try:
         noticed, seconds = _lost_node_case(started, lost, out, frozen, rid, cluster.endpoints)
     finally:
+        died = death_watch(worker)
         thaw(tree)
     thawed = time.time()
-    time.sleep(2.0)
+    wait_for(lambda: died, 10, what="the woken node's worker to die")
     woke = [e for e in _events(out) if e["pid"] in tree and e["event"] == "step" and e["t"] >= thawed]
-    assert not woke, woke  # its fence (the peers' deadline, long past) stopped its workers first
+    assert not woke, woke
+    assert died[0] - thawed < 0.5, died[0] - thawed  # its fence (the peers' deadline, long past) fired at once
     print(f"\nmachine frozen: lease ended by its peers {noticed:.2f} s after, the survivors' next step {seconds:.2f} s")
     assert noticed <= DETECTION
 
@@ -133,10 +141,13 @@ def test_a_machine_cut_off_from_etcd_and_its_peers_stops_its_workers_before_its_
     conf = f"probe_port={probe_port},probe_addr={probe.endpoint}"
     started = _three(agents, cluster.endpoints, rid, out, lost_endpoints=endpoints, conf=conf)
     lost = started[2]
+    died = death_watch(_worker_of(out, lost))
     for link in [*links, probe]:
         link.cut()
     cut = time.time()
     noticed, seconds = _lost_node_case(started, lost, out, cut, rid, cluster.endpoints)
+    assert died and died[0] - cut < noticed, (died, noticed)  # its workers were gone before its lease was ended
+    print(f"\ncut off: its own worker killed {died[0] - cut:.2f} s after the cut")
     print(
         f"\nmachine cut off: lease ended by its peers {noticed:.2f} s after, the survivors' next step {seconds:.2f} s"
     )

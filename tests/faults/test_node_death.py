@@ -1,7 +1,7 @@
-"""A machine that dies whole (its agent, reaper and workers SIGKILLed at once): nothing revokes its
-lease, so its node key lives until the lease runs out, and the next round waits for it. Every
-survivor's progress line names the silent node and says when its lease runs out (a dead machine is
-noticed this way, not yet sooner: that is the node-death issue's open part)."""
+"""A machine that dies whole (its agent, reaper and workers SIGKILLed at once) in a job without
+peer probes (``peer_timeout=0``; with them, test_machine_loss.py): nothing revokes its lease, so its
+node key lives until the lease runs out, and the next round waits for it. Every survivor's
+progress line names the silent node and says when its lease runs out."""
 
 from __future__ import annotations
 
@@ -32,7 +32,9 @@ def test_the_round_after_a_machine_dies_names_it_while_it_waits_for_its_lease(cl
 
     def agent():
         worker = [FRAGILE, out, "60"]
-        return agents(endpoints, rid, "2:3", out, 60, "last_call_timeout=30", worker=worker, options=RESTART_ONCE)
+        return agents(
+            endpoints, rid, "2:3", out, 60, "last_call_timeout=30,peer_timeout=0", worker=worker, options=RESTART_ONCE
+        )
 
     first = agent()
     time.sleep(1.0)  # it joins first: it holds the coordinator key
