@@ -18,6 +18,8 @@ _LAZY = {
     "NodeView": "jobstate",
     "LaunchConfig": "launch",
     "elastic_launch": "launch",
+    "inprocess": "inprocess",
+    "RoundInterrupted": "inprocess",
 }
 
 __all__ = [
@@ -32,6 +34,8 @@ __all__ = [
     "elastic_launch",
     "heartbeat",
     "phase",
+    "inprocess",
+    "RoundInterrupted",
 ]
 
 

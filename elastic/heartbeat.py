@@ -123,6 +123,15 @@ def _attach_then_beat() -> None:
     _beat()
 
 
+def _reattach() -> None:
+    """Forget the record: the next beat maps the one the environment names now (``elastic.inprocess``
+    runs ``train`` again in a new round, with a new record)."""
+    global _beat
+    with _lock:
+        _state.pop("channel", None)
+        _beat = _attach_then_beat
+
+
 _beat: Callable[[], None] = _attach_then_beat
 
 

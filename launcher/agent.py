@@ -33,8 +33,9 @@ from launcher.telemetry.health import AgentSnapshot
 from launcher.telemetry.metrics import Telemetry
 from launcher.workers.fence import ReaperProcess
 from launcher.workers.group import WorkerGroup
+from launcher.workers.inprocess import InprocessHost
 from launcher.workers.snapshots import SnapshotKeeper, memory_dir
-from launcher.workers.warm import WarmStarter, default_preload, warm_able
+from launcher.workers.warm import WarmStarter, warm_starter
 from rendezvous.errors import (
     RendezvousClosedError,
     RendezvousConnectionError,
@@ -206,11 +207,15 @@ class Agent:
     def _open(self) -> None:
         """The agent's own helpers: the log pump and the worker group."""
         self._pump = LogPump()
-        self._warm = self._warm_starter()
-        self._group = WorkerGroup(self.config.argv, self._pump, self._reaper, warm=self._warm)
+        self._warm = warm_starter(self.config, self.environ, self.say)
         self._departure = _Departure()
         self._beats_dir = memory_dir("elastic-beats-")
         self._reaper.remove_at_exit(self._beats_dir)
+        self._inprocess = InprocessHost(self._beats_dir)  # workers under elastic.inprocess call in
+        self.environ.update(self._inprocess.env())
+        self._group = WorkerGroup(
+            self.config.argv, self._pump, self._reaper, warm=self._warm, inprocess=self._inprocess
+        )
         self._snapshots = SnapshotKeeper(self.config.checkpoint_dir, self.config.checkpoint_every)
         self._reaper.remove_at_exit(self._snapshots.memory)  # no shared memory left if the agent is killed
         self.environ.update(self._snapshots.env())
@@ -229,21 +234,6 @@ class Agent:
             peers=self._peers,
         )
 
-    def _warm_starter(self) -> WarmStarter | None:
-        """The warm interpreter the workers are forked from, started now so that its imports overlap
-        the rendezvous (None: --no-warm-start, workers that are not Python programs, or nothing to
-        preload: neither torch nor numpy imported by the program, nor --preload)."""
-        c = self.config
-        if not c.warm_start or not warm_able(c.argv, wrapped=bool(c.cpu_binding)):
-            return None
-        preload = (*default_preload(c.argv), *c.preload)
-        if not preload:
-            return None  # nothing heavy to spare: a fresh interpreter starts in a few ms
-        environ = dict(self.environ)
-        if c.nproc_per_node > 1:
-            environ.setdefault("OMP_NUM_THREADS", "1")  # what the workers get: libraries read it at import
-        return WarmStarter(preload, environ, self.say)
-
     def _close_down(self) -> None:
         """Stop the workers (with the signal that stopped the agent), leave the round, close the pump."""
         ignore_stop_signals()
@@ -261,6 +251,7 @@ class Agent:
         self._pump.close()
         if self._warm is not None:
             self._warm.close()
+        self._inprocess.close()
         shutil.rmtree(self._beats_dir, ignore_errors=True)
         self._snapshots.close()  # the newest saves to --checkpoint-dir, the memory freed
 

@@ -45,6 +45,8 @@ class RoundOutcome(str, enum.Enum):
     HUNG = "hung"  # the job agreed that a rank stopped making progress
 
 
+PARK_GRACE = 10.0  # seconds a worker under elastic.inprocess has to leave train before it is stopped
+
 CAUSES = {
     RoundOutcome.FAILED: FailureKind.WORKER.value,
     RoundOutcome.HUNG: FailureKind.HANG.value,
@@ -136,8 +138,10 @@ class RoundRunner:
                 self._hangs.close()
             self._hangs = None
         ending(result.outcome)
+        if result.outcome not in (RoundOutcome.FENCED, RoundOutcome.SUCCEEDED):
+            self._group.park(min(self.config.stop_grace, PARK_GRACE), spare=self._hung_here(result))
         # fenced: now, the lease may expire in under a second; else with the grace period
-        self._group.stop(0.0 if result.outcome is RoundOutcome.FENCED else self.config.stop_grace)
+        self._group.stop(0.0 if result.outcome is RoundOutcome.FENCED else self.config.stop_grace, kept=False)
         if self._stores is not None:
             self._stores.stop()  # the round's workers are gone, and its store with them
         if self._peers is not None:
@@ -170,6 +174,14 @@ class RoundRunner:
             nodes=info.group_world_size,
             judge_first=self._beats_used,
         )
+
+    def _hung_here(self, result: RoundResult) -> tuple[int, ...]:
+        """The local rank a hang verdict blames (stopped, never kept; the ranks that stopped with it
+        are most often blocked on it in a collective, and are kept)."""
+        if result.verdict is None:
+            return ()
+        local = result.verdict.culprit.rank - self.info.base_global_rank
+        return (local,) if 0 <= local < self.config.nproc_per_node else ()
 
     def _blame(self, result: RoundResult) -> RoundResult:
         """A worker failure that comes with a peer's loss is that loss, a membership change (a

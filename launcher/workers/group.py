@@ -31,6 +31,7 @@ from rendezvous.etcd.lifeline import die_with_parent
 from .env import WorkerSpec, worker_env
 from .errorfile import ErrorRecord, read_error
 from .fence import ReaperProcess
+from .inprocess import InprocessHost
 from .warm import WarmProcess, WarmStarter
 
 __all__ = ["GroupState", "WorkerFailure", "GroupStatus", "WorkerGroup"]
@@ -103,6 +104,7 @@ class WorkerGroup:
         console_err: BinaryIO | None = None,
         lifeline: bool = True,
         warm: WarmStarter | None = None,
+        inprocess: InprocessHost | None = None,
     ) -> None:
         self.argv = list(argv)
         self._pump = pump
@@ -112,12 +114,30 @@ class WorkerGroup:
         self._lifeline = lifeline
         self._warm = warm  # forks Python workers from a warm interpreter (None: every start is plain)
         self._workers: list[_Worker] = []
+        self._inprocess = inprocess  # workers under elastic.inprocess, kept across rounds (None: never)
+        self._kept: dict[int, _Worker] = {}  # local rank -> a parked worker the next round resumes
         self._host = socket.gethostname()
         self._duplicates: list[BinaryIO] = []
 
     @property
     def pids(self) -> list[int]:
-        return [w.process.pid for w in self._workers]
+        return [w.process.pid for w in (*self._workers, *self._kept.values())]
+
+    def park(self, grace: float, spare: Sequence[int] = ()) -> int:
+        """Keep the running workers that are under ``elastic.inprocess`` (but the local ranks in
+        ``spare``) for the next round: they leave ``train`` within ``grace`` seconds or are not kept.
+        The workers not kept are left for ``stop``. Returns how many were kept."""
+        if self._inprocess is None:
+            return 0
+        live = [
+            w
+            for w in self._workers
+            if w.spec.local_rank not in spare and w.process.poll() is None and self._inprocess.connected(w.process.pid)
+        ]
+        parked = self._inprocess.park([w.process.pid for w in live], grace) if live else set()
+        self._kept = {w.spec.local_rank: w for w in live if w.process.pid in parked}
+        self._workers = [w for w in self._workers if w.process.pid not in parked]
+        return len(self._kept)
 
     def start(
         self,
@@ -138,7 +158,30 @@ class WorkerGroup:
         }
         self._duplicates = list(duplicates.values())
         for spec in specs:
-            self._start_one(spec, layout, inherited, (wrap or {}).get(spec.local_rank, ()), duplicates)
+            if not self._resume(spec, inherited):
+                self._start_one(spec, layout, inherited, (wrap or {}).get(spec.local_rank, ()), duplicates)
+        leftover, self._kept = list(self._kept.values()), {}
+        for worker in leftover:  # kept, and then not resumed: a worker with no round
+            _signal_group(worker.process.pid, signal.SIGKILL)
+            worker.process.wait()
+            if self._reaper is not None:
+                self._reaper.unregister(worker.process.pid)
+
+    def _resume(self, spec: WorkerSpec, inherited: Mapping[str, str]) -> bool:
+        """The kept worker of this local rank goes on in the new round (False: none, or it is gone)."""
+        worker = self._kept.pop(spec.local_rank, None)
+        if worker is None:
+            return False
+        if os.path.isfile(spec.error_file):
+            os.unlink(spec.error_file)
+        if worker.process.poll() is not None or not self._inprocess.resume(
+            worker.process.pid, worker_env(spec, inherited)
+        ):
+            self._kept[spec.local_rank] = worker  # stopped with the rest
+            return False
+        worker.spec, worker.exited_at = spec, None
+        self._workers.append(worker)
+        return True
 
     def _start_one(
         self, spec: WorkerSpec, layout: Layout, inherited: Mapping[str, str], wrap: Sequence[str], duplicates: dict
@@ -257,10 +300,12 @@ class WorkerGroup:
             return GroupStatus(GroupState.FAILED, tuple(failures), frozenset(exited))
         return GroupStatus(GroupState.RUNNING if running else GroupState.SUCCEEDED, exited=frozenset(exited))
 
-    def stop(self, grace: float = 30.0, signum: int = signal.SIGTERM) -> None:
+    def stop(self, grace: float = 30.0, signum: int = signal.SIGTERM, *, kept: bool = True) -> None:
         """``signum`` (SIGTERM) and SIGCONT to every worker's process group, wait up to ``grace`` s,
-        then SIGKILL what is left."""
-        workers, self._workers = self._workers, []
+        then SIGKILL what is left. ``kept``: the parked workers too (False: they wait for the next round)."""
+        workers, self._workers = [*self._workers, *(self._kept.values() if kept else ())], []
+        if kept:
+            self._kept = {}
         if not workers:
             return
         import psutil  # only needed here: keep it off the agent's start-up path

@@ -23,10 +23,14 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from rendezvous.etcd.lifeline import die_with_parent
 
-__all__ = ["WarmStarter", "WarmProcess", "default_preload", "preload_for", "warm_able"]
+if TYPE_CHECKING:
+    from launcher.config import AgentConfig
+
+__all__ = ["WarmStarter", "WarmProcess", "default_preload", "preload_for", "warm_able", "warm_starter"]
 
 READY_WITHIN = 120.0  # seconds a worker start waits for the warm interpreter's imports, then starts plainly
 
@@ -241,3 +245,18 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def warm_starter(config: AgentConfig, environ: Mapping[str, str], say: Callable[[str], None]) -> WarmStarter | None:
+    """The warm interpreter an agent's workers are forked from, started now so that its imports
+    overlap the rendezvous (None: --no-warm-start, workers that are not Python programs, or nothing
+    to preload: neither torch nor numpy imported by the program, nor --preload)."""
+    if not config.warm_start or not warm_able(config.argv, wrapped=bool(config.cpu_binding)):
+        return None
+    preload = (*default_preload(config.argv), *config.preload)
+    if not preload:
+        return None  # nothing heavy to spare: a fresh interpreter starts in a few ms
+    environ = dict(environ)
+    if config.nproc_per_node > 1:
+        environ.setdefault("OMP_NUM_THREADS", "1")  # what the workers get: libraries read it at import
+    return WarmStarter(preload, environ, say)

@@ -1,0 +1,117 @@
+"""``elastic.inprocess``: after a fault of the job the surviving workers keep their process (their
+model, what torch built) and only the process group is made again; a replaced rank is a new
+process that finds the others waiting. Real agents and DDP workers on gloo
+(``examples/ddp_inprocess.py``): a worker SIGKILLed, a node's death, a hang."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+from tests.faults.helpers import Agent, children, run_id, wait_for
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPT = os.path.join(ROOT, "examples", "ddp_inprocess.py")
+
+
+def _events(out: str) -> list[dict]:
+    found = []
+    for name in os.listdir(out):
+        if name.endswith(".jsonl"):
+            with open(os.path.join(out, name)) as handle:
+                found += [json.loads(line) for line in handle if line.endswith("\n")]
+    return sorted(found, key=lambda e: e["t"])
+
+
+def _agents(etcd_endpoints, tmp_path, count: int, nnodes: str, steps: int, conf: str = "", more=()) -> list[Agent]:
+    out = str(tmp_path / "tl")
+    os.makedirs(out, exist_ok=True)
+    rid = run_id()
+    worker = [SCRIPT, "--steps", str(steps), "--step-time", "0.01", "--timeline", out, *more]
+    return [
+        Agent(
+            etcd_endpoints,
+            rid,
+            nnodes,
+            out,
+            0,
+            str(tmp_path / f"agent{i}.log"),
+            ",".join(c for c in ("last_call_timeout=1", conf) if c),
+            worker=worker,
+            options=["--max-restarts", "3"],
+        )
+        for i in range(count)
+    ]
+
+
+def _worker_of(out: str, agent: Agent) -> int:
+    tree = set(children(agent.pid))
+    return next(e["pid"] for e in _events(out) if e["event"] == "joined" and e["pid"] in tree)
+
+
+def _after(out: str, since: float) -> tuple[float, dict[int, int]]:
+    """Seconds from ``since`` to the first step completed after it, and the pid of each rank then."""
+    later = [e for e in _events(out) if e["event"] == "step" and e["t"] > since and e["restart"] + e["world"] > 0]
+    first = min(e["t"] for e in later) - since
+    return first, {e["rank"]: e["pid"] for e in later}
+
+
+def _finish(started: list[Agent]) -> None:
+    codes = [a.wait(120) for a in started]
+    assert codes == [0] * len(started), [a.output()[-3000:] for a in started]
+
+
+def test_a_worker_sigkilled_costs_the_survivors_no_process(etcd_endpoints, tmp_path):
+    started = _agents(etcd_endpoints, tmp_path, 2, "2", 600)
+    out = str(tmp_path / "tl")
+    wait_for(lambda: len([e for e in _events(out) if e["event"] == "step"]) >= 100, 60, what="steps")
+    survivor, victim = _worker_of(out, started[0]), _worker_of(out, started[1])
+    os.kill(victim, signal.SIGKILL)
+    killed = time.time()
+    wait_for(
+        lambda: [e for e in _events(out) if e["event"] == "step" and e["restart"] == 1], 30, what="steps of round 2"
+    )
+    _finish(started)
+    seconds, pids = _after(out, killed)
+    events = _events(out)
+    rejoined = [e for e in events if e["event"] == "joined" and e["pid"] == survivor and e["restart"] == 1]
+    assert rejoined and rejoined[0]["step"] > 0, events[-5:]  # train() called again in the same process, its state kept
+    assert survivor in pids.values() and victim not in pids.values()
+    assert max(e["step"] for e in events if e["event"] == "step") == 600  # the job finished
+    print(
+        f"\nworker SIGKILLed: the survivor (pid {survivor}) went on from step {rejoined[0]['step']}; "
+        f"next step {seconds:.2f} s after the kill"
+    )
+
+
+def test_a_node_s_death_costs_the_survivors_no_process(etcd_endpoints, tmp_path):
+    started = _agents(etcd_endpoints, tmp_path, 3, "2:3", 600)
+    out = str(tmp_path / "tl")
+    wait_for(lambda: len([e for e in _events(out) if e["event"] == "step"]) >= 150, 60, what="steps")
+    survivors = {_worker_of(out, a) for a in started[:2]}
+    dead = started[2]
+    for pid in [dead.pid, *children(dead.pid)]:
+        os.kill(pid, signal.SIGKILL)  # the machine dies: agent, reaper, worker
+    killed = time.time()
+    wait_for(lambda: [e for e in _events(out) if e["event"] == "step" and e["world"] == 2], 30, what="steps of 2")
+    _finish(started[:2])
+    seconds, pids = _after(out, killed)
+    assert set(pids.values()) == survivors, (pids, survivors)  # both kept their process
+    assert {e["restart"] for e in _events(out) if e["world"] == 2} == {0}  # a node's death uses no restart
+    print(f"\nnode killed: both survivors kept their process; next step {seconds:.2f} s after the death")
+
+
+def test_a_hang_elsewhere_costs_the_survivors_no_process(etcd_endpoints, tmp_path):
+    started = _agents(etcd_endpoints, tmp_path, 2, "2", 1500)
+    out = str(tmp_path / "tl")
+    wait_for(lambda: len([e for e in _events(out) if e["event"] == "step"]) >= 200, 60, what="steps")
+    survivor, hung = _worker_of(out, started[0]), _worker_of(out, started[1])
+    os.kill(hung, signal.SIGSTOP)
+    stopped = time.time()
+    wait_for(lambda: [e for e in _events(out) if e["event"] == "step" and e["restart"] == 1], 60, what="round 2")
+    _finish(started)
+    seconds, pids = _after(out, stopped)
+    assert survivor in pids.values() and hung not in pids.values(), (pids, survivor, hung)
+    print(f"\nrank 1 hung: the survivor kept its process; next step {seconds:.2f} s after the SIGSTOP")
