@@ -1,6 +1,6 @@
 """Time lost per fault on a DDP training script, elastic-run and torchrun side by side in one run.
 
-    python bench/recovery.py [--nodes 3] [--faults worker,agent,node,hang] [--wait 45] [--in-memory]
+    python bench/recovery.py [--nodes 3] [--faults worker,agent,node,hang] [--wait 45] [--in-memory] [--inprocess]
 
 Both launchers run the same script (examples/ddp_steps.py: gloo, one worker per node, a save every
 50 steps; with --in-memory, under elastic-run, elastic.checkpoint after every step) with the same
@@ -13,7 +13,11 @@ into the node of group rank 1 (never the node hosting torchrun's c10d store):
 - node: its agent, reaper and worker SIGKILLed at once, as a machine dies;
 - hang: its worker SIGSTOPped (elastic-run judges the hang from the learned step time).
 
-Time lost is from the fault to the first step completed after it by a process started after it.
+With --inprocess a third row runs elastic-run on examples/ddp_inprocess.py (the same model and
+steps, under ``elastic.inprocess``: the survivors keep their process, the model outside ``train``).
+
+Time lost is from the fault to the first step completed after it by a process started after it,
+or by one whose ``train`` was called again after it (in-process).
 The breakdown gives when, after the fault, each stage was reached: the launcher's first line about
 it (seen), the next round's (round), the new rank 0 process started, torch imported, the process
 group joined, the model and optimizer built, the save restored, the first step done. "Redone" is the
@@ -47,6 +51,7 @@ from rendezvous import EtcdServer  # noqa: E402
 from rendezvous.etcd.server import free_port  # noqa: E402
 
 SCRIPT = os.path.join(HERE, "examples", "ddp_steps.py")
+INPROCESS = os.path.join(HERE, "examples", "ddp_inprocess.py")
 BIN = os.path.dirname(sys.executable)
 WARM_STEPS = 150
 STAGES = ("started", "imported", "joined", "built", "restored", "step")
@@ -76,6 +81,8 @@ def command(launcher: str, endpoint: str, run_id: str, nodes: int, work: str, ex
     args = ["--nnodes", f"2:{nodes}", "--nproc-per-node", "1", "--max-restarts", "3", "--rdzv-endpoint", endpoint]
     args += ["--rdzv-id", run_id, "--rdzv-conf", "last_call_timeout=1", "--local-addr", "127.0.0.1"]
     script = [SCRIPT, "--steps", "100000", "--checkpoint", os.path.join(work, "save.pt"), "--timeline", work, *extra]
+    if extra == ("--inprocess",):  # the model kept outside train, nothing saved
+        script = [INPROCESS, "--steps", "100000", "--timeline", work]
     if launcher == "torchrun":
         return [sys.executable, "-m", "torch.distributed.run", "--rdzv-backend", "c10d", *args, *script]
     return [os.path.join(BIN, "elastic-run"), *args, *script]
@@ -131,8 +138,22 @@ def inject(fault: str, nodes: list[Node], work: str) -> float:
 
 def measure(work: str, nodes: list[Node], when: float, wait: float) -> Result:
     def resumed() -> dict | None:
-        old = {e["pid"] for e in events(work) if e["t"] < when}
-        return next((e for e in events(work) if e["event"] == "step" and e["t"] > when and e["pid"] not in old), None)
+        timeline = events(work)
+        old = {e["pid"] for e in timeline if e["t"] < when}
+        again = {}  # pid -> when its train was called again after the fault (in-process)
+        for e in timeline:
+            if e["event"] == "joined" and e["t"] > when and e["pid"] in old:
+                again.setdefault(e["pid"], e["t"])
+        return next(
+            (
+                e
+                for e in timeline
+                if e["event"] == "step"
+                and e["t"] > when
+                and (e["pid"] not in old or e["t"] > again.get(e["pid"], 1e18))
+            ),
+            None,
+        )
 
     if not wait_until(lambda: resumed() is not None, wait):
         lines = sorted((t, text) for n in nodes for t, text in n.lines if text.strip())
@@ -207,6 +228,7 @@ def main() -> None:
     parser.add_argument("--faults", default="worker,agent,node,hang")
     parser.add_argument("--wait", type=float, default=45.0, help="seconds to wait for a launcher to resume")
     parser.add_argument("--in-memory", action="store_true", help="the script keeps its state with elastic.checkpoint")
+    parser.add_argument("--inprocess", action="store_true", help="a third row: elastic-run, elastic.inprocess")
     args = parser.parse_args()
     print(f"{args.nodes} nodes x 1 worker, gloo, {SCRIPT}; seconds after the fault", flush=True)
     print(f"{'':<24} {'lost':>10} {'redone':>7} " + " ".join(f"{c:>8}" for c in _COLUMNS), flush=True)
@@ -217,6 +239,9 @@ def main() -> None:
             print(row(f"{fault}: elastic-run", ours), flush=True)
             theirs = trial("torchrun", fault, f"127.0.0.1:{free_port()}", args.nodes, args.wait, extra)
             print(row(f"{fault}: torchrun (c10d)", theirs), flush=True)
+            if args.inprocess:
+                kept = trial("elastic-run", fault, etcd.endpoints, args.nodes, args.wait, ("--inprocess",))
+                print(row(f"{fault}: in-process", kept), flush=True)
             if ours.lost and theirs.lost:
                 print(f"{'':<24} torchrun / elastic-run: {theirs.lost / ours.lost:.1f}x", flush=True)
 

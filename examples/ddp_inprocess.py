@@ -43,28 +43,37 @@ def timeline(directory: str | None, event: str, **details: object) -> None:
             out.write(json.dumps(record) + "\n")
 
 
+def _graphs() -> int:
+    """The graphs dynamo compiled in this process so far."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--step-time", type=float, default=0.0, help="seconds of sleep in each step")
     parser.add_argument("--timeline", default=None)
+    parser.add_argument("--compile", action="store_true", help="torch.compile the model (dynamo, eager backend)")
     args = parser.parse_args()
     timeline(args.timeline, "started", t0=STARTED)
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 1))
     optimizer = torch.optim.SGD(net.parameters(), lr=0.01)
+    compiled = torch.compile(net, backend="eager") if args.compile else net  # compiled once, in this process
     done = {"step": 0}  # kept across rounds, as the model is
 
     def train() -> int:
         dist.init_process_group("gloo")
         rank = dist.get_rank()
-        timeline(args.timeline, "joined", step=done["step"])
+        timeline(args.timeline, "joined", step=done["step"], graphs=_graphs() if args.compile else None)
         newest = torch.tensor([done["step"], -rank])  # the newest step, and the lowest rank holding it
         dist.all_reduce(newest, op=dist.ReduceOp.MAX)
         step, source = int(newest[0]), -int(newest[1])
         for tensor in net.state_dict().values():
             dist.broadcast(tensor, src=source)
-        model = DistributedDataParallel(net)
+        model = DistributedDataParallel(compiled)
         generator = torch.Generator().manual_seed(rank)
         while step < args.steps:
             x = torch.randn(32, 64, generator=generator)
@@ -79,6 +88,8 @@ def main() -> None:
             if args.step_time:
                 time.sleep(args.step_time)
         dist.barrier()
+        if args.compile:
+            timeline(args.timeline, "compiled", graphs=_graphs())
         dist.destroy_process_group()
         return step
 

@@ -23,8 +23,8 @@ DUMP = (
 DIFFER_BY_NATURE = {"TORCHELASTIC_RUN_ID", "MASTER_PORT", "TORCHELASTIC_ERROR_FILE"}
 DIFFER_BY_DESIGN = {"MASTER_ADDR": ("localhost", "127.0.0.1")}
 # Ours only, by design (README "Coming from torchrun"): the worker's heartbeat record for elastic.heartbeat()
-# and the agent's memory for elastic.checkpoint.
-OURS_ONLY = {"ELASTIC_HEARTBEAT_FILE", "ELASTIC_CHECKPOINT_MEMORY"}
+# the agent's memory for elastic.checkpoint, and the agent's control socket for elastic.inprocess.
+OURS_ONLY = {"ELASTIC_HEARTBEAT_FILE", "ELASTIC_CHECKPOINT_MEMORY", "ELASTIC_INPROCESS"}
 
 
 def _launch(

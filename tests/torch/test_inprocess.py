@@ -115,3 +115,22 @@ def test_a_hang_elsewhere_costs_the_survivors_no_process(etcd_endpoints, tmp_pat
     seconds, pids = _after(out, stopped)
     assert survivor in pids.values() and hung not in pids.values(), (pids, survivor, hung)
     print(f"\nrank 1 hung: the survivor kept its process; next step {seconds:.2f} s after the SIGSTOP")
+
+
+def test_a_compiled_model_is_compiled_once_in_a_kept_process_and_again_in_a_new_one(etcd_endpoints, tmp_path):
+    started = _agents(etcd_endpoints, tmp_path, 2, "2", 500, more=("--compile",))
+    out = str(tmp_path / "tl")
+    wait_for(lambda: len([e for e in _events(out) if e["event"] == "step"]) >= 100, 90, what="steps")
+    survivor, victim = _worker_of(out, started[0]), _worker_of(out, started[1])
+    os.kill(victim, signal.SIGKILL)
+    _finish(started)
+    events = _events(out)
+    again = next(e for e in events if e["event"] == "joined" and e["pid"] == survivor and e["restart"] == 1)
+    ends = {e["pid"]: e["graphs"] for e in events if e["event"] == "compiled"}
+    new = next(e["pid"] for e in events if e["event"] == "joined" and e["restart"] == 1 and e["pid"] != survivor)
+    assert again["graphs"] > 0 and ends[survivor] == again["graphs"], (again, ends)  # dynamo compiled nothing more
+    assert ends[new] > 0 and next(e for e in events if e["pid"] == new and e["event"] == "joined")["graphs"] == 0
+    print(
+        f"\ncompiled: {again['graphs']} graph(s) in the kept process, none again after the restart; "
+        f"the replaced rank's new process compiled {ends[new]}"
+    )
