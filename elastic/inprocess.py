@@ -3,8 +3,9 @@
 Under elastic-run, ``train(*args, **kwargs)`` is called in this process. When the job's round ends
 (another rank's worker failed, a node was lost or joined, a hang was agreed on), the agent says
 "stop" on this worker's control connection; a thread here then aborts every process group (so a
-collective blocked on a dead peer returns) and raises ``RoundInterrupted`` into the main thread,
-out of ``train``. The process group is destroyed, the agent is told ("parked"), and once the next
+collective blocked on a dead peer returns; gloo's abort does not end a call in flight, so the TCP
+connections made inside ``train`` are shut down too) and raises ``RoundInterrupted`` into the main
+thread, out of ``train``. The process group is destroyed, the agent is told ("parked"), and once the next
 round has formed it sends that round's environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
 TORCHELASTIC_RESTART_COUNT, ...): ``os.environ`` is updated and ``train`` is called again. Whatever
 ``train`` keeps outside itself (a model, its compiled code, the CUDA context, data in memory) is
@@ -53,6 +54,7 @@ class _Control:
         self._ready = threading.Condition()
         self.interrupted = threading.Event()
         self.in_train = False  # the main thread is inside train: the only place to interrupt it
+        self.before: set[str] = set()  # the TCP connections this process had before train was called
         self._send(f"hello {os.getpid()}")
         threading.Thread(target=self._listen, name="elastic-inprocess", daemon=True).start()
 
@@ -64,7 +66,8 @@ class _Control:
             verb, _, rest = raw.decode().strip().partition(" ")
             if verb == "stop" and not self.interrupted.is_set():
                 self.interrupted.set()
-                _abort_groups()
+                _shut_connections(keep=self.before)  # first: an abort may wait on a peer or the store
+                threading.Thread(target=_abort_groups, name="elastic-abort", daemon=True).start()
                 if self.in_train:
                     ctypes.pythonapi.PyThreadState_SetAsyncExc(
                         ctypes.c_ulong(self._main), ctypes.py_object(RoundInterrupted)
@@ -101,6 +104,43 @@ def _abort_groups() -> None:
         pass
 
 
+def _connections() -> dict[str, int]:
+    """This process's sockets: inode -> a descriptor of it (Linux's /proc; none elsewhere)."""
+    found = {}
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return found
+    for name in names:
+        try:
+            target = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:
+            continue
+        if target.startswith("socket:"):
+            found[target] = int(name)
+    return found
+
+
+def _shut_connections(keep: set[str]) -> None:
+    """Shut down the TCP connections made since ``keep`` was taken (inside ``train``: the process
+    group's), so that a gloo call blocked on a frozen or unreachable peer returns at once."""
+    for inode, fd in _connections().items():
+        if inode in keep:
+            continue
+        try:
+            sock = socket.socket(fileno=os.dup(fd))
+        except OSError:
+            continue
+        try:
+            if sock.family in (socket.AF_INET, socket.AF_INET6) and sock.type == socket.SOCK_STREAM:
+                sock.getpeername()  # connected (a listening socket raises here and is left alone)
+                sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        finally:
+            sock.close()
+
+
 def _tear_down() -> None:
     """The process group goes before ``train`` is called again: it belongs to the round that ended."""
     dist = sys.modules.get("torch.distributed")
@@ -119,6 +159,7 @@ def inprocess(train: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     control = _Control(path)
     while True:
         try:
+            control.before = set(_connections())
             control.in_train = True
             result = train(*args, **kwargs)
             control.in_train = False

@@ -106,7 +106,7 @@ def test_a_machine_killed_whole_costs_no_restart_and_is_noticed_in_two_seconds(c
     killed = time.time()
     noticed, seconds = _lost_node_case(started, lost, out, killed, rid, cluster.endpoints)
     print(f"\nmachine killed: lease ended by its peers {noticed:.2f} s after, the survivors' next step {seconds:.2f} s")
-    assert noticed <= DETECTION
+    assert noticed < 1.0  # its agent's probe connection closed with its process: no silence to wait out
 
 
 def test_a_machine_frozen_whole_is_ended_by_its_peers_and_runs_no_step_when_it_wakes(cluster, agents, tmp_path):

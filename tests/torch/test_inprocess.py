@@ -10,7 +10,9 @@ import os
 import signal
 import time
 
-from tests.faults.helpers import Agent, children, run_id, wait_for
+import pytest
+
+from tests.faults.helpers import Agent, children, freeze, run_id, wait_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(ROOT, "examples", "ddp_inprocess.py")
@@ -23,6 +25,20 @@ def _events(out: str) -> list[dict]:
             with open(os.path.join(out, name)) as handle:
                 found += [json.loads(line) for line in handle if line.endswith("\n")]
     return sorted(found, key=lambda e: e["t"])
+
+
+@pytest.fixture
+def job(etcd_endpoints, tmp_path):
+    """Starts a job's agents; whatever happens, they (and their workers, frozen or not) are killed at the end."""
+    started: list[Agent] = []
+
+    def start(count: int, nnodes: str, steps: int, more=()) -> list[Agent]:
+        started.extend(_agents(etcd_endpoints, tmp_path, count, nnodes, steps, more=more))
+        return started
+
+    yield start
+    for agent in started:
+        agent.kill()
 
 
 def _agents(etcd_endpoints, tmp_path, count: int, nnodes: str, steps: int, conf: str = "", more=()) -> list[Agent]:
@@ -63,8 +79,8 @@ def _finish(started: list[Agent]) -> None:
     assert codes == [0] * len(started), [a.output()[-3000:] for a in started]
 
 
-def test_a_worker_sigkilled_costs_the_survivors_no_process(etcd_endpoints, tmp_path):
-    started = _agents(etcd_endpoints, tmp_path, 2, "2", 600)
+def test_a_worker_sigkilled_costs_the_survivors_no_process(job, tmp_path):
+    started = job(2, "2", 600)
     out = str(tmp_path / "tl")
     wait_for(lambda: len([e for e in _events(out) if e["event"] == "step"]) >= 100, 60, what="steps")
     survivor, victim = _worker_of(out, started[0]), _worker_of(out, started[1])
@@ -86,8 +102,8 @@ def test_a_worker_sigkilled_costs_the_survivors_no_process(etcd_endpoints, tmp_p
     )
 
 
-def test_a_node_s_death_costs_the_survivors_no_process(etcd_endpoints, tmp_path):
-    started = _agents(etcd_endpoints, tmp_path, 3, "2:3", 600)
+def test_a_node_s_death_costs_the_survivors_no_process(job, tmp_path):
+    started = job(3, "2:3", 600)
     out = str(tmp_path / "tl")
     wait_for(lambda: len([e for e in _events(out) if e["event"] == "step"]) >= 150, 60, what="steps")
     survivors = {_worker_of(out, a) for a in started[:2]}
@@ -103,8 +119,25 @@ def test_a_node_s_death_costs_the_survivors_no_process(etcd_endpoints, tmp_path)
     print(f"\nnode killed: both survivors kept their process; next step {seconds:.2f} s after the death")
 
 
-def test_a_hang_elsewhere_costs_the_survivors_no_process(etcd_endpoints, tmp_path):
-    started = _agents(etcd_endpoints, tmp_path, 2, "2", 1500)
+def test_a_frozen_node_costs_the_survivors_no_process(job, tmp_path):
+    """Nothing closes the frozen node's connections: the survivors' collectives return only because
+    their process groups are aborted when the round ends (its peers end its lease)."""
+    started = job(3, "2:3", 600)
+    out = str(tmp_path / "tl")
+    wait_for(lambda: len([e for e in _events(out) if e["event"] == "step"]) >= 150, 60, what="steps")
+    survivors = {_worker_of(out, a) for a in started[:2]}
+    frozen = started[2]
+    freeze([frozen.pid, *children(frozen.pid)])
+    at = time.time()
+    wait_for(lambda: [e for e in _events(out) if e["event"] == "step" and e["world"] == 2], 30, what="steps of 2")
+    seconds, pids = _after(out, at)
+    _finish(started[:2])
+    assert set(pids.values()) == survivors, (pids, survivors)
+    print(f"\nnode frozen: both survivors kept their process; next step {seconds:.2f} s after the freeze")
+
+
+def test_a_hang_elsewhere_costs_the_survivors_no_process(job, tmp_path):
+    started = job(2, "2", 1500)
     out = str(tmp_path / "tl")
     wait_for(lambda: len([e for e in _events(out) if e["event"] == "step"]) >= 200, 60, what="steps")
     survivor, hung = _worker_of(out, started[0]), _worker_of(out, started[1])
@@ -117,8 +150,8 @@ def test_a_hang_elsewhere_costs_the_survivors_no_process(etcd_endpoints, tmp_pat
     print(f"\nrank 1 hung: the survivor kept its process; next step {seconds:.2f} s after the SIGSTOP")
 
 
-def test_a_compiled_model_is_compiled_once_in_a_kept_process_and_again_in_a_new_one(etcd_endpoints, tmp_path):
-    started = _agents(etcd_endpoints, tmp_path, 2, "2", 500, more=("--compile",))
+def test_a_compiled_model_is_compiled_once_in_a_kept_process_and_again_in_a_new_one(job, tmp_path):
+    started = job(2, "2", 500, more=("--compile",))
     out = str(tmp_path / "tl")
     wait_for(lambda: len([e for e in _events(out) if e["event"] == "step"]) >= 100, 90, what="steps")
     survivor, victim = _worker_of(out, started[0]), _worker_of(out, started[1])
