@@ -7,30 +7,23 @@ own (another worker's failure, a node lost or joining, a hang blamed elsewhere),
 round gives it its environment (``go <json>``) instead of a new process. One that does not park
 within the grace is stopped as any worker is.
 
-One thread serves every connection (``selectors``); the agent's main thread asks and waits.
+A ``LineServer`` thread reads every connection; the agent's main thread asks and waits.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import selectors
 import socket
 import threading
 import time
 from collections.abc import Iterable, Mapping
 
+from launcher.lineserver import Connection, LineServer
+
 __all__ = ["InprocessHost", "ENV"]
 
 ENV = "ELASTIC_INPROCESS"
-
-
-class _Link:
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-        self.inbox = bytearray()
-        self.pid = 0
-        self.parked = False
 
 
 class InprocessHost:
@@ -38,17 +31,13 @@ class InprocessHost:
 
     def __init__(self, directory: str) -> None:
         self.path = os.path.join(directory, "inprocess.sock")
-        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._listener.bind(self.path)
-        self._listener.listen(64)
-        self._listener.setblocking(False)
-        self._links: dict[int, _Link] = {}
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(self.path)
+        listener.listen(64)
+        self._links: dict[int, Connection] = {}
+        self._parked: set[int] = set()
         self._changed = threading.Condition()
-        self._selector = selectors.DefaultSelector()
-        self._selector.register(self._listener, selectors.EVENT_READ, None)
-        self._closing = False
-        self._thread = threading.Thread(target=self._serve, name="inprocess-host", daemon=True)
-        self._thread.start()
+        self._server = LineServer(listener, self._heard, self._gone, name="inprocess-host")
 
     def env(self) -> dict[str, str]:
         return {ENV: self.path}
@@ -59,87 +48,42 @@ class InprocessHost:
 
     def park(self, pids: Iterable[int], grace: float) -> set[int]:
         """Ask these workers to leave ``train``; the ones that did within ``grace`` seconds."""
-        asked = []
         with self._changed:
-            for pid in pids:
-                link = self._links.get(pid)
-                if link is not None and self._say(link, "stop"):
-                    link.parked = False
-                    asked.append(pid)
+            asked = [pid for pid in pids if pid in self._links and self._links[pid].send(b"stop\n")]
+            self._parked.difference_update(asked)
             deadline = time.monotonic() + grace
-            while not all(self._parked(pid) for pid in asked) and time.monotonic() < deadline:
+            while not self._parked.issuperset(asked) and time.monotonic() < deadline:
                 self._changed.wait(timeout=min(0.05, max(deadline - time.monotonic(), 0)))
-            return {pid for pid in asked if self._parked(pid)}
+            return self._parked.intersection(asked)
 
     def resume(self, pid: int, env: Mapping[str, str]) -> bool:
         """Give a parked worker the new round's environment (False: it is gone)."""
         with self._changed:
             link = self._links.get(pid)
-            return link is not None and self._say(link, "go " + json.dumps(dict(env)))
+            self._parked.discard(pid)
+            return link is not None and link.send(b"go " + json.dumps(dict(env)).encode() + b"\n")
 
     def close(self) -> None:
-        self._closing = True
-        self._thread.join(timeout=2.0)
+        self._server.close()
         try:
             os.unlink(self.path)
         except OSError:
             pass
 
-    def _parked(self, pid: int) -> bool:
-        link = self._links.get(pid)
-        return link is not None and link.parked
-
-    def _say(self, link: _Link, line: str) -> bool:
-        data = line.encode() + b"\n"
-        try:
-            return link.sock.send(data) == len(data)  # a short line: a socket's buffer takes it whole
-        except OSError:
-            return False
-
-    def _serve(self) -> None:
-        try:
-            while not self._closing:
-                for key, _ in self._selector.select(timeout=0.2):
-                    if key.data is None:
-                        self._accept()
-                    else:
-                        self._read(key.data)
-        finally:
-            for key in list(self._selector.get_map().values()):
-                key.fileobj.close()
-            self._selector.close()
-
-    def _accept(self) -> None:
-        try:
-            sock, _ = self._listener.accept()
-        except OSError:
-            return
-        sock.setblocking(False)
-        self._selector.register(sock, selectors.EVENT_READ, _Link(sock))
-
-    def _read(self, link: _Link) -> None:
-        try:
-            data = link.sock.recv(4096)
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError:
-            data = b""
+    def _heard(self, connection: Connection, line: bytes) -> bool:
+        verb, _, value = line.decode(errors="replace").partition(" ")
         with self._changed:
-            if not data:
-                self._selector.unregister(link.sock)
-                link.sock.close()
-                if self._links.get(link.pid) is link:
-                    del self._links[link.pid]
-                self._changed.notify_all()
-                return
-            link.inbox += data
-            while b"\n" in link.inbox:
-                line, _, rest = bytes(link.inbox).partition(b"\n")
-                link.inbox[:] = rest
-                verb, _, value = line.decode(errors="replace").partition(" ")
-                if verb == "hello" and value.isdigit():
-                    link.pid = int(value)
-                    self._links[link.pid] = link
-                elif verb == "parked":
-                    link.parked = True
+            if verb == "hello" and value.isdigit():
+                connection.pid = int(value)
+                self._links[connection.pid] = connection
+            elif verb == "parked" and connection.pid:
+                self._parked.add(connection.pid)
+            self._changed.notify_all()
+        return True
+
+    def _gone(self, connection: Connection) -> None:
+        with self._changed:
+            if self._links.get(connection.pid) is connection:
+                del self._links[connection.pid]
+            self._parked.discard(connection.pid)
             self._changed.notify_all()

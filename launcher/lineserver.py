@@ -1,0 +1,106 @@
+"""A thread serving line-based connections on a listening socket, with ``selectors``: the peers'
+probe responder (``launcher.peers``) and the control socket of ``elastic.inprocess``
+(``launcher.workers.inprocess``) both read one short line at a time and answer at once."""
+
+from __future__ import annotations
+
+import selectors
+import socket
+import threading
+from collections.abc import Callable
+
+__all__ = ["LineServer", "Connection"]
+
+
+class Connection:
+    """One accepted connection: its socket, its unread bytes, and what its owner keeps about it."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.inbox = bytearray()
+        self.pid = 0  # who is at the other end, when its owner learns it
+
+    def send(self, data: bytes) -> bool:
+        """Send a short line (a socket's buffer takes it whole); False when the peer is gone."""
+        try:
+            return self.sock.send(data) == len(data)
+        except OSError:
+            return False
+
+
+class LineServer:
+    """Accepts connections on ``listener`` and gives each complete line (without its newline) to
+    ``on_line(connection, line)`` from one thread, until ``close``. ``on_line`` returning False,
+    a line longer than ``max_line`` or the peer closing ends the connection; ``on_closed`` hears it."""
+
+    def __init__(
+        self,
+        listener: socket.socket,
+        on_line: Callable[[Connection, bytes], bool],
+        on_closed: Callable[[Connection], None] = lambda connection: None,
+        *,
+        name: str,
+        max_line: int = 4096,
+    ) -> None:
+        self._listener, self._on_line, self._on_closed, self._max_line = listener, on_line, on_closed, max_line
+        listener.setblocking(False)
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(listener, selectors.EVENT_READ, None)
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._selector.register(self._wake_r, selectors.EVENT_READ, "wake")
+        self._closing = False
+        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        """Stop serving: the listener and every connection are closed."""
+        self._closing = True
+        try:
+            self._wake_w.send(b"x")
+        except OSError:
+            pass
+        self._thread.join(timeout=2.0)
+        self._wake_w.close()
+
+    def _serve(self) -> None:
+        try:
+            while not self._closing:
+                for key, _ in self._selector.select(timeout=1.0):
+                    if key.data == "wake":
+                        continue
+                    if key.data is None:
+                        self._accept()
+                    else:
+                        self._read(key.data)
+        finally:
+            for key in list(self._selector.get_map().values()):
+                key.fileobj.close()
+            self._selector.close()
+
+    def _accept(self) -> None:
+        try:
+            sock, _ = self._listener.accept()
+        except OSError:
+            return
+        sock.setblocking(False)
+        if sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._selector.register(sock, selectors.EVENT_READ, Connection(sock))
+
+    def _read(self, connection: Connection) -> None:
+        try:
+            data = connection.sock.recv(4096)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        connection.inbox += data
+        while data and b"\n" in connection.inbox:
+            line, _, rest = bytes(connection.inbox).partition(b"\n")
+            connection.inbox[:] = rest
+            if not self._on_line(connection, line):
+                data = b""
+        if not data or len(connection.inbox) > self._max_line:
+            self._selector.unregister(connection.sock)
+            connection.sock.close()
+            self._on_closed(connection)
