@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -31,6 +32,7 @@ __all__ = [
     "freeze",
     "thaw",
     "ticks",
+    "timeline",
     "DISTURBED",
     "alive",
     "leader_index",
@@ -112,6 +114,17 @@ class Agent:
 def workers(out: str) -> list[dict]:
     """Every worker process the job started, in the order they started."""
     return json_records(out, "w-*.json", "created")
+
+
+def timeline(out: str) -> list[dict]:
+    """The JSON lines the examples' DDP scripts wrote with --timeline ``out``, in time order (a line
+    a kill cut short is left out)."""
+    found = []
+    for name in os.listdir(out):
+        if name.endswith(".jsonl"):
+            with open(os.path.join(out, name)) as handle:
+                found += [json.loads(line) for line in handle if line.endswith("\n")]
+    return sorted(found, key=lambda e: e["t"])
 
 
 def ticks(out: str, pid: int) -> list[float]:

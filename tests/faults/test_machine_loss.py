@@ -20,7 +20,7 @@ import time
 from rendezvous.etcd.ports import free_port
 from tests.e2e.cli_helpers import tool
 
-from .helpers import children, death_watch, freeze, run_id, thaw, wait_for
+from .helpers import children, death_watch, freeze, run_id, thaw, timeline, wait_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DDP = os.path.join(ROOT, "examples", "ddp_steps.py")
@@ -28,17 +28,8 @@ LOSS = re.compile(r"node (\S+) left the round \(agent gone or silent\): re-rende
 DETECTION = 2.0  # seconds: the issue's bound on noticing a lost machine, with the default peer_timeout (1.5)
 
 
-def _events(out: str) -> list[dict]:
-    found = []
-    for name in os.listdir(out):
-        if name.endswith(".jsonl"):
-            with open(os.path.join(out, name)) as handle:
-                found += [json.loads(line) for line in handle if line.endswith("\n")]
-    return found
-
-
 def _steps(out: str, world: int) -> list[dict]:
-    return [e for e in _events(out) if e["event"] == "step" and e["world"] == world]
+    return [e for e in timeline(out) if e["event"] == "step" and e["world"] == world]
 
 
 def _start(agents, endpoints: str, rid: str, out: str, conf: str = "") -> object:
@@ -62,11 +53,11 @@ def _lost_node_case(started, lost, out: str, fault_at: float, rid: str, endpoint
     wait_for(lambda: len(_steps(out, 2)) >= 20, 40, what="the round of 2 to train on")
     first_step = min(e["t"] for e in _steps(out, 2))
     lost_pids = set(children(lost.pid)) | {lost.pid}
-    old = [e for e in _events(out) if e["world"] == 3]
-    new_start = min(e["t"] for e in _events(out) if e["world"] == 2 and e["event"] == "started")
+    old = [e for e in timeline(out) if e["world"] == 3]
+    new_start = min(e["t"] for e in timeline(out) if e["world"] == 2 and e["event"] == "started")
     late = [e for e in old if e["event"] == "step" and e["pid"] in lost_pids and e["t"] >= new_start]
     assert not late, f"the lost node's worker stepped {len(late)} times after the round without it started"
-    assert {e["restart"] for e in _events(out) if e["world"] == 2} == {0}  # no restart used
+    assert {e["restart"] for e in timeline(out) if e["world"] == 2} == {0}  # no restart used
     assert all(a.process.poll() is None for a in survivors), [a.output() for a in survivors]  # --max-restarts 0 goes on
     lines = [LOSS.search(a.output()) for a in survivors]
     assert all(lines), [a.output()[-3000:] for a in survivors]
@@ -86,7 +77,7 @@ def _lost_node_case(started, lost, out: str, fault_at: float, rid: str, endpoint
 
 def _worker_of(out: str, agent) -> int:
     tree = set(children(agent.pid))
-    return next(e["pid"] for e in _events(out) if e["event"] == "started" and e["pid"] in tree)
+    return next(e["pid"] for e in timeline(out) if e["event"] == "started" and e["pid"] in tree)
 
 
 def _three(agents, endpoints: str, rid: str, out: str, lost_endpoints: str = "", conf: str = "") -> list:
@@ -124,7 +115,7 @@ def test_a_machine_frozen_whole_is_ended_by_its_peers_and_runs_no_step_when_it_w
         thaw(tree)
     thawed = time.time()
     wait_for(lambda: died, 10, what="the woken node's worker to die")
-    woke = [e for e in _events(out) if e["pid"] in tree and e["event"] == "step" and e["t"] >= thawed]
+    woke = [e for e in timeline(out) if e["pid"] in tree and e["event"] == "step" and e["t"] >= thawed]
     assert not woke, woke
     assert died[0] - thawed < 0.5, died[0] - thawed  # its fence (the peers' deadline, long past) fired at once
     print(f"\nmachine frozen: lease ended by its peers {noticed:.2f} s after, the survivors' next step {seconds:.2f} s")

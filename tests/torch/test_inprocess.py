@@ -5,26 +5,16 @@ process that finds the others waiting. Real agents and DDP workers on gloo
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import time
 
 import pytest
 
-from tests.faults.helpers import Agent, children, freeze, run_id, wait_for
+from tests.faults.helpers import Agent, children, freeze, run_id, timeline, wait_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(ROOT, "examples", "ddp_inprocess.py")
-
-
-def _events(out: str) -> list[dict]:
-    found = []
-    for name in os.listdir(out):
-        if name.endswith(".jsonl"):
-            with open(os.path.join(out, name)) as handle:
-                found += [json.loads(line) for line in handle if line.endswith("\n")]
-    return sorted(found, key=lambda e: e["t"])
 
 
 @pytest.fixture
@@ -64,12 +54,12 @@ def _agents(etcd_endpoints, tmp_path, count: int, nnodes: str, steps: int, conf:
 
 def _worker_of(out: str, agent: Agent) -> int:
     tree = set(children(agent.pid))
-    return next(e["pid"] for e in _events(out) if e["event"] == "joined" and e["pid"] in tree)
+    return next(e["pid"] for e in timeline(out) if e["event"] == "joined" and e["pid"] in tree)
 
 
 def _after(out: str, since: float) -> tuple[float, dict[int, int]]:
     """Seconds from ``since`` to the first step completed after it, and the pid of each rank then."""
-    later = [e for e in _events(out) if e["event"] == "step" and e["t"] > since and e["restart"] + e["world"] > 0]
+    later = [e for e in timeline(out) if e["event"] == "step" and e["t"] > since and e["restart"] + e["world"] > 0]
     first = min(e["t"] for e in later) - since
     return first, {e["rank"]: e["pid"] for e in later}
 
@@ -82,16 +72,16 @@ def _finish(started: list[Agent]) -> None:
 def test_a_worker_sigkilled_costs_the_survivors_no_process(job, tmp_path):
     started = job(2, "2", 600)
     out = str(tmp_path / "tl")
-    wait_for(lambda: len([e for e in _events(out) if e["event"] == "step"]) >= 100, 60, what="steps")
+    wait_for(lambda: len([e for e in timeline(out) if e["event"] == "step"]) >= 100, 60, what="steps")
     survivor, victim = _worker_of(out, started[0]), _worker_of(out, started[1])
     os.kill(victim, signal.SIGKILL)
     killed = time.time()
     wait_for(
-        lambda: [e for e in _events(out) if e["event"] == "step" and e["restart"] == 1], 30, what="steps of round 2"
+        lambda: [e for e in timeline(out) if e["event"] == "step" and e["restart"] == 1], 30, what="steps of round 2"
     )
     _finish(started)
     seconds, pids = _after(out, killed)
-    events = _events(out)
+    events = timeline(out)
     rejoined = [e for e in events if e["event"] == "joined" and e["pid"] == survivor and e["restart"] == 1]
     assert rejoined and rejoined[0]["step"] > 0, events[-5:]  # train() called again in the same process, its state kept
     assert survivor in pids.values() and victim not in pids.values()
@@ -105,17 +95,17 @@ def test_a_worker_sigkilled_costs_the_survivors_no_process(job, tmp_path):
 def test_a_node_s_death_costs_the_survivors_no_process(job, tmp_path):
     started = job(3, "2:3", 600)
     out = str(tmp_path / "tl")
-    wait_for(lambda: len([e for e in _events(out) if e["event"] == "step"]) >= 150, 60, what="steps")
+    wait_for(lambda: len([e for e in timeline(out) if e["event"] == "step"]) >= 150, 60, what="steps")
     survivors = {_worker_of(out, a) for a in started[:2]}
     dead = started[2]
     for pid in [dead.pid, *children(dead.pid)]:
         os.kill(pid, signal.SIGKILL)  # the machine dies: agent, reaper, worker
     killed = time.time()
-    wait_for(lambda: [e for e in _events(out) if e["event"] == "step" and e["world"] == 2], 30, what="steps of 2")
+    wait_for(lambda: [e for e in timeline(out) if e["event"] == "step" and e["world"] == 2], 30, what="steps of 2")
     _finish(started[:2])
     seconds, pids = _after(out, killed)
     assert set(pids.values()) == survivors, (pids, survivors)  # both kept their process
-    assert {e["restart"] for e in _events(out) if e["world"] == 2} == {0}  # a node's death uses no restart
+    assert {e["restart"] for e in timeline(out) if e["world"] == 2} == {0}  # a node's death uses no restart
     print(f"\nnode killed: both survivors kept their process; next step {seconds:.2f} s after the death")
 
 
@@ -124,12 +114,12 @@ def test_a_frozen_node_costs_the_survivors_no_process(job, tmp_path):
     their process groups are aborted when the round ends (its peers end its lease)."""
     started = job(3, "2:3", 600)
     out = str(tmp_path / "tl")
-    wait_for(lambda: len([e for e in _events(out) if e["event"] == "step"]) >= 150, 60, what="steps")
+    wait_for(lambda: len([e for e in timeline(out) if e["event"] == "step"]) >= 150, 60, what="steps")
     survivors = {_worker_of(out, a) for a in started[:2]}
     frozen = started[2]
     freeze([frozen.pid, *children(frozen.pid)])
     at = time.time()
-    wait_for(lambda: [e for e in _events(out) if e["event"] == "step" and e["world"] == 2], 30, what="steps of 2")
+    wait_for(lambda: [e for e in timeline(out) if e["event"] == "step" and e["world"] == 2], 30, what="steps of 2")
     seconds, pids = _after(out, at)
     _finish(started[:2])
     assert set(pids.values()) == survivors, (pids, survivors)
@@ -139,11 +129,11 @@ def test_a_frozen_node_costs_the_survivors_no_process(job, tmp_path):
 def test_a_hang_elsewhere_costs_the_survivors_no_process(job, tmp_path):
     started = job(2, "2", 1500)
     out = str(tmp_path / "tl")
-    wait_for(lambda: len([e for e in _events(out) if e["event"] == "step"]) >= 200, 60, what="steps")
+    wait_for(lambda: len([e for e in timeline(out) if e["event"] == "step"]) >= 200, 60, what="steps")
     survivor, hung = _worker_of(out, started[0]), _worker_of(out, started[1])
     os.kill(hung, signal.SIGSTOP)
     stopped = time.time()
-    wait_for(lambda: [e for e in _events(out) if e["event"] == "step" and e["restart"] == 1], 60, what="round 2")
+    wait_for(lambda: [e for e in timeline(out) if e["event"] == "step" and e["restart"] == 1], 60, what="round 2")
     _finish(started)
     seconds, pids = _after(out, stopped)
     assert survivor in pids.values() and hung not in pids.values(), (pids, survivor, hung)
@@ -153,11 +143,11 @@ def test_a_hang_elsewhere_costs_the_survivors_no_process(job, tmp_path):
 def test_a_compiled_model_is_compiled_once_in_a_kept_process_and_again_in_a_new_one(job, tmp_path):
     started = job(2, "2", 500, more=("--compile",))
     out = str(tmp_path / "tl")
-    wait_for(lambda: len([e for e in _events(out) if e["event"] == "step"]) >= 100, 90, what="steps")
+    wait_for(lambda: len([e for e in timeline(out) if e["event"] == "step"]) >= 100, 90, what="steps")
     survivor, victim = _worker_of(out, started[0]), _worker_of(out, started[1])
     os.kill(victim, signal.SIGKILL)
     _finish(started)
-    events = _events(out)
+    events = timeline(out)
     again = next(e for e in events if e["event"] == "joined" and e["pid"] == survivor and e["restart"] == 1)
     ends = {e["pid"]: e["graphs"] for e in events if e["event"] == "compiled"}
     new = next(e["pid"] for e in events if e["event"] == "joined" and e["restart"] == 1 and e["pid"] != survivor)
