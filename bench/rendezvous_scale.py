@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import inspect
 import multiprocessing as mp
 import os
 import sys
@@ -54,6 +55,11 @@ def etcd_metrics(endpoint: str) -> dict[str, float]:
         if name in METRICS:
             out[name] = float(value)
     return out
+
+
+def _probe(endpoint: str) -> dict:
+    """The handler's probe endpoint, where the checkout's handler takes one (an older one does not)."""
+    return {"probe": endpoint} if "probe" in inspect.signature(RendezvousHandler).parameters else {}
 
 
 def _participant(handler, go, results, leave, stop, rss: bool = False) -> None:
@@ -91,7 +97,10 @@ def child(endpoints: str, run_id: str, k: int, nodes: list[int], go, results, le
     clients, threads = [], []
     for i in nodes:
         client = EtcdClient(endpoints, timeout=60)
-        handler = RendezvousHandler(client, settings, local_addr="127.0.0.1", node_id=f"n{i:05d}")
+        # each names a probe endpoint, as agents do: the rank table carries every node's watch list
+        handler = RendezvousHandler(
+            client, settings, local_addr="127.0.0.1", node_id=f"n{i:05d}", **_probe(f"127.0.0.1:{20000 + i % 40000}")
+        )
         clients.append((client, handler))
         threads.append(
             threading.Thread(
