@@ -92,7 +92,7 @@ class PeerProbes:
                 return lost
             if watch.answered_since(failed_at) and not watch.lagging() and (everyone or not spent):
                 return ()
-            time.sleep(0.02)
+            time.sleep(0.05)
 
     def _gone(self, info: RendezvousInfo) -> tuple[str, ...]:
         """The participants of the round its watchers found dead (theirs or this node's targets)."""

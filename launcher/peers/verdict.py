@@ -39,7 +39,7 @@ class Verdicts:
         self.round = round_
         self._history = history
         self._written: set[str] = set()  # peers this watcher's key accuses now
-        self.ended: dict[str, str] = {}  # peer -> why: the leases this watcher ended
+        self.ended: dict[str, str] = {}  # peer -> why: the peers whose verdict is in (lease ended, by any watcher)
 
     def accuse(self, target: Target, why: str) -> bool:
         """Say ``target`` is dead to this watcher (once), then end its lease if every watcher says
@@ -57,10 +57,9 @@ class Verdicts:
             ended = self._client.revoke_lease(target.lease)
         except RendezvousError:
             return False
-        if ended:
-            self.ended[target.node] = why
-            if self._history is not None:
-                self._history.record("node_lost", self.round, node=target.node, reason=why, by=self._node)
+        self.ended[target.node] = why  # settled: not accused again
+        if ended and self._history is not None:  # the one that ended it says so
+            self._history.record("node_lost", self.round, node=target.node, reason=why, by=self._node)
         return True
 
     def accusing(self, node: str) -> bool:
