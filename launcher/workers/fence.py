@@ -119,7 +119,6 @@ class ReaperProcess:
         os.set_blocking(self._process.stdout.fileno(), False)
         self._lock = threading.Lock()
         self._fired = False
-        self._armed: float | None = None  # the last deadline sent
         self._lease: tuple[int, float] | None = None  # (lease id, its renew deadline)
         self._peers: float | None = None  # the peers' contact deadline (``launcher.peers``), while a round runs
         self._arming = threading.Lock()  # the lease's renewals and the peers' answers arm it from two threads
@@ -174,7 +173,6 @@ class ReaperProcess:
         lease_id, deadline = self._lease or (0, None)
         if self._peers is not None:
             deadline = self._peers if deadline is None else min(deadline, self._peers)
-        self._armed = deadline
         self._guard.arm(deadline)
         self._send(f"L{lease_id}\nD{'' if deadline is None else repr(deadline)}")
 

@@ -161,11 +161,7 @@ class WorkerGroup:
             if not self._resume(spec, inherited):
                 self._start_one(spec, layout, inherited, (wrap or {}).get(spec.local_rank, ()), duplicates)
         leftover, self._kept = list(self._kept.values()), {}
-        for worker in leftover:  # kept, and then not resumed: a worker with no round
-            _signal_group(worker.process.pid, signal.SIGKILL)
-            worker.process.wait()
-            if self._reaper is not None:
-                self._reaper.unregister(worker.process.pid)
+        self._end(leftover, 0.0, signal.SIGKILL)  # kept, and then not resumed: a worker with no round
 
     def _resume(self, spec: WorkerSpec, inherited: Mapping[str, str]) -> bool:
         """The kept worker of this local rank goes on in the new round (False: none, or it is gone)."""
@@ -308,6 +304,15 @@ class WorkerGroup:
             self._kept = {}
         if not workers:
             return
+        self._end(workers, grace, signum)
+        self._pump.drain(timeout=1.0)
+        self._close_duplicates()
+
+    def _end(self, workers: Sequence[_Worker], grace: float, signum: int) -> None:
+        """``signum`` and SIGCONT to each worker's group, ``grace`` seconds, then SIGKILL to the
+        groups and to descendants that left them; each one reaped is unregistered from the reaper."""
+        if not workers:
+            return
         import psutil  # only needed here: keep it off the agent's start-up path
 
         stray: list[psutil.Process] = []
@@ -337,8 +342,6 @@ class WorkerGroup:
                 continue  # still there: leave it registered with the reaper
             if self._reaper is not None:
                 self._reaper.unregister(worker.process.pid)
-        self._pump.drain(timeout=1.0)
-        self._close_duplicates()
 
 
 def _signal_group(pgid: int, signum: int) -> None:
