@@ -9,7 +9,27 @@ import socket
 import threading
 from collections.abc import Callable
 
-__all__ = ["LineServer", "Connection"]
+__all__ = ["LineServer", "Connection", "read_lines"]
+
+
+def read_lines(sock: socket.socket, inbox: bytearray) -> list[bytes] | None:
+    """The complete lines (without their newline) a readable socket brought, the rest left in
+    ``inbox``; None when the peer closed the connection or it broke."""
+    try:
+        data = sock.recv(4096)
+    except (BlockingIOError, InterruptedError):
+        return []
+    except OSError:
+        return None
+    if not data:
+        return None
+    inbox += data
+    lines = []
+    while b"\n" in inbox:
+        line, _, rest = bytes(inbox).partition(b"\n")
+        inbox[:] = rest
+        lines.append(line)
+    return lines
 
 
 class Connection:
@@ -88,19 +108,9 @@ class LineServer:
         self._selector.register(sock, selectors.EVENT_READ, Connection(sock))
 
     def _read(self, connection: Connection) -> None:
-        try:
-            data = connection.sock.recv(4096)
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError:
-            data = b""
-        connection.inbox += data
-        while data and b"\n" in connection.inbox:
-            line, _, rest = bytes(connection.inbox).partition(b"\n")
-            connection.inbox[:] = rest
-            if not self._on_line(connection, line):
-                data = b""
-        if not data or len(connection.inbox) > self._max_line:
+        lines = read_lines(connection.sock, connection.inbox)
+        ended = lines is None or not all(self._on_line(connection, line) for line in lines)
+        if ended or len(connection.inbox) > self._max_line:
             self._selector.unregister(connection.sock)
             connection.sock.close()
             self._on_closed(connection)

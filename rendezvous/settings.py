@@ -11,6 +11,7 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
+from rendezvous.etcd.endpoints import host_port
 from rendezvous.etcd.session import default_renew_deadline, keep_alive_interval
 from rendezvous.etcd.target import EtcdTarget
 from rendezvous.job.keys import DEFAULT_KEY_PREFIX, validate_run_id
@@ -172,8 +173,7 @@ class RendezvousSettings:
             raise RendezvousSettingsError(f"peer_timeout must be 0 (off) or from 0.3 to 60 seconds, not {timeout!r}")
         if not _is_int(self.probe_port) or not 0 <= self.probe_port <= 65535:
             raise RendezvousSettingsError(f"probe_port must be a port number from 0 to 65535, not {self.probe_port!r}")
-        host, sep, port = self.probe_addr.rpartition(":")
-        if self.probe_addr and not (sep and host and port.isdigit() and 0 < int(port) <= 65535):
+        if self.probe_addr and host_port(self.probe_addr) is None:
             raise RendezvousSettingsError(f"probe_addr must be host:port, not {self.probe_addr!r}")
 
     @property

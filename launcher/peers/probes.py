@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 from rendezvous.errors import RendezvousError
 from rendezvous.etcd.client import EtcdClient
+from rendezvous.etcd.endpoints import Endpoint
 from rendezvous.job.history import HistoryWriter
 from rendezvous.job.keys import JobKeys
 from rendezvous.rounds.join import RendezvousInfo
@@ -47,7 +48,7 @@ class PeerProbes:
         self._info: RendezvousInfo | None = None
         self.missed: float | None = None  # the last round ended past its contact deadline: seconds unheard then
         self._responder = Responder(self._log, "0.0.0.0", settings.probe_port, on_contact=self._contact)
-        self.endpoint = settings.probe_addr or f"{addr}:{self._responder.port}"
+        self.endpoint = settings.probe_addr or Endpoint(addr, self._responder.port).target  # [v6]:port
 
     def start_round(self, info: RendezvousInfo, lease: Callable[[], int]) -> None:
         """Round ``info`` starts here: its contact deadline guards the workers, and its targets are watched."""

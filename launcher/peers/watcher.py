@@ -16,6 +16,8 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
+from launcher.lineserver import read_lines
+from rendezvous.etcd.endpoints import host_port
 from rendezvous.job.ranktable import Target
 
 from .contact import Silence
@@ -32,8 +34,8 @@ class _Link:
 
     def __init__(self, target: Target) -> None:
         self.target = target
-        host, _, port = target.probe.rpartition(":")
-        self.address = (host.strip("[]"), int(port))
+        endpoint = host_port(target.probe)  # checked when the row was read
+        self.address = (endpoint.host, endpoint.port)
         self.sock: socket.socket | None = None
         self.connected = False
         self.inbox = bytearray()
@@ -184,19 +186,11 @@ class PeerWatch:
         self._send(link)
 
     def _receive(self, link: _Link) -> None:
-        try:
-            data = link.sock.recv(4096)
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError:
-            data = b""
-        if not data:
+        lines = read_lines(link.sock, link.inbox)
+        if lines is None:
             self._closed(link)
             return
-        link.inbox += data
-        while b"\n" in link.inbox:
-            line, _, rest = bytes(link.inbox).partition(b"\n")
-            link.inbox[:] = rest
+        for line in lines:
             answer = parse(line)
             if answer is not None and answer[0] == "pong" and answer[1] == self.round:
                 link.received = answer[2]

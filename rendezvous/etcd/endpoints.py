@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from rendezvous.errors import RendezvousSettingsError
 
-__all__ = ["DEFAULT_PORT", "Endpoint", "parse_endpoints"]
+__all__ = ["DEFAULT_PORT", "Endpoint", "parse_endpoints", "host_port"]
 
 DEFAULT_PORT = 2379
 _HOST_PORT = re.compile(r"^(?:\[(?P<v6>[0-9a-fA-F:.]+)\]|(?P<host>[A-Za-z0-9_.\-]+))(?::(?P<port>[^:]*))?$")
@@ -29,6 +29,16 @@ class Endpoint:
 
     def __str__(self) -> str:
         return self.target
+
+
+def host_port(text: str) -> Endpoint | None:
+    """``host:port`` (an IPv6 host in brackets) with its port, as a peer probe endpoint is written;
+    None when ``text`` is not one."""
+    match = _HOST_PORT.match(text) if isinstance(text, str) else None
+    port = match.group("port") if match is not None else None
+    if port is None or not (port.isdigit() and 0 < int(port) < 65536):
+        return None
+    return Endpoint(match.group("v6") or match.group("host"), int(port))
 
 
 def parse_endpoints(text: str, default_port: int = DEFAULT_PORT) -> tuple[Endpoint, ...]:

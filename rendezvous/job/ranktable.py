@@ -29,6 +29,7 @@ from typing import NamedTuple
 
 from rendezvous.errors import RendezvousStateError
 from rendezvous.etcd.client import EtcdClient
+from rendezvous.etcd.endpoints import host_port
 from rendezvous.etcd.txn import op_delete, op_put, prefix_range_end
 
 from .keys import JobKeys
@@ -154,7 +155,7 @@ def _targets(entries: object, where: str) -> tuple[Target, ...]:
         and len(e) == 4
         and type(e[0]) is str
         and type(e[1]) is str
-        and e[1].rpartition(":")[2].isdigit()
+        and host_port(e[1]) is not None
         and type(e[2]) is int
         and type(e[3]) is int
         and e[3] >= 1

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple
 
 from rendezvous.errors import RendezvousStateError
+from rendezvous.etcd.endpoints import host_port
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -329,7 +330,6 @@ def _optional(data: dict[str, Any], name: str, kind: type, default: Any, where: 
 
 def _endpoint(text: str, where: str) -> str:
     """A probe endpoint as a node record holds it: "" or host:port."""
-    host, sep, port = text.rpartition(":")
-    if text and not (sep and host and port.isdigit() and 0 < int(port) <= 65535):
+    if text and host_port(text) is None:
         raise RendezvousStateError(f"{where} is malformed: probe {text!r} is not host:port")
     return text
