@@ -4,15 +4,20 @@ state in etcd; the workers get ``TORCHFT_LIGHTHOUSE`` (this node's replica) and,
 ``TORCHFT_QUORUM_RETRIES`` (a Manager then reconnects when its replica is restarted).
 
 The replica is supervised: if it exits while the agent runs it is started again on the same port
-(said in one line). It is started as the bundled etcd is (``rendezvous.etcd.server.start_process``):
-in a session of its own, with SIGTERM when the agent's thread that started it ends, also when the
-agent is killed.
+(said in one line). The agent keeps that port bound meanwhile (a socket that never listens, with
+SO_REUSEPORT as gRPC's own): a port the kernel chose (``--lighthouse-port 0``) is an ephemeral one,
+and without the hold an outgoing connection could take it while the replica is down, leaving the
+workers' ``TORCHFT_LIGHTHOUSE`` pointing at a port no replica can listen on again.
+
+It is started as the bundled etcd is (``rendezvous.etcd.server.start_process``): in a session of
+its own, with SIGTERM when the agent's thread that started it ends, also when the agent is killed.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -28,7 +33,7 @@ from launcher.workers.env import exported
 from rendezvous.etcd.server import start_process, stop_process
 from rendezvous.etcd.target import EtcdTarget
 
-__all__ = ["Beside", "lighthouse_beside", "replica_argv", "TARGET_FILE"]
+__all__ = ["Beside", "hold_port", "lighthouse_beside", "replica_argv", "TARGET_FILE"]
 
 TARGET_FILE = "etcd-target.json"  # EtcdTarget.to_json(), for the replica
 _START = "from launcher.cli.main import lighthouse_main; lighthouse_main()"
@@ -59,6 +64,26 @@ def replica_argv(beside: Beside, key_prefix: str, port: int, directory: str) -> 
     ]  # fmt: skip
 
 
+def hold_port(port: int) -> socket.socket | None:
+    """A socket bound to ``port`` on every address, never listening: while it is open no other
+    process and no outgoing connection takes the port, and the replica's server (SO_REUSEPORT, as
+    gRPC binds) can bind it again. None where the port cannot be held (the replica still restarts)."""
+    for family, host in ((socket.AF_INET6, "::"), (socket.AF_INET, "0.0.0.0")):
+        try:
+            sock = socket.socket(family, socket.SOCK_STREAM)
+        except OSError:
+            continue
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+            sock.bind((host, port))
+            return sock
+        except OSError:
+            sock.close()
+    return None
+
+
 class _Replica:
     def __init__(self, beside: Beside, target: EtcdTarget, key_prefix: str, report: Callable[[str], None]) -> None:
         self.beside, self.report = beside, report
@@ -69,6 +94,7 @@ class _Replica:
         target_file.write_text(target.to_json())
         self._port = beside.port
         self._process: subprocess.Popen | None = None
+        self._held: socket.socket | None = None
         self._stop = threading.Event()
         self.address = ""
 
@@ -86,6 +112,8 @@ class _Replica:
             time.sleep(0.05)
         self.address = address_file.read_text().strip()
         self._port = int(self.address.rsplit(":", 1)[1])  # a restart listens where the workers were told
+        if self._held is None:
+            self._held = hold_port(self._port)
         return self.address
 
     def supervise(self) -> None:
@@ -104,6 +132,8 @@ class _Replica:
         self._stop.set()
         if self._process is not None:
             stop_process(self._process)
+        if self._held is not None:
+            self._held.close()
         shutil.rmtree(self._dir, ignore_errors=True)
 
 

@@ -6,7 +6,9 @@ again on the same port, and both groups finish with the same weights and quorum.
 from __future__ import annotations
 
 import json
+import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -63,11 +65,32 @@ def exited(process: psutil.Process, timeout: float) -> bool:
     return False
 
 
+def taken(port: int) -> socket.socket | None:
+    """A socket that took ``port`` as another server would (SO_REUSEADDR, so the killed replica's
+    connections left in TIME_WAIT are no obstacle, as they are none to an outgoing connection), or
+    None when the port is held."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(("0.0.0.0", port))
+        sock.listen()
+        return sock
+    except OSError:
+        sock.close()
+        return None
+
+
+def agent_lines(text: str) -> str:
+    return "\n".join(line for line in text.splitlines() if line.startswith("elastic-run:"))
+
+
 def test_two_groups_train_through_their_own_replicas_and_survive_one_dying(etcd_endpoints, tmp_path):
     """The replica that does not lead is SIGKILLed mid-training, 40 quorums in, when a quorum call
     is about to go through it: a request it was forwarding is withdrawn, an answer it was relaying is
     given again on the Manager's retry. (A leader killed between issuing a quorum and the answer to a
-    forwarded call reaching its replica cannot be undone: README, "What a replica's death costs".)"""
+    forwarded call reaching its replica cannot be undone: README, "What a replica's death costs".)
+    While it is down something tries to take its port (a kernel-chosen one, where outgoing
+    connections take theirs): the agent holds it, so the replica comes back where its workers look."""
     lighthouse = f"ft-{uuid.uuid4().hex[:6]}"
     out = tmp_path / "result.jsonl"
     logs = [tmp_path / "a.log", tmp_path / "b.log"]
@@ -79,7 +102,11 @@ def test_two_groups_train_through_their_own_replicas_and_survive_one_dying(etcd_
             assert time.monotonic() < deadline and all(a.poll() is None for a in agents), [t.read_text() for t in logs]
             time.sleep(0.02)
         v = 1 - leading(etcd_endpoints, lighthouse, replicas)  # the follower (see the docstring)
+        port = int(re.search(r"a replica at \S+:(\d+) ", logs[v].read_text()).group(1))
         replicas[v].send_signal(signal.SIGKILL)
+        assert exited(replicas[v], timeout=10), "the SIGKILLed replica lives on"
+        thief = taken(port)
+        assert thief is None, f"port {port} of the killed replica was free for another process to take"
         assert not out.exists(), "the groups finished before the replica was killed"
         codes = [agent.wait(180) for agent in agents]
     finally:
@@ -89,7 +116,9 @@ def test_two_groups_train_through_their_own_replicas_and_survive_one_dying(etcd_
                 agent.wait(10)
     texts = [log.read_text(errors="replace") for log in logs]
     assert codes == [0, 0], "\n".join(
-        f"--- group {i} exited {code}:\n{text[-6000:]}" for i, (code, text) in enumerate(zip(codes, texts)) if code
+        f"--- group {i} exited {code}:\n{agent_lines(text)}\n{text[-6000:]}"
+        for i, (code, text) in enumerate(zip(codes, texts))
+        if code
     )
     assert "the lighthouse replica exited (-9); starting it again on port" in texts[v]
     assert "lighthouse quorum failed" in texts[v]  # the kill hit that group's Manager mid-training
