@@ -127,7 +127,7 @@ def test_a_frozen_node_costs_the_survivors_no_process(job, tmp_path):
 
 
 def test_a_hang_elsewhere_costs_the_survivors_no_process(job, tmp_path):
-    started = job(2, "2", 1500)
+    started = job(2, "2", 500)
     out = str(tmp_path / "tl")
     wait_for(lambda: len([e for e in timeline(out) if e["event"] == "step"]) >= 200, 60, what="steps")
     survivor, hung = _worker_of(out, started[0]), _worker_of(out, started[1])
