@@ -6,6 +6,8 @@ Each case: the survivors' agents end the lost node's lease through their probes 
 detection window, the round of 2 trains on, the job's restart count stays 0 (the job with no
 restart to spare goes on), both survivors print one identical line naming the lost node, and no
 worker of the lost node completes a step once the round without it started (split-brain window 0).
+Woken, a frozen node's worker may end the step it was in (after a freeze the scheduler may run it
+before its reaper), a step the round of 3 completed, and dies at once.
 """
 
 from __future__ import annotations
@@ -100,7 +102,7 @@ def test_a_machine_killed_whole_costs_no_restart_and_is_noticed_in_two_seconds(c
     assert noticed < 1.0  # its agent's probe connection closed with its process: no silence to wait out
 
 
-def test_a_machine_frozen_whole_is_ended_by_its_peers_and_runs_no_step_when_it_wakes(cluster, agents, tmp_path):
+def test_a_machine_frozen_whole_is_ended_by_its_peers_and_runs_no_new_step_when_it_wakes(cluster, agents, tmp_path):
     out, rid = str(tmp_path), run_id()
     started = _three(agents, cluster.endpoints, rid, out)
     lost = started[2]
@@ -115,8 +117,11 @@ def test_a_machine_frozen_whole_is_ended_by_its_peers_and_runs_no_step_when_it_w
         thaw(tree)
     thawed = time.time()
     wait_for(lambda: died, 10, what="the woken node's worker to die")
-    woke = [e for e in timeline(out) if e["pid"] in tree and e["event"] == "step" and e["t"] >= thawed]
-    assert not woke, woke
+    # Woken, the worker may run before its reaper does (the scheduler's pick after a freeze): it can
+    # end the step it was in, whose all-reduce the round of 3 completed before the freeze, and no more.
+    done = max(e["step"] for e in _steps(out, 3) if e["pid"] not in tree)
+    woke = [e["step"] for e in timeline(out) if e["pid"] in tree and e["event"] == "step" and e["t"] >= thawed]
+    assert all(step <= done for step in woke), (woke, done)
     assert died[0] - thawed < 0.5, died[0] - thawed  # its fence (the peers' deadline, long past) fired at once
     print(f"\nmachine frozen: lease ended by its peers {noticed:.2f} s after, the survivors' next step {seconds:.2f} s")
     assert noticed <= DETECTION
