@@ -9,6 +9,8 @@ import socket
 import threading
 from collections.abc import Callable
 
+from launcher.waker import Waker
+
 __all__ = ["LineServer", "Connection", "read_lines"]
 
 
@@ -66,8 +68,8 @@ class LineServer:
         listener.setblocking(False)
         self._selector = selectors.DefaultSelector()
         self._selector.register(listener, selectors.EVENT_READ, None)
-        self._wake_r, self._wake_w = socket.socketpair()
-        self._selector.register(self._wake_r, selectors.EVENT_READ, "wake")
+        self._waker = Waker()  # the serving thread's: closed by it, with every socket, when it stops
+        self._selector.register(self._waker.fileno(), selectors.EVENT_READ, "wake")
         self._closing = False
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
         self._thread.start()
@@ -75,18 +77,15 @@ class LineServer:
     def close(self) -> None:
         """Stop serving: the listener and every connection are closed."""
         self._closing = True
-        try:
-            self._wake_w.send(b"x")
-        except OSError:
-            pass
+        self._waker.wake()
         self._thread.join(timeout=2.0)
-        self._wake_w.close()
 
     def _serve(self) -> None:
         try:
             while not self._closing:
                 for key, _ in self._selector.select(timeout=1.0):
                     if key.data == "wake":
+                        self._waker.drain()
                         continue
                     if key.data is None:
                         self._accept()
@@ -94,8 +93,10 @@ class LineServer:
                         self._read(key.data)
         finally:
             for key in list(self._selector.get_map().values()):
-                key.fileobj.close()
+                if key.data != "wake":
+                    key.fileobj.close()
             self._selector.close()
+            self._waker.close()
 
     def _accept(self) -> None:
         try:

@@ -18,6 +18,8 @@ import socket
 import threading
 from collections.abc import Callable
 
+from launcher.waker import Waker
+
 from .protocol import MAGIC, Op, ProtocolError, Table, parse
 
 __all__ = ["StoreHost", "StoreServer"]
@@ -44,8 +46,8 @@ class StoreServer:
         self._listener.setblocking(False)
         self._selector = selectors.DefaultSelector()
         self._selector.register(listener, selectors.EVENT_READ, None)
-        self._wake_r, self._wake_w = socket.socketpair()
-        self._selector.register(self._wake_r, selectors.EVENT_READ, "wake")
+        self._waker = Waker()  # the serving thread's: closed by it, with every socket, when it stops
+        self._selector.register(self._waker.fileno(), selectors.EVENT_READ, "wake")
         self._closing = False
         self._thread = threading.Thread(target=self._serve, name=f"c10d-store-{self.port}", daemon=True)
         self._thread.start()
@@ -53,10 +55,7 @@ class StoreServer:
     def close(self) -> None:
         """Stop serving: the listener and every client connection are closed."""
         self._closing = True
-        try:
-            self._wake_w.send(b"x")
-        except OSError:
-            pass
+        self._waker.wake()
         self._thread.join(timeout=5.0)
 
     def _serve(self) -> None:
@@ -65,6 +64,7 @@ class StoreServer:
             while not self._closing:
                 for key, events in self._selector.select():
                     if key.data == "wake":
+                        self._waker.drain()
                         break
                     if key.fileobj is self._listener:
                         self._accept(conns)
@@ -73,9 +73,9 @@ class StoreServer:
         finally:
             for conn in list(conns.values()):
                 self._drop(conns, conn)
-            for sock in (self._listener, self._wake_r, self._wake_w):
-                sock.close()
+            self._listener.close()
             self._selector.close()
+            self._waker.close()
 
     def _accept(self, conns: dict[socket.socket, _Conn]) -> None:
         try:

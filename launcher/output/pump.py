@@ -1,6 +1,10 @@
 """Copying worker pipes: one thread (``LogPump``) reads every worker pipe that needs copying, with a
 selector, and writes raw bytes to the log file and whole prefixed lines to the console and to the
-duplicate-filter file."""
+duplicate-filter file.
+
+Descriptors: a worker pipe's read end belongs to the pump from ``add`` on (its thread closes it at
+EOF, or when the pump closes); the wake pipe belongs to the pump thread, which closes it after its
+loop stopped (``launcher.waker``). ``close`` only asks the thread to stop and waits for it."""
 
 from __future__ import annotations
 
@@ -8,6 +12,8 @@ import os
 import selectors
 import threading
 from typing import BinaryIO
+
+from launcher.waker import Waker
 
 __all__ = ["LogPump"]
 
@@ -73,8 +79,8 @@ class LogPump:
 
     def __init__(self) -> None:
         self._selector = selectors.DefaultSelector()
-        self._wake_r, self._wake_w = os.pipe()
-        self._selector.register(self._wake_r, selectors.EVENT_READ, None)
+        self._waker = Waker()  # owned by the pump thread: it closes it, and every worker pipe, when it stops
+        self._selector.register(self._waker.fileno(), selectors.EVENT_READ, None)
         self._lock = threading.Lock()
         self._pending: list[_Source] = []
         self._sources: dict[int, _Source] = {}
@@ -94,9 +100,13 @@ class LogPump:
         """Take over the read end ``fd`` of a worker pipe (it is closed at EOF). ``duplicate``: a file
         and the needles whose lines are copied to it."""
         dup = (duplicate[0], tuple(n.encode() for n in duplicate[1])) if duplicate else None
+        source = _Source(fd, prefix.encode(), console, file, dup)
         with self._lock:
-            self._pending.append(_Source(fd, prefix.encode(), console, file, dup))
-        os.write(self._wake_w, b"x")
+            if self._closed:  # nobody will read it: this call's owner closes it
+                source.finish()
+                return
+            self._pending.append(source)
+        self._waker.wake()
 
     def drain(self, timeout: float) -> bool:
         """Wait until every pipe added so far reached EOF; False if some are still open after ``timeout``."""
@@ -107,7 +117,7 @@ class LogPump:
         self.drain(timeout)
         with self._lock:
             self._closed = True
-        os.write(self._wake_w, b"x")
+        self._waker.wake()  # a no-op if the thread stopped already
         self._thread.join(timeout=timeout + 1)
 
     def _run(self) -> None:
@@ -121,7 +131,7 @@ class LogPump:
                     break
             for key, _ in self._selector.select(timeout=1.0):
                 if key.data is None:
-                    os.read(self._wake_r, 4096)
+                    self._waker.drain()
                     continue
                 source: _Source = key.data
                 try:
@@ -144,5 +154,4 @@ class LogPump:
             source.finish()
         self._sources.clear()
         self._selector.close()
-        os.close(self._wake_r)
-        os.close(self._wake_w)
+        self._waker.close()

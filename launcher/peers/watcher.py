@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from launcher.lineserver import read_lines
+from launcher.waker import Waker
 from rendezvous.etcd.endpoints import host_port
 from rendezvous.job.ranktable import Target
 
@@ -67,8 +68,8 @@ class PeerWatch:
         self._stop = threading.Event()
         self._told: set[str] = set()
         self._selector = selectors.DefaultSelector()
-        self._wake_r, self._wake_w = socket.socketpair()
-        self._selector.register(self._wake_r, selectors.EVENT_READ, None)
+        self._waker = Waker()  # the watching thread's: closed by it when it stops
+        self._selector.register(self._waker.fileno(), selectors.EVENT_READ, None)
         self._nudged = False
         self._thread = threading.Thread(target=self._run, name=f"peer-watch-{round_}", daemon=True)
         self._thread.start()
@@ -94,13 +95,9 @@ class PeerWatch:
         self._stop.set()
         self._wake()
         self._thread.join(timeout=5.0)
-        self._wake_w.close()
 
     def _wake(self) -> None:
-        try:
-            self._wake_w.send(b"x")
-        except OSError:
-            pass
+        self._waker.wake()
 
     # -- the loop --------------------------------------------------------------------------------
     def _run(self) -> None:
@@ -122,7 +119,7 @@ class PeerWatch:
                         pass
                 self._drop(link)
             self._selector.close()
-            self._wake_r.close()
+            self._waker.close()
 
     def _turn(self) -> None:
         now = self._clock()
@@ -171,7 +168,7 @@ class PeerWatch:
             for key, events in self._selector.select(timeout=min(left, 0.1)):
                 link = key.data
                 if link is None:
-                    self._wake_r.recv(64)
+                    self._waker.drain()
                 elif not link.connected and events & selectors.EVENT_WRITE:
                     self._connected(link)
                 elif events & selectors.EVENT_READ:

@@ -223,6 +223,11 @@ class WarmStarter:
         """Stop the interpreter (the workers forked from it are stopped already, or die with it)."""
         self._process.kill()  # it may be importing still: no reason to wait for that
         self._process.wait()
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)  # the reader's recv ends (it owns no descriptor)
+        except OSError:
+            pass  # the interpreter's end is gone already
+        self._reader.join(timeout=2.0)
         self._sock.close()
         self._log.close()
 

@@ -15,7 +15,9 @@ dies (which dies with the agent), stdin on /dev/null, its stdout and stderr, the
 environment, default signal handlers, reseeded generators (numpy's global one and torch's; Python's
 ``random`` reseeds itself), the import-time output of the modules it was spared, and then its
 program as ``python -u`` runs it: ``SCRIPT``, ``-m MODULE`` or ``-c CODE``, with its argv, sys.path
-and ``__main__``. It exits as that program does (an uncaught exception: its traceback and exit 1).
+and ``__main__``, and named as it (``/proc/PID/cmdline``, with setproctitle). It exits as that
+program does (an uncaught exception: its traceback and exit 1), through the interpreter's own exit
+steps but not its teardown, which in a forked child can wait forever (see ``_exit``).
 
 Nothing here may start a thread, initialize an accelerator or run a tensor operation: a fork copies
 only the thread that forks, and CUDA cannot be used in a child forked after it was initialized.
@@ -34,7 +36,14 @@ import threading
 __all__ = ["main", "serve"]
 
 _PR_SET_PDEATHSIG = 1
+_PR_SET_NAME = 15
 _MAX_MESSAGE = 1 << 20
+EXIT_GRACE = 10.0  # seconds a forked worker's exit steps may take after its program ended
+
+try:  # names a forked worker as its program (a C extension: imported before any fork)
+    import setproctitle as _setproctitle
+except ImportError:  # the workers keep the interpreter's command line
+    _setproctitle = None
 
 
 def _preload(names: list[str]) -> tuple[list[str], dict[str, str], bytes, bytes]:
@@ -110,7 +119,7 @@ def serve(sock: socket.socket, output: tuple[bytes, bytes]) -> None:
             pid = os.fork()
             if pid == 0:
                 _become_worker(request, fds, output, (sock.fileno(), wake_r, wake_w))
-                _run(request["argv"])  # returns only by raising SystemExit
+                _run(request["argv"])  # never returns
             for fd in fds:
                 os.close(fd)
             _send(sock, {"pid": pid})
@@ -153,11 +162,20 @@ def _reseed() -> None:
 
 
 def _run(argv: list[str]) -> None:
-    """``argv[1:]`` as ``python -u`` runs it: ``-m MODULE args``, ``-c CODE args`` or ``SCRIPT args``."""
+    """``argv[1:]`` as ``python -u`` runs it: ``-m MODULE args``, ``-c CODE args`` or ``SCRIPT args``;
+    then the process ends as the interpreter would end it (see ``_exit``). Never returns."""
+    code = _program(argv)
+    os._exit(_exit(code))
+
+
+def _program(argv: list[str]) -> int:
+    """Run the program; its exit status as the interpreter computes it (SystemExit's code, 1 and a
+    traceback for an uncaught exception)."""
     import runpy
 
     sys.orig_argv = list(argv)
     rest = argv[2:]  # after the interpreter and -u
+    _name_as(argv)
     try:
         if rest[0] == "-m":
             sys.argv = [rest[1], *rest[2:]]
@@ -171,16 +189,84 @@ def _run(argv: list[str]) -> None:
             sys.argv = list(rest)
             sys.path.insert(0, os.path.dirname(os.path.abspath(rest[0])))
             runpy.run_path(rest[0], run_name="__main__")
-    except SystemExit:
-        raise
+    except SystemExit as exc:
+        return _exit_status(exc.code)
     except KeyboardInterrupt:
         _print_exception()
+        _exit(1)
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGINT)  # as the interpreter ends on an uncaught Ctrl-C
+        return 128 + signal.SIGINT
     except BaseException:  # noqa: BLE001 -- the program's own error: shown and exit 1, as python does
         _print_exception()
-        raise SystemExit(1) from None
-    raise SystemExit(0)
+        return 1
+    return 0
+
+
+def _exit_status(code: object) -> int:
+    """SystemExit's code as the interpreter turns it into a status: None 0, an int itself, anything
+    else printed to stderr and 1."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    sys.stderr.write(f"{code}\n")
+    return 1
+
+
+def _exit(code: int) -> int:
+    """The interpreter's own exit steps, in its order -- its non-daemon threads joined, the atexit
+    handlers run, every open file flushed -- and then ``os._exit``, as multiprocessing's forked
+    children end. The teardown of modules and of C++ objects that a plain interpreter runs after
+    that is left out: in a forked child it can wait for a thread of the warm interpreter that the
+    fork did not copy, forever. A step that does not end within EXIT_GRACE seconds is given up
+    (said on stderr): the program has ended, and its process must not hold the job."""
+    import atexit
+    import threading
+
+    threading.Thread(target=_give_up, args=(code,), name="exit-grace", daemon=True).start()
+    threading._shutdown()  # noqa: SLF001 -- what Py_FinalizeEx calls first: non-daemon threads joined
+    atexit._run_exitfuncs()  # noqa: SLF001
+    _flush_files()
+    return code
+
+
+def _give_up(code: int) -> None:
+    import threading
+    import time
+
+    time.sleep(EXIT_GRACE)
+    waiting = [t.name for t in threading.enumerate() if t is not threading.current_thread() and t.is_alive()]
+    os.write(
+        2,
+        f"elastic-run: the program ended (exit code {code}) but its process had not exited "
+        f"{EXIT_GRACE:g} s later (threads still running: {', '.join(waiting) or 'none'}); "
+        "ending it\n".encode(),
+    )
+    _flush_files()
+    os._exit(code)
+
+
+def _flush_files() -> None:
+    """Flush every open Python file (module teardown would have closed them)."""
+    import gc
+    import io
+
+    for obj in gc.get_objects():
+        if isinstance(obj, io.IOBase):
+            try:
+                if not obj.closed and obj.writable():
+                    obj.flush()
+            except Exception:  # noqa: BLE001 -- a broken or half-built file: nothing to save
+                pass
+
+
+def _name_as(argv: list[str]) -> None:
+    """``/proc/PID/cmdline`` (what ps, top and pgrep -f show) as the plain start's command line."""
+    if _setproctitle is not None:
+        _setproctitle.setproctitle(" ".join(argv))
+    name = os.path.basename(argv[0]).encode()[:15]  # the process name exec gives: the interpreter's file name
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_NAME, ctypes.c_char_p(name), 0, 0, 0)
 
 
 def _main_module():
@@ -207,6 +293,8 @@ def main() -> None:
     sys.path.pop(0)  # run by path: this directory must not shadow the workers' imports
     sock = socket.socket(fileno=int(sys.argv[1]))
     loaded, failed, out, err = _preload([name for name in sys.argv[2].split(",") if name])
+    if _setproctitle is not None:  # its own name, and the room its workers' names take, set up now
+        _setproctitle.setproctitle(f"elastic-run warm interpreter ({', '.join(loaded) or 'nothing preloaded'})")
     _send(sock, {"ready": loaded, "failed": failed, "unsafe": _unsafe()})
     serve(sock, (out, err))
 

@@ -1,10 +1,14 @@
 """A worker that writes down how it was started, for the warm-start tests:
 
     warm_probe.py OUT_DIR [--fail-first] [--exit N] [--raise] [--matmul] [--run SECONDS]
+                  [--linger-thread] [--stuck-teardown]
 
 Writes OUT_DIR/<restart>-<rank>.json: its pid, session and process group, parent-death signal,
 stdin, argv, cwd, __main__, sys.path[0], signal handlers, environment, which of json/decimal/numpy
-were imported before its first line, and a number from numpy's global generator and from random."""
+were imported before its first line, and a number from numpy's global generator and from random.
+--linger-thread leaves a non-daemon thread that never ends; --stuck-teardown a module-level object
+whose finalizer waits forever when the interpreter tears the modules down (as a destructor that
+waits for a thread the fork did not copy)."""
 
 import sys
 
@@ -49,6 +53,8 @@ record = {
     "env": dict(os.environ),
     "preloaded": ALREADY,
     "random": random.random(),
+    "cmdline": open("/proc/self/cmdline", "rb").read().replace(b"\0", b" ").decode().strip(),
+    "comm": open("/proc/self/comm").read().strip(),
 }
 try:
     import numpy
@@ -72,3 +78,20 @@ if "--raise" in flags:
     raise ValueError("the probe was told to raise")
 if "--exit" in flags:
     sys.exit(int(flags[flags.index("--exit") + 1]))
+
+
+class _StuckAtTeardown:
+    def __del__(self) -> None:
+        import threading
+
+        threading.Event().wait()  # the interpreter's teardown never ends
+
+
+if "--stuck-teardown" in flags:
+    STUCK = _StuckAtTeardown()
+    sys.modules[__name__].__dict__["STUCK"] = STUCK
+if "--linger-thread" in flags:
+    import threading
+
+    threading.Thread(target=threading.Event().wait, name="lingering", daemon=False).start()
+print(f"probe rank {os.environ['RANK']} ends", flush=True)
