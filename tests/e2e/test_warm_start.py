@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import time
 
 import psutil
 import pytest
@@ -62,6 +63,9 @@ def test_a_forked_worker_is_started_as_a_plain_one_but_warm(tmp_path, form, nump
             assert a[name] == b[name], (name, a[name], b[name])
         assert a["argv"][0] == b["argv"][0] and a["argv"][2:] == b["argv"][2:]  # [1] is each run's directory
         assert a["handlers"] == b["handlers"]
+        named = lambda record, out: record["cmdline"].replace(str(out), "OUT")  # noqa: E731
+        assert named(a, warm_out) == named(b, cold_out), "ps, top and pgrep -f see another command line"
+        assert a["comm"] == b["comm"]
         assert a["pdeathsig"] == signal.SIGKILL and a["stdin"] == "/dev/null" and a["main_name"] == "__main__"
         keep = lambda env: {k: v for k, v in env.items() if k not in PER_RUN}  # noqa: E731
         assert keep(a["env"]).keys() == keep(b["env"]).keys()
@@ -87,6 +91,40 @@ def test_a_forked_worker_ends_with_its_own_exit_code_and_its_own_traceback(tmp_p
     assert "zygote.py" not in raised.stderr + raised.stdout and "runpy" not in raised.stderr + raised.stdout
 
 
+def test_pgrep_finds_every_forked_worker_by_its_script(tmp_path):
+    agent = subprocess.Popen(
+        [tool("elastic-run"), "--standalone", "--nproc-per-node", "2", "--max-restarts", "1", "--preload", "decimal"]
+        + [PROBE, str(tmp_path), "--fail-first", "--run", "120"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+        forked = wait_for(lambda: len(records(str(tmp_path), 1)) == 2 and records(str(tmp_path), 1), 60)
+        assert all(r["preloaded"]["decimal"] for r in forked.values()), "the restart was not forked warm"
+        found = subprocess.run(["pgrep", "-f", "--", f" -u {PROBE} {tmp_path}"], capture_output=True, text=True)
+        assert {int(pid) for pid in found.stdout.split()} == {r["pid"] for r in forked.values()}
+    finally:
+        agent.kill()
+        agent.wait(10)
+
+
+@pytest.mark.parametrize("flag, within", [("--stuck-teardown", 8), ("--linger-thread", 25)])
+def test_a_forked_worker_whose_interpreter_would_never_exit_still_ends_and_so_does_the_job(tmp_path, flag, within):
+    """A finalizer that waits forever at the interpreter's teardown (as a destructor waiting for a
+    thread of the warm interpreter that the fork did not copy): a forked worker does not run that
+    teardown. A non-daemon thread that never ends: given up 10 s after the program ended, said."""
+    started = time.monotonic()
+    done = _job(tmp_path, "--preload", "decimal", flags=("--fail-first", flag))
+    took = time.monotonic() - started
+    assert done.returncode == 0, done.stderr
+    assert all(r["preloaded"]["decimal"] for r in records(str(tmp_path), 1).values())
+    assert took < within, f"the job took {took:.1f} s to end"
+    if flag == "--linger-thread":
+        assert "the program ended (exit code 0) but its process had not exited 10 s later" in done.stderr
+        assert "threads still running: lingering" in done.stderr
+
+
 def test_a_forked_worker_and_its_interpreter_die_with_the_agent(tmp_path):
     agent = subprocess.Popen(
         [tool("elastic-run"), "--standalone", "--nproc-per-node", "1", "--max-restarts", "1", "--preload", "decimal"]
@@ -98,7 +136,7 @@ def test_a_forked_worker_and_its_interpreter_die_with_the_agent(tmp_path):
     try:
         worker = wait_for(lambda: records(str(tmp_path), 1).get(0), 60, what="the forked restart")
         assert worker["preloaded"]["decimal"]
-        warm = [p for p in psutil.Process(agent.pid).children() if "zygote.py" in " ".join(p.cmdline())]
+        warm = [p for p in psutil.Process(agent.pid).children() if "warm interpreter" in " ".join(p.cmdline())]
         assert len(warm) == 1
         agent.kill()
         agent.wait(10)
