@@ -126,8 +126,8 @@ class Reaper:
 
             client = EtcdClient(EtcdTarget.from_json(self.config["target"]).with_timeout(_REVOKE_BUDGET))
             try:
-                client.revoke_lease(self.lease)
-                self.record_death(client)
+                if client.revoke_lease(self.lease):  # else a peer's verdict ended it first, and said so
+                    self.record_death(client)
             finally:
                 client.close()
         except Exception:  # noqa: BLE001 -- nothing to report to: the lease then expires by its TTL
