@@ -6,10 +6,13 @@ every epoch and loaded at start, ``destroy_process_group`` at the end -- on gloo
 
 With --epoch-seconds each epoch is paced to take about that long (the steps sleep between them), so
 that a fault can be injected mid-epoch. Rank 0 prints ``epoch N done`` after each epoch and every
-rank ``training done`` once it left the process group.
+rank ``training done`` once it left the process group. With --heartbeat each step calls
+``elastic.heartbeat()`` (so that a hung rank is found); with --timeline DIR every process appends
+JSON lines to DIR/<pid>.jsonl: started, each step, and done (after ``destroy_process_group``).
 """
 
 import argparse
+import json
 import os
 import time
 
@@ -34,8 +37,29 @@ class Samples(Dataset):
         return self.inputs[index], self.targets[index]
 
 
+class Timeline:
+    """One JSON line per event, flushed at once (a SIGKILL may come at any step)."""
+
+    def __init__(self, directory: str | None) -> None:
+        self._file = open(os.path.join(directory, f"{os.getpid()}.jsonl"), "a") if directory else None
+
+    def __call__(self, event: str, **details: object) -> None:
+        if self._file is not None:
+            record = {"event": event, "t": time.time(), "pid": os.getpid(), "rank": int(os.environ["RANK"])}
+            self._file.write(json.dumps({**record, **details}) + "\n")
+            self._file.flush()
+
+
+def _beat() -> None:
+    import elastic
+
+    elastic.heartbeat()
+
+
 class Trainer:
-    def __init__(self, loader: DataLoader, snapshot: str, pace: float) -> None:
+    def __init__(self, loader: DataLoader, snapshot: str, pace: float, timeline: Timeline, beat: bool) -> None:
+        self.timeline = timeline
+        self.beat = beat
         self.rank = int(os.environ["RANK"])
         self.loader = loader
         self.snapshot = snapshot
@@ -61,6 +85,9 @@ class Trainer:
                 self.optimizer.step()
                 if self.pace:
                     time.sleep(self.pace / batches)
+                if self.beat:
+                    _beat()
+                self.timeline("step", epoch=epoch)
             if self.rank == 0:
                 torch.save({"model": self.model.state_dict(), "epochs_run": epoch + 1}, self.snapshot + ".tmp")
                 os.replace(self.snapshot + ".tmp", self.snapshot)  # whole or not at all for a rank reading it
@@ -74,14 +101,19 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=2048)
     parser.add_argument("--epoch-seconds", type=float, default=0.0)
     parser.add_argument("--snapshot", default="snapshot.pt")
+    parser.add_argument("--timeline", default=None, help="a directory for the JSON lines (default: none)")
+    parser.add_argument("--heartbeat", action="store_true", help="elastic.heartbeat() after every step")
     args = parser.parse_args()
+    timeline = Timeline(args.timeline)
+    timeline("started")
     init_process_group(backend="gloo")
     dataset = Samples(args.samples)
     loader = DataLoader(
         dataset, batch_size=args.batch_size, pin_memory=True, shuffle=False, sampler=DistributedSampler(dataset)
     )
-    Trainer(loader, args.snapshot, args.epoch_seconds).train(args.epochs)
+    Trainer(loader, args.snapshot, args.epoch_seconds, timeline, args.heartbeat).train(args.epochs)
     destroy_process_group()
+    timeline("done")
     print(f"[rank {os.environ['RANK']}] training done", flush=True)
 
 

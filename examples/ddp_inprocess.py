@@ -94,6 +94,7 @@ def main() -> None:
         return step
 
     steps = elastic.inprocess(train)
+    timeline(args.timeline, "done", step=steps)
     if int(os.environ.get("RANK", "0")) == 0:
         print(f"{steps} steps, in process {os.getpid()}", flush=True)
 

@@ -173,6 +173,8 @@ class RoundRunner:
             lease_id=self.handler.lease.lease_id,
             nodes=info.group_world_size,
             judge_first=self._beats_used,
+            pid_of=self._group.pid_of,
+            interval=self.config.monitor_interval,
         )
 
     def _hung_here(self, result: RoundResult) -> tuple[int, ...]:

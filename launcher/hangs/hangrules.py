@@ -11,6 +11,10 @@ teardown): their timeout becomes ``FACTOR`` times the steady one, or ``FACTOR`` 
 any finished worker here took from its last heartbeat to its exit if that is longer -- bounded, and
 learned from the job, so a rank that stops after its peers finished is still found.
 
+Time the worker could not run is not silence: the seconds it waited for a CPU while runnable
+(``/proc/PID/schedstat``) and the seconds the agent's own loop woke late (both mean the node is
+starved, not the rank hung) are credited back (``RankWatch.starved``) until its next heartbeat.
+
 Which rank of the job to blame is ``verdict``'s.
 """
 
@@ -127,6 +131,11 @@ class RankWatch:
         self.beat: Beat | None = None
         self.steps = 0  # intervals learned from
         self.slowest = 0.0
+        self.starved = 0.0  # seconds since its last heartbeat that it could not run (the node starved)
+
+    def starve(self, seconds: float) -> None:
+        """``seconds`` it waited for a CPU, or its agent's loop woke late: not counted as silence."""
+        self.starved += max(0.0, seconds)
 
     def feed(self, beat: Beat) -> None:
         previous = self.beat
@@ -140,6 +149,7 @@ class RankWatch:
                 self.steps += n
         if previous is None or beat.count != previous.count or beat.phase_changes != previous.phase_changes:
             self.beat = beat
+            self.starved = 0.0  # it beat: silence is counted from now
 
     @property
     def learned(self) -> float | None:
@@ -172,10 +182,9 @@ class RankWatch:
         started_wall = wall_now - (now - self.started)
         if beat is None:
             timeout = self.timeouts.first if self.judge_first else math.inf
-            return RankReport(
-                self.rank, node, None, started_wall, now - self.started, timeout, "first", "step", self.judge_first
-            )
-        silent = now - beat.last
+            silent = max(0.0, now - self.started - self.starved)
+            return RankReport(self.rank, node, None, started_wall, silent, timeout, "first", "step", self.judge_first)
+        silent = max(0.0, now - beat.last - self.starved)
         if beat.phase:
             timeout, kind, phase = (beat.phase_timeout or self.timeouts.first), "phase", beat.phase
         elif finishing:
@@ -183,7 +192,8 @@ class RankWatch:
         else:
             steady = self.steady
             timeout, kind, phase = (steady if steady is not None else self.timeouts.first), "step", "step"
-        return RankReport(self.rank, node, wall_now - silent, started_wall, silent, timeout, kind, phase, True)
+        last = wall_now - (now - beat.last)
+        return RankReport(self.rank, node, last, started_wall, silent, timeout, kind, phase, True)
 
 
 def seconds(value: float) -> str:

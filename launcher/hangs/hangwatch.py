@@ -24,12 +24,51 @@ from .verdict import Verdict
 __all__ = ["HangWatch", "WatchedWorker", "watch_round"]
 
 
+LATE = 0.2  # seconds past its interval after which the agent's loop counts as having woken late
+
+
 @dataclass(frozen=True)
 class WatchedWorker:
     local_rank: int
     rank: int
     record: str  # its heartbeat record
     started: float  # monotonic
+
+
+def run_delay(pid: int | None) -> float | None:
+    """Seconds the process has spent runnable but waiting for a CPU (``/proc/PID/schedstat``'s
+    second field), None when unknown (no such process, no schedstats)."""
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/schedstat") as stats:
+            return int(stats.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+class Starvation:
+    """What the node's starvation cost each watched worker since the last look: its own wait for a
+    CPU, and the agent's loop waking later than its interval (both credited, not counted as silence)."""
+
+    def __init__(self, pid_of: Callable[[int], int | None], interval: float, clock: Callable[[], float]) -> None:
+        self._pid_of, self._interval, self._clock = pid_of, interval, clock
+        self._delays: dict[int, float] = {}
+        self._looked: float | None = None
+
+    def since_last_look(self, local_ranks: Sequence[int]) -> dict[int, float]:
+        now = self._clock()
+        late = 0.0 if self._looked is None else max(0.0, now - self._looked - self._interval - LATE)
+        self._looked = now
+        credits = {}
+        for local_rank in local_ranks:
+            delay = run_delay(self._pid_of(local_rank))
+            before = self._delays.get(local_rank)
+            waited = delay - before if delay is not None and before is not None and delay >= before else 0.0
+            if delay is not None:
+                self._delays[local_rank] = delay
+            credits[local_rank] = max(waited, late)  # the loop's lateness and the wait overlap: the larger
+        return credits
 
 
 class HangWatch:
@@ -44,10 +83,12 @@ class HangWatch:
         node: str,
         nodes: int,
         judge_first: bool,
+        starvation: Starvation | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
     ) -> None:
         self._workers = list(workers)
+        self._starvation = starvation
         self._readers = [BeatReader(w.record) for w in self._workers]
         self._watches = [RankWatch(w.rank, w.started, timeouts, judge_first=judge_first) for w in self._workers]
         self._node = node
@@ -68,6 +109,10 @@ class HangWatch:
         now = self._clock()
         for reader, watch in zip(self._readers, self._watches):
             watch.feed(reader.read())
+        if self._starvation is not None:
+            credits = self._starvation.since_last_look([w.local_rank for w in self._workers])
+            for worker, watch in zip(self._workers, self._watches):
+                watch.starve(credits.get(worker.local_rank, 0.0))
         for worker, watch in zip(self._workers, self._watches):
             if worker.local_rank in exited and worker.rank not in self._exited and watch.beat is not None:
                 self.tail = max(self.tail, now - watch.beat.last)
@@ -145,8 +190,11 @@ def watch_round(
     lease_id: int,
     nodes: int,
     judge_first: bool,
+    pid_of: Callable[[int], int | None],
+    interval: float,
 ) -> HangWatch | None:
-    """The watch over a round's workers, just started (None: no etcd side, no watch)."""
+    """The watch over a round's workers, just started (None: no etcd side, no watch). ``pid_of``: a
+    local rank's worker process; ``interval``: how often the agent's loop looks."""
     if channel is None:
         return None
     started = time.monotonic()
@@ -158,4 +206,5 @@ def watch_round(
         node=node,
         nodes=nodes,
         judge_first=judge_first,
+        starvation=Starvation(pid_of, interval, time.monotonic),
     )

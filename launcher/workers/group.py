@@ -123,6 +123,10 @@ class WorkerGroup:
     def pids(self) -> list[int]:
         return [w.process.pid for w in (*self._workers, *self._kept.values())]
 
+    def pid_of(self, local_rank: int) -> int | None:
+        """The running worker process of a local rank (None: none runs)."""
+        return next((w.process.pid for w in self._workers if w.spec.local_rank == local_rank), None)
+
     def park(self, grace: float, spare: Sequence[int] = ()) -> int:
         """Keep the running workers that are under ``elastic.inprocess`` (but the local ranks in
         ``spare``) for the next round: they leave ``train`` within ``grace`` seconds or are not kept.

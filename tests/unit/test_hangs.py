@@ -15,6 +15,7 @@ import pytest
 from launcher.hangs import beatfile as beats
 from launcher.hangs.beatfile import Beat, BeatReader
 from launcher.hangs.hangrules import FACTOR, FLOOR, HangTimeouts, RankWatch
+from launcher.hangs.hangwatch import Starvation, run_delay
 
 
 def _beat(last: float, count: int, phase: str = "", changes: int = 0, timeout: float = 0.0) -> Beat:
@@ -78,6 +79,53 @@ def test_a_worker_that_never_beat_is_not_judged_unless_the_first_timeout_applies
     assert not quiet.judged and not quiet.overdue
     expected = RankWatch(0, 0.0, HangTimeouts(first=10.0), judge_first=True).report("n", 11.0, 11.0)
     assert expected.overdue and expected.kind == "first"
+
+
+def test_time_a_starved_worker_could_not_run_is_not_silence_until_it_beats_again():
+    watch = RankWatch(0, 0.0, HangTimeouts(steady=2.0))
+    watch.feed(_beat(1.0, 1))
+    watch.starve(1.5)  # waited for a CPU, or its agent's loop woke late
+    report = watch.report("n", now=4.0, wall_now=104.0)
+    assert (report.silent, report.last, report.overdue) == (1.5, 101.0, False)
+    assert watch.report("n", now=4.6, wall_now=104.6).overdue  # past 2 s of silence it could have run in
+    watch.feed(_beat(5.0, 2))
+    assert watch.starved == 0.0 and watch.report("n", now=6.0, wall_now=106.0).silent == 1.0
+    never = RankWatch(0, 0.0, HangTimeouts(first=3.0, judge_first=True))
+    never.starve(2.0)
+    assert not never.report("n", now=4.0, wall_now=4.0).overdue
+
+
+def test_the_starvation_credit_is_the_wait_for_a_cpu_or_the_agents_late_loop_whichever_is_longer():
+    clock = [0.0]
+    delays = {0: 10.0}
+    looks = Starvation(lambda rank: rank, interval=0.1, clock=lambda: clock[0])
+    from launcher.hangs import hangwatch
+
+    real = hangwatch.run_delay
+    hangwatch.run_delay = lambda pid: delays.get(pid)
+    try:
+        assert looks.since_last_look([0, 1]) == {0: 0.0, 1: 0.0}  # the first look: nothing to compare with
+        clock[0], delays[0] = 0.1, 10.8  # on time; rank 0 waited 0.8 s for a CPU
+        assert looks.since_last_look([0, 1]) == pytest.approx({0: 0.8, 1: 0.0})
+        clock[0] = 3.1  # the loop woke 2.7 s late (3 s after the last look, for 0.1 s + 0.2 s allowed)
+        assert looks.since_last_look([0, 1]) == pytest.approx({0: 2.7, 1: 2.7})
+    finally:
+        hangwatch.run_delay = real
+
+
+def test_a_busy_process_on_a_loaded_cpu_shows_its_wait_for_a_cpu():
+    """``/proc/PID/schedstat``'s run delay grows for a runnable process that shares one CPU."""
+    script = "import time\nend = time.time() + 1.5\nwhile time.time() < end: pass\n"
+    spinners = [subprocess.Popen(["taskset", "-c", "0", sys.executable, "-c", script]) for _ in range(3)]
+    try:
+        before = run_delay(spinners[0].pid)
+        time.sleep(1.0)
+        after = run_delay(spinners[0].pid)
+    finally:
+        for spinner in spinners:
+            spinner.wait(10)
+    assert before is not None and after is not None and after - before > 0.2
+    assert run_delay(spinners[0].pid) is None  # reaped: nothing to read
 
 
 def test_timeouts_must_be_positive():
