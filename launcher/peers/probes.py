@@ -45,6 +45,8 @@ class PeerProbes:
         self._running: int | None = None
         self._lock = threading.Lock()  # the running round and the deadline handed to the fence change together
         self._watch: PeerWatch | None = None
+        self._lingering: PeerWatch | None = None  # the last round's watch, until the next round forms
+        self._linger_for = 2 * settings.lease_ttl  # past its TTL a lost node's lease has expired anyway
         self._info: RendezvousInfo | None = None
         self.missed: float | None = None  # the last round ended past its contact deadline: seconds unheard then
         self._responder = Responder(self._log, "0.0.0.0", settings.probe_port, on_contact=self._contact)
@@ -54,6 +56,7 @@ class PeerProbes:
         """Round ``info`` starts here: its contact deadline guards the workers, and its targets are watched."""
         self._log.forget_before(info.round)
         self._info, self.missed = info, None
+        self._stop_lingering()
         with self._lock:
             self._running = info.round
             self._fence(self._log.deadline(info.round))
@@ -70,9 +73,15 @@ class PeerProbes:
                 self.missed = self._log.heard_for(self._running, now) if missed else None
             self._running = None
             self._fence(None)
-        if self._watch is not None:
-            self._watch.close()
-            self._watch = None
+        if self._watch is not None:  # its participants stay watched while the next round forms
+            self._stop_lingering()
+            self._watch.linger(self._linger_for)
+            self._lingering, self._watch = self._watch, None
+
+    def _stop_lingering(self) -> None:
+        if self._lingering is not None:
+            self._lingering.close()
+            self._lingering = None
 
     def lost_with_failure(self, spent: bool) -> tuple[str, ...]:
         """The participants of the running round lost with a worker failure seen now (a membership
@@ -106,6 +115,7 @@ class PeerProbes:
 
     def close(self) -> None:
         self.end_round()
+        self._stop_lingering()
         self._responder.close()
 
     def _contact(self, round_: int) -> None:

@@ -38,6 +38,7 @@ class Verdicts:
         self._client, self._keys, self._node, self._lease = client, keys, node, lease
         self.round = round_
         self._history = history
+        self.after_round = False  # the round ended here: a verdict only ends the lease (no lost/ record)
         self._written: set[str] = set()  # peers this watcher's key accuses now
         self.ended: dict[str, str] = {}  # peer -> why: the peers whose verdict is in (lease ended, by any watcher)
 
@@ -52,8 +53,9 @@ class Verdicts:
                 self._written.add(target.node)
             if self._client.count_prefix(self._keys.suspects(self.round, target.node)) < target.watchers:
                 return False
-            lost = json.dumps({"why": why, "by": self._node}).encode()
-            self._client.put(f"{self._keys.lost}{self.round}/{target.node}", lost, lease=self._lease())
+            if not self.after_round:  # the round's worker failures are not charged (read at the next freeze)
+                lost = json.dumps({"why": why, "by": self._node}).encode()
+                self._client.put(f"{self._keys.lost}{self.round}/{target.node}", lost, lease=self._lease())
             ended = self._client.revoke_lease(target.lease)
         except RendezvousError:
             return False

@@ -71,6 +71,7 @@ class PeerWatch:
         self._waker = Waker()  # the watching thread's: closed by it when it stops
         self._selector.register(self._waker.fileno(), selectors.EVENT_READ, None)
         self._nudged = False
+        self._until: float | None = None  # lingering after the round: watch until then
         self._thread = threading.Thread(target=self._run, name=f"peer-watch-{round_}", daemon=True)
         self._thread.start()
 
@@ -89,6 +90,13 @@ class PeerWatch:
         self._nudged = True
         self._wake()
 
+    def linger(self, seconds: float) -> None:
+        """The round ended here: go on watching its participants for at most ``seconds`` (until the
+        next round forms and ``close`` is called), so that one lost meanwhile is found by its probes,
+        not its lease. A verdict now ends the lease only (the round's failures are judged already)."""
+        self._verdicts.after_round = True
+        self._until = self._clock() + seconds
+
     def close(self) -> None:
         """Stop watching: accusations withdrawn, then each target told (``bye``), so that its
         deadline for the round is off while its workers stop at their pace."""
@@ -103,7 +111,7 @@ class PeerWatch:
     def _run(self) -> None:
         try:
             due = self._clock()
-            while not self._stop.is_set():
+            while not self._stop.is_set() and (self._until is None or self._clock() < self._until):
                 self._nudged = False
                 self._turn()
                 due += self.timing.interval

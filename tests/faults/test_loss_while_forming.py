@@ -1,0 +1,73 @@
+"""A machine lost while the next round forms: a round of 2 trains (``--nnodes 2:3``), a third node
+arrives, and at that moment one node of the round is killed whole or frozen whole. The round that
+forms must not wait for the lost node's lease to expire (15 s): the lost node's peers of the last
+round go on probing it until the next round has formed, end its lease, and the new round of the
+survivor and the newcomer trains within a few seconds. Real agents, a 3-member etcd, a DDP script on
+gloo, ``--max-restarts 0``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from tests.e2e.cli_helpers import tool
+
+from .helpers import children, freeze, run_id, thaw, timeline, wait_for
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DDP = os.path.join(ROOT, "examples", "ddp_steps.py")
+WITHIN = 6.0  # seconds from the fault to the new round's first step (the lease would take 15 s)
+
+
+def _start(agents, endpoints: str, rid: str, out: str):
+    worker = [DDP, "--steps", "1000000", "--timeline", out]
+    return agents(
+        endpoints, rid, "2:3", out, 120, "last_call_timeout=1", worker=worker, options=["--max-restarts", "0"]
+    )
+
+
+def _history(endpoints: str, rid: str) -> list[dict]:
+    text = subprocess.run(
+        [tool("elastic-ctl"), "history", "--json", "--rdzv-endpoint", endpoints, "--rdzv-id", rid],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    ).stdout
+    return json.loads(text)
+
+
+@pytest.mark.parametrize("fault", ["killed", "frozen"])
+def test_a_node_lost_just_as_a_new_node_joins_costs_seconds_not_its_lease(cluster, agents, tmp_path, fault):
+    out, rid = str(tmp_path), run_id()
+    first = [_start(agents, cluster.endpoints, rid, out) for _ in range(2)]
+    wait_for(lambda: sum(e["event"] == "step" and e["world"] == 2 for e in timeline(out)) >= 30, 90, what="2 ranks")
+    survivor, lost = first
+    tree = [lost.pid, *children(lost.pid)]
+    if fault == "killed":
+        for pid in tree:
+            os.kill(pid, signal.SIGKILL)
+    else:
+        freeze(tree)
+    at = time.time()
+    newcomer = _start(agents, cluster.endpoints, rid, out)
+    try:
+        ours = lambda: {survivor.pid, newcomer.pid, *children(survivor.pid), *children(newcomer.pid)}  # noqa: E731
+        stepped = lambda: [  # noqa: E731
+            e for e in timeline(out) if e["event"] == "step" and e["t"] > at and e["world"] == 2 and e["pid"] in ours()
+        ]
+        wait_for(lambda: len({e["rank"] for e in stepped()}) == 2, 30, what="the survivor and the newcomer to train")
+        took = min(e["t"] for e in stepped()) - at
+    finally:
+        if fault == "frozen":
+            thaw(tree)
+    print(f"\nnode {fault} as a new node joined: the new round's first step {took:.2f} s after the fault")
+    assert took < WITHIN, f"the new round's first step came {took:.1f} s after the fault"
+    assert survivor.process.poll() is None and newcomer.process.poll() is None
+    ended = [r for r in _history(cluster.endpoints, rid) if r["kind"] in ("node_lost", "node_left")]
+    assert ended, "the lost node's departure was not recorded"
