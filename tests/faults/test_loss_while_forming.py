@@ -25,10 +25,10 @@ DDP = os.path.join(ROOT, "examples", "ddp_steps.py")
 WITHIN = 6.0  # seconds from the fault to the new round's first step (the lease would take 15 s)
 
 
-def _start(agents, endpoints: str, rid: str, out: str):
+def _start(agents, endpoints: str, rid: str, out: str, nnodes: str = "2:3"):
     worker = [DDP, "--steps", "1000000", "--timeline", out]
     return agents(
-        endpoints, rid, "2:3", out, 120, "last_call_timeout=1", worker=worker, options=["--max-restarts", "0"]
+        endpoints, rid, nnodes, out, 120, "last_call_timeout=1", worker=worker, options=["--max-restarts", "0"]
     )
 
 
@@ -42,18 +42,46 @@ def _history(endpoints: str, rid: str) -> list[dict]:
     return json.loads(text)
 
 
-@pytest.mark.parametrize("fault", ["killed", "frozen"])
-def test_a_node_lost_just_as_a_new_node_joins_costs_seconds_not_its_lease(cluster, agents, tmp_path, fault):
-    out, rid = str(tmp_path), run_id()
-    first = [_start(agents, cluster.endpoints, rid, out) for _ in range(2)]
-    wait_for(lambda: sum(e["event"] == "step" and e["world"] == 2 for e in timeline(out)) >= 30, 90, what="2 ranks")
-    survivor, lost = first
+def _lose(lost, fault: str) -> list[int]:
     tree = [lost.pid, *children(lost.pid)]
     if fault == "killed":
         for pid in tree:
             os.kill(pid, signal.SIGKILL)
     else:
         freeze(tree)
+    return tree
+
+
+@pytest.mark.parametrize("fault", ["killed", "frozen"])
+def test_a_two_node_job_finds_its_lost_node_in_seconds_with_nobody_joining(cluster, agents, tmp_path, fault):
+    """Each node is the other's only watcher: the survivor cannot tell "my peer is gone" from "I am
+    cut off" by probes alone, and stops its workers when nobody acknowledges it (its fence); its
+    probes of the lost node go on after that, end the lost node's lease, and its round of 1 trains."""
+    out, rid = str(tmp_path), run_id()
+    survivor, lost = [_start(agents, cluster.endpoints, rid, out, nnodes="1:3") for _ in range(2)]
+    wait_for(lambda: sum(e["event"] == "step" and e["world"] == 2 for e in timeline(out)) >= 30, 90, what="2 ranks")
+    tree = _lose(lost, fault)
+    at = time.time()
+    try:
+        stepped = lambda: [e for e in timeline(out) if e["event"] == "step" and e["t"] > at and e["world"] == 1]  # noqa: E731
+        wait_for(stepped, 30, what="the survivor's round of 1 to train")
+        took = min(e["t"] for e in stepped()) - at
+    finally:
+        if fault == "frozen":
+            thaw(tree)
+    print(f"\ntwo-node job, node {fault}: the survivor's first step alone {took:.2f} s after the fault")
+    assert took < WITHIN, f"the survivor's first step alone came {took:.1f} s after the fault"
+    assert survivor.process.poll() is None
+    assert [r for r in _history(cluster.endpoints, rid) if r["kind"] in ("node_lost", "node_left")]
+
+
+@pytest.mark.parametrize("fault", ["killed", "frozen"])
+def test_a_node_lost_just_as_a_new_node_joins_costs_seconds_not_its_lease(cluster, agents, tmp_path, fault):
+    out, rid = str(tmp_path), run_id()
+    first = [_start(agents, cluster.endpoints, rid, out) for _ in range(2)]
+    wait_for(lambda: sum(e["event"] == "step" and e["world"] == 2 for e in timeline(out)) >= 30, 90, what="2 ranks")
+    survivor, lost = first
+    tree = _lose(lost, fault)
     at = time.time()
     newcomer = _start(agents, cluster.endpoints, rid, out)
     try:
