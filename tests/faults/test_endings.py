@@ -1,0 +1,36 @@
+"""Every run ends: the short version of ``bench/endings.py`` -- one trial of some of its cells
+(fault x start mode). Each must end on every surviving agent with exit code 0, leave no process of
+its own behind (agents, reapers, warm interpreters, workers forked or not), and the last agent must
+exit within 2 s of the last worker process (the exit barrier and the close-down)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_spec = importlib.util.spec_from_file_location("bench_endings", os.path.join(ROOT, "bench", "endings.py"))
+endings = sys.modules["bench_endings"] = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(endings)
+
+CELLS = [("worker", "warm"), ("hang", "warm"), ("node", "inprocess"), ("agent", "plain")]
+
+
+@pytest.fixture(scope="module")
+def etcd():
+    from rendezvous import EtcdServer
+
+    with EtcdServer() as server:
+        yield server
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("fault, mode", CELLS)
+def test_the_job_ends_on_every_surviving_agent_and_leaves_nothing_behind(etcd, fault, mode):
+    pytest.importorskip("torch")
+    trial = endings.trial(fault, mode, etcd.endpoints, end=90.0)
+    assert trial.ok(fault), f"exit codes {trial.codes} (the fault's node: {trial.victim}), left: {trial.leftovers}"
+    assert trial.lag is not None and trial.lag < 2.0, f"the last agent exited {trial.lag} s after the last worker"
