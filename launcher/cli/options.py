@@ -31,11 +31,12 @@ __all__ = [
     "parse_std",
     "parse_ranks_filter",
     "parse_filters",
+    "implies_standalone",
 ]
 
 RDZV_BACKENDS = {"etcd-v3": "etcd-v3", "etcd": "etcd-v3", "etcd_v3": "etcd-v3", "etcd-v2": "etcd-v3"}
 # torchrun's backends that need no etcd: the line that names what to use instead.
-_INSTEAD = "use --standalone for one node, or --rdzv-endpoint an etcd"
+_INSTEAD = "use --standalone for one node, or give --rdzv-endpoint the host:port of an etcd"
 _NOT_HERE = {
     "c10d": "c10d keeps the rendezvous in a TCPStore on one node; " + _INSTEAD,
     "static": "static rendezvous needs --node-rank/--master-addr on every node; " + _INSTEAD,
@@ -199,6 +200,18 @@ def worker_argv(
     if run_path:
         return [python, "-u", "-c", _RUN_PATH, script, *args]
     return [python, "-u", script, *args]
+
+
+def implies_standalone(backend: str, endpoint: str | None, nnodes: str) -> bool:
+    """No endpoint and one node (``--nnodes 1``, the default): torchrun runs such a job on this node
+    alone (its static rendezvous on localhost), and so does elastic-run, as ``--standalone`` does."""
+    if endpoint:
+        return False
+    try:
+        nodes = parse_nnodes(nnodes)
+    except UsageError:
+        return False  # said by the parser of --nnodes
+    return nodes.max_nodes == 1 and str(backend).strip().lower() in (*RDZV_BACKENDS, *_NOT_HERE)
 
 
 def rendezvous_endpoint(standalone: bool, backend: str, endpoint: str | None, rdzv_id: str | None) -> str | None:

@@ -14,6 +14,7 @@ from typing import Any
 
 from launcher.launch import LaunchPlan
 from launcher.output import load_logs_specs
+from launcher.output.console import say
 from launcher.plan import STOP_SIGNALS_TEXT, RunRequest, build_plan, hang_timeouts
 from launcher.signals import parse_signals
 from rendezvous.settings import parse_conf
@@ -21,6 +22,7 @@ from rendezvous.settings import parse_conf
 from .from_slurm import from_slurm
 from .options import (
     beside_of,
+    implies_standalone,
     parse_filters,
     parse_nodes,
     parse_nproc_per_node,
@@ -92,11 +94,20 @@ def plan_from(opts: RunOptions) -> LaunchPlan:
     return build_plan(request)
 
 
+def _endpoint(opts: RunOptions) -> str | None:
+    """etcd's endpoint; None for a job on this node alone: --standalone, or one node and no endpoint
+    (torchrun's ``torchrun --nproc-per-node 2 train.py``), said in one line."""
+    if not opts.standalone and implies_standalone(opts.rdzv_backend, opts.rdzv_endpoint, opts.nnodes):
+        say("no --rdzv-endpoint and one node: running it here alone, on a local etcd (as --standalone)")
+        return None
+    return rendezvous_endpoint(opts.standalone, opts.rdzv_backend, opts.rdzv_endpoint, opts.rdzv_id)
+
+
 def request_from(opts: RunOptions) -> RunRequest:
     """elastic-run's options, with SLURM's defaults in, parsed into a RunRequest: each option's text
     by its parser (``launcher.cli.options``), in the order torchrun reports a bad one."""
     opts, slurm = from_slurm(opts)
-    endpoint = rendezvous_endpoint(opts.standalone, opts.rdzv_backend, opts.rdzv_endpoint, opts.rdzv_id)
+    endpoint = _endpoint(opts)
     nodes = parse_nodes(opts.nnodes, standalone=endpoint is None)
     nproc = parse_nproc_per_node(opts.nproc_per_node)
     argv = worker_argv(

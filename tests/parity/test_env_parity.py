@@ -129,3 +129,58 @@ def test_auto_counts_only_gpus_that_exist_as_torchrun(tmp_path):
     theirs, _ = _launch(TORCHRUN, tmp_path, "torchrun", "auto", env)
     ours, _ = _launch([tool("elastic-run")], tmp_path, "ours", "auto", env)
     assert len(ours) == len(theirs) == len(os.sched_getaffinity(0))
+
+
+SAME_VALUES = (
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "GROUP_WORLD_SIZE",
+    "ROLE_RANK",
+    "ROLE_WORLD_SIZE",
+    "ROLE_NAME",
+    "TORCHELASTIC_RESTART_COUNT",
+    "TORCHELASTIC_MAX_RESTARTS",
+    "OMP_NUM_THREADS",
+)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        [],
+        ["--nproc-per-node", "2"],
+        ["--nproc_per_node=2"],
+        ["--nnodes", "1", "--nproc-per-node", "2"],
+        ["--nnodes=1:1", "--nproc-per-node=2", "--max-restarts", "1"],
+    ],
+)
+def test_torchruns_single_node_commands_run_unchanged_under_both(tmp_path, args):
+    """No --standalone and no endpoint: torchrun runs one node on its static rendezvous; elastic-run
+    runs it on a local etcd, saying so in one line. The same ranks, the same torchrun variables."""
+    script = tmp_path / "dump.py"
+    script.write_text(DUMP)
+    base = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MASTER_PORT", "MASTER_ADDR")}
+    seen = {}
+    for name, launcher in (("torchrun", TORCHRUN), ("ours", [tool("elastic-run")])):
+        out = tmp_path / name
+        out.mkdir()
+        done = subprocess.run(
+            [*launcher, *args, str(script), str(out)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=base,
+            stdin=subprocess.DEVNULL,
+        )
+        assert done.returncode == 0, (name, done.stderr[-2000:])
+        seen[name] = ({p.stem: json.loads(p.read_text()) for p in out.glob("*.json")}, done.stderr)
+    (theirs, _), (ours, our_err) = seen["torchrun"], seen["ours"]
+    assert sorted(ours) == sorted(theirs)
+    for rank, env in theirs.items():
+        assert {k: env.get(k) for k in SAME_VALUES} == {k: ours[rank].get(k) for k in SAME_VALUES}, rank
+        assert ours[rank]["MASTER_ADDR"] and ours[rank]["MASTER_PORT"].isdigit()
+    said = [line for line in our_err.splitlines() if "no --rdzv-endpoint and one node" in line]
+    assert len(said) == 1, our_err
