@@ -38,11 +38,14 @@ STATE_HEADER = b"elastic-state/1\n"
 
 
 def validate_run_id(run_id: str) -> str:
-    """A run id is a non-empty key segment: no '/', no whitespace, no control characters."""
+    """A run id is a non-empty key segment, and a path segment (its log and checkpoint directories):
+    no '/', no '\\', not '.' or '..', no whitespace, no control characters (NUL included)."""
     if not isinstance(run_id, str) or not run_id:
         raise RendezvousSettingsError("the run id must be a non-empty string")
-    if "/" in run_id or any(ch.isspace() or ord(ch) < 32 for ch in run_id):
-        raise RendezvousSettingsError(f"run id {run_id!r} may not contain '/', spaces or control characters")
+    if run_id in (".", ".."):
+        raise RendezvousSettingsError(f"run id {run_id!r} would name a directory outside the job's own")
+    if any(ch in "/\\" or ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in run_id):
+        raise RendezvousSettingsError(f"run id {run_id!r} may not contain '/', '\\', spaces or control characters")
     if len(run_id) > 200:
         raise RendezvousSettingsError(f"run id is {len(run_id)} characters long; at most 200 are allowed")
     return run_id

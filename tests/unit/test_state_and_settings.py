@@ -218,3 +218,18 @@ def test_a_jobs_outcome_names_how_it_ended_and_a_job_no_agent_keeps_is_stopped()
     assert closed.outcome(0) == "succeeded"
     assert replace(closed, failed=True).outcome(0) == "failed"
     assert replace(closed, closed_by=CLOSED_BY_OPERATOR).outcome(0) == "closed by an operator"
+
+
+@pytest.mark.parametrize("run_id", ["..", ".", "a/b", "a\\b", "a\x00b", "a\x1fb", "a\x7fb", "a b", "", "x" * 201])
+def test_a_run_id_that_could_name_a_path_or_key_outside_the_jobs_own_is_refused(run_id):
+    from rendezvous.job.keys import validate_run_id
+
+    with pytest.raises(RendezvousSettingsError):
+        validate_run_id(run_id)
+
+
+def test_ordinary_run_ids_pass():
+    from rendezvous.job.keys import validate_run_id
+
+    for run_id in ("job-42", "a.b_c", "...", "UPPER.lower-09"):
+        assert validate_run_id(run_id) == run_id
