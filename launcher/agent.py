@@ -50,7 +50,7 @@ from rendezvous.rounds.join import RendezvousInfo
 
 from . import restart
 from .c10dstore import StoreHost
-from .config import AgentConfig
+from .config import AgentConfig, differences
 from .errors import (
     AgentStopped,
     JobClosedError,
@@ -120,7 +120,7 @@ class Agent:
         self._rounds: RoundRunner | None = None
         self.state = AgentState.INIT
         self.attempt = 0
-        self._told_budget = False
+        self._told: set[str] = set()  # the lines about options that differ from the job's, said once
         self.info: RendezvousInfo | None = None
         self._hang_channel = hangs
         self._stores = stores
@@ -344,12 +344,11 @@ class Agent:
             f"global ranks {info.base_global_rank}..{info.base_global_rank + self.config.nproc_per_node - 1} "
             f"of {info.world_size}, master {info.master_addr}:{info.master_port}"
         )
-        if info.max_restarts != self.config.max_restarts and not self._told_budget:
-            self._told_budget = True
-            self.say(
-                f"--max-restarts {self.config.max_restarts} differs from the job's {info.max_restarts} "
-                "(the first agent's); following the job's"
-            )
+        settings = self.handler.settings
+        for line in differences(self.config, (settings.min_nodes, settings.max_nodes), info):
+            if line not in self._told:
+                self._told.add(line)
+                self.say(line)
         return info
 
     def _after_fence(self) -> None:

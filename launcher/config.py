@@ -6,10 +6,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from launcher.hangs.hangrules import HangTimeouts
+from rendezvous.rounds.join import RendezvousInfo
 
 from .output import LayoutStrategy
 
-__all__ = ["AgentConfig"]
+__all__ = ["AgentConfig", "differences"]
 
 
 @dataclass(frozen=True)
@@ -35,3 +36,28 @@ class AgentConfig:
     store_port: int | None = None  # its port (--master-port); None: a free port each round
     checkpoint_dir: str | None = None  # where elastic.checkpoint saves are copied (--checkpoint-dir); None: memory only
     checkpoint_every: int = 10  # a copy there every so many saves of a rank (--checkpoint-every)
+
+
+def differences(config: AgentConfig, nodes: tuple[int, int], info: RendezvousInfo) -> tuple[str, ...]:
+    """One line for each of this node's options that differ from the job's (the first agent's, which
+    the job follows): --nnodes (``nodes``: this node's MIN, MAX), --max-restarts, and
+    --nproc-per-node when the round's world is not this node's count times its nodes."""
+    lines = []
+    if info.max_nodes and (info.min_nodes, info.max_nodes) != tuple(nodes):
+        mine, job = _nnodes(*nodes), _nnodes(info.min_nodes, info.max_nodes)
+        lines.append(f"--nnodes {mine} differs from the job's {job} (its coordinator's); the rounds follow the job's")
+    if info.max_restarts != config.max_restarts:
+        lines.append(
+            f"--max-restarts {config.max_restarts} differs from the job's {info.max_restarts} "
+            "(the first agent's); following the job's"
+        )
+    if info.world_size != info.group_world_size * config.nproc_per_node:
+        lines.append(
+            f"--nproc-per-node {config.nproc_per_node} differs from other nodes': the job runs "
+            f"{info.world_size} workers on {info.group_world_size} nodes"
+        )
+    return tuple(lines)
+
+
+def _nnodes(low: int, high: int) -> str:
+    return str(low) if low == high else f"{low}:{high}"

@@ -41,6 +41,8 @@ class RendezvousInfo:
     restart_count: int = 0  # the job's restart count (TORCHELASTIC_RESTART_COUNT of every worker)
     max_restarts: int = 0  # the job's budget (TORCHELASTIC_MAX_RESTARTS)
     watch: tuple = ()  # the peers this node probes this round (``ranktable.Target``s)
+    min_nodes: int = 0  # the job's --nnodes (the first agent's; 0: not known)
+    max_nodes: int = 0
 
 
 @dataclass(frozen=True)

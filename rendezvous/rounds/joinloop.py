@@ -215,6 +215,8 @@ class JoinLoop:
             restart_count=state.restarts,
             max_restarts=state.max_restarts,
             watch=me.watch,
+            min_nodes=state.min_nodes,
+            max_nodes=state.max_nodes,
         )
 
     def _handover(self, snapshot: Snapshot) -> Handover | None:

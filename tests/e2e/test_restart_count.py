@@ -12,13 +12,15 @@ from .cli_helpers import HERE, finish, json_records, run, run_id, start, wait_fo
 COUNTED = os.path.join(HERE, "workers", "counted.py")
 
 
-def _agent(endpoints, rdzv_id, out, *, nnodes="2", max_restarts=2, fail="", run_for=0.5, conf="last_call_timeout=1"):
+def _agent(
+    endpoints, rdzv_id, out, *, nnodes="2", max_restarts=2, fail="", run_for=0.5, conf="last_call_timeout=1", nproc=1
+):
     return start(
         [
             "--nnodes",
             nnodes,
             "--nproc-per-node",
-            "1",
+            str(nproc),
             "--max-restarts",
             str(max_restarts),
             "--rdzv-endpoint",
@@ -109,6 +111,24 @@ def test_a_node_joining_after_a_restart_gets_the_current_count_and_a_scale_event
     assert {r["max_restarts"] for r in after} == {2}, "the job's budget, not the late agent's"
     assert "--max-restarts 5 differs from the job's 2 (the first agent's); following the job's" in results[1][1]
     assert "joined: re-rendezvous" in results[0][1], results[0][1]
+
+
+def test_a_node_started_with_other_options_than_the_jobs_says_which_in_one_line_each(etcd_endpoints, tmp_path):
+    out = str(tmp_path)
+    rdzv_id = run_id()
+    first = _agent(etcd_endpoints, rdzv_id, out, nnodes="1:2", run_for=6)
+    wait_for(lambda: _seen(out), 30, what="the first node's worker")
+    late = _agent(etcd_endpoints, rdzv_id, out, nnodes="1:3", max_restarts=5, nproc=2, run_for=6)
+    results = [finish(agent, timeout=60) for agent in (first, late)]
+    assert [code for code, _ in results] == [0, 0], results
+    said = results[1][1]
+    for line in (
+        "--nnodes 1:3 differs from the job's 1:2 (its coordinator's); the rounds follow the job's",
+        "--max-restarts 5 differs from the job's 2 (the first agent's); following the job's",
+        "--nproc-per-node 2 differs from other nodes': the job runs 3 workers on 2 nodes",
+    ):
+        assert said.count(line) == 1, said
+    assert "differs" not in results[0][1].replace("--nproc-per-node 1 differs", ""), results[0][1]
 
 
 def test_status_shows_the_restart_count_and_the_budget(etcd_endpoints, tmp_path):
