@@ -275,7 +275,7 @@ class Agent:
         """Ask the job for a restart while its budget lasts, else print the summary and close it failed."""
         count, budget = self.info.restart_count, self.info.max_restarts
         if count < budget:
-            self.say(restart.restart_line(failure.what, count, budget))
+            self.say(restart.restart_line(failure.what, count, budget, self._group.in_place))
             self.handler.request_restart(failure.what, failure.kind)
             return
         self.state = AgentState.FAILED

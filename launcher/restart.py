@@ -57,10 +57,12 @@ class Failure:
     kind: FailureKind = FailureKind.WORKER
 
 
-def restart_line(what: str, restarts: int, budget: int) -> str:
-    """The line every node prints when a failure uses a restart, or finds none left."""
+def restart_line(what: str, restarts: int, budget: int, in_place: bool = False) -> str:
+    """The line every node prints when a failure uses a restart, or finds none left (``in_place``:
+    the workers run under elastic.inprocess, and the survivors are resumed, not restarted)."""
     if restarts < budget:
-        return f"{what}; restarting the workers ({restarts + 1}/{budget})"
+        action = "resuming the workers in place" if in_place else "restarting the workers"
+        return f"{what}; {action} ({restarts + 1}/{budget})"
     return f"{what}; no restart left ({restarts}/{budget})"
 
 
@@ -144,6 +146,8 @@ def failure_summary(status: GroupStatus, run_id: str, restarts: int, max_restart
         if trace:
             lines.append("  traceback (from the error file):")
             lines += ["    " + line for line in trace.splitlines()]
+    elif first.signal_name:  # a signal ends a process before any handler could write a file
+        lines.append(f"  rank {first.rank} was {first.describe()}: a signal leaves no error file nor traceback")
     else:
         lines.append(
             f"  rank {first.rank} wrote no error file: decorate the worker's entry point with "
@@ -166,7 +170,13 @@ def hang_summary(line: str, run_id: str, restarts: int, max_restarts: int, histo
 
 
 def change_line(
-    state: JobState | None, monitor: JobMonitor | None, *, lease_lost: bool, restarts: int, budget: int
+    state: JobState | None,
+    monitor: JobMonitor | None,
+    *,
+    lease_lost: bool,
+    restarts: int,
+    budget: int,
+    in_place: bool = False,
 ) -> str:
     """Why this node's workers stop for a new round, from what its monitor saw."""
     cause = monitor.cause if monitor else Cause()
@@ -179,7 +189,7 @@ def change_line(
         return loss_line(lost, restarts, budget)
     if failures:
         more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
-        return restart_line(f"{failures[0]}{more}", restarts, budget)
+        return restart_line(f"{failures[0]}{more}", restarts, budget, in_place)
     if lease_lost:
         return "this node's lease expired: re-rendezvous"
     if joining:

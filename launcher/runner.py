@@ -292,5 +292,6 @@ class RoundRunner:
             lease_lost=self.handler.lease.lost(),
             restarts=self.info.restart_count,
             budget=self.info.max_restarts,
+            in_place=self._group.under_inprocess(),
         )
         return line, monitor.cause if monitor is not None else Cause()

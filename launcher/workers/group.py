@@ -116,6 +116,7 @@ class WorkerGroup:
         self._workers: list[_Worker] = []
         self._inprocess = inprocess  # workers under elastic.inprocess, kept across rounds (None: never)
         self._kept: dict[int, _Worker] = {}  # local rank -> a parked worker the next round resumes
+        self.in_place = False  # the last round parked under elastic.inprocess: its survivors go on in place
         self._host = socket.gethostname()
         self._duplicates: list[BinaryIO] = []
 
@@ -127,10 +128,17 @@ class WorkerGroup:
         """The running worker process of a local rank (None: none runs)."""
         return next((w.process.pid for w in self._workers if w.spec.local_rank == local_rank), None)
 
+    def under_inprocess(self) -> bool:
+        """Whether this round's workers run under ``elastic.inprocess``: the survivors of a failure
+        are resumed in place, not restarted (known from each worker's hello, so also after it died)."""
+        pids = [w.process.pid for w in (*self._workers, *self._kept.values())]
+        return self._inprocess is not None and self._inprocess.heard_from(pids)
+
     def park(self, grace: float, spare: Sequence[int] = ()) -> int:
         """Keep the running workers that are under ``elastic.inprocess`` (but the local ranks in
         ``spare``) for the next round: they leave ``train`` within ``grace`` seconds or are not kept.
         The workers not kept are left for ``stop``. Returns how many were kept."""
+        self.in_place = self.under_inprocess()
         if self._inprocess is None:
             return 0
         live = [

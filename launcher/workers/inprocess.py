@@ -36,6 +36,7 @@ class InprocessHost:
         listener.listen(64)
         self._links: dict[int, Connection] = {}
         self._parked: set[int] = set()
+        self._heard_from: set[int] = set()  # every worker that said hello: it runs under elastic.inprocess
         self._changed = threading.Condition()
         self._server = LineServer(listener, self._heard, self._gone, name="inprocess-host")
 
@@ -63,6 +64,11 @@ class InprocessHost:
             self._parked.discard(pid)
             return link is not None and link.send(b"go " + json.dumps(dict(env)).encode() + b"\n")
 
+    def heard_from(self, pids: Iterable[int]) -> bool:
+        """Whether any of these workers runs under ``elastic.inprocess`` (said hello, alive or not)."""
+        with self._changed:
+            return not self._heard_from.isdisjoint(pids)
+
     def close(self) -> None:
         self._server.close()
         try:
@@ -76,6 +82,7 @@ class InprocessHost:
             if verb == "hello" and value.isdigit():
                 connection.pid = int(value)
                 self._links[connection.pid] = connection
+                self._heard_from.add(connection.pid)
             elif verb == "parked" and connection.pid:
                 self._parked.add(connection.pid)
             self._changed.notify_all()

@@ -107,7 +107,10 @@ def test_worker_without_error_file_gets_a_clear_note(tmp_path):
     assert result.returncode == 1
     assert "rank 0 (local rank 0)" in result.stderr
     assert "killed by SIGSEGV" in result.stderr
-    assert "rank 0 wrote no error file: decorate" in result.stderr
+    assert "a signal leaves no error file nor traceback" in result.stderr and "@elastic.record" not in result.stderr
+    script.write_text("import sys\nsys.exit(3)\n")
+    exited = run(["--standalone", "--nproc-per-node", "1", str(script)])
+    assert "rank 0 wrote no error file: decorate" in exited.stderr, exited.stderr
 
 
 def test_a_standalone_summary_names_only_what_outlives_the_run(tmp_path):

@@ -43,7 +43,13 @@ __all__ = [
     "workers",
 ]
 
-DISTURBED = ("re-rendezvous", "restarting the workers", "no lease renewal", "lease expired")
+DISTURBED = (
+    "re-rendezvous",
+    "restarting the workers",
+    "resuming the workers in place",
+    "no lease renewal",
+    "lease expired",
+)
 
 
 def run_id() -> str:

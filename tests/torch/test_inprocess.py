@@ -86,6 +86,9 @@ def test_a_worker_sigkilled_costs_the_survivors_no_process(job, tmp_path):
     assert rejoined and rejoined[0]["step"] > 0, events[-5:]  # train() called again in the same process, its state kept
     assert survivor in pids.values() and victim not in pids.values()
     assert max(e["step"] for e in events if e["event"] == "step") == 600  # the job finished
+    for agent in started:  # every node says what happened: the survivors resumed, not restarted
+        assert "killed by SIGKILL); resuming the workers in place (1/3)" in agent.output(), agent.output()[-2000:]
+        assert "restarting the workers" not in agent.output()
     print(
         f"\nworker SIGKILLed: the survivor (pid {survivor}) went on from step {rejoined[0]['step']}; "
         f"next step {seconds:.2f} s after the kill"

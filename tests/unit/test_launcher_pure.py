@@ -277,7 +277,12 @@ def test_failure_summary_names_the_first_failure():
     assert "  also failed: rank 4" in lines and "  error: ValueError: x" in lines
     assert lines[-1] == "    ValueError: x"
     signal_only = failure_summary(GroupStatus(GroupState.FAILED, (late,)), "job", 0, 0)
-    assert "killed by SIGKILL" in signal_only and "rank 4 wrote no error file: decorate" in signal_only
+    assert "rank 4 was killed by SIGKILL: a signal leaves no error file nor traceback" in signal_only
+    assert "@elastic.record" not in signal_only  # no decorator helps a signal
+    exited = WorkerFailure(0, 4, 2, "h1", 200.0, "/e0", None)
+    assert "rank 4 wrote no error file: decorate" in failure_summary(
+        GroupStatus(GroupState.FAILED, (exited,)), "j", 0, 0
+    )
     assert "/e0" not in signal_only  # a path in the run's log directory, which may be gone when this is read
 
 
