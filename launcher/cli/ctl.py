@@ -69,9 +69,14 @@ def render(view: JobView, heartbeats: bool = True) -> str:
     """The job as a table: a header line, then one row a node (with its workers' oldest heartbeat,
     which ``status`` asks the agents for, unless not ``heartbeats``)."""
     outcome = f"stopped ({view.stopped})" if view.stopped else view.outcome or view.status
+    formed = f"world size {view.world_size}, master {view.master_addr or '-'}:{view.master_port or '-'}"
+    if view.status == "joining":  # the state's world and master are still those of the round before
+        before = f"round {view.round - 1} ran with {formed}" if view.round > 1 and view.world_size else "none ran yet"
+        formed = f"round {view.round} forming ({before})"
+    else:
+        formed = f"round {view.round}, {formed}"
     lines = [
-        f"job {view.run_id}: {outcome}, round {view.round}, world size {view.world_size}, "
-        f"master {view.master_addr or '-'}:{view.master_port or '-'} "
+        f"job {view.run_id}: {outcome}, {formed} "
         f"(nodes min {view.min_nodes}, max {view.max_nodes}), "
         f"restarts {view.restarts}/{view.max_restarts}"
     ]

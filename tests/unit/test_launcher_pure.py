@@ -392,3 +392,19 @@ def test_numa_binding_on_one_node_is_a_no_op_said_once():
         from launcher.workers.numa import cpus_for
 
         cpus_for("exclusive", 0, 9, _two_socket_machine())
+
+
+def test_status_of_a_job_forming_its_next_round_does_not_show_the_last_rounds_world_as_its_own():
+    from launcher.cli.ctl import render
+    from rendezvous.rounds.view import JobView, NodeView
+
+    nodes = (NodeView("n1", None, "10.0.0.1", 2, True),)
+    forming = JobView("j", "joining", 2, 4, "10.0.0.1", 29500, 1, 3, nodes, outcome="joining")
+    assert render(forming, heartbeats=False).splitlines()[0] == (
+        "job j: joining, round 2 forming (round 1 ran with world size 4, master 10.0.0.1:29500) "
+        "(nodes min 1, max 3), restarts 0/0"
+    )
+    first = JobView("j", "joining", 1, 0, "", 0, 1, 3, nodes, outcome="joining")
+    assert "round 1 forming (none ran yet)" in render(first, heartbeats=False)
+    running = JobView("j", "running", 2, 4, "10.0.0.1", 29500, 1, 3, nodes, outcome="running")
+    assert render(running).startswith("job j: running, round 2, world size 4, master 10.0.0.1:29500 (nodes min 1")
