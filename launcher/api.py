@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .errors import ChildFailedError, UsageError, WorkerFailedError
-from .hangs.hangrules import positive_seconds
+from .optable import check_field
 from .workers.mainguard import unguarded_launch
 from .workers.payload import dump_payload, name_of
 
@@ -36,6 +36,13 @@ if TYPE_CHECKING:
 __all__ = ["LaunchConfig", "elastic_launch", "launch_agent"]
 
 BACKENDS = ("etcd", "etcd-v2", "etcd-v3")
+_OPTION_FIELDS = (
+    "max_restarts",
+    "monitor_interval",
+    "checkpoint_every",
+    "heartbeat_timeout",
+    "first_heartbeat_timeout",
+)
 START_METHODS = ("spawn", "fork", "forkserver")
 
 
@@ -96,13 +103,9 @@ def _validate(config: LaunchConfig) -> None:
     if whole("max_nodes", 1) < whole("min_nodes", 1):
         raise ValueError(f"LaunchConfig.min_nodes ({config.min_nodes}) is more than max_nodes ({config.max_nodes})")
     whole("nproc_per_node", 1)
-    whole("max_restarts", 0)
-    whole("checkpoint_every", 1)
     whole("shutdown_timeout", 0)
-    if not isinstance(config.monitor_interval, (int, float)) or not config.monitor_interval > 0:
-        raise ValueError(
-            f"LaunchConfig.monitor_interval must be a positive number of seconds, not {config.monitor_interval!r}"
-        )
+    for name in _OPTION_FIELDS:  # the fields that are elastic-run's options too: the option table's checks
+        check_field(name, getattr(config, name))
     if str(config.rdzv_backend).lower() not in BACKENDS:
         raise ValueError(
             f"LaunchConfig.rdzv_backend must be one of {', '.join(BACKENDS)} (etcd v3 here), "
@@ -118,8 +121,6 @@ def _validate(config: LaunchConfig) -> None:
         raise ValueError(f"LaunchConfig.rdzv_configs must be a dict, not {type(config.rdzv_configs).__name__}")
     if not config.role:
         raise ValueError("LaunchConfig.role must not be empty")
-    for name in ("heartbeat_timeout", "first_heartbeat_timeout"):
-        positive_seconds(getattr(config, name), f"LaunchConfig.{name}")
 
 
 class elastic_launch:

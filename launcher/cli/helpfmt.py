@@ -1,97 +1,69 @@
-"""``elastic-run --help`` as people read it: options in groups, one spelling each (torchrun's
-``--a_b`` spellings and unique prefixes are still accepted), and ``--help-rdzv-conf`` for the
-``--rdzv-conf`` keys."""
+"""``elastic-run --help`` as people read it: options in the groups of the option table
+(``launcher.cli.optable``), each with its own spellings (torchrun's ``--a_b`` spellings and unique
+prefixes are still accepted), torchrun's options that take no effect here in one line, every line
+within 80 columns; and ``--help-rdzv-conf`` for the ``--rdzv-conf`` keys."""
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any
 
 import click
 
+from launcher.optable import OPTIONS, grouped, moot
 from rendezvous.settings import CONF_KEYS, TORCH_ALIASES
 
-__all__ = ["GroupedCommand", "GROUPS", "MOOT", "rdzv_conf_help"]
+__all__ = ["GroupedCommand", "WIDTH", "rdzv_conf_help"]
 
-# (title, the options it holds, as help shows them); options in no group go under "Other"
-GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("The job", ("--nnodes", "--nproc-per-node", "--max-restarts", "--standalone")),
-    ("Rendezvous (etcd)", ("--rdzv-endpoint", "--rdzv-id", "--rdzv-conf", "--rdzv-backend", "--local-addr")),
-    (
-        "Workers",
-        (
-            "--no-python",
-            "--module",
-            "--run-path",
-            "--role",
-            "--numa-binding",
-            "--virtual-local-rank",
-            "--warm-start",
-            "--preload",
-        ),
-    ),
-    ("Hangs", ("--heartbeat-timeout", "--first-heartbeat-timeout")),
-    ("Stopping", ("--signals-to-handle", "--shutdown-timeout", "--monitor-interval")),
-    (
-        "Output and logs",
-        (
-            "--log-dir",
-            "--redirects",
-            "--tee",
-            "--local-ranks-filter",
-            "--duplicate-stdout-filters",
-            "--duplicate-stderr-filters",
-            "--log-format",
-            "--logs-specs",
-            "--event-log-handler",
-        ),
-    ),
-    ("Metrics and probes", ("--http-port", "--http-host")),
-    ("torchft", ("--lighthouse", "--lighthouse-port", "--lighthouse-min-replicas")),
-)
-# torchrun's options that a rendezvous here makes moot: accepted, listed in one line
-MOOT = ("--node-rank", "--master-addr", "--master-port", "--start-method")
+WIDTH = 80  # columns every help line fits in
 
 
 class GroupedCommand(click.Command):
-    """A command whose help lists its options by ``GROUPS``, each under its first spelling."""
+    """A command whose help lists its options by the option table's groups."""
 
     def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         records: dict[str, tuple[str, str]] = {}
         for param in self.get_params(ctx):
-            record = _first_spelling_record(param, ctx)
+            record = _record(param, ctx)
             if record is not None:
-                records[_shown(param)] = record
-        placed: set[str] = set(MOOT)
-        for title, names in GROUPS:
-            rows = [records[name] for name in names if name in records]
+                records[_name(param)] = record
+        placed: set[str] = set(moot())
+        for title, names in grouped():
+            _section(formatter, title, [records[name] for name in names if name in records])
             placed.update(names)
-            _section(formatter, title, rows)
         _section(formatter, "Other", [row for name, row in records.items() if name not in placed])
         with formatter.section("Accepted as torchrun takes them, with no effect here"):
-            formatter.write_text(", ".join(MOOT) + " (static rendezvous, worker start method).")
+            formatter.write_text(", ".join(moot()) + " (static rendezvous; workers start as --warm-start says).")
 
 
 def _section(formatter: click.HelpFormatter, title: str, rows: list[tuple[str, str]]) -> None:
     if rows:
         with formatter.section(title):
-            formatter.write_dl(rows)
+            formatter.write_dl(rows, col_max=34)
 
 
-def _shown(param: click.Parameter) -> str:
-    """The spelling help shows: the first long one with dashes (``--redirects``, not ``-r``)."""
-    return next((o for o in param.opts if o.startswith("--") and "_" not in o), param.opts[0])
+_SHOWN = {o.name: o for o in OPTIONS}
 
 
-def _first_spelling_record(param: click.Parameter, ctx: click.Context) -> tuple[str, str] | None:
-    """The option's help row with one spelling shown."""
+def _name(param: click.Parameter) -> str:
+    """The option table's name of a click option (its first long spelling with dashes)."""
+    longs = [o for o in (*param.opts, *param.secondary_opts) if o.startswith("--") and "_" not in o]
+    return longs[0] if longs else param.opts[0]
+
+
+def _record(param: click.Parameter, ctx: click.Context) -> tuple[str, str] | None:
+    """The option's help row: its spellings as the table shows them (``-m, --module``,
+    ``--warm-start / --no-warm-start``), not torchrun's ``--a_b`` ones."""
     if not isinstance(param, click.Option) or param.hidden:
         return None
-    opts, secondary = param.opts, param.secondary_opts
-    param.opts, param.secondary_opts = [_shown(param)], []
-    try:
-        return param.get_help_record(ctx)
-    finally:
-        param.opts, param.secondary_opts = opts, secondary
+    row = param.get_help_record(ctx)
+    if row is None:
+        return None
+    option = _SHOWN.get(_name(param))
+    if option is None:
+        return row
+    shown = option.shown + (f" {param.make_metavar(ctx)}" if not param.is_flag else "")
+    return shown, row[1]
 
 
 def rdzv_conf_help(ctx: click.Context, _param: Any, value: bool) -> None:
@@ -99,8 +71,12 @@ def rdzv_conf_help(ctx: click.Context, _param: Any, value: bool) -> None:
     if not value or ctx.resilient_parsing:
         return
     width = max(map(len, CONF_KEYS))
-    click.echo("--rdzv-conf key=value,... keys (README: Rendezvous rounds, its settings table):")
+    click.echo("--rdzv-conf key=value,... keys (README: Rendezvous rounds, its settings):")
     for key, (_, _, text) in CONF_KEYS.items():
-        click.echo(f"  {key.ljust(width)}  {text}")
-    click.echo("torch's names, accepted: " + ", ".join(f"{a} ({b})" for a, b in TORCH_ALIASES.items()))
+        lines = textwrap.wrap(text, WIDTH - width - 4) or [""]
+        click.echo(f"  {key.ljust(width)}  {lines[0]}")
+        for line in lines[1:]:
+            click.echo(f"  {'':{width}}  {line}")
+    aliases = ", ".join(f"{a} ({b})" for a, b in TORCH_ALIASES.items())
+    click.echo(textwrap.fill("torch's names, accepted: " + aliases, WIDTH, subsequent_indent="  "))
     ctx.exit(0)

@@ -8,17 +8,16 @@ from __future__ import annotations
 
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, NoReturn
 
 import click
 from click.core import ParameterSource
 
 from launcher.errors import EXIT_SIGNAL_BASE, EXIT_USAGE, LauncherError, UsageError, describe_code, rendezvous_failure
-from launcher.hangs.hangrules import positive_seconds
 from launcher.launch import launch
+from launcher.optable import click_options
 from launcher.output.console import console_closed, say, set_log_format
-from launcher.workers.numa import MODES as NUMA_MODES
 from rendezvous.errors import RendezvousError, RendezvousSettingsError
 
 from .helpfmt import GroupedCommand, rdzv_conf_help
@@ -29,34 +28,7 @@ from .parse import RunOptions, plan_from
 
 __all__ = ["elastic_run", "run_main", "ctl_main"]
 
-_CONTEXT = {"help_option_names": ["-h", "--help"], "allow_interspersed_args": False, "max_content_width": 100}
-
-
-def _option(*names: str, env: str | None, **kwargs: Any) -> Callable:
-    """A torchrun option: both spellings (--a-b and --a_b), and PET_<NAME> from the environment
-    (for the options torchrun reads it for)."""
-    spelled = list(names)
-    for name in names:
-        if name.startswith("--") and "-" in name[2:]:
-            spelled.append("--" + name[2:].replace("-", "_"))
-    return click.option(*spelled, envvar=f"PET_{env}" if env else None, show_envvar=False, **kwargs)
-
-
-class _Seconds(click.ParamType):
-    """A hang timeout: ``positive_seconds``'s check, as the launch API and the rules make it."""
-
-    name = "seconds"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float | None:
-        if isinstance(value, float):
-            return value
-        try:
-            return positive_seconds(float(value), "it")
-        except ValueError:
-            self.fail(f"{value!r} is not a positive number of seconds", param, ctx)
-
-
-_SECONDS = _Seconds()
+_CONTEXT = {"help_option_names": ["-h", "--help"], "allow_interspersed_args": False, "max_content_width": 80}
 
 
 @click.command("elastic-run", cls=GroupedCommand, context_settings=_CONTEXT)
@@ -69,226 +41,7 @@ _SECONDS = _Seconds()
     callback=rdzv_conf_help,
     help="List the --rdzv-conf keys, and exit.",
 )
-@_option("--nnodes", env="NNODES", default="1:1", show_default=True, help="Number of nodes, N or MIN:MAX.")
-@_option(
-    "--nproc-per-node",
-    env="NPROC_PER_NODE",
-    default="1",
-    show_default=True,
-    help="Workers per node: a number, cpu, gpu or auto.",
-)
-@_option(
-    "--rdzv-backend",
-    env="RDZV_BACKEND",
-    default="etcd-v3",
-    show_default=True,
-    help="Rendezvous backend: etcd-v3 (alias etcd).",
-)
-@_option("--rdzv-endpoint", env="RDZV_ENDPOINT", default="", help="etcd endpoints, host:port[,host:port...].")
-@_option("--rdzv-id", env="RDZV_ID", default=None, help="Job id, the same on every node.")
-@_option(
-    "--rdzv-conf",
-    env="RDZV_CONF",
-    default="",
-    help="Rendezvous settings, key=value,... (the keys: --help-rdzv-conf).",
-)
-@_option("--standalone", env="STANDALONE", is_flag=True, help="Single node: start a local etcd, random job id.")
-@_option(
-    "--max-restarts",
-    env="MAX_RESTARTS",
-    type=click.IntRange(min=0),
-    default=0,
-    show_default=True,
-    help="Worker group restarts after a failure.",
-)
-@_option(
-    "--monitor-interval",
-    env="MONITOR_INTERVAL",
-    type=click.FloatRange(min=0, min_open=True),
-    default=0.1,
-    show_default=True,
-    help="Seconds between worker checks.",
-)
-@_option(
-    "--start-method",
-    env="START_METHOD",
-    type=click.Choice(["spawn", "fork", "forkserver"]),
-    default="spawn",
-    help="Accepted for torchrun compatibility; workers are always new processes.",
-)
-@_option(
-    "--event-log-handler",
-    env="EVENT_LOG_HANDLER",
-    type=click.Choice(["null", "console"]),
-    default="null",
-    show_default=True,
-    help="Where the agent's events go: null, or console (one JSON object per event, on stderr).",
-)
-@_option("--role", env="ROLE", default="default", show_default=True, help="ROLE_NAME of the workers.")
-@_option("-m", "--module", env="MODULE", is_flag=True, help="Run SCRIPT as a module (python -m).")
-@_option("--no-python", env="NO_PYTHON", is_flag=True, help="Run SCRIPT as a program, not with python.")
-@_option("--run-path", env="RUN_PATH", is_flag=True, help="Run SCRIPT with runpy.run_path.")
-@_option("--log-dir", env="LOG_DIR", default=None, help="Directory for per-attempt, per-rank logs and error files.")
-@_option(
-    "-r",
-    "--redirects",
-    env="REDIRECTS",
-    default="0",
-    help="Send output to log files only: 0-3 or LOCAL_RANK:0-3,... (--tee still shows it).",
-)
-@_option(
-    "-t",
-    "--tee",
-    env="TEE",
-    default="0",
-    help="Copy output to log files and to the console, prefixed: 0-3 or LOCAL_RANK:0-3,...",
-)
-@_option("--local-ranks-filter", env="LOCAL_RANKS_FILTER", default="", help="Show only these local ranks, e.g. 0,2.")
-@_option(
-    "--duplicate-stdout-filters",
-    env="DUPLICATE_STDOUT_FILTERS",
-    default="",
-    help="Copy teed stdout lines containing any of these (a,b; ,, is a comma) to attempt_<n>/filtered_stdout.log.",
-)
-@_option(
-    "--duplicate-stderr-filters",
-    env="DUPLICATE_STDERR_FILTERS",
-    default="",
-    help="The same for stderr, to attempt_<n>/filtered_stderr.log.",
-)
-@_option("--local-addr", env="LOCAL_ADDR", default=None, help="This node's address as the others reach it.")
-@_option("--node-rank", env="NODE_RANK", type=int, default=0, help="Static rendezvous only: ignored.")
-@_option("--master-addr", env="MASTER_ADDR", default=None, help="Static rendezvous only: ignored.")
-@_option(
-    "--master-port",
-    env="MASTER_PORT",
-    type=int,
-    default=None,
-    help="The port of the c10d store that group rank 0's agent hosts (default: a free one each round).",
-)
-@_option(
-    "--logs-specs",
-    env=None,
-    default=None,
-    help="A LogsSpecs class from the torchrun.logs_specs entry points; default: the built-in layout.",
-)
-@_option(
-    "--numa-binding",
-    env=None,
-    type=click.Choice(list(NUMA_MODES)),
-    default=None,
-    help="Bind each worker to the CPUs near its GPU (or its share of the NUMA nodes).",
-)
-@_option(
-    "--signals-to-handle",
-    env="SIGNALS_TO_HANDLE",
-    default="SIGTERM,SIGINT,SIGHUP,SIGQUIT",
-    show_default=True,
-    help="Signals that stop the job gracefully; the workers get the same signal.",
-)
-@_option(
-    "--shutdown-timeout",
-    "--stop-grace",
-    "stop_grace",
-    env="SHUTDOWN_TIMEOUT",
-    type=click.FloatRange(min=0),
-    default=None,
-    help="Seconds between the stop signal and SIGKILL [default: $TORCH_ELASTIC_SHUTDOWN_TIMEOUT or 30].",
-)
-@_option(
-    "--heartbeat-timeout",
-    env="HEARTBEAT_TIMEOUT",
-    type=_SECONDS,
-    default=None,
-    help="Seconds without elastic.heartbeat() after which a worker is hung [default: learned: "
-    "5x the slowest step seen after 5 steps, at least 5 s].",
-)
-@_option(
-    "--first-heartbeat-timeout",
-    env="FIRST_HEARTBEAT_TIMEOUT",
-    type=_SECONDS,
-    default=None,
-    help="Seconds from a worker's start to its first heartbeat (start-up, loading, compilation) "
-    "[default: 900; when given, a worker that never beats is judged by it].",
-)
-@_option(
-    "--http-port",
-    env="HTTP_PORT",
-    type=click.IntRange(0, 65535),
-    default=None,
-    help="Serve /metrics (Prometheus), /healthz and /readyz on this port (0: a free one, printed) [default: off].",
-)
-@_option(
-    "--http-host", env="HTTP_HOST", default="0.0.0.0", show_default=True, help="The address --http-port listens on."
-)
-@_option(
-    "--lighthouse",
-    env="LIGHTHOUSE",
-    default=None,
-    metavar="ID",
-    help="Start a torchft Lighthouse replica beside this agent, serving lighthouse ID from etcd (every "
-    "replica of one ID shares one quorum state), and export TORCHFT_LIGHTHOUSE to the workers.",
-)
-@_option(
-    "--lighthouse-port",
-    env="LIGHTHOUSE_PORT",
-    type=click.IntRange(0, 65535),
-    default=29510,
-    show_default=True,
-    help="The replica's gRPC port (0: a free one); its status page is on the next one.",
-)
-@_option(
-    "--lighthouse-min-replicas",
-    env="LIGHTHOUSE_MIN_REPLICAS",
-    type=click.IntRange(1),
-    default=1,
-    show_default=True,
-    help="Replica groups a quorum needs at least (torchft's --min_replicas).",
-)
-@_option(
-    "--warm-start/--no-warm-start",
-    env="WARM_START",
-    default=True,
-    show_default=True,
-    help="Fork Python workers from an interpreter that has imported torch (and --preload) already.",
-)
-@_option(
-    "--preload",
-    env="PRELOAD",
-    default="",
-    metavar="MODULES",
-    help="More modules (comma-separated) for that interpreter to import, as the workers will.",
-)
-@_option(
-    "--checkpoint-dir",
-    env="CHECKPOINT_DIR",
-    default=None,
-    metavar="DIR",
-    help="Where the agent copies the workers' elastic.checkpoint saves (else they stay in memory only).",
-)
-@_option(
-    "--checkpoint-every",
-    env="CHECKPOINT_EVERY",
-    type=click.IntRange(min=1),
-    default=10,
-    show_default=True,
-    metavar="N",
-    help="A copy to --checkpoint-dir every N saves of a rank (and one at the end).",
-)
-@_option(
-    "--virtual-local-rank",
-    env="VIRTUAL_LOCAL_RANK",
-    is_flag=True,
-    help="LOCAL_RANK=0 for every worker, each seeing only its own CUDA device.",
-)
-@click.option(
-    "--log-format",
-    envvar="ELASTIC_LOG_FORMAT",
-    type=click.Choice(["text", "json"]),
-    default="text",
-    show_default=True,
-    help="The agent's own lines: text, or one JSON object each (workers' lines untouched).",
-)
+@click_options()
 @click.argument("script")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 @click.pass_obj

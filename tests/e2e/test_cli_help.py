@@ -18,21 +18,65 @@ def test_both_tools_print_their_version():
         assert shown.returncode == 0 and shown.stdout == f"{tool_name} {version('etcd-elastic')}\n", shown
 
 
-def test_help_groups_the_options_and_shows_one_spelling_of_each():
+def test_help_groups_the_options_and_shows_each_with_its_own_spellings():
     shown = run(["--help"]).stdout
     for title in ("The job:", "Rendezvous (etcd):", "Workers:", "Hangs:", "Output and logs:", "Metrics and probes:"):
         assert f"\n{title}\n" in shown, title
-    assert "--nproc-per-node" in shown and "--nproc_per_node" not in shown and "--stop-grace" not in shown
-    assert "--redirects" in shown and "\n  -r " not in shown
+    assert (
+        "--nproc-per-node" in shown and "--nproc_per_node" not in shown
+    )  # torchrun's other spelling: taken, not shown
+    for spelled in ("-m, --module", "-r, --redirects", "-t, --tee", "--shutdown-timeout, --stop-grace"):
+        assert spelled in shown, spelled
+    assert "--warm-start / --no-warm-start" in shown and "xpu" in shown
     assert "--help-rdzv-conf" in shown
     assert run(["--nproc_per_node", "1", "--version"]).returncode == 0  # the other spellings still work
+
+
+def test_every_option_the_parser_takes_is_in_help_and_every_help_line_fits_80_columns():
+    from launcher.cli.run import elastic_run
+
+    shown = run(["--help"]).stdout
+    options = [p for p in elastic_run.params if p.param_type_name == "option"]
+    taken = {o for p in options for o in (*p.opts, *p.secondary_opts) if "_" not in o}
+    missing = sorted(o for o in taken if not re.search(rf"(^|[ ,/]){re.escape(o)}([ ,\n]|$)", shown, re.M))
+    assert not missing, f"taken but not in --help: {missing}"
+    for args in (["--help"], ["--help-rdzv-conf"]):
+        wide = [line for line in run(args).stdout.splitlines() if len(line) > 80]
+        assert not wide, (args, wide)
+
+
+def test_no_option_listed_as_having_no_effect_changes_what_the_run_does(tmp_path):
+    """Each option --help lists as "accepted ... with no effect here" gives the very plan the
+    command gives without it (--master-port, which sets the agent store's port, was listed there)."""
+    from dataclasses import replace
+
+    from launcher.cli.parse import RunOptions, plan_from
+    from launcher.optable import OPTIONS, moot
+
+    script = tmp_path / "train.py"
+    script.write_text("pass\n")
+    base = RunOptions(script=str(script), rdzv_endpoint="127.0.0.1:2379", rdzv_id="job", log_dir=str(tmp_path))
+    samples = {"--node-rank": 3, "--master-addr": "10.0.0.9", "--start-method": "fork", "--master-port": 29400}
+
+    def changes(name: str) -> bool:
+        dest = next(o.dest or o.name[2:].replace("-", "_") for o in OPTIONS if o.name == name)
+        return essence(plan_from(base)) != essence(plan_from(replace(base, **{dest: samples[name]})))
+
+    def essence(plan):  # what the agent is given; its log directory is named after a random node id
+        return replace(plan.config, logs=replace(plan.config.logs, root="")), plan.settings, plan.exported
+
+    listed = [name for name in moot() if changes(name)]
+    assert not listed, f"listed as having no effect, but they change the run: {listed}"
+    assert changes("--master-port")  # the check sees a change where there is one
+    assert set(moot()) == {"--node-rank", "--master-addr", "--start-method"}
 
 
 def test_help_rdzv_conf_lists_every_key():
     shown = run(["--help-rdzv-conf"])
     assert shown.returncode == 0
+    flat = " ".join(shown.stdout.split())
     for key, (_, _, text) in CONF_KEYS.items():
-        assert re.search(rf"^  {key} +{re.escape(text)}$", shown.stdout, re.M), key
+        assert f" {key} {' '.join(text.split())}" in flat, key
     section = re.search(r"\(README: ([^,)]+)", shown.stdout).group(1)  # the README section it points to is there
     with open(os.path.join(os.path.dirname(__file__), "..", "..", "README.md"), encoding="utf-8") as handle:
         assert f"\n## {section}\n" in handle.read(), section

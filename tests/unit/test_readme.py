@@ -104,3 +104,11 @@ def test_the_code_map_names_every_module_where_it_lives():
         if not re.search(rf"(?<![\w/]){re.escape(path.stem)}(?![\w/])", words):
             missing.append(path.relative_to(ROOT).as_posix())
     assert not missing, f"the README's code map does not name: {missing}"
+
+
+def test_the_readme_options_table_is_the_option_tables():
+    from launcher.optable import markdown
+
+    assert markdown() in README, (
+        "the README's options table is not launcher/optable.py's (python -c 'from launcher.optable import markdown; print(markdown())')"
+    )
