@@ -109,6 +109,5 @@ def test_the_code_map_names_every_module_where_it_lives():
 def test_the_readme_options_table_is_the_option_tables():
     from launcher.optable import markdown
 
-    assert markdown() in README, (
-        "the README's options table is not launcher/optable.py's (python -c 'from launcher.optable import markdown; print(markdown())')"
-    )
+    made = "python -c 'from launcher.optable import markdown; print(markdown())'"
+    assert markdown() in README, f"the README's options table is not launcher/optable.py's ({made})"
