@@ -1,10 +1,10 @@
 """elastic-run's options, in one table: each option's spellings, type, default, help line, help
-group, torchrun's spelling, whether it takes effect here, and the README's longer words.
+group, torchrun's spelling, whether it takes effect here, and the longer words of the docs.
 
 From this table are made: the click options of ``elastic-run`` (``click_options``), ``--help``'s
 groups and its list of options accepted with no effect (``launcher.cli.helpfmt``), the checks of
-``LaunchConfig``'s fields that are options too (``check_field``), and the README's options table
-(``markdown``; ``tests/unit/test_readme.py`` keeps the two equal).
+``LaunchConfig``'s fields that are options too (``check_field``), and the options table of
+docs/getting-started.md (``markdown``; ``tests/unit/test_readme.py`` keeps the two equal).
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ class Option:
     names: tuple[str, ...]  # its spellings, the one help shows first (--a-b; torchrun's --a_b is added)
     help: str  # --help's line
     group: str  # --help's group (GROUP_ORDER)
-    doc: str = ""  # the README's words (else the help line)
+    doc: str = ""  # the docs' words (else the help line)
     default: Any = None
     check: Whole | Seconds | Choice | None = None  # the value's type (None: text, parsed later)
     flag: bool = False
@@ -127,7 +127,7 @@ class Option:
     dest: str = ""  # the parameter's name when it is not the first spelling's
     env: str | None = ""  # PET_<env> ("": from the name; None: torchrun reads none)
     metavar: str | None = None
-    shown_default: str = ""  # the default as help and the README say it ("": none shown)
+    shown_default: str = ""  # the default as help and the docs say it ("": none shown)
     torchrun: str | None = SAME  # torchrun's spelling; None: this project's own
     effect: bool = True  # False: accepted as torchrun takes it, with no effect here
     field: str = ""  # LaunchConfig's field of the same meaning, checked by ``check`` there too
@@ -145,7 +145,7 @@ class Option:
 
     @property
     def shown(self) -> str:
-        """The spellings as help and the README list them: ``-m, --module``, ``--warm-start / --no-warm-start``."""
+        """The spellings as help and the docs list them: ``-m, --module``, ``--warm-start / --no-warm-start``."""
         short = [n for n in self.names if not n.startswith("--")]
         long = [n for n in self.names if n.startswith("--")]
         text = ", ".join([*short, *long])
@@ -158,416 +158,151 @@ def _opt(*names: str, **fields: Any) -> Option:
 
 _JOB, _RDZV, _WORKERS, _HANGS, _STOP, _OUT, _PROBES, _TORCHFT = GROUP_ORDER
 
+# One option a few lines, as a table reads (the formatter would give each field a line of its own).
+# fmt: off
 OPTIONS: tuple[Option, ...] = (
-    _opt(
-        "--nnodes",
-        help="Number of nodes, N or MIN:MAX.",
-        group=_JOB,
-        default="1:1",
-        shown_default="1:1",
-        metavar="N|MIN:MAX",
-        doc="nodes in the job",
-    ),
-    _opt(
-        "--nproc-per-node",
-        help="Workers per node: a number, cpu, gpu, xpu or auto.",
-        group=_JOB,
-        default="1",
-        shown_default="1",
-        metavar="N|cpu|gpu|xpu|auto",
-        doc="workers on this node (`auto`: one per installed GPU that `CUDA_VISIBLE_DEVICES` shows, else one per "
-        "Intel XPU, else one per CPU this process may run on, as torchrun counts them)",
-    ),
-    _opt(
-        "--max-restarts",
-        metavar="N",
-        help="Worker group restarts after a failure (the job's budget).",
-        group=_JOB,
-        default=0,
-        check=Whole(0),
-        shown_default="0",
-        field="max_restarts",
-        doc="restarts of the worker group after a worker failure (the job's count: the first agent's)",
-    ),
-    _opt(
-        "--standalone",
-        help="One node: a local etcd, a random job id.",
-        group=_JOB,
-        flag=True,
-        doc="one node: starts the bundled etcd on a free loopback port, random job id; `--rdzv-backend/-endpoint/-id` "
-        "are ignored, said in one line (as torchrun). Without an endpoint, one node is run so anyway",
-    ),
-    _opt(
-        "--rdzv-endpoint",
-        metavar="HOST:PORT,...",
-        help="etcd's endpoints, host:port[,host:port...].",
-        group=_RDZV,
-        default="",
-        doc="etcd endpoints `host[:port][,...]`, default port 2379, `https://` for TLS (none and one node: as "
-        "`--standalone`)",
-    ),
-    _opt(
-        "--rdzv-id",
-        metavar="ID",
-        help="Job id, the same on every node.",
-        group=_RDZV,
-        doc="the job id, the same on every node (a path and key segment: no `/`, `\\`, `..`, spaces or control "
-        "characters)",
-    ),
-    _opt(
-        "--rdzv-conf",
-        help="Rendezvous settings, key=value,... (keys: --help-rdzv-conf).",
-        group=_RDZV,
-        default="",
-        metavar="K=V,...",
-        doc="rendezvous settings, see the settings table (`--help-rdzv-conf`)",
-    ),
-    _opt(
-        "--rdzv-backend",
-        metavar="NAME",
-        help="etcd-v3 (aliases: etcd, etcd-v2).",
-        group=_RDZV,
-        default="etcd-v3",
-        shown_default="etcd-v3",
-        doc="`etcd-v3` (aliases `etcd`, and `etcd-v2`, which runs on the v3 API, said in one line); `c10d`/`static` "
-        "are refused naming the alternative",
-    ),
-    _opt(
-        "--local-addr",
-        metavar="ADDR",
-        help="This node's address as the others reach it.",
-        group=_RDZV,
-        shown_default="FQDN",
-        doc="this node's address as the others reach it (`MASTER_ADDR` when it is group rank 0)",
-    ),
-    _opt(
-        "--master-port",
-        help="Port of the c10d store group rank 0's agent hosts.",
-        group=_RDZV,
-        check=Whole(0, 65535),
-        shown_default="a free one",
-        metavar="PORT",
-        doc="the port of the c10d store that group rank 0's agent hosts (`MASTER_PORT`); where another agent on "
-        "the host holds it, a free one, said once",
-    ),
-    _opt(
-        "--node-rank",
-        metavar="N",
-        help="Static rendezvous only.",
-        group=_RDZV,
-        check=Whole(0),
-        default=0,
-        effect=False,
-        doc="static rendezvous only: ignored, said in one line",
-    ),
-    _opt(
-        "--master-addr",
-        metavar="ADDR",
-        help="Static rendezvous only.",
-        group=_RDZV,
-        effect=False,
-        doc="static rendezvous only: ignored, said in one line",
-    ),
-    _opt(
-        "-m",
-        "--module",
-        help="Run SCRIPT as a module (python -m).",
-        group=_WORKERS,
-        flag=True,
-        dest="module",
-        doc="run `python -m SCRIPT`",
-    ),
-    _opt(
-        "--no-python",
-        help="Run SCRIPT as a program, not with python.",
-        group=_WORKERS,
-        flag=True,
-        doc="run SCRIPT as a program",
-    ),
-    _opt(
-        "--run-path",
-        help="Run SCRIPT with runpy.run_path.",
-        group=_WORKERS,
-        flag=True,
-        doc="run SCRIPT with `runpy.run_path`",
-    ),
-    _opt(
-        "--role",
-        metavar="NAME",
-        help="ROLE_NAME of the workers.",
-        group=_WORKERS,
-        default="default",
-        shown_default="default",
-        doc="`ROLE_NAME` of the workers",
-    ),
-    _opt(
-        "--start-method",
-        help="torchrun's; workers start as --warm-start says.",
-        group=_WORKERS,
-        check=Choice(("spawn", "fork", "forkserver")),
-        default="spawn",
-        effect=False,
-        doc="accepted for torchrun's sake: workers are forked from a warm interpreter, or started fresh with "
-        "`--no-warm-start`, whatever it says",
-    ),
-    _opt(
-        "--numa-binding",
-        help="Bind each worker to the CPUs near its GPU.",
-        group=_WORKERS,
-        check=Choice(tuple(NUMA_MODES)),
-        env=None,
-        metavar="|".join(NUMA_MODES),
-        doc="bind each worker (`taskset -c`) to the CPUs of its GPU's NUMA node (no GPU: the nodes round robin), "
-        "its socket, its even share of the node's physical cores, or one last-level-cache group; on a machine with "
-        "one NUMA node it is a no-op, said once",
-    ),
-    _opt(
-        "--virtual-local-rank",
-        help="LOCAL_RANK=0, each worker one CUDA device.",
-        group=_WORKERS,
-        flag=True,
-        doc="every worker gets `LOCAL_RANK=0` and `CUDA_VISIBLE_DEVICES` naming its own device (its entry of the "
-        "agent's list, else its local rank)",
-    ),
-    _opt(
-        "--warm-start",
-        help="Fork workers from a warm interpreter.",
-        group=_WORKERS,
-        flag=True,
-        off="--no-warm-start",
-        default=True,
-        shown_default="on",
-        torchrun=None,
-        doc="fork each Python worker from an interpreter the agent started beforehand, which has imported torch "
-        "(see Warm starts); `--no-warm-start`: fresh processes",
-    ),
-    _opt(
-        "--preload",
-        help="More modules for that interpreter, a,b,...",
-        group=_WORKERS,
-        default="",
-        metavar="MODULES",
-        torchrun=None,
-        doc="more modules for that interpreter to import (comma-separated), as the workers will",
-    ),
-    _opt(
-        "--checkpoint-dir",
-        help="Where elastic.checkpoint saves are copied.",
-        group=_WORKERS,
-        metavar="DIR",
-        torchrun=None,
-        shown_default="memory only",
-        field="checkpoint_dir",
-        doc="where the agent copies the workers' `elastic.checkpoint` saves (see State kept in memory)",
-    ),
-    _opt(
-        "--checkpoint-every",
-        help="A copy there every N saves of a rank.",
-        group=_WORKERS,
-        default=10,
-        check=Whole(1),
-        metavar="N",
-        shown_default="10",
-        torchrun=None,
-        field="checkpoint_every",
-        doc="a copy to `--checkpoint-dir` every N saves of a rank, and one at its end",
-    ),
-    _opt(
-        "--heartbeat-timeout",
-        metavar="SECONDS",
-        help="Seconds without a heartbeat: hung.",
-        group=_HANGS,
-        check=Seconds(),
-        shown_default="learned",
-        torchrun=None,
-        field="heartbeat_timeout",
-        doc="seconds without `elastic.heartbeat()` after which a worker is hung (learned: 5x the slowest step "
-        "after 5 steps, at least 5 s; see Hangs)",
-    ),
-    _opt(
-        "--first-heartbeat-timeout",
-        metavar="SECONDS",
-        help="Seconds from start to the first heartbeat.",
-        group=_HANGS,
-        check=Seconds(),
-        shown_default="900",
-        torchrun=None,
-        field="first_heartbeat_timeout",
-        doc="seconds from a worker's start to its first heartbeat; when given, a worker that never beats is "
-        "judged by it",
-    ),
-    _opt(
-        "--signals-to-handle",
-        metavar="SIGNALS",
-        help="Signals that stop the job gracefully.",
-        group=_STOP,
-        default="SIGTERM,SIGINT,SIGHUP,SIGQUIT",
-        shown_default="SIGTERM,SIGINT,SIGHUP,SIGQUIT",
-        doc="signals that stop the job gracefully; the workers get the same signal, then SIGKILL after the "
-        "shutdown timeout; exported to the workers as `TORCHELASTIC_SIGNALS_TO_HANDLE`",
-    ),
-    _opt(
-        "--shutdown-timeout",
-        "--stop-grace",
-        metavar="SECONDS",
-        help="Seconds from the stop signal to SIGKILL.",
-        group=_STOP,
-        dest="stop_grace",
-        check=Seconds(positive=False),
-        shown_default="$TORCH_ELASTIC_SHUTDOWN_TIMEOUT or 30",
-        doc="seconds between the stop signal and SIGKILL when stopping workers (`--stop-grace`: this project's "
-        "older name)",
-    ),
-    _opt(
-        "--monitor-interval",
-        metavar="SECONDS",
-        help="Seconds between checks of the workers.",
-        group=_STOP,
-        default=0.1,
-        check=Seconds(),
-        shown_default="0.1",
-        field="monitor_interval",
-        doc="seconds between checks of the workers",
-    ),
-    _opt(
-        "--log-dir",
-        metavar="DIR",
-        help="Directory of the logs and error files.",
-        group=_OUT,
-        shown_default="a temporary one",
-        doc="`<log-dir>/<job id>/<node>/attempt_<n>/<local rank>/{stdout.log,stderr.log,error.json}`",
-    ),
-    _opt(
-        "-r",
-        "--redirects",
-        metavar="0-3|RANK:0-3,...",
-        help="Output to log files only: 0-3 or RANK:0-3,...",
-        group=_OUT,
-        default="0",
-        shown_default="0",
-        doc="output to log files only: 0 none, 1 stdout, 2 stderr, 3 both; or per local rank `0:1,1:3`",
-    ),
-    _opt(
-        "-t",
-        "--tee",
-        metavar="0-3|RANK:0-3,...",
-        help="Output to log files and the console: 0-3,...",
-        group=_OUT,
-        default="0",
-        shown_default="0",
-        doc="output to the log files *and* the console, prefixed, whatever `--redirects` says; same values",
-    ),
-    _opt(
-        "--local-ranks-filter",
-        metavar="RANKS",
-        help="Show only these local ranks, e.g. 0,2.",
-        group=_OUT,
-        default="",
-        shown_default="all",
-        doc="show only these local ranks on the console, e.g. `0` (files unaffected)",
-    ),
-    _opt(
-        "--duplicate-stdout-filters",
-        help="Copy teed stdout lines with a,b to a file.",
-        group=_OUT,
-        default="",
-        metavar="A,B",
-        doc="copy the teed stdout lines containing `a` or `b` (`,,` is a comma), prefixed, to "
-        "`attempt_<n>/filtered_stdout.log`",
-    ),
-    _opt(
-        "--duplicate-stderr-filters",
-        help="The same for stderr.",
-        group=_OUT,
-        default="",
-        metavar="A,B",
-        doc="the same for stderr, to `filtered_stderr.log`",
-    ),
-    _opt(
-        "--logs-specs",
-        help="A LogsSpecs class (torchrun.logs_specs).",
-        group=_OUT,
-        env=None,
-        metavar="NAME",
-        shown_default="default",
-        doc="a torch `LogsSpecs` class from the `torchrun.logs_specs` entry points, built and asked each attempt "
-        "where the output goes, as torchrun does (imports torch only then)",
-    ),
-    _opt(
-        "--event-log-handler",
-        help="Agent events: null, or console (JSON).",
-        group=_OUT,
-        check=Choice(("null", "console")),
-        default="null",
-        shown_default="null",
-        doc="`console`: one JSON object per agent event on stderr (torch's event shape: `name`, `source`, "
-        "`timestamp`, `metadata`; the records `elastic-ctl history` shows)",
-    ),
-    _opt(
-        "--log-format",
-        help="The agent's lines: text, or JSON objects.",
-        group=_OUT,
-        check=Choice(("text", "json")),
-        default="text",
-        shown_default="text",
-        env="ELASTIC_LOG_FORMAT",
-        torchrun=None,
-        doc="`json` (or `ELASTIC_LOG_FORMAT=json`): each of the agent's own messages one JSON object on stderr "
-        "(`time`, `level`, `source`, `message`); the workers' lines untouched",
-    ),
-    _opt(
-        "--http-port",
-        help="Serve /metrics, /healthz, /readyz here.",
-        group=_PROBES,
-        check=Whole(0, 65535),
-        metavar="PORT",
-        shown_default="off",
-        torchrun=None,
-        doc="serve `/metrics`, `/healthz`, `/readyz` (see Metrics and probes; `0`: a free port, printed)",
-    ),
-    _opt(
-        "--http-host",
-        metavar="ADDR",
-        help="The address --http-port listens on.",
-        group=_PROBES,
-        default="0.0.0.0",
-        shown_default="0.0.0.0",
-        torchrun=None,
-        doc="the address `--http-port` listens on",
-    ),
-    _opt(
-        "--lighthouse",
-        help="A torchft Lighthouse replica beside the agent.",
-        group=_TORCHFT,
-        metavar="ID",
-        shown_default="off",
-        torchrun=None,
-        doc="run a torchft Lighthouse replica of lighthouse ID beside the agent and export `TORCHFT_LIGHTHOUSE` "
-        "(see torchft's Lighthouse)",
-    ),
-    _opt(
-        "--lighthouse-port",
-        metavar="PORT",
-        help="The replica's gRPC port (0: a free one).",
-        group=_TORCHFT,
-        default=29510,
-        check=Whole(0, 65535),
-        shown_default="29510",
-        torchrun=None,
-        doc="the replica's gRPC port (0: a free one); its status page is on the next one",
-    ),
-    _opt(
-        "--lighthouse-min-replicas",
-        metavar="N",
-        help="Replica groups a quorum needs.",
-        group=_TORCHFT,
-        default=1,
-        check=Whole(1),
-        shown_default="1",
-        torchrun=None,
-        doc="replica groups a quorum needs at least (torchft's `--min_replicas`)",
-    ),
+    _opt("--nnodes", help="Number of nodes, N or MIN:MAX.", group=_JOB, default="1:1", metavar="N|MIN:MAX",
+         shown_default="1:1",
+         doc="nodes in the job"),
+    _opt("--nproc-per-node", help="Workers per node: a number, cpu, gpu, xpu or auto.", group=_JOB, default="1",
+         metavar="N|cpu|gpu|xpu|auto", shown_default="1",
+         doc="workers on this node (`auto`: one per installed GPU that `CUDA_VISIBLE_DEVICES` shows, else one per "
+         "Intel XPU, else one per CPU this process may run on, as torchrun counts them)"),
+    _opt("--max-restarts", help="Worker group restarts after a failure (the job's budget).", group=_JOB, default=0,
+         check=Whole(0), metavar="N", shown_default="0", field="max_restarts",
+         doc="restarts of the worker group after a worker failure (the job's count: the first agent's)"),
+    _opt("--standalone", help="One node: a local etcd, a random job id.", group=_JOB, flag=True,
+         doc="one node: starts the bundled etcd on a free loopback port, random job id; "
+         "`--rdzv-backend/-endpoint/-id` are ignored, said in one line (as torchrun). Without an endpoint, one "
+         "node is run so anyway"),
+    _opt("--rdzv-endpoint", help="etcd's endpoints, host:port[,host:port...].", group=_RDZV, default="",
+         metavar="HOST:PORT,...",
+         doc="etcd endpoints `host[:port][,...]`, default port 2379, `https://` for TLS (none and one node: as "
+         "`--standalone`)"),
+    _opt("--rdzv-id", help="Job id, the same on every node.", group=_RDZV, metavar="ID",
+         doc="the job id, the same on every node (a path and key segment: no `/`, `\\`, `..`, spaces or control "
+         "characters)"),
+    _opt("--rdzv-conf", help="Rendezvous settings, key=value,... (keys: --help-rdzv-conf).", group=_RDZV, default="",
+         metavar="K=V,...",
+         doc="rendezvous settings, see the settings table (`--help-rdzv-conf`)"),
+    _opt("--rdzv-backend", help="etcd-v3 (aliases: etcd, etcd-v2).", group=_RDZV, default="etcd-v3", metavar="NAME",
+         shown_default="etcd-v3",
+         doc="`etcd-v3` (aliases `etcd`, and `etcd-v2`, which runs on the v3 API, said in one line); "
+         "`c10d`/`static` are refused naming the alternative"),
+    _opt("--local-addr", help="This node's address as the others reach it.", group=_RDZV, metavar="ADDR",
+         shown_default="FQDN",
+         doc="this node's address as the others reach it (`MASTER_ADDR` when it is group rank 0)"),
+    _opt("--master-port", help="Port of the c10d store group rank 0's agent hosts.", group=_RDZV,
+         check=Whole(0, 65535), metavar="PORT", shown_default="a free one",
+         doc="the port of the c10d store that group rank 0's agent hosts (`MASTER_PORT`); where another agent on "
+         "the host holds it, a free one, said once"),
+    _opt("--node-rank", help="Static rendezvous only.", group=_RDZV, default=0, check=Whole(0), metavar="N",
+         effect=False,
+         doc="static rendezvous only: ignored, said in one line"),
+    _opt("--master-addr", help="Static rendezvous only.", group=_RDZV, metavar="ADDR", effect=False,
+         doc="static rendezvous only: ignored, said in one line"),
+    _opt("-m", "--module", help="Run SCRIPT as a module (python -m).", group=_WORKERS, flag=True, dest="module",
+         doc="run `python -m SCRIPT`"),
+    _opt("--no-python", help="Run SCRIPT as a program, not with python.", group=_WORKERS, flag=True,
+         doc="run SCRIPT as a program"),
+    _opt("--run-path", help="Run SCRIPT with runpy.run_path.", group=_WORKERS, flag=True,
+         doc="run SCRIPT with `runpy.run_path`"),
+    _opt("--role", help="ROLE_NAME of the workers.", group=_WORKERS, default="default", metavar="NAME",
+         shown_default="default",
+         doc="`ROLE_NAME` of the workers"),
+    _opt("--start-method", help="torchrun's; workers start as --warm-start says.", group=_WORKERS, default="spawn",
+         check=Choice(("spawn", "fork", "forkserver")), effect=False,
+         doc="accepted for torchrun's sake: workers are forked from a warm interpreter, or started fresh with "
+         "`--no-warm-start`, whatever it says"),
+    _opt("--numa-binding", help="Bind each worker to the CPUs near its GPU.", group=_WORKERS,
+         check=Choice(tuple(NUMA_MODES)), env=None, metavar="|".join(NUMA_MODES),
+         doc="bind each worker (`taskset -c`) to the CPUs of its GPU's NUMA node (no GPU: the nodes round robin), "
+         "its socket, its even share of the node's physical cores, or one last-level-cache group; on a machine "
+         "with one NUMA node it is a no-op, said once"),
+    _opt("--virtual-local-rank", help="LOCAL_RANK=0, each worker one CUDA device.", group=_WORKERS, flag=True,
+         doc="every worker gets `LOCAL_RANK=0` and `CUDA_VISIBLE_DEVICES` naming its own device (its entry of the "
+         "agent's list, else its local rank)"),
+    _opt("--warm-start", help="Fork workers from a warm interpreter.", group=_WORKERS, default=True, flag=True,
+         off="--no-warm-start", shown_default="on", torchrun=None,
+         doc="fork each Python worker from an interpreter the agent started beforehand, which has imported torch "
+         "(see Warm starts); `--no-warm-start`: fresh processes"),
+    _opt("--preload", help="More modules for that interpreter, a,b,...", group=_WORKERS, default="",
+         metavar="MODULES", torchrun=None,
+         doc="more modules for that interpreter to import (comma-separated), as the workers will"),
+    _opt("--checkpoint-dir", help="Where elastic.checkpoint saves are copied.", group=_WORKERS, metavar="DIR",
+         shown_default="memory only", torchrun=None, field="checkpoint_dir",
+         doc="where the agent copies the workers' `elastic.checkpoint` saves (see State kept in memory)"),
+    _opt("--checkpoint-every", help="A copy there every N saves of a rank.", group=_WORKERS, default=10,
+         check=Whole(1), metavar="N", shown_default="10", torchrun=None, field="checkpoint_every",
+         doc="a copy to `--checkpoint-dir` every N saves of a rank, and one at its end"),
+    _opt("--heartbeat-timeout", help="Seconds without a heartbeat: hung.", group=_HANGS, check=Seconds(),
+         metavar="SECONDS", shown_default="learned", torchrun=None, field="heartbeat_timeout",
+         doc="seconds without `elastic.heartbeat()` after which a worker is hung (learned: 5x the slowest step "
+         "after 5 steps, at least 5 s; see Hangs)"),
+    _opt("--first-heartbeat-timeout", help="Seconds from start to the first heartbeat.", group=_HANGS,
+         check=Seconds(), metavar="SECONDS", shown_default="900", torchrun=None, field="first_heartbeat_timeout",
+         doc="seconds from a worker's start to its first heartbeat; when given, a worker that never beats is "
+         "judged by it"),
+    _opt("--signals-to-handle", help="Signals that stop the job gracefully.", group=_STOP,
+         default="SIGTERM,SIGINT,SIGHUP,SIGQUIT", metavar="SIGNALS", shown_default="SIGTERM,SIGINT,SIGHUP,SIGQUIT",
+         doc="signals that stop the job gracefully; the workers get the same signal, then SIGKILL after the "
+         "shutdown timeout; exported to the workers as `TORCHELASTIC_SIGNALS_TO_HANDLE`"),
+    _opt("--shutdown-timeout", "--stop-grace", help="Seconds from the stop signal to SIGKILL.", group=_STOP,
+         check=Seconds(positive=False), dest="stop_grace", metavar="SECONDS",
+         shown_default="$TORCH_ELASTIC_SHUTDOWN_TIMEOUT or 30",
+         doc="seconds between the stop signal and SIGKILL when stopping workers (`--stop-grace`: this project's "
+         "older name)"),
+    _opt("--monitor-interval", help="Seconds between checks of the workers.", group=_STOP, default=0.1,
+         check=Seconds(), metavar="SECONDS", shown_default="0.1", field="monitor_interval",
+         doc="seconds between checks of the workers"),
+    _opt("--log-dir", help="Directory of the logs and error files.", group=_OUT, metavar="DIR",
+         shown_default="a temporary one",
+         doc="`<log-dir>/<job id>/<node>/attempt_<n>/<local rank>/{stdout.log,stderr.log,error.json}`"),
+    _opt("-r", "--redirects", help="Output to log files only: 0-3 or RANK:0-3,...", group=_OUT, default="0",
+         metavar="0-3|RANK:0-3,...", shown_default="0",
+         doc="output to log files only: 0 none, 1 stdout, 2 stderr, 3 both; or per local rank `0:1,1:3`"),
+    _opt("-t", "--tee", help="Output to log files and the console: 0-3,...", group=_OUT, default="0",
+         metavar="0-3|RANK:0-3,...", shown_default="0",
+         doc="output to the log files *and* the console, prefixed, whatever `--redirects` says; same values"),
+    _opt("--local-ranks-filter", help="Show only these local ranks, e.g. 0,2.", group=_OUT, default="",
+         metavar="RANKS", shown_default="all",
+         doc="show only these local ranks on the console, e.g. `0` (files unaffected)"),
+    _opt("--duplicate-stdout-filters", help="Copy teed stdout lines with a,b to a file.", group=_OUT, default="",
+         metavar="A,B",
+         doc="copy the teed stdout lines containing `a` or `b` (`,,` is a comma), prefixed, to "
+         "`attempt_<n>/filtered_stdout.log`"),
+    _opt("--duplicate-stderr-filters", help="The same for stderr.", group=_OUT, default="", metavar="A,B",
+         doc="the same for stderr, to `filtered_stderr.log`"),
+    _opt("--logs-specs", help="A LogsSpecs class (torchrun.logs_specs).", group=_OUT, env=None, metavar="NAME",
+         shown_default="default",
+         doc="a torch `LogsSpecs` class from the `torchrun.logs_specs` entry points, built and asked each attempt "
+         "where the output goes, as torchrun does (imports torch only then)"),
+    _opt("--event-log-handler", help="Agent events: null, or console (JSON).", group=_OUT, default="null",
+         check=Choice(("null", "console")), shown_default="null",
+         doc="`console`: one JSON object per agent event on stderr (torch's event shape: `name`, `source`, "
+         "`timestamp`, `metadata`; the records `elastic-ctl history` shows)"),
+    _opt("--log-format", help="The agent's lines: text, or JSON objects.", group=_OUT, default="text",
+         check=Choice(("text", "json")), env="ELASTIC_LOG_FORMAT", shown_default="text", torchrun=None,
+         doc="`json` (or `ELASTIC_LOG_FORMAT=json`): each of the agent's own messages one JSON object on stderr "
+         "(`time`, `level`, `source`, `message`); the workers' lines untouched"),
+    _opt("--http-port", help="Serve /metrics, /healthz, /readyz here.", group=_PROBES, check=Whole(0, 65535),
+         metavar="PORT", shown_default="off", torchrun=None,
+         doc="serve `/metrics`, `/healthz`, `/readyz` (see Metrics and probes; `0`: a free port, printed)"),
+    _opt("--http-host", help="The address --http-port listens on.", group=_PROBES, default="0.0.0.0", metavar="ADDR",
+         shown_default="0.0.0.0", torchrun=None,
+         doc="the address `--http-port` listens on"),
+    _opt("--lighthouse", help="A torchft Lighthouse replica beside the agent.", group=_TORCHFT, metavar="ID",
+         shown_default="off", torchrun=None,
+         doc="run a torchft Lighthouse replica of lighthouse ID beside the agent and export `TORCHFT_LIGHTHOUSE` "
+         "(see torchft's Lighthouse)"),
+    _opt("--lighthouse-port", help="The replica's gRPC port (0: a free one).", group=_TORCHFT, default=29510,
+         check=Whole(0, 65535), metavar="PORT", shown_default="29510", torchrun=None,
+         doc="the replica's gRPC port (0: a free one); its status page is on the next one"),
+    _opt("--lighthouse-min-replicas", help="Replica groups a quorum needs.", group=_TORCHFT, default=1,
+         check=Whole(1), metavar="N", shown_default="1", torchrun=None,
+         doc="replica groups a quorum needs at least (torchft's `--min_replicas`)"),
 )
+# fmt: on
 
 
 def env_name(option: Option) -> str | None:
@@ -627,7 +362,7 @@ def check_field(name: str, value: Any) -> None:
 
 
 def markdown() -> str:
-    """The README's options table."""
+    """The options table of docs/getting-started.md."""
     rows = ["| option | default | torchrun | meaning |", "| --- | --- | --- | --- |"]
     for option in OPTIONS:
         spelled = (f"`{option.shown}`" + (f" `{option.metavar}`" if option.metavar else "")).replace("|", "\\|")

@@ -1,12 +1,15 @@
-"""What the README quotes: the fenced block that shows a command's output, for the tests that run
-the same command for real and compare (so a quoted output cannot drift from what the tools print)."""
+"""What the documentation quotes (README.md and docs/*.md, as one text: ``DOCS``): the fenced block
+that shows a command's output, for the tests that run the same command for real and compare (so a
+quoted output cannot drift from what the tools print)."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = "\n".join(p.read_text() for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))])
+README = DOCS  # the tests that read a table or a quote find it on whichever page holds it
 
 
 def quoted_output(command: str) -> list[str]:

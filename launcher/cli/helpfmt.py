@@ -71,7 +71,7 @@ def rdzv_conf_help(ctx: click.Context, _param: Any, value: bool) -> None:
     if not value or ctx.resilient_parsing:
         return
     width = max(map(len, CONF_KEYS))
-    click.echo("--rdzv-conf key=value,... keys (README: Rendezvous rounds, its settings):")
+    click.echo("--rdzv-conf key=value,... keys (docs/rendezvous.md: Rendezvous rounds):")
     for key, (_, _, text) in CONF_KEYS.items():
         lines = textwrap.wrap(text, WIDTH - width - 4) or [""]
         click.echo(f"  {key.ljust(width)}  {lines[0]}")

@@ -77,8 +77,8 @@ def test_help_rdzv_conf_lists_every_key():
     flat = " ".join(shown.stdout.split())
     for key, (_, _, text) in CONF_KEYS.items():
         assert f" {key} {' '.join(text.split())}" in flat, key
-    section = re.search(r"\(README: ([^,)]+)", shown.stdout).group(1)  # the README section it points to is there
-    with open(os.path.join(os.path.dirname(__file__), "..", "..", "README.md"), encoding="utf-8") as handle:
+    page, section = re.search(r"\((docs/[\w.-]+): ([^,)]+)", shown.stdout).groups()  # the section it points to
+    with open(os.path.join(os.path.dirname(__file__), "..", "..", page), encoding="utf-8") as handle:
         assert f"\n## {section}\n" in handle.read(), section
 
 

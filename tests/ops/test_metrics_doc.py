@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 from tests.hangs.helpers import Agent
+from tests.readme_quotes import DOCS
 
 from .helpers import endpoint_of, get, until
 
@@ -16,7 +17,7 @@ COMMON = {"run_id", "node"}  # every metric's labels
 
 def _documented() -> dict[str, set[str]]:
     """metric -> its labels beyond run_id and node, from the README's table ('process_*' kept as is)."""
-    text = (ROOT / "README.md").read_text()
+    text = DOCS
     table = text[text.index("  | metric | what |") :]
     table = table[: table.index("\n\n")]
     found = {}

@@ -5,6 +5,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
+DOCS = "\n".join(p.read_text() for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))])
 
 
 def _first_code_block(text: str) -> list[str]:
@@ -35,8 +36,8 @@ def test_readme_first_command_runs_the_example_job():
 def test_the_readme_exit_code_table_is_the_codes_table():
     from launcher.errors import EXIT_CODES, EXIT_INFRA, describe_code
 
-    text = (ROOT / "README.md").read_text()
-    section = text[text.index("### Exit codes") :]
+    text = DOCS
+    section = text[text.index("## Exit codes") :]
     section = section[: section.index("\n#", 1)]
     rows = [line for line in section.splitlines() if line.startswith("| `")]
     stated = [tuple(cell.strip().strip("`") for cell in row.strip("|").split("|")) for row in rows]
@@ -46,7 +47,7 @@ def test_the_readme_exit_code_table_is_the_codes_table():
 
 def _settings_rows() -> dict[str, str]:
     """The README's Settings table: each key (of a row naming several, each) -> its meaning."""
-    text = (ROOT / "README.md").read_text()
+    text = DOCS
     section = text[text.index("Settings (`--rdzv-conf key=value,...`") :]
     section = section[: section.index("\n\n", section.index("| key |"))]
     rows = {}
@@ -77,7 +78,7 @@ def test_the_settings_table_names_every_key_and_its_exit_codes_are_the_codes_tab
 def _code_map() -> dict[str, str]:
     """The README's code map as {folder: its text}: a package's whole section under its top folder
     (``launcher``), and each sub-folder's own words (``launcher/cli``)."""
-    block = README.split("## Code map", 1)[1].split("```", 2)[1]
+    block = DOCS.split("## Code map", 1)[1].split("```", 2)[1]
     sections: dict[str, str] = {}
     top = sub = ""
     for token in re.split(r"(?m)(^\w+/|(?<=\s)\w+/(?=\s))", block):
@@ -110,4 +111,4 @@ def test_the_readme_options_table_is_the_option_tables():
     from launcher.optable import markdown
 
     made = "python -c 'from launcher.optable import markdown; print(markdown())'"
-    assert markdown() in README, f"the README's options table is not launcher/optable.py's ({made})"
+    assert markdown() in DOCS, f"the options table in docs/ is not launcher/optable.py's ({made})"

@@ -5,15 +5,13 @@ tests/integration: the history bound and the wait for etcd in test_history and t
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 from rendezvous.job.history import DEFAULT_LIMIT
 from rendezvous.job.ranktable import encode_buckets, new_table_id
 from rendezvous.job.state import Keep, NodeInfo, Participant
 from rendezvous.rounds.decide import LiveNode, frozen_state
 from rendezvous.settings import RendezvousSettings
-
-README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+from tests.readme_quotes import DOCS as README  # noqa: E402 -- README.md and docs/*.md
 
 
 def _figure(pattern: str) -> float:
