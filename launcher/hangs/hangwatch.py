@@ -70,6 +70,11 @@ class Starvation:
             credits[local_rank] = max(waited, late)  # the loop's lateness and the wait overlap: the larger
         return credits
 
+    def looked(self) -> None:
+        """The look is over (its etcd calls included): the loop's next wait starts now, and only a
+        wake-up later than that wait's interval counts as late."""
+        self._looked = self._clock()
+
 
 class HangWatch:
     """One round's watch; ``tick()`` from the agent's monitor loop returns a hang verdict once there is one."""
@@ -125,6 +130,9 @@ class HangWatch:
             return self._cases.follow(now, judging)
         except RendezvousError:
             return None  # etcd away: the fence deals with that; look again next tick
+        finally:
+            if self._starvation is not None:
+                self._starvation.looked()
 
     def settled(self) -> Verdict | None:
         """A hang verdict of the open case that stands now (the round is ending for another reason)."""

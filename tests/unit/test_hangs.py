@@ -109,6 +109,10 @@ def test_the_starvation_credit_is_the_wait_for_a_cpu_or_the_agents_late_loop_whi
         assert looks.since_last_look([0, 1]) == pytest.approx({0: 0.8, 1: 0.0})
         clock[0] = 3.1  # the loop woke 2.7 s late (3 s after the last look, for 0.1 s + 0.2 s allowed)
         assert looks.since_last_look([0, 1]) == pytest.approx({0: 2.7, 1: 2.7})
+        clock[0] = 5.0
+        looks.looked()  # the look's own etcd calls took until 5.0: its time is not lateness
+        clock[0] = 5.1
+        assert looks.since_last_look([0, 1]) == {0: 0.0, 1: 0.0}
     finally:
         hangwatch.run_delay = real
 
