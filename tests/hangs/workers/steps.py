@@ -11,7 +11,8 @@ with --gloo the step's collectives (an all_reduce, then a broadcast; torch, gloo
 --mismatch R:S  rank R calls the broadcast in step S while the others are in the all_reduce (a deadlock)
 --phase R:S:D:T rank R (or "all") spends D seconds in elastic.phase("checkpoint", timeout=T) in step S
 --tail R:D      rank R works D seconds after its last step (a final save, outside any phase), on the
-                first attempt only unless --every-attempt
+                first attempt only unless --every-attempt; with --tail-after-done it beats on until rank
+                0's done file is there (its peer finished), then works D seconds
 --no-api        never call the API (the agent must leave such a worker alone)
 --linger S      S seconds more after the loop, on attempts after the first (time to look at the agent)
 --out DIR       DIR/<rank>.<attempt>.beat holds the wall time of the last heartbeat; <rank>.<attempt>.done
@@ -35,6 +36,7 @@ parser.add_argument("--gloo", action="store_true")
 parser.add_argument("--skip", default="")
 parser.add_argument("--phase", default="")
 parser.add_argument("--tail", default="")
+parser.add_argument("--tail-after-done", action="store_true")
 parser.add_argument("--no-api", action="store_true")
 parser.add_argument("--out", default="")
 parser.add_argument("--linger", type=float, default=0.0)
@@ -94,6 +96,13 @@ for step in range(args.steps):
     if args.place in ("after", "both"):
         beat()
 if args.tail and int(args.tail.split(":")[0]) == rank and first:
+    peer_done = os.path.join(args.out, f"0.{attempt}.done")
+    while args.tail_after_done and not os.path.exists(peer_done):
+        time.sleep(args.step)
+        beat()
+    if args.tail_after_done:
+        time.sleep(1.0)  # its agent's word that it finished reaches this node's agent
+        beat()
     time.sleep(float(args.tail.split(":")[1]))
 if attempt > 0:
     time.sleep(args.linger)
