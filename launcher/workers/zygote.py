@@ -225,9 +225,11 @@ def _exit(code: int) -> int:
     import threading
 
     threading.Thread(target=_give_up, args=(code,), name="exit-grace", daemon=True).start()
-    threading._shutdown()  # noqa: SLF001 -- what Py_FinalizeEx calls first: non-daemon threads joined
-    atexit._run_exitfuncs()  # noqa: SLF001
-    _flush_files()
+    for step in (threading._shutdown, atexit._run_exitfuncs, _flush_files):  # noqa: SLF001 -- Py_FinalizeEx's order
+        try:
+            step()
+        except Exception:  # noqa: BLE001 -- as the interpreter: said, and the exit status stands
+            sys.excepthook(*sys.exc_info())
     return code
 
 
@@ -248,17 +250,20 @@ def _give_up(code: int) -> None:
 
 
 def _flush_files() -> None:
-    """Flush every open Python file (module teardown would have closed them)."""
+    """Flush every open Python file (module teardown would have closed them). Objects are told
+    apart by their type, not ``isinstance`` (a dead weak proxy raises on that); a file that cannot
+    be flushed is skipped: the program has ended, and its exit status stands."""
     import gc
     import io
 
     for obj in gc.get_objects():
-        if isinstance(obj, io.IOBase):
-            try:
-                if not obj.closed and obj.writable():
-                    obj.flush()
-            except Exception:  # noqa: BLE001 -- a broken or half-built file: nothing to save
-                pass
+        if not issubclass(type(obj), io.IOBase):
+            continue
+        try:
+            if not obj.closed and obj.writable():
+                obj.flush()
+        except Exception:  # noqa: BLE001 -- a broken or half-built file: nothing to save
+            pass
 
 
 def _name_as(argv: list[str]) -> None:

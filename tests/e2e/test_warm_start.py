@@ -125,6 +125,14 @@ def test_a_forked_worker_whose_interpreter_would_never_exit_still_ends_and_so_do
         assert "threads still running: lingering" in done.stderr
 
 
+def test_a_forked_worker_flushes_what_it_left_open_and_a_dead_weak_proxy_does_not_fail_its_exit(tmp_path):
+    done = _job(tmp_path, "--preload", "decimal", flags=("--fail-first", "--unflushed"))
+    assert done.returncode == 0, done.stderr
+    assert all(r["preloaded"]["decimal"] for r in records(str(tmp_path), 1).values())
+    for rank in (0, 1):
+        assert (tmp_path / f"1-{rank}.unflushed").read_text() == "written at exit\n"
+
+
 def test_a_forked_worker_and_its_interpreter_die_with_the_agent(tmp_path):
     agent = subprocess.Popen(
         [tool("elastic-run"), "--standalone", "--nproc-per-node", "1", "--max-restarts", "1", "--preload", "decimal"]

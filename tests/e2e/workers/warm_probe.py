@@ -1,14 +1,16 @@
 """A worker that writes down how it was started, for the warm-start tests:
 
     warm_probe.py OUT_DIR [--fail-first] [--exit N] [--raise] [--matmul] [--run SECONDS]
-                  [--linger-thread] [--stuck-teardown]
+                  [--linger-thread] [--stuck-teardown] [--unflushed]
 
 Writes OUT_DIR/<restart>-<rank>.json: its pid, session and process group, parent-death signal,
 stdin, argv, cwd, __main__, sys.path[0], signal handlers, environment, which of json/decimal/numpy
 were imported before its first line, and a number from numpy's global generator and from random.
 --linger-thread leaves a non-daemon thread that never ends; --stuck-teardown a module-level object
 whose finalizer waits forever when the interpreter tears the modules down (as a destructor that
-waits for a thread the fork did not copy)."""
+waits for a thread the fork did not copy); --unflushed leaves a file written but neither flushed nor
+closed (OUT_DIR/<restart>-<rank>.unflushed, which the interpreter's exit must flush) and a weak proxy
+whose object is gone."""
 
 import sys
 
@@ -90,6 +92,15 @@ class _StuckAtTeardown:
 if "--stuck-teardown" in flags:
     STUCK = _StuckAtTeardown()
     sys.modules[__name__].__dict__["STUCK"] = STUCK
+if "--unflushed" in flags:
+    import weakref
+
+    class _Gone:
+        pass
+
+    LEFT_OPEN = open(os.path.join(out, name + ".unflushed"), "w")  # noqa: SIM115 -- left open on purpose
+    LEFT_OPEN.write("written at exit\n")
+    DEAD = [weakref.proxy(_Gone())]  # its object is gone already: isinstance() on it raises
 if "--linger-thread" in flags:
     import threading
 
