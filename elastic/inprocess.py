@@ -2,9 +2,10 @@
 
 Under elastic-run, ``train(*args, **kwargs)`` is called in this process. When the job's round ends
 (another rank's worker failed, a node was lost or joined, a hang was agreed on), the agent says
-"stop" on this worker's control connection; a thread here then aborts every process group (so a
-collective blocked on a dead peer returns; gloo's abort does not end a call in flight, so the TCP
-connections made inside ``train`` are shut down too) and raises ``RoundInterrupted`` into the main
+"stop" on this worker's control connection; a thread here then shuts down the TCP connections made
+inside ``train`` and aborts every process group but a gloo one (so a collective blocked on a dead
+peer returns: gloo's abort does not end a call in flight, the connections shut down do) and raises
+``RoundInterrupted`` into the main
 thread, out of ``train``. The process group is destroyed, the agent is told ("parked"), and once the next
 round has formed it sends that round's environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
 TORCHELASTIC_RESTART_COUNT, ...): ``os.environ`` is updated and ``train`` is called again. Whatever
