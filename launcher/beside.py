@@ -94,7 +94,7 @@ class _Replica:
         target_file.write_text(target.to_json())
         self._port = beside.port
         self._process: subprocess.Popen | None = None
-        self._held: socket.socket | None = None
+        self._held: list[socket.socket | None] = []  # the gRPC port and its status page's (the next one)
         self._stop = threading.Event()
         self.address = ""
 
@@ -112,8 +112,8 @@ class _Replica:
             time.sleep(0.05)
         self.address = address_file.read_text().strip()
         self._port = int(self.address.rsplit(":", 1)[1])  # a restart listens where the workers were told
-        if self._held is None:
-            self._held = hold_port(self._port)
+        if not self._held:  # both ports stay this replica's while it is down (its page: the next port)
+            self._held = [hold_port(self._port), hold_port(self._port + 1)]
         return self.address
 
     def supervise(self) -> None:
@@ -132,8 +132,9 @@ class _Replica:
         self._stop.set()
         if self._process is not None:
             stop_process(self._process)
-        if self._held is not None:
-            self._held.close()
+        for held in self._held:
+            if held is not None:
+                held.close()
         shutil.rmtree(self._dir, ignore_errors=True)
 
 
