@@ -27,8 +27,6 @@ close-down cost).
 from __future__ import annotations
 
 import argparse
-import glob
-import json
 import os
 import signal
 import statistics
@@ -43,6 +41,10 @@ import psutil
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, HERE)
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from recovery import events  # noqa: E402 -- the timeline reader of bench/recovery.py, one for both
 
 from rendezvous import EtcdServer  # noqa: E402
 
@@ -75,18 +77,6 @@ def command(mode: str, endpoint: str, run_id: str, work: str) -> list[str]:
         script = [EPOCHS, "--epochs", "5", "--epoch-seconds", "0.8", "--heartbeat", "--timeline", work]
         script += ["--snapshot", os.path.join(work, "snapshot.pt")]
     return [os.path.join(BIN, "elastic-run"), *args, *script]
-
-
-def events(work: str) -> list[dict]:
-    found = []
-    for path in glob.glob(os.path.join(work, "*.jsonl")):
-        with open(path) as lines:
-            for line in lines:
-                try:
-                    found.append(json.loads(line))
-                except ValueError:
-                    pass  # a line cut short by a kill
-    return sorted(found, key=lambda e: e["t"])
 
 
 def _tree(pid: int) -> set[int]:
