@@ -19,12 +19,13 @@ from dataclasses import dataclass, replace
 from rendezvous.job.hangboard import HangBoard
 
 from .blame import Frame, doing, excerpt
-from .hangrules import RankReport
+from .hangrules import FLOOR, RankReport
 from .verdict import TIE, Verdict, decide, stacks_wanted
 
-__all__ = ["CaseFollower", "COLLECT", "TAKE_OVER"]
+__all__ = ["CaseFollower", "LOOK", "COLLECT", "TAKE_OVER"]
 
-COLLECT = 2.0  # seconds the decider waits for every node's report
+LOOK = 1.0  # seconds a node waits for its stopped ranks' stacks (a SIGSTOPped process never answers)
+COLLECT = LOOK + 2.0  # seconds the decider waits for every node's report: its look, then its write
 TAKE_OVER = 5.0  # seconds after COLLECT with no verdict when any node decides instead
 
 
@@ -113,7 +114,7 @@ class CaseFollower:
     def _advance(self, case: _Case, now: float) -> Verdict | None:
         board = self._ensure_board()
         if not case.reported:
-            reports, stacks = self._with_stacks(self._reports(now))
+            reports, stacks = self._with_stacks(now)
             board.report(case.number, {"node": self._node, "ranks": [r.as_dict() for r in reports]}, stacks)
             case.reported = True
         waited = now - case.opened
@@ -133,9 +134,13 @@ class CaseFollower:
             return verdict
         return None
 
-    def _with_stacks(self, reports: list[RankReport]) -> tuple[list[RankReport], dict[str, str]]:
-        """The reports with what each stopped rank is doing, and those ranks' stack excerpts."""
-        frames = self._look(_stopped(reports))
+    def _with_stacks(self, now: float) -> tuple[list[RankReport], dict[str, str]]:
+        """This node's reports with what each stopped rank is doing, and those ranks' stack excerpts.
+        The silences are read after the stacks: a stopped process makes the look wait seconds, and
+        a rank that stopped just after its peer may be past its timeout by then."""
+        began = self._wall()
+        frames = self._look(_stopped(self._reports(now)))
+        reports = self._reports(now + max(0.0, self._wall() - began))
         found = [replace(r, doing=doing(frames[r.rank])) if r.rank in frames else r for r in reports]
         return found, {str(rank): excerpt(f) for rank, f in frames.items() if f}
 
@@ -158,13 +163,18 @@ class CaseFollower:
 
 
 def _stopped(reports: list[RankReport]) -> set[int]:
-    """The local ranks to look at: stuck behind a hang (silent past half their timeout), or tied
-    with this node's oldest -- every rank tied across the job is tied with its own node's oldest."""
+    """The local ranks to look at: stuck behind a hang (silent past half their timeout, or half the
+    shortest learned one: another node's rank may wait for them), or tied with this node's oldest --
+    every rank tied across the job is tied with its own node's oldest."""
     judged = [r for r in reports if r.judged]
     if not judged:
         return set()
     oldest = min(r.progress for r in judged)
-    return {r.rank for r in judged if r.stalled or (r.last is not None and r.progress - oldest <= TIE)}
+    return {
+        r.rank
+        for r in judged
+        if r.stalled or r.silent > min(r.timeout, FLOOR) / 2 or (r.last is not None and r.progress - oldest <= TIE)
+    }
 
 
 def _shown_stacks(

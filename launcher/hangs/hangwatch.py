@@ -16,7 +16,7 @@ from rendezvous.job.hangboard import HangBoard, HangChannel
 
 from .beatfile import BeatReader
 from .blame import Frame, main_frames, with_source
-from .cases import CaseFollower
+from .cases import LOOK, CaseFollower
 from .hangrules import HangTimeouts, RankReport, RankWatch
 from .stacks import dump_stacks, report_hang
 from .verdict import Verdict
@@ -165,7 +165,7 @@ class HangWatch:
         }
 
     # -- stacks -------------------------------------------------------------------------------------
-    def look(self, ranks: set[int], wait: float = 2.0) -> dict[int, list[Frame]]:
+    def look(self, ranks: set[int], wait: float = LOOK) -> dict[int, list[Frame]]:
         """The main-thread frames (with their source lines) of the given local ranks, from a fresh
         dump of every thread's stack (what each wrote within ``wait`` seconds; [] when none came)."""
         workers = [(w.rank, w.record, r) for w, r in zip(self._workers, self._readers)]

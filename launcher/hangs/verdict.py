@@ -41,6 +41,7 @@ class Verdict:
     deadlock: bool = False  # every rank that stopped together waits in a torch.distributed call
     calls: tuple[tuple[str, str], ...] = ()  # tied: (ranks, what they do), as ``blame.Doing.said``
     stacks: tuple[tuple[int, str], ...] = ()  # (rank, its main thread's excerpt), the culprit's first
+    waiters: tuple[int, ...] = ()  # ranks that beat before the culprit, then waited for it in a collective
 
     @property
     def culprit_label(self) -> str:
@@ -70,6 +71,8 @@ class Verdict:
             details.append(f"{self.blocked} rank{'s' if self.blocked > 1 else ''} blocked behind it")
         if self.tied:
             details.append(self._why_of_tie())
+        if self.waiters:
+            details.append(self._why_of_waiters())
         return f"rank {c.rank} on node {c.node} hung: {silence} ({'; '.join(details)})"
 
     def lines(self) -> list[str]:
@@ -85,9 +88,16 @@ class Verdict:
         others = ranks_text(self.tied)
         plural = len(self.tied) > 1
         stopped = f"rank{'s' if plural else ''} {others} stopped within {TIE * 1000:.0f} ms of it"
+        if self.waiters:
+            return stopped  # the waiters' line shows the calls
         if all(said == _NO_STACK.said() for _, said in self.calls):
             return f"{stopped} and no stack came to tell which one the others wait for"
         return f"{stopped}; by the stacks, it is the one the others wait for: {self._calls()}"
+
+    def _why_of_waiters(self) -> str:
+        plural = len(self.waiters) > 1
+        who = f"rank{'s' if plural else ''} {ranks_text(self.waiters)}"
+        return f"{who} beat earlier, but {'they wait' if plural else 'it waits'} for it: {self._calls()}"
 
     def _calls(self) -> str:
         return "; ".join(f"rank{'' if ranks.isdigit() else 's'} {ranks} {said}" for ranks, said in self.calls)
@@ -107,6 +117,7 @@ class Verdict:
             "phase": c.phase,
             "blocked": self.blocked,
             "tied": ranks_text(self.tied),
+            "waiters": ranks_text(self.waiters),
             "deadlock": self.deadlock,
             "why": self.line(),
             "stack": "\n\n".join(text for _, text in self.stacks[:1]),
@@ -122,6 +133,7 @@ class Verdict:
             "deadlock": self.deadlock,
             "calls": [list(pair) for pair in self.calls],
             "stacks": [list(pair) for pair in self.stacks],
+            "waiters": list(self.waiters),
         }
 
     @classmethod
@@ -137,6 +149,7 @@ class Verdict:
                 bool(data.get("deadlock", False)),
                 tuple((_text(r, 4096), _text(s, 1024)) for r, s in data.get("calls", ())[:SHOWN_CALLS]),
                 tuple((int(r), _text(s, 8192)) for r, s in data.get("stacks", ())[:SHOWN_STACKS]),
+                tuple(int(r) for r in data.get("waiters", ())),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"a hang verdict is malformed ({exc!r})") from None
@@ -144,7 +157,9 @@ class Verdict:
 
 def decide(reports: list[RankReport]) -> Verdict | None:
     """Blame the judged rank whose last sign of progress is the oldest -- or, among ranks that stopped
-    within TIE of it, the one the others wait for; None when no rank is judged."""
+    within TIE of it, the one the others wait for; or, when that rank waits in a collective, the
+    stalled rank that does not (it stopped a little later, and the oldest waits for it). None when
+    no rank is judged."""
     judged = [r for r in reports if r.judged]
     if not judged:
         return None
@@ -152,10 +167,19 @@ def decide(reports: list[RankReport]) -> Verdict | None:
     beaten = [r for r in judged if r.last is not None and oldest.last is not None]
     together = [r for r in beaten if r.progress - oldest.progress <= TIE]
     culprit, deadlock = _break_tie(together) if len(together) > 1 else (oldest, False)
+    awaited = [] if deadlock else _awaited(culprit, judged)
+    waiters: list[RankReport] = []
+    if awaited:
+        waiters = [r for r in together if (r.doing or _NO_STACK).waits]
+        culprit = min(awaited, key=lambda r: (r.progress, r.rank))
+        together = [r for r in awaited if r.progress - culprit.progress <= TIE]
     tied = tuple(sorted(r.rank for r in together if r is not culprit))
     blocked = sum(1 for r in judged if r is not culprit and r.stalled)
-    calls = _calls(together) if len(together) > 1 else ()
-    verdict = Verdict(False, culprit, blocked, tied, deadlock=deadlock, calls=calls)
+    shown = [*waiters, *together]
+    calls = _calls(shown) if len(shown) > 1 else ()
+    verdict = Verdict(
+        False, culprit, blocked, tied, deadlock=deadlock, calls=calls, waiters=tuple(sorted(r.rank for r in waiters))
+    )
     if culprit.overdue or (deadlock and any(r.overdue for r in together)):
         return replace(verdict, hung=True)
     return replace(verdict, hold_until=culprit.progress + culprit.timeout)
@@ -186,6 +210,24 @@ def _break_tie(together: list[RankReport]) -> tuple[RankReport, bool]:
     least = min(score.values())
     culprit = min((r for r in together if score[r.rank] == least), key=lambda r: (r.progress, r.rank))
     return culprit, least == _SCORE[WAITING] or (least > 0 and len(set(score.values())) == 1)
+
+
+def _awaited(culprit: RankReport, judged: list[RankReport]) -> list[RankReport]:
+    """When the rank with the oldest heartbeat waits for its peers (its stack is in a collective, or
+    in backward), the ranks silent past half its timeout (or their own) whose stacks are not in
+    one (learned timeouts differ from rank to rank): the one it waits for beat a little later
+    and then stopped outside any collective (a rank SIGSTOPped, or one that beat just before
+    hanging in its data loader while its peer was already on its way into the collective)."""
+    if culprit.doing is None or not culprit.doing.waits:
+        return []
+    return [
+        r
+        for r in judged
+        if r is not culprit
+        and r.silent > min(r.timeout, culprit.timeout) / 2  # stalled, by its timeout or the waiter's
+        and r.doing is not None
+        and not r.doing.waits
+    ]
 
 
 def _calls(together: list[RankReport]) -> tuple[tuple[str, str], ...]:

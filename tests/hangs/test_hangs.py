@@ -15,6 +15,7 @@ import sys
 
 import pytest
 
+from launcher.hangs.cases import COLLECT
 from rendezvous.etcd.client import EtcdClient
 from rendezvous.job.history import read_history
 from rendezvous.job.keys import DEFAULT_KEY_PREFIX, JobKeys
@@ -268,7 +269,7 @@ def test_a_rank_that_stops_after_its_peer_finished_is_found_from_what_was_learne
 ):
     """Rank 0's node finishes; rank 1 then stops (it beats until its peer is done, however long a
     loaded machine takes to end it, so that it stops after its peer finished). Past the last step the timeout is 5x
-    the step timeout (2 s here), not the first-heartbeat one (900 s): found in about 10 s; the finished
+    the step timeout (2 s here), not the first-heartbeat one (900 s): found in about 13 s; the finished
     node rejoins the restarted job and both complete."""
     out, timeout = str(tmp_path), 2.0
     agents = _two_agent_job(
@@ -285,7 +286,9 @@ def test_a_rank_that_stops_after_its_peer_finished_is_found_from_what_was_learne
     finished = next(a for a in agents if a is not culprit)
     at, line = culprit.first(HUNG)
     assert re.search(HUNG, line).group(1) == "1" and 'last in phase "finishing"; timeout 10 s' in line, line
-    assert 5 * timeout <= at - stopped <= 5 * timeout + 3.0, f"found {at - stopped:.1f} s after its last heartbeat"
+    # the finished node writes no report: the decider waits COLLECT seconds for it, then decides
+    bound = 5 * timeout + COLLECT + 1.0
+    assert 5 * timeout <= at - stopped <= bound, f"found {at - stopped:.1f} s after its last heartbeat (bound {bound} s)"
     assert culprit.count(r"line \d+ in <module>") >= 1, culprit.output
     assert finished.count(r"rank 1 on node \S+ hung after this node's workers finished: the job restarts; rejoining")
     assert done(out) == {(0, 0), (0, 1), (1, 1)}, [a.output for a in agents]

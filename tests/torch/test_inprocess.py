@@ -64,9 +64,13 @@ def _after(out: str, since: float) -> tuple[float, dict[int, int]]:
     return first, {e["rank"]: e["pid"] for e in later}
 
 
+def _outputs(started: list[Agent]) -> list[str]:
+    return [a.output()[-3000:] for a in started]
+
+
 def _finish(started: list[Agent]) -> None:
     codes = [a.wait(120) for a in started]
-    assert codes == [0] * len(started), [a.output()[-3000:] for a in started]
+    assert codes == [0] * len(started), _outputs(started)
 
 
 def test_a_worker_sigkilled_costs_the_survivors_no_process(job, tmp_path):
@@ -139,7 +143,7 @@ def test_a_hang_elsewhere_costs_the_survivors_no_process(job, tmp_path):
     wait_for(lambda: [e for e in timeline(out) if e["event"] == "step" and e["restart"] == 1], 60, what="round 2")
     _finish(started)
     seconds, pids = _after(out, stopped)
-    assert survivor in pids.values() and hung not in pids.values(), (pids, survivor, hung)
+    assert survivor in pids.values() and hung not in pids.values(), (pids, survivor, hung, _outputs(started))
     print(f"\nrank 1 hung: the survivor kept its process; next step {seconds:.2f} s after the SIGSTOP")
 
 

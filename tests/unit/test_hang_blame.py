@@ -134,6 +134,40 @@ def test_when_heartbeats_tie_the_rank_outside_torch_distributed_is_blamed_whatev
     assert verdict.culprit_label == str(culprit)
 
 
+@pytest.mark.parametrize("late", [Doing(UNKNOWN, "", ""), "loader"])
+def test_when_the_oldest_rank_waits_in_a_collective_the_stalled_rank_outside_one_is_blamed(late):
+    """Rank 1 beat 120 ms after rank 0, then stopped (SIGSTOPped: no stack; or in its data loader)
+    while rank 0 was already in backward waiting for it: the oldest heartbeat is not the culprit."""
+    late = _doing(IN_A_LOADER) if late == "loader" else late
+    reports = [_report(0, 100.00, 5.12, doing=_doing(IN_BACKWARD)), _report(1, 100.12, 5.0, node="b", doing=late)]
+    verdict = decide(reports)
+    assert verdict.hung and verdict.culprit.rank == 1 and verdict.waiters == (0,) and verdict.tied == ()
+    assert verdict.blocked == 1 and not verdict.deadlock
+    line = verdict.line()
+    assert line.startswith("rank 1 on node b hung: no heartbeat for 5.0 s"), line
+    assert (
+        f"rank 0 beat earlier, but it waits for it: rank 0 in backward at train.py:44 in step; rank 1 {late.said()}"
+        in line
+    )
+    assert Verdict.from_dict(verdict.as_dict()) == verdict and verdict.record()["waiters"] == "0"
+    # the later rank not yet past its own timeout: no hang until it is
+    early = decide([reports[0], _report(1, 100.12, 3.9, node="b", doing=late)])
+    assert not early.hung and early.culprit.rank == 1 and early.hold_until == 104.12
+    # rank 1 learned a longer timeout (a slow step seen): silent past half rank 0's, it is still the one waited for
+    longer = decide([reports[0], _report(1, 100.12, 5.0, timeout=12.0, node="b", doing=late)])
+    assert not longer.hung and longer.culprit.rank == 1 and longer.hold_until == 112.12
+
+
+def test_the_oldest_rank_waiting_is_blamed_when_every_other_rank_waits_too_or_is_still_running():
+    waiting = _report(0, 100.0, 5.2, doing=_doing(IN_ALL_REDUCE))
+    assert decide([waiting, _report(1, 100.2, 5.0, doing=_doing(IN_ALL_REDUCE))]).culprit.rank == 0
+    assert decide([waiting, _report(1, 103.0, 1.0)]).culprit.rank == 0  # rank 1 beats: not stalled
+    in_its_code = decide(
+        [_report(0, 100.0, 5.2, doing=_doing(IN_A_LOADER)), _report(1, 100.2, 5.0, doing=_doing(IN_A_LOADER))]
+    )
+    assert in_its_code.culprit.rank == 0 and in_its_code.waiters == ()
+
+
 def test_a_rank_in_backward_is_waited_for_less_surely_than_one_in_a_collective_and_more_than_one_in_its_code():
     reports = [
         _report(0, 100.0, 5.0, doing=_doing(IN_BACKWARD)),
