@@ -288,9 +288,7 @@ def test_a_rank_that_stops_after_its_peer_finished_is_found_from_what_was_learne
     assert re.search(HUNG, line).group(1) == "1" and 'last in phase "finishing"; timeout 10 s' in line, line
     # the finished node writes no report: the decider waits COLLECT seconds for it, then decides
     bound = 5 * timeout + COLLECT + 1.0
-    assert 5 * timeout <= at - stopped <= bound, (
-        f"found {at - stopped:.1f} s after its last beat (bound {bound} s)"
-    )
+    assert 5 * timeout <= at - stopped <= bound, f"found {at - stopped:.1f} s after its last beat (bound {bound} s)"
     assert culprit.count(r"line \d+ in <module>") >= 1, culprit.output
     assert finished.count(r"rank 1 on node \S+ hung after this node's workers finished: the job restarts; rejoining")
     assert done(out) == {(0, 0), (0, 1), (1, 1)}, [a.output for a in agents]
