@@ -44,7 +44,8 @@ from rendezvous.errors import (
 )
 from rendezvous.job.hangboard import HangChannel
 from rendezvous.job.history import HistoryWriter
-from rendezvous.job.state import CLOSED_BY_OPERATOR, JobState, JobStatus
+from rendezvous.job.progress import RoundProgress, tripped
+from rendezvous.job.state import CLOSED_BY_CRASH_LOOP, CLOSED_BY_OPERATOR, JobState, JobStatus
 from rendezvous.rounds.handler import RendezvousHandler
 from rendezvous.rounds.join import RendezvousInfo
 
@@ -57,6 +58,7 @@ from .errors import (
     JobRendezvousError,
     LauncherError,
     WorkerFailedError,
+    CrashLoopError,
     rendezvous_failure,
 )
 from .output import LogPump
@@ -195,9 +197,11 @@ class Agent:
                 if result.lost:  # with a peer's loss: a membership change, whatever the budget
                     self.say(restart.loss_line(result.lost, self.info.restart_count, self.info.max_restarts))
                 else:
-                    self._restart_or_close(restart.failure_of(result.status, self.handler.node_id, self.info))
+                    failure = restart.failure_of(result.status, self.handler.node_id, self.info)
+                    self._restart_or_close(failure, result)
             elif result.outcome is RoundOutcome.HUNG:
-                self._restart_or_close(restart.hang_of(result.verdict, self.info, self.config.history_command))
+                failure = restart.hang_of(result.verdict, self.info, self.config.history_command)
+                self._restart_or_close(failure, result)
 
     def worker_pids(self) -> list[int]:
         """This node's worker processes now (none between rounds)."""
@@ -271,12 +275,22 @@ class Agent:
 
         return self._rounds.run(self.info, self.attempt, layout, ending)
 
-    def _restart_or_close(self, failure: restart.Failure) -> None:
-        """Ask the job for a restart while its budget lasts, else print the summary and close it failed."""
+    def _restart_or_close(self, failure: restart.Failure, result: RoundResult) -> None:
+        """Ask the job for a restart while its budget lasts and it is not a crash loop (``result``:
+        how far the workers got), else print the summary and close it failed."""
+        long = result.ran >= self.config.crash_loop.window
+        progress = RoundProgress(beats=result.beats, checkpoint=self._snapshots.newest_step(), long=long)
         count, budget = self.info.restart_count, self.info.max_restarts
+        limit = self.config.crash_loop.restarts
+        if count < budget and tripped(self.info.streak, progress, limit):
+            self.state = AgentState.FAILED
+            reason = restart.crash_loop_reason(failure.what, self.info.streak, limit)
+            self._close(reason, failed=True, closed_by=CLOSED_BY_CRASH_LOOP)
+            self.say(restart.crash_loop_summary(failure.what, self.info.streak, limit, self.config.crash_loop.window))
+            raise CrashLoopError(reason, failure.failures)
         if count < budget:
             self.say(restart.restart_line(failure.what, count, budget, self._group.in_place))
-            self.handler.request_restart(failure.what, failure.kind)
+            self.handler.request_restart(failure.what, failure.kind, progress)
             return
         self.state = AgentState.FAILED
         self._close(restart.spent_reason(failure.what, count, budget), failed=True)  # recorded before it is said
@@ -300,7 +314,8 @@ class Agent:
         if state is not None and state.failed:  # another node's worker failed with no restart left
             self.state = AgentState.FAILED
             self.say(f"the job failed: {state.reason}")
-            return WorkerFailedError(state.reason)
+            looped = state.closed_by == CLOSED_BY_CRASH_LOOP
+            return CrashLoopError(state.reason) if looped else WorkerFailedError(state.reason)
         if state is not None and state.closed_by == CLOSED_BY_OPERATOR:
             self._departure = _Departure(f"the job was closed by an operator ({state.reason})")
             return JobClosedError(f"the job was closed by an operator: {state.reason}")
@@ -330,15 +345,7 @@ class Agent:
         finally:
             done.set()
             reporter.join(timeout=2)
-        self.telemetry.round_formed(
-            info.round,
-            info.world_size,
-            info.group_rank,
-            info.group_world_size,
-            info.restart_count,
-            info.max_restarts,
-            time.monotonic() - joining,
-        )
+        self.telemetry.round_formed(info, time.monotonic() - joining)
         self.say(
             f"round {info.round}: group rank {info.group_rank} of {info.group_world_size} nodes, "
             f"global ranks {info.base_global_rank}..{info.base_global_rank + self.config.nproc_per_node - 1} "
@@ -383,9 +390,10 @@ class Agent:
         self.say(f"{state.cause.failures[0]} after this node's workers finished: the job restarts; rejoining")
         return False
 
-    def _close(self, reason: str, *, failed: bool = False) -> None:
-        self.history.record("job_closed", self.info.round if self.info else 0, reason=reason, failed=failed, by="agent")
+    def _close(self, reason: str, *, failed: bool = False, closed_by: str = "") -> None:
+        by = closed_by or "agent"
+        self.history.record("job_closed", self.info.round if self.info else 0, reason=reason, failed=failed, by=by)
         try:
-            self.handler.set_closed(reason, failed=failed)
+            self.handler.set_closed(reason, failed=failed, closed_by=closed_by)
         except RendezvousError as exc:
             self.say(f"could not mark the job closed: {exc}")

@@ -14,6 +14,15 @@ __all__ = ["AgentConfig", "differences"]
 
 
 @dataclass(frozen=True)
+class CrashLoop:
+    """The crash-loop breaker: the job closes (exit 5) at ``restarts`` restarts in a row with no
+    progress, a round counting as progress when it ran at least ``window`` seconds."""
+
+    restarts: int = 3  # --crash-loop-restarts (0: never)
+    window: float = 300.0  # --progress-window
+
+
+@dataclass(frozen=True)
 class AgentConfig:
     argv: tuple[str, ...]  # the worker command line
     nproc_per_node: int
@@ -36,6 +45,7 @@ class AgentConfig:
     store_port: int | None = None  # its port (--master-port); None: a free port each round
     checkpoint_dir: str | None = None  # where elastic.checkpoint saves are copied (--checkpoint-dir); None: memory only
     checkpoint_every: int = 10  # a copy there every so many saves of a rank (--checkpoint-every)
+    crash_loop: CrashLoop = CrashLoop()  # --crash-loop-restarts, --progress-window
 
 
 def differences(config: AgentConfig, nodes: tuple[int, int], info: RendezvousInfo) -> tuple[str, ...]:

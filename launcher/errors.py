@@ -3,7 +3,8 @@
     LauncherError
     ├── UsageError            bad command line, settings or credentials      exit 2
     ├── WorkerFailedError     workers failed (or hung), no restart is left    exit 1
-    │   └── ChildFailedError      the same, raised by launcher.api (torch's shape)
+    │   ├── ChildFailedError      the same, raised by launcher.api (torch's shape)
+    │   └── CrashLoopError        restarts in a row made no progress              exit 5
     ├── JobRendezvousError    the job cannot be joined (closed, not ours)    exit 3
     ├── JobClosedError        an operator closed the job                     exit 4
     ├── InfrastructureError   etcd, the rendezvous or the lease failed       exit 200
@@ -35,6 +36,7 @@ __all__ = [
     "EXIT_USAGE",
     "EXIT_RENDEZVOUS",
     "EXIT_CLOSED",
+    "EXIT_CRASH_LOOP",
     "EXIT_INFRA",
     "EXIT_SIGNAL_BASE",
     "EXIT_CODES",
@@ -45,6 +47,7 @@ __all__ = [
     "UsageError",
     "WorkerFailedError",
     "ChildFailedError",
+    "CrashLoopError",
     "JobRendezvousError",
     "JobClosedError",
     "InfrastructureError",
@@ -56,6 +59,7 @@ EXIT_WORKER_FAILED = 1
 EXIT_USAGE = 2
 EXIT_RENDEZVOUS = 3
 EXIT_CLOSED = 4
+EXIT_CRASH_LOOP = 5
 EXIT_INFRA = 200
 EXIT_SIGNAL_BASE = 128
 
@@ -79,6 +83,12 @@ EXIT_CODES = (
         "3", "the job cannot be joined: its id is closed (finished or failed), or its state in etcd is not ours", False
     ),
     ExitCode("4", "an operator closed the job (elastic-ctl close)", False),
+    ExitCode(
+        "5",
+        "crash loop: --crash-loop-restarts restarts in a row made no progress (no new heartbeat or checkpoint "
+        "step, each round under --progress-window); a requeue would fail the same way",
+        False,
+    ),
     ExitCode(
         "128+N",
         "stopped by signal N (143: SIGTERM, as on preemption, eviction or pod deletion); the job stays open",
@@ -149,6 +159,12 @@ class ChildFailedError(WorkerFailedError):
             if failure.error is not None and failure.error.traceback:
                 lines += ["    " + line for line in failure.error.traceback.rstrip().splitlines()]
         return "\n".join(lines)
+
+
+class CrashLoopError(WorkerFailedError):
+    """The job failed the same way restart after restart, getting no further (``rendezvous.job.progress``)."""
+
+    exit_code = EXIT_CRASH_LOOP
 
 
 def _error_file(failure: Any) -> str:

@@ -34,7 +34,7 @@ GROUP_ORDER = (
     "The job",
     "Rendezvous (etcd)",
     "Workers",
-    "Hangs",
+    "Hangs and crash loops",
     "Stopping",
     "Output and logs",
     "Metrics and probes",
@@ -243,6 +243,14 @@ OPTIONS: tuple[Option, ...] = (
          check=Seconds(), metavar="SECONDS", shown_default="900", torchrun=None, field="first_heartbeat_timeout",
          doc="seconds from a worker's start to its first heartbeat; when given, a worker that never beats is "
          "judged by it"),
+    _opt("--crash-loop-restarts", help="Restarts in a row with no progress: closed.", group=_HANGS, default=3,
+         check=Whole(0), metavar="N", shown_default="3", torchrun=None, field="crash_loop_restarts",
+         doc="restarts in a row in which no worker beat more heartbeats than ever before, no newer "
+         "`elastic.checkpoint` step was saved and no round ran `--progress-window` seconds: the job is closed "
+         "as a crash loop, exit code 5, do not requeue (0: never; see Crash loops)"),
+    _opt("--progress-window", help="Seconds a round runs that count as progress.", group=_HANGS, default=300.0,
+         check=Seconds(), metavar="SECONDS", shown_default="300", torchrun=None, field="progress_window",
+         doc="a round that ran this long before it failed made progress, whatever its heartbeats said"),
     _opt("--signals-to-handle", help="Signals that stop the job gracefully.", group=_STOP,
          default="SIGTERM,SIGINT,SIGHUP,SIGQUIT", metavar="SIGNALS", shown_default="SIGTERM,SIGINT,SIGHUP,SIGQUIT",
          doc="signals that stop the job gracefully; the workers get the same signal, then SIGKILL after the "

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from launcher.beside import Beside
-from launcher.config import AgentConfig
+from launcher.config import AgentConfig, CrashLoop
 from launcher.errors import UsageError
 from launcher.hangs.hangrules import HangTimeouts
 from launcher.launch import LaunchPlan
@@ -71,6 +71,7 @@ class RunRequest:
     store_port: int | None = None  # --master-port: the agent store's port (None: a free one each round)
     checkpoint_dir: str | None = None  # where the agent copies elastic.checkpoint saves (None: memory only)
     checkpoint_every: int = 10  # a copy every so many saves of a rank
+    crash_loop: CrashLoop = CrashLoop()  # restarts in a row with no progress that close the job
     http_port: int | None = None
     http_host: str = "0.0.0.0"
     lighthouse: Beside | None = None
@@ -164,6 +165,7 @@ def _agent_config(
         store_port=request.store_port,
         checkpoint_dir=os.path.abspath(request.checkpoint_dir) if request.checkpoint_dir else None,
         checkpoint_every=request.checkpoint_every,
+        crash_loop=request.crash_loop,
         event_log_handler=request.event_log_handler,
         cpu_binding=cpu_binding,
         hang_timeouts=request.hang_timeouts,

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from launcher.hangs.verdict import Verdict
 from launcher.workers.group import GroupStatus
+from rendezvous.job.progress import Streak
 from rendezvous.job.state import Cause, FailureKind, JobState, JobStatus
 from rendezvous.rounds.join import RendezvousInfo
 from rendezvous.rounds.monitor import JobMonitor
@@ -38,6 +39,8 @@ __all__ = [
     "hang_of",
     "restart_line",
     "spent_reason",
+    "crash_loop_reason",
+    "crash_loop_summary",
     "failure_summary",
     "hang_summary",
     "change_line",
@@ -83,6 +86,24 @@ def fence_reason(
             f"peers' deadline {peers_deadline:g} s"
         )
     return f"no lease renewal from etcd for {lease_silent:.1f} s", f"renew deadline {renew_deadline:g} s"
+
+
+def crash_loop_reason(what: str, streak: Streak, limit: int) -> str:
+    """Why the crash-loop breaker closed the job, as its state, its history and every node say it."""
+    return f"{what}: a crash loop, {limit} restarts in a row made no progress ({streak.stalled + 1}/{limit})"
+
+
+def crash_loop_summary(what: str, streak: Streak, limit: int, window: float) -> str:
+    """What failed in each restart of the loop, the newest last, and why none was progress."""
+    cycles = [*streak.failures[-(limit - 1) :], what] if limit > 1 else [what]
+    lines = [
+        f"crash loop: {limit} restarts in a row made no progress -- no worker beat more than "
+        f"{streak.beats} heartbeats in a round, no elastic.checkpoint step after "
+        f"{streak.checkpoint if streak.checkpoint >= 0 else 'none'}, no round ran {window:g} s "
+        "(--crash-loop-restarts, --progress-window)"
+    ]
+    lines += [f"  restart {i + 1}: {line}" for i, line in enumerate(cycles)]
+    return "\n".join(lines)
 
 
 def spent_reason(what: str, restarts: int, budget: int) -> str:

@@ -63,6 +63,8 @@ class RoundResult:
     failure: str = ""  # MEMBERSHIP_CHANGED by another node's failed or hung worker: what it said
     failure_kind: FailureKind | None = None  # and what that was
     lost: tuple[str, ...] = ()  # FAILED with the loss of these peers: a membership change, not a failure
+    beats: int = 0  # the most heartbeats one local worker beat this round (crash-loop breaker)
+    ran: float = 0.0  # seconds from the workers' start to the round's end here
 
     @property
     def cause(self) -> str:
@@ -124,8 +126,10 @@ class RoundRunner:
         """Start this round's workers and watch them until they end or the round does; ``ending``
         hears how it ended before the workers are stopped."""
         self._start(info, attempt, layout)
+        started = time.monotonic()
         try:
             result = self._watch()
+            result = replace(result, beats=self._hangs.most_beats(), ran=time.monotonic() - started)
             if result.outcome is RoundOutcome.FAILED:
                 result = self._blame(result)
             if result.outcome is RoundOutcome.HUNG:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from launcher.config import CrashLoop
 from launcher.launch import LaunchPlan
 from launcher.output import load_logs_specs
 from launcher.output.console import say
@@ -82,6 +83,8 @@ class RunOptions:
     preload: str = ""
     checkpoint_dir: str | None = None
     checkpoint_every: int = 10
+    crash_loop_restarts: int = 3
+    progress_window: float = 300.0
     lighthouse: str | None = None  # a torchft Lighthouse replica beside the agent: its id
     lighthouse_port: int = 29510
     lighthouse_min_replicas: int = 1
@@ -150,6 +153,7 @@ def request_from(opts: RunOptions) -> RunRequest:
         store_port=opts.master_port or None,
         checkpoint_dir=opts.checkpoint_dir or None,
         checkpoint_every=opts.checkpoint_every,
+        crash_loop=CrashLoop(opts.crash_loop_restarts, opts.progress_window),
         http_port=opts.http_port,
         http_host=opts.http_host,
         allocation=slurm.etcd if slurm is not None else None,

@@ -141,6 +141,10 @@ class HangWatch:
         except RendezvousError:
             return None
 
+    def most_beats(self) -> int:
+        """The most heartbeats one local worker beat this round (each round's record starts at 0)."""
+        return max((w.beat.count for w in self._watches if w.beat is not None), default=0)
+
     def reports(self, now: float | None = None) -> list[RankReport]:
         now = self._clock() if now is None else now
         wall = self._wall()

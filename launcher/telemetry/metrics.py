@@ -26,6 +26,10 @@ labels, never a credential.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rendezvous.rounds.join import RendezvousInfo
 
 __all__ = ["Telemetry", "PrometheusTelemetry", "STATES", "CAUSES"]
 
@@ -40,16 +44,7 @@ class Telemetry:
 
     def state(self, state: str) -> None: ...
 
-    def round_formed(
-        self,
-        round_: int,
-        world_size: int,
-        group_rank: int,
-        group_world_size: int,
-        restarts: int,
-        max_restarts: int,
-        seconds: float,
-    ) -> None: ...
+    def round_formed(self, info: RendezvousInfo, seconds: float) -> None: ...
 
     def restarted(self, cause: str) -> None: ...
 
@@ -147,22 +142,14 @@ class PrometheusTelemetry(Telemetry):
         for name, gauge in self._states.items():
             gauge.set(1 if name == state else 0)
 
-    def round_formed(
-        self,
-        round_: int,
-        world_size: int,
-        group_rank: int,
-        group_world_size: int,
-        restarts: int,
-        max_restarts: int,
-        seconds: float,
-    ) -> None:
-        self._round.set(round_)
-        self._world.set(world_size)
-        self._group_rank.set(group_rank)
-        self._nodes.set(group_world_size)
-        self._restarts.set(restarts)
-        self._budget.set(max_restarts)
+    def round_formed(self, info: RendezvousInfo, seconds: float) -> None:
+        """A round formed after ``seconds`` of rendezvous: its numbers as this node sees them."""
+        self._round.set(info.round)
+        self._world.set(info.world_size)
+        self._group_rank.set(info.group_rank)
+        self._nodes.set(info.group_world_size)
+        self._restarts.set(info.restart_count)
+        self._budget.set(info.max_restarts)
         self._rendezvous.observe(seconds)
 
     def restarted(self, cause: str) -> None:

@@ -129,6 +129,11 @@ class SnapshotKeeper:
         disk = {ENV_DIR: self.directory, ENV_EVERY: str(self._every)} if self.directory else {}
         return {ENV_MEMORY: self.memory, **disk}
 
+    def newest_step(self) -> int:
+        """The newest step any local rank saved with ``elastic.checkpoint`` (-1: none)."""
+        found = newest(copies_at(self.memory))
+        return found.step if found is not None else -1
+
     def close(self) -> None:
         """The agent ends (its workers are gone): the newest copy of each rank to disk, then the
         memory is freed."""

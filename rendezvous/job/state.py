@@ -13,12 +13,14 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple
 
+from rendezvous.job.progress import RoundProgress, Streak
 from rendezvous.errors import RendezvousStateError
 from rendezvous.etcd.endpoints import host_port
 
 __all__ = [
     "SCHEMA_VERSION",
     "CLOSED_BY_OPERATOR",
+    "CLOSED_BY_CRASH_LOOP",
     "JobStatus",
     "Participant",
     "Cause",
@@ -30,6 +32,7 @@ __all__ = [
 
 SCHEMA_VERSION = 3  # 3: the participants in a bucketed rank table beside the state (rendezvous.job.ranktable)
 CLOSED_BY_OPERATOR = "operator"  # JobState.closed_by of a job elastic-ctl closed
+CLOSED_BY_CRASH_LOOP = "crash-loop"  # ... of a job the crash-loop breaker closed (failed, too)
 CAUSE_NAMES = 16  # names kept per list of a Cause: the line that shows them names a few
 
 
@@ -127,6 +130,7 @@ class JobState:
     stopping: tuple[str, ...] = ()  # participants of the round before whose workers may still run (forming round)
     silent: tuple[tuple[str, float], ...] = ()  # of those, the ones whose lease is not renewed: (node, it runs out at)
     keep: Keep = Keep()  # the job's retention lease
+    streak: Streak = Streak()  # restarts in a row with no progress, and the furthest the job got (crash loops)
     schema: int = SCHEMA_VERSION
     participants: tuple[Participant, ...] = field(default=(), compare=False)  # not stored here
 
@@ -156,6 +160,9 @@ class JobState:
         if not self.silent:
             del data["silent"]  # the header stays as small as before for every other state
         data["keep"] = self.keep.encode()
+        data["streak"] = self.streak.encode()
+        if self.streak.empty:
+            del data["streak"]  # written once a restart was counted
         return data
 
     def as_dict(self) -> dict[str, Any]:
@@ -200,6 +207,7 @@ class JobState:
             stopping=_names(data.get("stopping", []), "stopping", where),
             silent=_silent(data.get("silent", []), where),
             keep=_keep(_optional(data, "keep", dict, {}, where), where),
+            streak=Streak.decode(data.get("streak", {}), where),
             **counts,
         )
 
@@ -261,6 +269,7 @@ class NodeInfo:
     failure: str = ""  # what failed, for the other nodes' one line: "rank 3 on node n1 failed (exit code 1)"
     failure_kind: FailureKind | None = None  # what that was: a worker's failure or a hang
     probe: str = ""  # host:port where its agent answers its peers' probes ("": it answers none)
+    progress: RoundProgress | None = None  # with a failure: how far its workers got (crash-loop breaker)
     schema: int = field(default=SCHEMA_VERSION)
 
     def encode(self) -> bytes:
@@ -270,6 +279,9 @@ class NodeInfo:
             data["failure_kind"] = kind.value
         if not data["probe"]:
             del data["probe"]
+        del data["progress"]
+        if self.progress is not None:
+            data["progress"] = self.progress.encode()
         return json.dumps(data, separators=(",", ":"), sort_keys=True).encode()
 
     def finished_round(self, round_: int) -> bool:
@@ -290,6 +302,7 @@ class NodeInfo:
             failure=_optional(data, "failure", str, "", where),
             failure_kind=_kind(data.get("failure_kind"), "failure_kind", where),
             probe=_endpoint(_optional(data, "probe", str, "", where), where),
+            progress=RoundProgress.decode(data["progress"], where) if "progress" in data else None,
         )
 
 

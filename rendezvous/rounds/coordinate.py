@@ -32,6 +32,7 @@ from .decide import (
     job_budget,
     joined,
     restart_count,
+    streak_after,
     round_cause,
     silent_after,
     silent_nodes,
@@ -188,6 +189,7 @@ class RoundCoordinator:
     def _freeze(self, snapshot: Snapshot, target: int, decision: Freeze) -> None:
         """Write the round's rank table, then commit the round by CAS of the state that names it."""
         state = snapshot.state
+        lost = self._peers_lost(target - 1)
         frozen = frozen_state(
             self._settings.run_id,
             target,
@@ -195,7 +197,8 @@ class RoundCoordinator:
             snapshot.nodes,
             self._settings.min_nodes,
             self._settings.max_nodes,
-            restarts=restart_count(state, snapshot.nodes, target, self._peers_lost(target - 1)),
+            restarts=restart_count(state, snapshot.nodes, target, lost),
+            streak=streak_after(state, snapshot.nodes, target, lost),
             max_restarts=job_budget(state, self._max_restarts),
             table=new_table_id(target),
             keep=state.keep if state is not None else Keep(retention=self._settings.retention),

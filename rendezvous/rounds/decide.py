@@ -10,6 +10,7 @@ import enum
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from rendezvous.job.progress import Streak, counted
 from rendezvous.job.ranktable import bucket_count
 from rendezvous.job.state import CAUSE_NAMES, Cause, FailureKind, JobState, JobStatus, Keep, NodeInfo, Participant
 
@@ -26,6 +27,7 @@ __all__ = [
     "round_cause",
     "closed_state",
     "restart_count",
+    "streak_after",
     "job_budget",
     "failures_reported",
     "News",
@@ -185,6 +187,7 @@ def frozen_state(
     max_restarts: int = 0,
     table: str = "",
     keep: Keep = Keep(),
+    streak: Streak = Streak(),
 ) -> JobState:
     """The RUNNING state of a frozen round: the master is group rank 0's node and port; its
     participants go to rank table ``table`` (``bucket_count`` buckets); the job's keys stay as ``keep`` says."""
@@ -206,6 +209,7 @@ def frozen_state(
         buckets=bucket_count(len(participants)),
         participants=participants,
         keep=keep,
+        streak=streak,
     )
 
 
@@ -316,6 +320,16 @@ def restart_count(state: JobState | None, nodes: Sequence[LiveNode], round_: int
     count = state.restarts if state is not None else 0
     failed = any(n.info.round == round_ and n.info.failed_round == round_ - 1 > 0 for n in nodes)
     return count + 1 if failed and not peers_lost else count
+
+
+def streak_after(state: JobState | None, nodes: Sequence[LiveNode], round_: int, peers_lost: bool = False) -> Streak:
+    """The job's crash-loop streak for ``round_``: carried over, or -- when ``restart_count`` counts
+    a restart -- counted with how far each node that asked for it got (``progress.counted``)."""
+    streak = state.streak if state is not None else Streak()
+    if restart_count(state, nodes, round_, peers_lost) == (state.restarts if state is not None else 0):
+        return streak
+    asking = [n.info for n in nodes if n.info.round == round_ and n.info.failed_round == round_ - 1 > 0]
+    return counted(streak, [(i.failure or f"a worker on node {i.node} failed", i.progress) for i in asking])
 
 
 def job_budget(state: JobState | None, own: int) -> int:

@@ -22,6 +22,7 @@ from rendezvous.errors import (
 from rendezvous.etcd.client import EtcdClient
 from rendezvous.job.history import HistoryWriter
 from rendezvous.job.keys import JobKeys
+from rendezvous.job.progress import RoundProgress
 from rendezvous.job.state import FailureKind, JobState, JobStatus, Keep
 from rendezvous.job.store import GaveUp, JobStateStore, StateUnchanged
 from rendezvous.settings import RendezvousSettings
@@ -117,17 +118,21 @@ class RendezvousHandler:
         state, _ = self._store.read()
         return state is not None and state.status is JobStatus.CLOSED
 
-    def request_restart(self, failure: str, kind: FailureKind = FailureKind.WORKER) -> None:
+    def request_restart(
+        self, failure: str, kind: FailureKind = FailureKind.WORKER, progress: RoundProgress | None = None
+    ) -> None:
         """This node's workers of the current round failed: the next round it joins restarts the
-        group and advances the job's restart count (once, whichever nodes ask)."""
+        group and advances the job's restart count (once, whichever nodes ask); ``progress``: how
+        far they got, for the crash-loop breaker's count (``rendezvous.job.progress``)."""
         if self._info is None:
             raise RendezvousError("request_restart() needs a completed round")
-        self._member.request_restart(self._info.round, failure, kind)
+        self._member.request_restart(self._info.round, failure, kind, progress)
 
-    def set_closed(self, reason: str = "the job ended", *, failed: bool = False) -> None:
+    def set_closed(self, reason: str = "the job ended", *, failed: bool = False, closed_by: str = "") -> None:
         """Mark the job closed: every agent of it stops, and the run id cannot be joined again.
 
-        ``failed``: a worker failed with no restart left, so every agent exits as failed.
+        ``failed``: a worker failed with no restart left, so every agent exits as failed;
+        ``closed_by``: who decided, when not the job's own end (``CLOSED_BY_CRASH_LOOP``).
         """
 
         def close(state: JobState | None) -> JobState:
@@ -148,6 +153,7 @@ class RendezvousHandler:
                 reason,
                 when=self._wall(),
                 failed=failed,
+                closed_by=closed_by,
                 min_nodes=self.settings.min_nodes,
                 max_nodes=self.settings.max_nodes,
             )

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rendezvous.job.progress import Streak
 from rendezvous.job.state import JobState, JobStatus
 
 __all__ = [
@@ -43,6 +44,7 @@ class RendezvousInfo:
     watch: tuple = ()  # the peers this node probes this round (``ranktable.Target``s)
     min_nodes: int = 0  # the job's --nnodes (the first agent's; 0: not known)
     max_nodes: int = 0
+    streak: Streak = Streak()  # the job's restarts in a row with no progress (the crash-loop breaker's)
 
 
 @dataclass(frozen=True)

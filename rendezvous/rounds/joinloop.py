@@ -217,6 +217,7 @@ class JoinLoop:
             watch=me.watch,
             min_nodes=state.min_nodes,
             max_nodes=state.max_nodes,
+            streak=state.streak,
         )
 
     def _handover(self, snapshot: Snapshot) -> Handover | None:

@@ -19,6 +19,7 @@ from rendezvous.etcd.ports import free_port
 from rendezvous.etcd.session import Session
 from rendezvous.etcd.txn import op_put
 from rendezvous.job.keys import JobKeys
+from rendezvous.job.progress import RoundProgress
 from rendezvous.job.state import FailureKind, NodeInfo
 from rendezvous.settings import RendezvousSettings
 
@@ -62,6 +63,16 @@ class LeaseStatus:
 
 
 @dataclass(frozen=True)
+class _Request:
+    """A restart this node asks the next round for: which round failed, what failed, how far it got."""
+
+    round: int
+    failure: str
+    kind: FailureKind | None
+    progress: RoundProgress | None
+
+
+@dataclass(frozen=True)
 class Identity:
     """Who this node is to the others: its id, the address its workers are reached at, its workers."""
 
@@ -92,7 +103,7 @@ class Member:
         self._on_renew = on_renew
         self._master_port = master_port or (lambda: free_port("0.0.0.0"))
         self._session: Session | None = None
-        self._request: tuple[int, str] | None = None  # (round, what failed): ask the next round for a restart
+        self._request: _Request | None = None  # ask the next round for a restart
 
     @property
     def node_id(self) -> str:
@@ -116,9 +127,12 @@ class Member:
         """Who becomes the coordinator if nobody is: this node, on its lease (None: no live lease)."""
         return (self.node_id, self._session.lease_id) if self.alive else None
 
-    def request_restart(self, round_: int, failure: str, kind: FailureKind = FailureKind.WORKER) -> None:
-        """This node's workers of ``round_`` failed (or hung): its next announcement asks for a restart."""
-        self._request = (round_, failure, kind)
+    def request_restart(
+        self, round_: int, failure: str, kind: FailureKind = FailureKind.WORKER, progress: RoundProgress | None = None
+    ) -> None:
+        """This node's workers of ``round_`` failed (or hung), having got as far as ``progress``: its
+        next announcement asks for a restart."""
+        self._request = _Request(round_, failure, kind, progress)
 
     def placed(self) -> None:
         """A round took this node in: a restart it asked for is counted (or was not needed)."""
@@ -137,7 +151,7 @@ class Member:
                 interval=self._settings.renew_every,
                 on_renew=self._renewed,
             )
-        failed_round, failure, kind = self._request or (0, "", None)
+        request = self._request or _Request(0, "", None, None)
         info = NodeInfo(
             node=self.node_id,
             round=round_,
@@ -145,10 +159,11 @@ class Member:
             local_world_size=self.identity.local_world_size,
             master_port=self._master_port(),
             finished=finished,
-            failed_round=failed_round,
-            failure=failure,
-            failure_kind=kind,
+            failed_round=request.round,
+            failure=request.failure,
+            failure_kind=request.kind,
             probe=self.identity.probe,
+            progress=request.progress,
         )
         put = op_put(self._keys.node(self.node_id), info.encode(), lease=self._session.lease_id)
         try:
