@@ -54,11 +54,11 @@ from .c10dstore import StoreHost
 from .config import AgentConfig, differences
 from .errors import (
     AgentStopped,
+    CrashLoopError,
     JobClosedError,
     JobRendezvousError,
     LauncherError,
     WorkerFailedError,
-    CrashLoopError,
     rendezvous_failure,
 )
 from .output import LogPump

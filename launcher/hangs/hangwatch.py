@@ -142,7 +142,10 @@ class HangWatch:
             return None
 
     def most_beats(self) -> int:
-        """The most heartbeats one local worker beat this round (each round's record starts at 0)."""
+        """The most heartbeats one local worker beat this round (each round's record starts at 0),
+        read now: a worker that failed may have beaten after the last tick looked."""
+        for reader, watch in zip(self._readers, self._watches):
+            watch.feed(reader.read())
         return max((w.beat.count for w in self._watches if w.beat is not None), default=0)
 
     def reports(self, now: float | None = None) -> list[RankReport]:

@@ -13,9 +13,9 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple
 
-from rendezvous.job.progress import RoundProgress, Streak
 from rendezvous.errors import RendezvousStateError
 from rendezvous.etcd.endpoints import host_port
+from rendezvous.job.progress import RoundProgress, Streak
 
 __all__ = [
     "SCHEMA_VERSION",

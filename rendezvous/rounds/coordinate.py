@@ -32,11 +32,11 @@ from .decide import (
     job_budget,
     joined,
     restart_count,
-    streak_after,
     round_cause,
     silent_after,
     silent_nodes,
     still_running,
+    streak_after,
 )
 from .snapshot import Snapshot
 
