@@ -26,8 +26,8 @@ def history_shape(lines: list[str]) -> list[tuple[str, str, tuple[str, ...]]]:
     for line in lines[1:]:
         if line.startswith(" "):
             continue  # a hang's line or stack, under its row
-        fields = line.split(None, 6)
-        details = fields[6] if len(fields) > 6 else ""
+        fields = line.split(None, 5)  # date, time, round, node, event, details
+        details = fields[5] if len(fields) > 5 else ""
         keys = tuple(sorted(re.findall(r"(?:^|\s)(\w+)=", details)))
         rows.append((fields[2], fields[4], keys))
     return rows
