@@ -20,7 +20,14 @@ def test_both_tools_print_their_version():
 
 def test_help_groups_the_options_and_shows_each_with_its_own_spellings():
     shown = run(["--help"]).stdout
-    for title in ("The job:", "Rendezvous (etcd):", "Workers:", "Hangs and crash loops:", "Output and logs:", "Metrics and probes:"):
+    for title in (
+        "The job:",
+        "Rendezvous (etcd):",
+        "Workers:",
+        "Hangs and crash loops:",
+        "Output and logs:",
+        "Metrics and probes:",
+    ):
         assert f"\n{title}\n" in shown, title
     assert (
         "--nproc-per-node" in shown and "--nproc_per_node" not in shown

@@ -84,7 +84,7 @@ def test_a_node_frozen_past_its_lease_runs_no_worker_when_it_wakes(cluster, agen
     still stopped: the reaper must act), or only the agent and workers (the reaper still stopped:
     the agent's own fence must act); whatever stays stopped is woken 2 s later."""
     out = str(tmp_path)
-    victim, others, roles, old, frozen = _frozen_node(cluster, agents, out, 30)
+    victim, others, roles, old, frozen = _frozen_node(cluster, agents, out, 24)
     died = death_watch(old["pid"])
     thaw(pid for role in first for pid in roles[role])
     thawed = time.time()

@@ -1,5 +1,5 @@
 """The seeded fault soak (tests/faults/soak.py), short: a fixed seed unless ELASTIC_SOAK_SEED says
-another, ELASTIC_SOAK_SECONDS of faults (40 by default; by hand: python -m tests.faults.soak)."""
+another, ELASTIC_SOAK_SECONDS of faults (30 by default; by hand: python -m tests.faults.soak)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from .soak import Soak
 
 SEED = int(os.environ.get("ELASTIC_SOAK_SEED", "20261126"))
-SECONDS = float(os.environ.get("ELASTIC_SOAK_SECONDS", "40"))
+SECONDS = float(os.environ.get("ELASTIC_SOAK_SECONDS", "30"))
 
 
 @pytest.mark.timeout(SECONDS + 200)

@@ -74,7 +74,7 @@ def _finish(started: list[Agent]) -> None:
 
 
 def test_a_worker_sigkilled_costs_the_survivors_no_process(job, tmp_path):
-    started = job(2, "2", 600)
+    started = job(2, "2", 450)
     out = str(tmp_path / "tl")
     wait_for(lambda: len([e for e in timeline(out) if e["event"] == "step"]) >= 100, 60, what="steps")
     survivor, victim = _worker_of(out, started[0]), _worker_of(out, started[1])
@@ -89,7 +89,7 @@ def test_a_worker_sigkilled_costs_the_survivors_no_process(job, tmp_path):
     rejoined = [e for e in events if e["event"] == "joined" and e["pid"] == survivor and e["restart"] == 1]
     assert rejoined and rejoined[0]["step"] > 0, events[-5:]  # train() called again in the same process, its state kept
     assert survivor in pids.values() and victim not in pids.values()
-    assert max(e["step"] for e in events if e["event"] == "step") == 600  # the job finished
+    assert max(e["step"] for e in events if e["event"] == "step") == 450  # the job finished
     for agent in started:  # every node says what happened: the survivors resumed, not restarted
         assert "killed by SIGKILL); resuming the workers in place (1/3)" in agent.output(), agent.output()[-2000:]
         assert "restarting the workers" not in agent.output()
@@ -100,7 +100,7 @@ def test_a_worker_sigkilled_costs_the_survivors_no_process(job, tmp_path):
 
 
 def test_a_node_s_death_costs_the_survivors_no_process(job, tmp_path):
-    started = job(3, "2:3", 600)
+    started = job(3, "2:3", 450)
     out = str(tmp_path / "tl")
     wait_for(lambda: len([e for e in timeline(out) if e["event"] == "step"]) >= 150, 60, what="steps")
     survivors = {_worker_of(out, a) for a in started[:2]}
@@ -119,7 +119,7 @@ def test_a_node_s_death_costs_the_survivors_no_process(job, tmp_path):
 def test_a_frozen_node_costs_the_survivors_no_process(job, tmp_path):
     """Nothing closes the frozen node's connections: the survivors' collectives return only because
     their process groups are aborted when the round ends (its peers end its lease)."""
-    started = job(3, "2:3", 600)
+    started = job(3, "2:3", 450)
     out = str(tmp_path / "tl")
     wait_for(lambda: len([e for e in timeline(out) if e["event"] == "step"]) >= 150, 60, what="steps")
     survivors = {_worker_of(out, a) for a in started[:2]}
@@ -134,7 +134,7 @@ def test_a_frozen_node_costs_the_survivors_no_process(job, tmp_path):
 
 
 def test_a_hang_elsewhere_costs_the_survivors_no_process(job, tmp_path):
-    started = job(2, "2", 500)
+    started = job(2, "2", 400)
     out = str(tmp_path / "tl")
     wait_for(lambda: len([e for e in timeline(out) if e["event"] == "step"]) >= 200, 60, what="steps")
     survivor, hung = _worker_of(out, started[0]), _worker_of(out, started[1])
@@ -148,7 +148,7 @@ def test_a_hang_elsewhere_costs_the_survivors_no_process(job, tmp_path):
 
 
 def test_a_compiled_model_is_compiled_once_in_a_kept_process_and_again_in_a_new_one(job, tmp_path):
-    started = job(2, "2", 500, more=("--compile",))
+    started = job(2, "2", 350, more=("--compile",))
     out = str(tmp_path / "tl")
     wait_for(lambda: len([e for e in timeline(out) if e["event"] == "step"]) >= 100, 90, what="steps")
     survivor, victim = _worker_of(out, started[0]), _worker_of(out, started[1])
