@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from launcher.output.console import report_progress, say
+from launcher.output.console import report_progress, round_line, say
 from launcher.telemetry.health import AgentSnapshot
 from launcher.telemetry.metrics import Telemetry
 from launcher.workers.fence import ReaperProcess
@@ -61,6 +61,7 @@ from .errors import (
     WorkerFailedError,
     rendezvous_failure,
 )
+from .nodecheck import HealthGate
 from .output import LogPump
 from .peers.probes import PeerProbes
 from .runner import RoundOutcome, RoundResult, RoundRunner
@@ -141,16 +142,10 @@ class Agent:
         """What the probes judge (read from another thread)."""
         info, lease, rounds = self.info, self.handler.lease, self._rounds
         stalled = time.monotonic() - rounds.turned if rounds is not None and self.state is AgentState.RUNNING else 0.0
+        known = (info.round, info.world_size, info.group_rank) if info else (None, None, None)
+        fence_after, workers = self.handler.settings.fence_after, len(self.worker_pids())
         return AgentSnapshot(
-            self.state.value,
-            stalled,
-            info.round if info else None,
-            info.world_size if info else None,
-            info.group_rank if info else None,
-            lease.lease_id != 0,
-            lease.silent_for(),
-            self.handler.settings.fence_after,
-            len(self.worker_pids()),
+            self.state.value, stalled, *known, lease.lease_id != 0, lease.silent_for(), fence_after, workers
         )
 
     def run(self) -> int:
@@ -174,6 +169,7 @@ class Agent:
     def _invoke_run(self) -> int:
         """Rendezvous, run the workers, and decide what the round's outcome asks for."""
         while True:
+            self._gate.before_round()
             self.info = self._rendezvous()
             if self._rounds.fenced():
                 self._after_fence()
@@ -198,7 +194,8 @@ class Agent:
                     self.say(restart.loss_line(result.lost, self.info.restart_count, self.info.max_restarts))
                 else:
                     failure = restart.failure_of(result.status, self.handler.node_id, self.info)
-                    self._restart_or_close(failure, result)
+                    if not self._gate.after_failure(failure.what):
+                        self._restart_or_close(failure, result)
             elif result.outcome is RoundOutcome.HUNG:
                 failure = restart.hang_of(result.verdict, self.info, self.config.history_command)
                 self._restart_or_close(failure, result)
@@ -219,6 +216,10 @@ class Agent:
         self.environ.update(self._inprocess.env())
         self._group = WorkerGroup(
             self.config.argv, self._pump, self._reaper, warm=self._warm, inprocess=self._inprocess
+        )
+        record = lambda kind, **details: self.history.record(kind, self.info.round if self.info else 0, **details)  # noqa: E731
+        self._gate = HealthGate.for_agent(
+            self.config.checks, self.environ, self.say, record, self.handler, self.telemetry
         )
         self._snapshots = SnapshotKeeper(self.config.checkpoint_dir, self.config.checkpoint_every)
         self._reaper.remove_at_exit(self._snapshots.memory)  # no shared memory left if the agent is killed
@@ -346,11 +347,7 @@ class Agent:
             done.set()
             reporter.join(timeout=2)
         self.telemetry.round_formed(info, time.monotonic() - joining)
-        self.say(
-            f"round {info.round}: group rank {info.group_rank} of {info.group_world_size} nodes, "
-            f"global ranks {info.base_global_rank}..{info.base_global_rank + self.config.nproc_per_node - 1} "
-            f"of {info.world_size}, master {info.master_addr}:{info.master_port}"
-        )
+        self.say(round_line(info, self.config.nproc_per_node))
         settings = self.handler.settings
         for line in differences(self.config, (settings.min_nodes, settings.max_nodes), info):
             if line not in self._told:

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from launcher.hangs.hangrules import HangTimeouts
+from launcher.nodecheck import NodeChecks
 from rendezvous.rounds.join import RendezvousInfo
 
 from .output import LayoutStrategy
@@ -46,6 +47,7 @@ class AgentConfig:
     checkpoint_dir: str | None = None  # where elastic.checkpoint saves are copied (--checkpoint-dir); None: memory only
     checkpoint_every: int = 10  # a copy there every so many saves of a rank (--checkpoint-every)
     crash_loop: CrashLoop = CrashLoop()  # --crash-loop-restarts, --progress-window
+    checks: NodeChecks = NodeChecks()  # the health gate before this node takes a rank (--health-check)
 
 
 def differences(config: AgentConfig, nodes: tuple[int, int], info: RendezvousInfo) -> tuple[str, ...]:

@@ -34,7 +34,7 @@ GROUP_ORDER = (
     "The job",
     "Rendezvous (etcd)",
     "Workers",
-    "Hangs and crash loops",
+    "Health, hangs and crash loops",
     "Stopping",
     "Output and logs",
     "Metrics and probes",
@@ -243,6 +243,12 @@ OPTIONS: tuple[Option, ...] = (
          check=Seconds(), metavar="SECONDS", shown_default="900", torchrun=None, field="first_heartbeat_timeout",
          doc="seconds from a worker's start to its first heartbeat; when given, a worker that never beats is "
          "judged by it"),
+    _opt("--health-check", help="A command that must exit 0 before a rank.", group=_HANGS, default="",
+         metavar="CMD", shown_default="none", torchrun=None, field="health_check",
+         doc="run by the shell with the workers' environment before this node takes a rank (its first round, and "
+         "after its own workers failed); besides it the log and checkpoint directories must be writable with free "
+         "space, and on a GPU node each device must run a matmul; a node that fails takes no rank, says why and "
+         "checks again on a back-off (see Health gate)"),
     _opt("--crash-loop-restarts", help="Restarts in a row with no progress: closed.", group=_HANGS, default=3,
          check=Whole(0), metavar="N", shown_default="3", torchrun=None, field="crash_loop_restarts",
          doc="restarts in a row in which no worker beat more heartbeats than ever before, no newer "

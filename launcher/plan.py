@@ -21,6 +21,7 @@ from launcher.config import AgentConfig, CrashLoop
 from launcher.errors import UsageError
 from launcher.hangs.hangrules import HangTimeouts
 from launcher.launch import LaunchPlan
+from launcher.nodecheck import NodeChecks
 from launcher.output import DefaultLayout, TorchLogsSpecsLayout
 from launcher.output.console import say
 from launcher.output.streams import Std
@@ -72,6 +73,7 @@ class RunRequest:
     checkpoint_dir: str | None = None  # where the agent copies elastic.checkpoint saves (None: memory only)
     checkpoint_every: int = 10  # a copy every so many saves of a rank
     crash_loop: CrashLoop = CrashLoop()  # restarts in a row with no progress that close the job
+    health_check: str = ""  # --health-check: a command that must exit 0 before this node takes a rank
     http_port: int | None = None
     http_host: str = "0.0.0.0"
     lighthouse: Beside | None = None
@@ -166,6 +168,7 @@ def _agent_config(
         checkpoint_dir=os.path.abspath(request.checkpoint_dir) if request.checkpoint_dir else None,
         checkpoint_every=request.checkpoint_every,
         crash_loop=request.crash_loop,
+        checks=NodeChecks.for_node((log_root, request.checkpoint_dir or ""), request.health_check),
         event_log_handler=request.event_log_handler,
         cpu_binding=cpu_binding,
         hang_timeouts=request.hang_timeouts,

@@ -84,6 +84,7 @@ class RunOptions:
     checkpoint_dir: str | None = None
     checkpoint_every: int = 10
     crash_loop_restarts: int = 3
+    health_check: str = ""
     progress_window: float = 300.0
     lighthouse: str | None = None  # a torchft Lighthouse replica beside the agent: its id
     lighthouse_port: int = 29510
@@ -154,6 +155,7 @@ def request_from(opts: RunOptions) -> RunRequest:
         checkpoint_dir=opts.checkpoint_dir or None,
         checkpoint_every=opts.checkpoint_every,
         crash_loop=CrashLoop(opts.crash_loop_restarts, opts.progress_window),
+        health_check=opts.health_check,
         http_port=opts.http_port,
         http_host=opts.http_host,
         allocation=slurm.etcd if slurm is not None else None,

@@ -14,13 +14,14 @@ from collections.abc import Callable
 
 from rendezvous.errors import RendezvousError
 from rendezvous.job.history import Event
-from rendezvous.rounds.join import Progress
+from rendezvous.rounds.join import Progress, RendezvousInfo
 
 __all__ = [
     "say",
     "console_closed",
     "set_log_format",
     "progress_line",
+    "round_line",
     "report_progress",
     "should_say",
     "console_event",
@@ -73,6 +74,15 @@ def console_closed() -> None:
         except (OSError, ValueError):
             pass
     os.close(devnull)
+
+
+def round_line(info: RendezvousInfo, nproc: int) -> str:
+    """``round 2: group rank 0 of 2 nodes, global ranks 0..1 of 4, master 10.0.0.1:29500``."""
+    last = info.base_global_rank + nproc - 1
+    return (
+        f"round {info.round}: group rank {info.group_rank} of {info.group_world_size} nodes, global ranks "
+        f"{info.base_global_rank}..{last} of {info.world_size}, master {info.master_addr}:{info.master_port}"
+    )
 
 
 def progress_line(progress: Progress) -> str:

@@ -48,6 +48,8 @@ class Telemetry:
 
     def restarted(self, cause: str) -> None: ...
 
+    def healthy(self, ok: bool) -> None: ...
+
     def hung(self, culprit: str) -> None: ...
 
     def workers(self, running: int) -> None: ...
@@ -83,6 +85,7 @@ class PrometheusTelemetry(Telemetry):
         self._restarts = gauge("elastic_job_restarts", "The job's restart count (TORCHELASTIC_RESTART_COUNT)")
         self._budget = gauge("elastic_job_max_restarts", "The job's --max-restarts")
         self._running = gauge("elastic_workers_running", "This node's workers running now")
+        self._healthy = gauge("elastic_node_healthy", "1 while this node passes its health checks (--health-check)")
         self._lease_age = gauge(
             "elastic_lease_renewal_age_seconds", "Seconds since the last acknowledged lease renewal was sent"
         )
@@ -90,6 +93,7 @@ class PrometheusTelemetry(Telemetry):
         self._values = values
         self.state("init")
         self._budget.set(max_restarts)
+        self._healthy.set(1)
 
     def _counters(self, labels: tuple[str, ...], values: dict[str, str]) -> None:
         """The histograms and counters: rendezvous time, restarts by cause, etcd calls, fences, history."""
@@ -151,6 +155,9 @@ class PrometheusTelemetry(Telemetry):
         self._restarts.set(info.restart_count)
         self._budget.set(info.max_restarts)
         self._rendezvous.observe(seconds)
+
+    def healthy(self, ok: bool) -> None:
+        self._healthy.set(1 if ok else 0)
 
     def restarted(self, cause: str) -> None:
         self._causes[cause].inc()

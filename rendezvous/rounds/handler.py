@@ -9,6 +9,7 @@ Once a round runs, one monitor a node follows it (``monitor``). Nobody polls.
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 from collections.abc import Callable
@@ -277,6 +278,22 @@ class RendezvousHandler:
             found = silent_nodes(time_left, s.lease_ttl, s.renew_every, self._wall())
         self._coordinator_silent = found[0] if found else None
         return self._coordinator_silent
+
+    def step_out(self, why: str) -> None:
+        """Leave the job's rounds for a reason of this node's own (its health check failed): its
+        restart request is withdrawn, the failures of its round are a membership change (a ``lost/``
+        record on the job's lease, as its peers write for a dead node), and its lease is revoked.
+        ``next_rendezvous`` joins again later, as a newcomer."""
+        self._member.placed()
+        state = self.job_state() if self._info is not None else None
+        running = state is not None and state.status is JobStatus.RUNNING and state.round == self._info.round
+        if running and state.keep.lease:
+            record = json.dumps({"why": why, "by": self.node_id}).encode()
+            try:
+                self._client.put(f"{self._keys.lost}{state.round}/{self.node_id}", record, lease=state.keep.lease)
+            except RendezvousError:
+                pass  # then its peers' workers' failures may use a restart
+        self.shutdown()
 
     def shutdown(self) -> bool:
         """Leave the job: revoke the lease so the others notice at once. Does NOT close the job."""

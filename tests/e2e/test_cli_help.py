@@ -24,7 +24,7 @@ def test_help_groups_the_options_and_shows_each_with_its_own_spellings():
         "The job:",
         "Rendezvous (etcd):",
         "Workers:",
-        "Hangs and crash loops:",
+        "Health, hangs and crash loops:",
         "Output and logs:",
         "Metrics and probes:",
     ):

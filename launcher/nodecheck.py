@@ -1,0 +1,215 @@
+"""The health gate: before a node takes a rank -- its first round, and after its own workers failed
+-- it checks itself. A node that fails a check takes no rank: it steps out of the job's rounds (its
+round's failures are then a membership change, no restart used; a hot spare can take its place),
+says why in one line, records it in the job's history and its metrics, and checks again on a
+back-off until every check passes, then joins as any newcomer does.
+
+The checks, each a reason in one line when it fails (None: healthy):
+
+- the directories the job writes (the log directory, ``--checkpoint-dir``) can be made, written,
+  and have ``MIN_FREE_BYTES`` free;
+- on a node with NVIDIA devices (``/dev/nvidia0``), every visible device runs a small matmul and
+  synchronizes within ``GPU_TIMEOUT`` seconds, in a child interpreter (the agent never imports torch);
+- ``--health-check CMD``: run by the shell with the workers' environment; exit 0 is healthy, else
+  the last line it printed is the reason; at most ``CMD_TIMEOUT`` seconds.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from rendezvous.errors import RendezvousClosedError, RendezvousError
+from rendezvous.job.state import JobStatus
+
+__all__ = [
+    "NodeChecks",
+    "HealthGate",
+    "MIN_FREE_BYTES",
+    "CMD_TIMEOUT",
+    "GPU_TIMEOUT",
+    "backoff",
+    "reason_of",
+    "check_dirs",
+]
+
+MIN_FREE_BYTES = 64 << 20  # free space a directory the job writes must have
+CMD_TIMEOUT = 60.0  # seconds --health-check may take
+GPU_TIMEOUT = 60.0  # seconds every device has for its matmul
+BACKOFF = (5.0, 10.0, 20.0, 40.0, 60.0)  # seconds between the checks of an unhealthy node
+
+_GPU_PROBE = (
+    "import torch\n"
+    "for i in range(torch.cuda.device_count()):\n"
+    "    with torch.cuda.device(i):\n"
+    "        a = torch.randn(1024, 1024, device='cuda')\n"
+    "        (a @ a).sum().item()\n"
+    "        torch.cuda.synchronize()\n"
+)
+
+
+def backoff(attempt: int) -> float:
+    """Seconds before the check after ``attempt`` failed ones (0-based)."""
+    return BACKOFF[min(attempt, len(BACKOFF) - 1)]
+
+
+def reason_of(what: str, returncode: int, output: str) -> str:
+    """A failed check's reason: the last line it printed, else its exit code."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    said = lines[-1][:300] if lines else f"exit code {returncode}"
+    return f"{what} failed: {said}"
+
+
+def check_dirs(paths: Sequence[str], min_free: int = MIN_FREE_BYTES) -> str | None:
+    """Each directory can be made and written, with ``min_free`` bytes free."""
+    for path in paths:
+        try:
+            os.makedirs(path, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=path, prefix=".elastic-check-"):
+                pass
+            free = shutil.disk_usage(path).free
+        except OSError as exc:
+            return f"{path} cannot be written ({exc.strerror or exc})"
+        if free < min_free:
+            return f"{path} has {free >> 20} MiB free (at least {min_free >> 20} MiB needed)"
+    return None
+
+
+@dataclass(frozen=True)
+class NodeChecks:
+    """What this node checks before it takes a rank."""
+
+    dirs: tuple[str, ...] = ()  # directories the job writes
+    command: str = ""  # --health-check ("": none)
+    gpus: bool = False  # the node has NVIDIA devices to try
+
+    @classmethod
+    def for_node(cls, dirs: Sequence[str], command: str) -> "NodeChecks":
+        return cls(tuple(d for d in dirs if d), command, os.path.exists("/dev/nvidia0"))
+
+    def run(self, environ: Mapping[str, str]) -> str | None:
+        """The first failing check's reason (None: every check passed)."""
+        return check_dirs(self.dirs) or (self._gpus(environ) if self.gpus else None) or self._command(environ)
+
+    def _command(self, environ: Mapping[str, str]) -> str | None:
+        if not self.command:
+            return None
+        return _run(["/bin/sh", "-c", self.command], environ, CMD_TIMEOUT, "--health-check")
+
+    def _gpus(self, environ: Mapping[str, str]) -> str | None:
+        return _run([sys.executable, "-c", _GPU_PROBE], environ, GPU_TIMEOUT, "the GPU check (a matmul on each device)")
+
+
+def _run(argv: list[str], environ: Mapping[str, str], timeout: float, what: str) -> str | None:
+    try:
+        done = subprocess.run(
+            argv,
+            env=dict(environ),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            timeout=timeout,
+            start_new_session=True,
+        )
+    except subprocess.TimeoutExpired:
+        return f"{what} did not end within {timeout:g} s"
+    except OSError as exc:
+        return f"{what} could not start ({exc.strerror or exc})"
+    if done.returncode == 0:
+        return None
+    return reason_of(what, done.returncode, done.stdout.decode("utf-8", "replace"))
+
+
+class HealthGate:
+    """The agent's side of the gate: when to check, what to say and record, and the wait until the
+    checks pass. ``step_out(reason)`` leaves the job's rounds; ``closed()`` raises when the job
+    closed meanwhile (this node has nothing left to wait for), else says whether the job exists (its
+    history can take a record)."""
+
+    def __init__(
+        self,
+        checks: NodeChecks,
+        environ: Mapping[str, str],
+        *,
+        say: Callable[[str], None],
+        record: Callable[..., None],
+        step_out: Callable[[str], None],
+        closed: Callable[[], bool],
+        healthy: Callable[[bool], None],
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self._checks, self._environ = checks, environ
+        self._say, self._record, self._step_out, self._closed, self._healthy = say, record, step_out, closed, healthy
+        self._sleep = sleep
+        self._reason: str | None = None  # why this node stepped out (None: it is in)
+        self._checked = False  # the first round's check passed
+        self._unrecorded: str | None = None  # a reason said but not yet in the job's history (no job yet)
+
+    @classmethod
+    def for_agent(cls, checks, environ, say, record, handler, telemetry) -> "HealthGate":
+        """The gate of an agent: it steps out through ``handler`` and says so in ``telemetry``."""
+
+        def closed() -> bool:
+            try:
+                state = handler.job_state()
+            except RendezvousError:
+                return False  # etcd away: the next look
+            if state is not None and state.status is JobStatus.CLOSED:
+                exc = RendezvousClosedError(f"the job closed while this node was unhealthy ({state.reason})")
+                exc.while_waiting = True
+                raise exc
+            return state is not None
+
+        return cls(
+            checks, environ, say=say, record=record, step_out=handler.step_out, closed=closed, healthy=telemetry.healthy
+        )
+
+    def after_failure(self, what: str) -> bool:
+        """This node's workers failed (``what``): True when its checks fail too and it stepped out
+        (the failure uses no restart), False to restart as usual."""
+        reason = self._checks.run(self._environ)
+        if reason is not None:
+            self._out(reason, f"{what}; ")
+        return reason is not None
+
+    def before_round(self) -> None:
+        """Return once this node may take a rank: at once, or when its checks pass again."""
+        if self._checked and self._reason is None:
+            return
+        if self._reason is None:
+            reason = self._checks.run(self._environ)
+            if reason is not None:
+                self._out(reason, "")
+        attempt = 0
+        while self._reason is not None:
+            if self._closed() and self._unrecorded is not None:
+                self._record("node_unhealthy", reason=self._unrecorded)
+                self._unrecorded = None
+            self._sleep(backoff(attempt))
+            attempt += 1
+            reason = self._checks.run(self._environ)
+            if reason is None:
+                self._say("this node's health checks pass again: it joins the job's next round")
+                self._record("node_healthy")
+                self._healthy(True)
+            elif reason != self._reason:
+                self._say(f"this node is still unhealthy: {reason}")
+                self._unrecorded = reason
+            self._reason = reason
+        self._checked = True
+
+    def _out(self, reason: str, prefix: str) -> None:
+        self._say(
+            f"{prefix}this node is unhealthy: {reason}; it takes no rank (no restart used) and checks again "
+            f"in {backoff(0):g} s"
+        )
+        self._unrecorded = reason  # recorded once the job exists
+        self._healthy(False)
+        self._step_out(reason)
+        self._reason = reason

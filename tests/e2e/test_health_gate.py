@@ -1,0 +1,62 @@
+"""The health gate end to end (real agents, real etcd): a node whose --health-check fails takes
+no rank and a hot spare runs in its place; a node whose check starts failing after its own workers
+failed steps out of the job's rounds without using a restart."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from .cli_helpers import HERE, agent_args, finish, json_records, run, run_id, start
+
+COUNTED = os.path.join(HERE, "workers", "counted.py")
+
+
+def _agent(endpoints: str, rdzv_id: str, out: str, *, check: str = "", fail: str = "", run_for: float = 3.0):
+    args = agent_args(endpoints, rdzv_id, "2", nproc=1, conf="last_call_timeout=1") + ["--max-restarts", "3"]
+    args += ["--health-check", check] if check else []
+    return start([*args, COUNTED, out, "--fail", fail, "--run", str(run_for)])
+
+
+def _history(endpoints: str, rdzv_id: str) -> list[dict]:
+    shown = run(["history", "--rdzv-endpoint", endpoints, "--rdzv-id", rdzv_id, "--json"], tool_name="elastic-ctl")
+    return json.loads(shown.stdout)
+
+
+def test_a_node_whose_health_check_fails_takes_no_rank_and_a_spare_takes_its_place(etcd_endpoints, tmp_path):
+    out, rdzv_id = str(tmp_path), run_id()
+    sick = _agent(etcd_endpoints, rdzv_id, out, check='echo "checking /scratch"; echo "/scratch is full"; exit 1')
+    time.sleep(1.0)  # it would coordinate and take group rank 0, were it healthy
+    healthy = [_agent(etcd_endpoints, rdzv_id, out, run_for=8.0) for _ in range(2)]  # past its second check
+    results = [finish(agent, 60) for agent in [*healthy, sick]]
+    outputs = [text for _, text in results]
+    assert [code for code, _ in results] == [0, 0, 0], outputs
+    workers = json_records(out, "*.json", "at")
+    assert len(workers) == 2 and {w["world_size"] for w in workers} == {2}, workers  # the two healthy nodes
+    line = "this node is unhealthy: --health-check failed: /scratch is full; it takes no rank (no restart used)"
+    assert line in outputs[2] and "round 1: group rank" not in outputs[2], outputs[2]
+    recorded = [e for e in _history(etcd_endpoints, rdzv_id) if e["kind"] == "node_unhealthy"]
+    assert [e["reason"] for e in recorded] == ["--health-check failed: /scratch is full"], recorded
+
+
+def test_a_node_that_turns_unhealthy_after_its_workers_failed_steps_out_without_using_a_restart(
+    etcd_endpoints, tmp_path
+):
+    """b's check fails once its rank-1 worker has started (its record is there); that worker exits 1:
+    b steps out, and the round c (a hot spare) fills runs at restart count 0."""
+    out, rdzv_id = str(tmp_path), run_id()
+    a = _agent(etcd_endpoints, rdzv_id, out, fail="1@0")
+    time.sleep(0.5)  # a coordinates: group rank 0; b's worker is rank 1
+    b = _agent(etcd_endpoints, rdzv_id, out, fail="1@0", check=f"! ls {out}/0-1-*.json >/dev/null 2>&1")
+    time.sleep(1.5)
+    c = _agent(etcd_endpoints, rdzv_id, out, run_for=1.0)
+    results = [finish(agent, 90) for agent in (a, b, c)]
+    outputs = [text for _, text in results]
+    assert [code for code, _ in results] == [0, 0, 0], outputs
+    assert "failed (exit code 1); this node is unhealthy: --health-check failed: exit code 1" in outputs[1], outputs[1]
+    assert "restarting the workers" not in outputs[1] and outputs[1].count("round 1: group rank 1") == 1, outputs[1]
+    started = json_records(out, "*.json", "at")
+    assert started[2]["restart"] == 0 and started[3]["restart"] == 0, started  # the round without b used no restart
+    kinds = [e["kind"] for e in _history(etcd_endpoints, rdzv_id)]
+    assert "node_unhealthy" in kinds and kinds.index("node_unhealthy") > kinds.index("worker_failed"), kinds
