@@ -19,6 +19,7 @@ Kinds and their details::
     group_restarted restart_count, max_restarts          job_closed    reason, failed, by
     round_requested reason (an operator's new round)
     node_lost      reason, by (the watcher that ended the lease of a node its peers found dead)
+    node_unhealthy reason (its health gate failed: it takes no rank)    node_healthy (it passes again)
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ __all__ = [
     "Event",
     "HistoryWriter",
     "read_history",
+    "unhealthy_nodes",
     "decode_events",
     "record_freeze",
     "freeze_details",
@@ -247,6 +249,17 @@ def freeze_details(before: JobState | None, frozen: JobState, *, formed_in: floa
         "left_count": len(left),
         "formed_in": round(formed_in, 3),
     }
+
+
+def unhealthy_nodes(events: Iterable[Event]) -> tuple[tuple[str, str], ...]:
+    """(node, why) for each node whose last health record says unhealthy (``launcher.nodecheck``)."""
+    last: dict[str, Event] = {}
+    for event in events:
+        if event.kind in ("node_unhealthy", "node_healthy"):
+            last[event.node] = event
+    return tuple(
+        (node, str(e.details.get("reason", ""))) for node, e in sorted(last.items()) if e.kind == "node_unhealthy"
+    )
 
 
 def record_freeze(history: HistoryWriter, before: JobState | None, frozen: JobState, *, formed_in: float) -> None:

@@ -11,7 +11,7 @@ from rendezvous.errors import RendezvousNoSpaceError
 from rendezvous.etcd import credentials
 from rendezvous.etcd.client import EtcdClient
 from rendezvous.job.hangboard import ask_heartbeats
-from rendezvous.job.history import read_history
+from rendezvous.job.history import read_history, unhealthy_nodes
 from rendezvous.job.keys import DEFAULT_KEY_PREFIX, JobKeys
 from rendezvous.job.state import JobStatus
 from rendezvous.job.stopped import Stopped, stopped_from
@@ -50,6 +50,8 @@ class JobView:
     outcome: str = ""  # succeeded, failed, closed by an operator; running, joining, or stopped (no live agent)
     stopped_since: float | None = None  # stopped: no live agent since then (a lower bound when stopped_silent)
     stopped_silent: int = 0  # stopped: nodes of the last round that left no word (their leases ran out)
+    stalled_restarts: int = 0  # restarts in a row with no progress (the crash-loop breaker's count)
+    unhealthy: tuple[tuple[str, str], ...] = ()  # (node, why) for nodes out of the rounds by their health gate
 
     @property
     def stopped(self) -> str:
@@ -91,10 +93,11 @@ def get_state(
         snapshot = read_round(client, keys, all_nodes=True)
         beats = _ask(client, keys, snapshot) if heartbeats else None
         stopped = stopped_of(client, keys, snapshot)
+        unhealthy = unhealthy_nodes(read_history(client, keys.root)[0]) if snapshot.state is not None else ()
     finally:
         if own:
             client.close()
-    return view_of(snapshot, beats, stopped=stopped)
+    return view_of(snapshot, beats, stopped=stopped, unhealthy=unhealthy)
 
 
 def stopped_of(client: EtcdClient, keys: JobKeys, snapshot: Snapshot) -> Stopped | None:
@@ -120,11 +123,15 @@ def _ask(client: EtcdClient, keys: JobKeys, snapshot: Snapshot) -> dict[str, dic
 
 
 def view_of(
-    snapshot: Snapshot, beats: dict[str, dict] | None = None, now: float | None = None, stopped: Stopped | None = None
+    snapshot: Snapshot,
+    beats: dict[str, dict] | None = None,
+    now: float | None = None,
+    stopped: Stopped | None = None,
+    unhealthy: tuple[tuple[str, str], ...] = (),
 ) -> JobView | None:
     """The view of one read of the job's keys (``read_round(..., all_nodes=True)``), with the nodes'
-    answers about their heartbeats (``hangboard.ask_heartbeats``) and, for a stopped job, since when
-    (``stopped_of``), when given."""
+    answers about their heartbeats (``hangboard.ask_heartbeats``), for a stopped job since when
+    (``stopped_of``), and the nodes out by their health gate (``history.unhealthy_nodes``), when given."""
     state = snapshot.state
     if state is None:
         return None
@@ -164,6 +171,8 @@ def view_of(
         outcome=state.outcome(len(live)),
         stopped_since=stopped.since if stopped is not None else None,
         stopped_silent=stopped.silent if stopped is not None else 0,
+        stalled_restarts=state.streak.stalled,
+        unhealthy=unhealthy,
     )
 
 

@@ -8,7 +8,7 @@ import json
 import os
 import time
 
-from .cli_helpers import HERE, agent_args, finish, json_records, run, run_id, start
+from .cli_helpers import HERE, agent_args, finish, json_records, run, run_id, start, wait_for
 
 COUNTED = os.path.join(HERE, "workers", "counted.py")
 
@@ -29,6 +29,13 @@ def test_a_node_whose_health_check_fails_takes_no_rank_and_a_spare_takes_its_pla
     sick = _agent(etcd_endpoints, rdzv_id, out, check='echo "checking /scratch"; echo "/scratch is full"; exit 1')
     time.sleep(1.0)  # it would coordinate and take group rank 0, were it healthy
     healthy = [_agent(etcd_endpoints, rdzv_id, out, run_for=8.0) for _ in range(2)]  # past its second check
+
+    def status() -> str:
+        shown = run(["status", "--rdzv-endpoint", etcd_endpoints, "--rdzv-id", rdzv_id], tool_name="elastic-ctl")
+        return shown.stdout if "unhealthy, out of the rounds: " in shown.stdout else ""
+
+    shown = wait_for(status, 20, interval=0.5, what="elastic-ctl status to name the unhealthy node")
+    assert "(--health-check failed: /scratch is full)" in shown, shown
     results = [finish(agent, 60) for agent in [*healthy, sick]]
     outputs = [text for _, text in results]
     assert [code for code, _ in results] == [0, 0, 0], outputs

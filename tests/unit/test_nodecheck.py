@@ -124,3 +124,16 @@ def test_no_record_before_the_job_exists_and_a_closed_job_ends_the_wait():
     gate = HealthGate(_Script(5).checks(), {}, say=print, record=print, step_out=print, closed=closed, healthy=print)
     with pytest.raises(Closed):
         gate.before_round()
+
+
+def test_status_names_a_node_whose_last_health_record_says_unhealthy():
+    from rendezvous.job.history import Event, unhealthy_nodes
+
+    events = [
+        Event(1.0, 1, "a", "node_unhealthy", {"reason": "disk full"}),
+        Event(2.0, 1, "b", "node_unhealthy", {"reason": "no GPU"}),
+        Event(3.0, 2, "a", "node_healthy", {}),
+        Event(4.0, 2, "c", "worker_failed", {"rank": 1}),
+    ]
+    assert unhealthy_nodes(events) == (("b", "no GPU"),)
+    assert unhealthy_nodes(events[:1]) == (("a", "disk full"),)
