@@ -53,6 +53,11 @@ note(lambda: b.queue_pop("q", block=False))
 note(lambda: b.queue_pop("q", block=False))
 note(lambda: a.wait(["never"], datetime.timedelta(milliseconds=200)))
 note(lambda: a.get("k"))  # the connection works after a cancelled wait
+note(lambda: a.wait(["k", "absent"], datetime.timedelta(milliseconds=200)))  # one of two keys: it times out
+threading.Timer(0.3, lambda: b.set("second", b"S")).start()
+started = time.monotonic()
+note(lambda: a.wait(["k", "second"]) or "waited")  # one there, the other set later: it waits for both
+note(lambda: time.monotonic() - started > 0.2)
 threading.Timer(0.3, lambda: b.set("later", b"L")).start()
 started = time.monotonic()
 note(lambda: a.get("later"))  # waits for b's set
