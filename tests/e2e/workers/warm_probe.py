@@ -1,6 +1,6 @@
 """A worker that writes down how it was started, for the warm-start tests:
 
-    warm_probe.py OUT_DIR [--fail-first] [--exit N] [--raise] [--matmul] [--run SECONDS]
+    warm_probe.py OUT_DIR [--fail-first] [--exit N] [--raise] [--signal NAME] [--matmul] [--run SECONDS]
                   [--linger-thread] [--stuck-teardown] [--unflushed]
 
 Writes OUT_DIR/<restart>-<rank>.json: its pid, session and process group, parent-death signal,
@@ -80,6 +80,10 @@ if "--raise" in flags:
     raise ValueError("the probe was told to raise")
 if "--exit" in flags:
     sys.exit(int(flags[flags.index("--exit") + 1]))
+if "--signal" in flags:
+    import signal
+
+    os.kill(os.getpid(), getattr(signal, flags[flags.index("--signal") + 1]))
 
 
 class _StuckAtTeardown:
