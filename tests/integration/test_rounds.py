@@ -292,3 +292,39 @@ def test_a_round_monitor_set_up_on_a_lease_etcd_no_longer_has_says_the_membershi
     second = _ok(nodes.rendezvous(handlers))
     assert {info.round for info in second.values()} == {first[node.node_id].round + 1}
     assert node.lease.lease_id not in (0, old_lease)
+
+
+@pytest.mark.parametrize(
+    "departure, restarts",
+    [("its peers' verdict", 0), ("its own health gate", 0), ("a plain leave", 1)],
+    ids=["lost record by a peer", "step_out", "no lost record"],
+)
+def test_a_failure_in_a_round_whose_participant_was_recorded_lost_costs_no_restart(
+    etcd_endpoints, key_prefix, departure, restarts
+):
+    """Four nodes; d goes, and b's workers fail in the same round but b's own probes saw nothing:
+    only the coordinator's read of ``lost/<round>/`` (written by d's watchers, or by d stepping out
+    unhealthy) keeps b's failure from costing a restart."""
+    import json
+
+    from rendezvous.job.keys import JobKeys
+
+    group = Nodes(etcd_endpoints, key_prefix, min_nodes=2, max_nodes=4, last_call_timeout=0.5, join_timeout=20)
+    try:
+        a, b, c, d = (group.add(n) for n in "abcd")
+        assert {info.round for info in _ok(group.rendezvous([a, b, c, d])).values()} == {1}
+        if departure == "its peers' verdict":
+            lease = a.job_state().keep.lease
+            record = json.dumps({"why": "its agent's probe connection was closed", "by": "a"}).encode()
+            group.clients[0].put(f"{JobKeys(key_prefix, 'job').lost}1/d", record, lease=lease)
+            d.shutdown()
+        elif departure == "its own health gate":
+            d.step_out("--health-check failed: /scratch is full")
+        else:
+            d.shutdown()
+        b.request_restart("rank 1 on node b failed (exit code 1)")
+        second = _ok(group.rendezvous([a, b, c]))
+        assert {info.restart_count for info in second.values()} == {restarts}, second
+        assert {info.group_world_size for info in second.values()} == {3}
+    finally:
+        group.close()
