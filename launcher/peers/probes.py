@@ -106,7 +106,7 @@ class PeerProbes:
 
     def _gone(self, info: RendezvousInfo) -> tuple[str, ...]:
         """The participants of the round its watchers found dead (theirs or this node's targets)."""
-        prefix = f"{self._keys.lost}{info.round}/"
+        prefix = self._keys.lost_in(info.round)
         try:
             kvs, _ = self._client.get_prefix(prefix)
         except RendezvousError:

@@ -55,7 +55,7 @@ class Verdicts:
                 return False
             if not self.after_round:  # the round's worker failures are not charged (read at the next freeze)
                 lost = json.dumps({"why": why, "by": self._node}).encode()
-                self._client.put(f"{self._keys.lost}{self.round}/{target.node}", lost, lease=self._lease())
+                self._client.put(self._keys.lost_in(self.round, target.node), lost, lease=self._lease())
             ended = self._client.revoke_lease(target.lease)
         except RendezvousError:
             return False

@@ -150,6 +150,10 @@ class JobKeys:
         round (``launcher.peers``); read and cleared by the next freeze (no restart for that round)."""
         return job_key(self.prefix, self.run_id, "lost") + "/"
 
+    def lost_in(self, round_: int, node: str = "") -> str:
+        """``lost/<round>/``, the records of one round; with ``node``, that node's record."""
+        return f"{self.lost}{round_}/{node}"
+
     def hangs(self, round_: int) -> str:
         """``<prefix>/<run_id>/hangs/<round>/``: one round's hang cases."""
         return job_key(self.prefix, self.run_id, "hangs", str(round_)) + "/"

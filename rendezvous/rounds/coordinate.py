@@ -184,7 +184,7 @@ class RoundCoordinator:
 
     def _peers_lost(self, round_: int) -> bool:
         """Peers found a participant of ``round_`` dead (``launcher.peers``): its failures use no restart."""
-        return self._client.count_prefix(f"{self._keys.lost}{round_}/") > 0
+        return self._client.count_prefix(self._keys.lost_in(round_)) > 0
 
     def _freeze(self, snapshot: Snapshot, target: int, decision: Freeze) -> None:
         """Write the round's rank table, then commit the round by CAS of the state that names it."""

@@ -290,7 +290,7 @@ class RendezvousHandler:
         if running and state.keep.lease:
             record = json.dumps({"why": why, "by": self.node_id}).encode()
             try:
-                self._client.put(f"{self._keys.lost}{state.round}/{self.node_id}", record, lease=state.keep.lease)
+                self._client.put(self._keys.lost_in(state.round, self.node_id), record, lease=state.keep.lease)
             except RendezvousError:
                 pass  # then its peers' workers' failures may use a restart
         self.shutdown()

@@ -316,7 +316,7 @@ def test_a_failure_in_a_round_whose_participant_was_recorded_lost_costs_no_resta
         if departure == "its peers' verdict":
             lease = a.job_state().keep.lease
             record = json.dumps({"why": "its agent's probe connection was closed", "by": "a"}).encode()
-            group.clients[0].put(f"{JobKeys(key_prefix, 'job').lost}1/d", record, lease=lease)
+            group.clients[0].put(JobKeys(key_prefix, "job").lost_in(1, "d"), record, lease=lease)
             d.shutdown()
         elif departure == "its own health gate":
             d.step_out("--health-check failed: /scratch is full")
