@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from rendezvous.errors import RendezvousClosedError, RendezvousError
+from rendezvous.errors import RendezvousClosedError, RendezvousError, RendezvousTimeoutError
 from rendezvous.job.state import JobStatus
 
 __all__ = [
@@ -143,10 +143,13 @@ class HealthGate:
         closed: Callable[[], bool],
         healthy: Callable[[bool], None],
         sleep: Callable[[float], None] = time.sleep,
+        patience: float | None = None,
     ) -> None:
+        """``patience``: seconds an unhealthy node waits for its checks to pass before it gives up
+        (RendezvousTimeoutError: exit 200, worth a retry elsewhere; None: it waits as long as it takes)."""
         self._checks, self._environ = checks, environ
         self._say, self._record, self._step_out, self._closed, self._healthy = say, record, step_out, closed, healthy
-        self._sleep = sleep
+        self._sleep, self._patience = sleep, patience
         self._reason: str | None = None  # why this node stepped out (None: it is in)
         self._checked = False  # the first round's check passed
         self._unrecorded: str | None = None  # a reason said but not yet in the job's history (no job yet)
@@ -167,7 +170,14 @@ class HealthGate:
             return state is not None
 
         return cls(
-            checks, environ, say=say, record=record, step_out=handler.step_out, closed=closed, healthy=telemetry.healthy
+            checks,
+            environ,
+            say=say,
+            record=record,
+            step_out=handler.step_out,
+            closed=closed,
+            healthy=telemetry.healthy,
+            patience=handler.settings.join_timeout,
         )
 
     def after_failure(self, what: str) -> bool:
@@ -186,13 +196,18 @@ class HealthGate:
             reason = self._checks.run(self._environ)
             if reason is not None:
                 self._out(reason, "")
-        attempt = 0
+        attempt, waited = 0, 0.0
         while self._reason is not None:
             if self._closed() and self._unrecorded is not None:
                 self._record("node_unhealthy", reason=self._unrecorded)
                 self._unrecorded = None
-            self._sleep(backoff(attempt))
-            attempt += 1
+            if self._patience is not None and waited >= self._patience:
+                raise RendezvousTimeoutError(
+                    f"this node stayed unhealthy for {waited:g} s (join timeout {self._patience:g} s): {self._reason}"
+                )
+            pause = backoff(attempt) if self._patience is None else min(backoff(attempt), self._patience - waited)
+            self._sleep(pause)
+            attempt, waited = attempt + 1, waited + pause
             reason = self._checks.run(self._environ)
             if reason is None:
                 self._say("this node's health checks pass again: it joins the job's next round")

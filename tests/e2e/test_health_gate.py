@@ -67,3 +67,15 @@ def test_a_node_that_turns_unhealthy_after_its_workers_failed_steps_out_without_
     assert started[2]["restart"] == 0 and started[3]["restart"] == 0, started  # the round without b used no restart
     kinds = [e["kind"] for e in _history(etcd_endpoints, rdzv_id)]
     assert "node_unhealthy" in kinds and kinds.index("node_unhealthy") > kinds.index("worker_failed"), kinds
+
+
+def test_a_node_still_unhealthy_at_its_join_timeout_exits_200_worth_a_retry_elsewhere(tmp_path):
+    args = ["--standalone", "--rdzv-conf", "join_timeout=3", "--health-check", 'echo "GPU 3 missing"; exit 1']
+    done = run([*args, COUNTED, str(tmp_path)], timeout=30)
+    assert done.returncode == 200, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last == (
+        "elastic-run: this node stayed unhealthy for 3 s (join timeout 3 s): --health-check failed: GPU 3 missing "
+        "[exit 200: worth a retry]"
+    ), done.stderr
+    assert not json_records(str(tmp_path), "*.json", "at")  # no worker ran

@@ -137,3 +137,25 @@ def test_status_names_a_node_whose_last_health_record_says_unhealthy():
     ]
     assert unhealthy_nodes(events) == (("b", "no GPU"),)
     assert unhealthy_nodes(events[:1]) == (("a", "disk full"),)
+
+
+def test_a_node_unhealthy_past_its_join_timeout_gives_up_worth_a_retry_elsewhere():
+    from rendezvous.errors import RendezvousTimeoutError
+
+    script = _Script(100)
+    gate = HealthGate(
+        script.checks(),
+        {},
+        say=lambda line: None,
+        record=lambda kind, **details: None,
+        step_out=lambda why: None,
+        closed=lambda: True,
+        healthy=lambda ok: None,
+        sleep=lambda seconds: script.did.append(("sleep", seconds)),
+        patience=30.0,
+    )
+    with pytest.raises(
+        RendezvousTimeoutError, match=r"stayed unhealthy for 30 s \(join timeout 30 s\): --health-check failed: sick"
+    ):
+        gate.before_round()
+    assert [d[1] for d in script.did if d[0] == "sleep"] == [5.0, 10.0, 15.0]  # the last pause ends at the timeout
