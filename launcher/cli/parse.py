@@ -107,6 +107,26 @@ def _endpoint(opts: RunOptions) -> str | None:
     return rendezvous_endpoint(opts.standalone, opts.rdzv_backend, opts.rdzv_endpoint, opts.rdzv_id)
 
 
+# options a RunRequest takes as the command line gave them (click checked their type and range)
+_AS_GIVEN = (
+    "max_restarts",
+    "monitor_interval",
+    "role",
+    "event_log_handler",
+    "log_dir",
+    "log_line_prefix_template",
+    "local_addr",
+    "signals_to_handle",
+    "numa_binding",
+    "virtual_local_rank",
+    "warm_start",
+    "checkpoint_every",
+    "health_check",
+    "http_port",
+    "http_host",
+)
+
+
 def request_from(opts: RunOptions) -> RunRequest:
     """elastic-run's options, with SLURM's defaults in, parsed into a RunRequest: each option's text
     by its parser (``launcher.cli.options``), in the order torchrun reports a bad one."""
@@ -137,27 +157,13 @@ def request_from(opts: RunOptions) -> RunRequest:
         nproc_per_node=nproc,
         endpoint=endpoint,
         run_id=opts.rdzv_id or None,
-        max_restarts=opts.max_restarts,
-        monitor_interval=opts.monitor_interval,
-        role=opts.role,
-        event_log_handler=opts.event_log_handler,
-        log_dir=opts.log_dir,
         redirects=redirects,
         tee=tee,
         ranks_filter=ranks_filter,
-        log_line_prefix_template=opts.log_line_prefix_template,
-        local_addr=opts.local_addr,
-        signals_to_handle=opts.signals_to_handle,
-        numa_binding=opts.numa_binding,
-        virtual_local_rank=opts.virtual_local_rank,
-        warm_start=opts.warm_start,
         store_port=opts.master_port or None,
         checkpoint_dir=opts.checkpoint_dir or None,
-        checkpoint_every=opts.checkpoint_every,
         crash_loop=CrashLoop(opts.crash_loop_restarts, opts.progress_window),
-        health_check=opts.health_check,
-        http_port=opts.http_port,
-        http_host=opts.http_host,
+        **{name: getattr(opts, name) for name in _AS_GIVEN},
         allocation=slurm.etcd if slurm is not None else None,
         node_name=slurm.job.node_name if slurm is not None else None,
     )

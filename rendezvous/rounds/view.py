@@ -137,15 +137,11 @@ def view_of(
         return None
     live = {n.info.node: n.info for n in snapshot.nodes}
     succeeded = state.outcome(len(live)) == "succeeded"  # every participant's workers finished, keys gone or not
+    done = {
+        p.node for p in state.participants if succeeded or (p.node in live and live[p.node].finished_round(state.round))
+    }
     views = [
-        NodeView(
-            p.node,
-            p.group_rank,
-            p.addr,
-            p.local_world_size,
-            p.node in live,
-            succeeded or (p.node in live and live[p.node].finished_round(state.round)),
-        )
+        NodeView(p.node, p.group_rank, p.addr, p.local_world_size, p.node in live, p.node in done)
         for p in state.participants
     ]
     views = [_with_beats(v, (beats or {}).get(v.node), time.time() if now is None else now) for v in views]

@@ -69,8 +69,11 @@ def test_no_option_listed_as_having_no_effect_changes_what_the_run_does(tmp_path
         dest = next(o.dest or o.name[2:].replace("-", "_") for o in OPTIONS if o.name == name)
         return essence(plan_from(base)) != essence(plan_from(replace(base, **{dest: samples[name]})))
 
-    def essence(plan):  # what the agent is given; its log directory is named after a random node id
-        return replace(plan.config, logs=replace(plan.config.logs, root="")), plan.settings, plan.exported
+    def essence(plan):  # what the agent is given; its log directory (checked too) is named after a random node id
+        config = replace(
+            plan.config, logs=replace(plan.config.logs, root=""), checks=replace(plan.config.checks, dirs=())
+        )
+        return config, plan.settings, plan.exported
 
     listed = [name for name in moot() if changes(name)]
     assert not listed, f"listed as having no effect, but they change the run: {listed}"
