@@ -198,7 +198,9 @@ class Agent:
                         self._restart_or_close(failure, result)
             elif result.outcome is RoundOutcome.HUNG:
                 failure = restart.hang_of(result.verdict, self.info, self.config.history_command)
-                self._restart_or_close(failure, result)
+                mine = result.verdict.culprit.node == self.handler.node_id  # this node's worker hung
+                if not (mine and self._gate.after_failure(failure.what)):
+                    self._restart_or_close(failure, result)
 
     def worker_pids(self) -> list[int]:
         """This node's worker processes now (none between rounds)."""

@@ -79,3 +79,35 @@ def test_a_node_still_unhealthy_at_its_join_timeout_exits_200_worth_a_retry_else
         "[exit 200: worth a retry]"
     ), done.stderr
     assert not json_records(str(tmp_path), "*.json", "at")  # no worker ran
+
+
+STEPS = os.path.join(os.path.dirname(HERE), "hangs", "workers", "steps.py")
+
+
+def test_a_node_whose_worker_hung_and_whose_check_then_fails_steps_out_without_using_a_restart(
+    etcd_endpoints, tmp_path
+):
+    """b's rank 1 stops in step 3 of the first attempt (no heartbeat); b's check fails once that
+    rank's heartbeat record exists: after the hang verdict b steps out, and the round the hot spare
+    c fills runs at restart count 0 (where c's rank 1 hangs again, a restart this time)."""
+    out, rdzv_id = str(tmp_path), run_id()
+    worker = [STEPS, "--out", out, "--steps", "8", "--step", "0.1", "--hang", "1:3", "--gloo"]
+
+    def agent(*extra: str):
+        args = agent_args(etcd_endpoints, rdzv_id, "2", nproc=1, conf="last_call_timeout=1")
+        return start([*args, "--max-restarts", "3", "--heartbeat-timeout", "2", *extra, *worker])
+
+    a = agent()
+    time.sleep(0.5)  # a coordinates: group rank 0; b's worker is rank 1
+    b = agent("--health-check", f"! test -e {out}/1.0.beat")
+    time.sleep(1.5)
+    c = agent()
+    results = [finish(p, 120) for p in (a, b, c)]
+    outputs = [text for _, text in results]
+    assert [code for code, _ in results] == [0, 0, 0], outputs
+    assert " hung; this node is unhealthy: --health-check failed: exit code 1" in outputs[1], outputs[1]
+    assert "resuming the workers" not in outputs[1] and "restarting the workers" not in outputs[1], outputs[1]
+    spare_rounds = [line for line in outputs[2].splitlines() if "group rank 1 of 2 nodes" in line]
+    assert spare_rounds, outputs[2]  # c took b's place
+    restarts = [line for text in outputs for line in text.splitlines() if "restarting the workers (" in line]
+    assert all("(1/3)" in line for line in restarts) and restarts, restarts  # only c's own hang used one
