@@ -26,8 +26,10 @@ args = parser.parse_args()
 rank, restart = int(os.environ["RANK"]), int(os.environ["TORCHELASTIC_RESTART_COUNT"])
 first = elastic.checkpoint.load() if args.resume else None
 first = first or 0
-with open(os.path.join(args.out, f"{restart}-{rank}.json"), "w") as handle:
+path = os.path.join(args.out, f"{restart}-{rank}.json")
+with open(path + ".tmp", "w") as handle:  # written whole, then renamed
     json.dump({"rank": rank, "restart": restart, "from": first, "at": time.time()}, handle)
+os.replace(path + ".tmp", path)
 for step in range(first, args.steps):
     elastic.heartbeat()
     time.sleep(0.02)

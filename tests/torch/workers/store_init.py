@@ -37,8 +37,10 @@ record = {
     "world": dist.get_world_size(),
     "pid": os.getpid(),
 }
-with open(os.path.join(out, f"{attempt}-{rank}-{os.getpid()}.json"), "w") as f:
+name = os.path.join(out, f"{attempt}-{rank}-{os.getpid()}")
+with open(name + ".tmp", "w") as f:  # written whole, then renamed: the test reads *.json while it runs
     json.dump(record, f)
+os.replace(name + ".tmp", name + ".json")
 if record["world"] == linger_world:
     time.sleep(linger)
 dist.destroy_process_group()
