@@ -129,7 +129,9 @@ class RoundRunner:
         started = time.monotonic()
         try:
             result = self._watch()
-            result = replace(result, beats=self._hangs.most_beats(), ran=time.monotonic() - started)
+            if result.outcome in (RoundOutcome.FAILED, RoundOutcome.HUNG):  # how far they got (crash loops)
+                beats = self._hangs.most_beats() if self._hangs is not None else 0
+                result = replace(result, beats=beats, ran=time.monotonic() - started)
             if result.outcome is RoundOutcome.FAILED:
                 result = self._blame(result)
             if result.outcome is RoundOutcome.HUNG:

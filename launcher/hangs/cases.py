@@ -173,7 +173,7 @@ def _stopped(reports: list[RankReport]) -> set[int]:
     return {
         r.rank
         for r in judged
-        if r.stalled or r.silent > min(r.timeout, FLOOR) / 2 or (r.last is not None and r.progress - oldest <= TIE)
+        if r.silent > min(r.timeout, FLOOR) / 2 or (r.last is not None and r.progress - oldest <= TIE)
     }
 
 

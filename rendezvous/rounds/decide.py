@@ -318,17 +318,21 @@ def restart_count(state: JobState | None, nodes: Sequence[LiveNode], round_: int
     count of the round before unchanged).
     """
     count = state.restarts if state is not None else 0
-    failed = any(n.info.round == round_ and n.info.failed_round == round_ - 1 > 0 for n in nodes)
-    return count + 1 if failed and not peers_lost else count
+    return count + 1 if _asking_restart(nodes, round_) and not peers_lost else count
+
+
+def _asking_restart(nodes: Sequence[LiveNode], round_: int) -> list[NodeInfo]:
+    """The nodes joining ``round_`` that say their workers of the round before failed."""
+    return [n.info for n in nodes if n.info.round == round_ and n.info.failed_round == round_ - 1 > 0]
 
 
 def streak_after(state: JobState | None, nodes: Sequence[LiveNode], round_: int, peers_lost: bool = False) -> Streak:
     """The job's crash-loop streak for ``round_``: carried over, or -- when ``restart_count`` counts
     a restart -- counted with how far each node that asked for it got (``progress.counted``)."""
     streak = state.streak if state is not None else Streak()
-    if restart_count(state, nodes, round_, peers_lost) == (state.restarts if state is not None else 0):
+    asking = _asking_restart(nodes, round_)
+    if not asking or peers_lost:  # no restart counted
         return streak
-    asking = [n.info for n in nodes if n.info.round == round_ and n.info.failed_round == round_ - 1 > 0]
     return counted(streak, [(i.failure or f"a worker on node {i.node} failed", i.progress) for i in asking])
 
 
