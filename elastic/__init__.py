@@ -1,5 +1,6 @@
 """The small public API for code running under elastic-run: am I launched, where do I stand, what
-does the job look like, an error-recording decorator, and heartbeats for hang detection.
+does the job look like, an error-recording decorator, heartbeats for hang detection, and own-work
+timing for straggler scores.
 
 What every worker uses (the environment, ``record``, heartbeats) is imported at once and is light;
 reading a job's state and launching from Python (which need the etcd client and gRPC) are imported
@@ -9,6 +10,7 @@ on first use, so a worker that does not use them never loads gRPC.
 import importlib
 
 from .heartbeat import heartbeat, phase
+from .pace import section, watch_ddp
 from .record import record
 from .worker import NotLaunchedError, WorkerEnv, is_torchelastic_launched
 
@@ -34,6 +36,8 @@ __all__ = [
     "elastic_launch",
     "heartbeat",
     "phase",
+    "section",
+    "watch_ddp",
     "inprocess",
     "RoundInterrupted",
 ]

@@ -76,6 +76,7 @@ class _Channel:
         self.stacks = stacks  # kept open: faulthandler writes to its descriptor
         self.phases: list[tuple[str, float]] = []
         self.changes = 0
+        self.work, self.spans = 0.0, 0  # own work timed so far (``elastic.section``)
         counter = itertools.count(1)
         pack, clock, at = beats.BEAT.pack_into, time.monotonic, beats.BEAT_AT
 
@@ -93,6 +94,13 @@ class _Channel:
         with _lock:
             self.phases.pop()
             self._write_phase(*(self.phases[-1] if self.phases else ("", 0.0)))
+
+    def worked(self, seconds: float) -> None:
+        """One span of the rank's own work took ``seconds`` (straggler scores)."""
+        with _lock:
+            self.work += seconds
+            self.spans += 1
+            beats.WORK.pack_into(self.buffer, beats.WORK_AT, self.work, self.spans)
 
     def _write_phase(self, name: str, timeout: float) -> None:
         self.changes += 1

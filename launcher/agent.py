@@ -23,12 +23,11 @@ import enum
 import os
 import shutil
 import signal
-import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from launcher.output.console import report_progress, round_line, say
+from launcher.output.console import progress_lines, round_line, say
 from launcher.telemetry.health import AgentSnapshot
 from launcher.telemetry.metrics import Telemetry
 from launcher.workers.fence import ReaperProcess
@@ -44,6 +43,7 @@ from rendezvous.errors import (
 )
 from rendezvous.job.hangboard import HangChannel
 from rendezvous.job.history import HistoryWriter
+from rendezvous.job.paceboard import PaceBoard
 from rendezvous.job.progress import RoundProgress, tripped
 from rendezvous.job.state import CLOSED_BY_CRASH_LOOP, CLOSED_BY_OPERATOR, JobState, JobStatus
 from rendezvous.rounds.handler import RendezvousHandler
@@ -106,10 +106,12 @@ class Agent:
         telemetry: Telemetry | None = None,
         stores: StoreHost | None = None,
         peers: PeerProbes | None = None,
+        paces: PaceBoard | None = None,
     ) -> None:
         """``history``, ``reaper`` and ``stores`` (the c10d store's sockets; None: rank 0's worker
         hosts it) and ``peers`` are the handler's too; whoever made them closes them after ``run``. ``hangs``:
-        etcd's side of hang detection (None: workers' heartbeats are not watched)."""
+        etcd's side of hang detection (None: workers' heartbeats are not watched); ``paces``: of
+        straggler scores (None: this node's ranks are compared among themselves)."""
         self.config = config
         self.handler = handler
         self.history = history
@@ -128,6 +130,7 @@ class Agent:
         self._hang_channel = hangs
         self._stores = stores
         self._peers = peers
+        self._paces = paces
 
     @property
     def state(self) -> AgentState:
@@ -182,6 +185,9 @@ class Agent:
                 self.attempt += 1  # another node's failure restarted the job: its workers run again
                 continue
             self.attempt += 1  # the round's ending set the state to RESTARTING
+            if result.outcome is RoundOutcome.REPLACED:  # it stepped out: a spare takes its place, no restart used
+                self.handler.wait_replaced(self.info.round, min(self.handler.settings.join_timeout, 30.0))
+                continue
             self.telemetry.restarted(result.cause)
             if result.verdict is not None:
                 self.telemetry.hung(result.verdict.culprit_label)
@@ -239,6 +245,7 @@ class Agent:
             environ=self.environ,
             stores=self._stores,
             peers=self._peers,
+            paces=self._paces,
         )
 
     def _close_down(self) -> None:
@@ -329,13 +336,8 @@ class Agent:
         self.state = AgentState.RENDEZVOUS
         if self.attempt == 0 and self.info is None:
             self.handler.wait_for_etcd(report=self.say)
-        done = threading.Event()
-        reporter = threading.Thread(
-            target=report_progress, args=(self.handler.progress, self.say, done), name="progress", daemon=True
-        )
         joining = time.monotonic()
-        reporter.start()
-        try:
+        with progress_lines(self.handler.progress, self.say):
             while True:
                 try:
                     info = self.handler.next_rendezvous()
@@ -345,9 +347,6 @@ class Agent:
                 except RendezvousConnectionError as exc:
                     self.say(f"lost etcd while joining a round: {exc}")
                     self.handler.wait_for_etcd(report=self.say)
-        finally:
-            done.set()
-            reporter.join(timeout=2)
         self.telemetry.round_formed(info, time.monotonic() - joining)
         self.say(round_line(info, self.config.nproc_per_node))
         settings = self.handler.settings

@@ -48,6 +48,7 @@ class AgentConfig:
     checkpoint_every: int = 10  # a copy there every so many saves of a rank (--checkpoint-every)
     crash_loop: CrashLoop = CrashLoop()  # --crash-loop-restarts, --progress-window
     checks: NodeChecks = NodeChecks()  # the health gate before this node takes a rank (--health-check)
+    replace_stragglers: bool = False  # a straggler's node steps out when a spare waits (--replace-stragglers)
 
 
 def differences(config: AgentConfig, nodes: tuple[int, int], info: RendezvousInfo) -> tuple[str, ...]:

@@ -21,6 +21,7 @@ from rendezvous.etcd.target import EtcdTarget
 from rendezvous.job.hangboard import HangChannel
 from rendezvous.job.history import HistoryWriter
 from rendezvous.job.keys import JobKeys
+from rendezvous.job.paceboard import PaceBoard
 from rendezvous.rounds.handler import RendezvousHandler
 from rendezvous.settings import RendezvousSettings
 
@@ -123,7 +124,7 @@ def _run_agent(
     history = HistoryWriter(client, keys.root, plan.node_id, report=report, echo=echo)
     reaper = ReaperProcess()
     stores = StoreHost(plan.config.store_port, say=report) if plan.config.agent_store else None
-    peers = None
+    peers = paces = None
     try:
         peers = _peer_probes(plan, client, reaper, history, report)
         reaper.configure(client.target, reaper_sys_path(), history={"prefix": keys.root, "node": plan.node_id})
@@ -142,6 +143,7 @@ def _run_agent(
             probe=peers.endpoint if peers is not None else "",
         )
         telemetry = _telemetry(plan, client, history)
+        paces = PaceBoard(client, keys, plan.node_id)  # followed from the first round with timed work on
         agent = Agent(
             plan.config,
             handler,
@@ -149,13 +151,14 @@ def _run_agent(
             reaper=reaper,
             report=report,
             hangs=HangChannel(client, keys, plan.node_id),
+            paces=paces,
             telemetry=telemetry,
             stores=stores,
             peers=peers,
         )
         return _run(plan, agent, telemetry, report)
     finally:
-        for helper in (stores, peers):
+        for helper in (stores, peers, paces):
             if helper is not None:
                 helper.close()
         history.close()

@@ -254,6 +254,12 @@ OPTIONS: tuple[Option, ...] = (
          doc="restarts in a row in which no worker beat more heartbeats than ever before, no newer "
          "`elastic.checkpoint` step was saved and no round ran `--progress-window` seconds: the job is closed "
          "as a crash loop, exit code 5, do not requeue (0: never; see Crash loops)"),
+    _opt("--replace-stragglers", help="Swap a straggler's node for a waiting spare.", group=_HANGS, flag=True,
+         torchrun=None, field="replace_stragglers",
+         doc="a node whose rank is named a straggler (its own work a step, timed by `elastic.section` or "
+         "`elastic.watch_ddp`, scores below 0.75 of the job's fastest rank's) steps out when a hot spare "
+         "waits: the spare takes its place, no restart is used, and the node waits as a spare itself "
+         "(see Stragglers)"),
     _opt("--progress-window", help="Seconds a round runs that count as progress.", group=_HANGS, default=300.0,
          check=Seconds(), metavar="SECONDS", shown_default="300", torchrun=None, field="progress_window",
          doc="a round that ran this long before it failed made progress, whatever its heartbeats said"),

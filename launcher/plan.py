@@ -74,6 +74,7 @@ class RunRequest:
     checkpoint_every: int = 10  # a copy every so many saves of a rank
     crash_loop: CrashLoop = CrashLoop()  # restarts in a row with no progress that close the job
     health_check: str = ""  # --health-check: a command that must exit 0 before this node takes a rank
+    replace_stragglers: bool = False  # --replace-stragglers: a straggler's node steps out for a waiting spare
     http_port: int | None = None
     http_host: str = "0.0.0.0"
     lighthouse: Beside | None = None
@@ -169,6 +170,7 @@ def _agent_config(
         checkpoint_every=request.checkpoint_every,
         crash_loop=request.crash_loop,
         checks=NodeChecks.for_node((log_root, request.checkpoint_dir or ""), request.health_check),
+        replace_stragglers=request.replace_stragglers,
         event_log_handler=request.event_log_handler,
         cpu_binding=cpu_binding,
         hang_timeouts=request.hang_timeouts,

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from launcher.c10dstore import StoreHost
 from launcher.hangs.hangwatch import HangWatch, watch_round
 from launcher.hangs.verdict import Verdict
+from launcher.pace import Change, PacedWorker, PaceWatch
 from launcher.peers.probes import PeerProbes
 from launcher.telemetry.metrics import Telemetry
 from launcher.workers.env import WorkerSpec
@@ -22,6 +23,7 @@ from launcher.workers.group import GroupState, GroupStatus, WorkerGroup
 from rendezvous.errors import RendezvousError
 from rendezvous.job.hangboard import HangChannel
 from rendezvous.job.history import HistoryWriter
+from rendezvous.job.paceboard import PaceBoard
 from rendezvous.job.state import Cause, FailureKind
 from rendezvous.rounds.handler import RendezvousHandler
 from rendezvous.rounds.join import RendezvousInfo
@@ -43,8 +45,10 @@ class RoundOutcome(str, enum.Enum):
     MEMBERSHIP_CHANGED = "membership changed"  # a node left or waits, or another node started a new round
     FENCED = "fenced"  # no lease renewal within the renew deadline: the workers had to stop
     HUNG = "hung"  # the job agreed that a rank stopped making progress
+    REPLACED = "replaced"  # a straggler here: this node steps out for a waiting spare (--replace-stragglers)
 
 
+SPARE_LOOK = 5.0  # seconds between looks for a hot spare while a straggler here waits for one
 PARK_GRACE = 10.0  # seconds a worker under elastic.inprocess has to leave train before it is stopped
 
 CAUSES = {
@@ -52,6 +56,7 @@ CAUSES = {
     RoundOutcome.HUNG: FailureKind.HANG.value,
     RoundOutcome.MEMBERSHIP_CHANGED: "membership_change",
     RoundOutcome.FENCED: "fence",
+    RoundOutcome.REPLACED: "membership_change",
 }  # metrics' restart causes
 
 
@@ -93,11 +98,13 @@ class RoundRunner:
         environ: Mapping[str, str],
         stores: StoreHost | None = None,
         peers: PeerProbes | None = None,
+        paces: PaceBoard | None = None,
     ) -> None:
         """``beats_dir``: where the workers' heartbeat records go (one per worker and attempt).
         ``stores``: the sockets this node announced for the round's c10d store, which it serves
         when it is group rank 0 (None: rank 0's worker hosts the store). ``peers``: this node's
-        probes (None: a peer's death is known by its lease only)."""
+        probes (None: a peer's death is known by its lease only). ``paces``: the nodes' own-work
+        paces in etcd (None: the ranks are scored against this node's only)."""
         self.config = config
         self._beats_dir = beats_dir
         self.handler = handler
@@ -111,6 +118,9 @@ class RoundRunner:
         self._stores = stores
         self._peers = peers
         self._hangs: HangWatch | None = None
+        self._board = paces
+        self._pace: PaceWatch | None = None
+        self._spares_looked = -SPARE_LOOK
         self._beats_used = False  # this node's workers called elastic.heartbeat() in an earlier round
         self._status = GroupStatus(GroupState.RUNNING)  # the workers' last poll
         self.turned = time.monotonic()  # the watch loop's last turn (liveness)
@@ -143,8 +153,11 @@ class RoundRunner:
             if self._hangs is not None:
                 self._hangs.close()
             self._hangs = None
+            self._end_pace()
         ending(result.outcome)
-        if result.outcome not in (RoundOutcome.FENCED, RoundOutcome.SUCCEEDED):
+        if result.outcome is RoundOutcome.REPLACED:  # first: the peers' workers fail when these stop
+            self.handler.step_out(f"replaced by a spare: {result.failure}")
+        if result.outcome not in (RoundOutcome.FENCED, RoundOutcome.SUCCEEDED, RoundOutcome.REPLACED):
             self._group.park(min(self.config.stop_grace, PARK_GRACE), spare=self._hung_here(result))
         # fenced: now, the lease may expire in under a second; else with the grace period
         self._group.stop(0.0 if result.outcome is RoundOutcome.FENCED else self.config.stop_grace, kept=False)
@@ -182,6 +195,41 @@ class RoundRunner:
             pid_of=self._group.pid_of,
             interval=self.config.monitor_interval,
         )
+        paced = [PacedWorker(s.local_rank, s.rank, s.heartbeat_file) for s in specs]
+        node, lease = self.handler.node_id, lambda: self.handler.lease.lease_id
+        gauge = self._telemetry.straggler_score
+        self._pace = PaceWatch(paced, self._board, node=node, round_=info.round, lease=lease, gauge=gauge)
+
+    def _stragglers(self) -> RoundResult | None:
+        """Say and record each straggler verdict that changed; with --replace-stragglers, a straggler
+        here while a spare waits ends the round: this node steps out for the spare."""
+        for change in self._pace.tick():
+            self._say(change.line())
+            kind = "straggler" if change.change == Change.STRAGGLING else "straggler_recovered"
+            self._history.record(kind, self.info.round, **change.details())
+        straggler = self._pace.straggler()
+        if straggler is None or not self.config.replace_stragglers or not self._spare_waits():
+            return None
+        self._say(f"rank {straggler.rank} straggles and a spare waits: this node steps out for it (no restart used)")
+        return RoundResult(RoundOutcome.REPLACED, failure=straggler.line())
+
+    def _spare_waits(self) -> bool:
+        """A hot spare waits for a place (read at most every SPARE_LOOK seconds while a straggler stands)."""
+        now = time.monotonic()
+        if now - self._spares_looked < SPARE_LOOK:
+            return False
+        self._spares_looked = now
+        try:
+            return self.handler.spares_waiting() > 0
+        except RendezvousError:
+            return False
+
+    def _end_pace(self) -> None:
+        if self._pace is not None:
+            self._pace.close()
+            for local_rank in range(self.config.nproc_per_node):
+                self._telemetry.straggler_score(local_rank, None)
+        self._pace = None
 
     def _hung_here(self, result: RoundResult) -> tuple[int, ...]:
         """The local rank a hang verdict blames (stopped, never kept; the ranks that stopped with it
@@ -238,6 +286,9 @@ class RoundRunner:
             verdict = self._hangs.tick(self._status.exited, self._peer_finished) if self._hangs is not None else None
             if verdict is not None:
                 return RoundResult(RoundOutcome.HUNG, verdict=verdict)
+            replaced = self._stragglers()
+            if replaced is not None:
+                return replaced
             interval = self.config.monitor_interval
             if time.monotonic() - started < 1.0:
                 interval = min(interval, 0.02)

@@ -85,6 +85,7 @@ class RunOptions:
     checkpoint_every: int = 10
     crash_loop_restarts: int = 3
     health_check: str = ""
+    replace_stragglers: bool = False
     progress_window: float = 300.0
     lighthouse: str | None = None  # a torchft Lighthouse replica beside the agent: its id
     lighthouse_port: int = 29510
@@ -122,6 +123,7 @@ _AS_GIVEN = (
     "warm_start",
     "checkpoint_every",
     "health_check",
+    "replace_stragglers",
     "http_port",
     "http_host",
 )

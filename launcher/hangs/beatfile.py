@@ -15,6 +15,8 @@ The agent creates the file (zeroed, ``SIZE`` bytes) before it starts the worker 
     40      phase changes so far (uint32): an interval across a change is not a step
     44      the worker's pid (int32)
     48      the phase's name (64 bytes, UTF-8, NUL-padded)
+    112     seconds of the rank's own work so far (double: ``elastic.section``, ``elastic.watch_ddp``)
+    120     own-work spans so far (uint64)
 
 The stacks a worker dumps on request go to ``<record>.stacks`` beside it.
 """
@@ -26,14 +28,15 @@ import os
 import struct
 from dataclasses import dataclass
 
-__all__ = ["SIZE", "MAGIC", "BEAT", "PHASE", "HEADER", "Beat", "create", "stacks_path", "BeatReader"]
+__all__ = ["SIZE", "MAGIC", "BEAT", "PHASE", "WORK", "HEADER", "Beat", "create", "stacks_path", "BeatReader"]
 
 SIZE = 128
 MAGIC = b"EHB1"
 HEADER = struct.Struct("<4si")  # magic, stack signal (offset 0)
 BEAT = struct.Struct("<dQ")  # last heartbeat, count (offset 8)
 PHASE = struct.Struct("<ddIi64s")  # phase start, phase timeout, phase changes, pid, name (offset 24)
-BEAT_AT, PHASE_AT = 8, 24
+WORK = struct.Struct("<dQ")  # own work's seconds, spans (offset 112)
+BEAT_AT, PHASE_AT, WORK_AT = 8, 24, 112
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,8 @@ class Beat:
     phase_changes: int
     stack_signal: int
     pid: int
+    work: float = 0.0  # seconds of own work timed so far (straggler scores)
+    spans: int = 0  # own-work spans timed so far
 
 
 def stacks_path(record: str) -> str:
@@ -77,6 +82,7 @@ class BeatReader:
         magic, stack_signal = HEADER.unpack_from(self._map, 0)
         last, count = BEAT.unpack_from(self._map, BEAT_AT)
         started, timeout, changes, pid, name = PHASE.unpack_from(self._map, PHASE_AT)
+        work, spans = WORK.unpack_from(self._map, WORK_AT)
         return Beat(
             magic == MAGIC,
             last,
@@ -87,7 +93,19 @@ class BeatReader:
             changes,
             stack_signal,
             pid,
+            work,
+            spans,
         )
+
+    def work(self) -> tuple[float, int]:
+        """The own-work seconds and spans alone, read until two reads agree (the worker may be writing)."""
+        before = WORK.unpack_from(self._map, WORK_AT)
+        for _ in range(3):
+            now = WORK.unpack_from(self._map, WORK_AT)
+            if now == before:
+                break
+            before = now
+        return before
 
     def close(self) -> None:
         self._map.close()

@@ -10,7 +10,8 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from rendezvous.errors import RendezvousError
 from rendezvous.job.history import Event
@@ -23,6 +24,7 @@ __all__ = [
     "progress_line",
     "round_line",
     "report_progress",
+    "progress_lines",
     "should_say",
     "console_event",
     "PROGRESS_EVERY",
@@ -150,6 +152,19 @@ def report_progress(
         if should_say(now, shown, time.monotonic() - said_at):
             report(progress_line(now))
             shown, said_at = now.key, time.monotonic()
+
+
+@contextmanager
+def progress_lines(progress: Callable[[], Progress | None], report: Callable[[str], None]) -> Iterator[None]:
+    """``report_progress`` on a thread of its own while the block runs (a node joining a round)."""
+    done = threading.Event()
+    reporter = threading.Thread(target=report_progress, args=(progress, report, done), name="progress", daemon=True)
+    reporter.start()
+    try:
+        yield
+    finally:
+        done.set()
+        reporter.join(timeout=2)
 
 
 def should_say(now: Progress, shown: tuple | None, since: float) -> bool:

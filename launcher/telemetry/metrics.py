@@ -52,6 +52,8 @@ class Telemetry:
 
     def hung(self, culprit: str) -> None: ...
 
+    def straggler_score(self, local_rank: int, value: float | None) -> None: ...
+
     def workers(self, running: int) -> None: ...
 
     def etcd_call(self, method: str, seconds: float, error: str | None) -> None: ...
@@ -86,6 +88,12 @@ class PrometheusTelemetry(Telemetry):
         self._budget = gauge("elastic_job_max_restarts", "The job's --max-restarts")
         self._running = gauge("elastic_workers_running", "This node's workers running now")
         self._healthy = gauge("elastic_node_healthy", "1 while this node passes its health checks (--health-check)")
+        self._scores = Gauge(
+            "elastic_straggler_score",
+            "The job's fastest rank's own work a step over this local rank's (1: as fast; below 0.75: a straggler)",
+            (*labels, "local_rank"),
+            registry=self.registry,
+        )
         self._lease_age = gauge(
             "elastic_lease_renewal_age_seconds", "Seconds since the last acknowledged lease renewal was sent"
         )
@@ -158,6 +166,16 @@ class PrometheusTelemetry(Telemetry):
 
     def healthy(self, ok: bool) -> None:
         self._healthy.set(1 if ok else 0)
+
+    def straggler_score(self, local_rank: int, value: float | None) -> None:
+        """A local rank's score now; None: it has none (its round ended)."""
+        if value is not None:
+            self._scores.labels(local_rank=str(local_rank), **self._values).set(value)
+            return
+        try:
+            self._scores.remove(self._values["run_id"], self._values["node"], str(local_rank))
+        except KeyError:
+            pass  # it had no score
 
     def restarted(self, cause: str) -> None:
         self._causes[cause].inc()

@@ -9,6 +9,8 @@
     <prefix>/<run_id>/history/<seq>  the job's history records
     <prefix>/<run_id>/hangs/<round>/ a suspected hang's suspect, reports and verdict (agents' leases),
                                      and elastic-ctl status's asks for heartbeats (the asker's lease)
+    <prefix>/<run_id>/pace/<node>    one node's own-work pace in the round it runs (straggler scores),
+                                     on its agent's lease, written only when it moves by 10 %
 
 The stored state is the state behind a one-line header (``elastic-state/1``) so that a value that is
 not ours -- garbage written by hand, another tool's key -- is refused with RendezvousStateError
@@ -157,6 +159,10 @@ class JobKeys:
     def hangs(self, round_: int) -> str:
         """``<prefix>/<run_id>/hangs/<round>/``: one round's hang cases."""
         return job_key(self.prefix, self.run_id, "hangs", str(round_)) + "/"
+
+    def pace(self, node: str = "") -> str:
+        """``<prefix>/<run_id>/pace/``: the nodes' own-work paces; with ``node``, that node's."""
+        return job_key(self.prefix, self.run_id, "pace") + "/" + node
 
 
 def history_prefix(job_root: str) -> str:

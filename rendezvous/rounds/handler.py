@@ -29,12 +29,12 @@ from rendezvous.job.store import GaveUp, JobStateStore, StateUnchanged
 from rendezvous.settings import RendezvousSettings
 
 from .coordinate import RoundCoordinator, progress_every
-from .decide import closed_state, silent_after, silent_nodes
+from .decide import closed_state, newcomers, silent_after, silent_nodes
 from .join import Progress, RendezvousInfo, progress_of
 from .joinloop import JoinLoop
 from .member import Identity, LeaseStatus, Member, default_node_id
 from .monitor import JobMonitor
-from .snapshot import Handover
+from .snapshot import Handover, read_round
 
 __all__ = ["RendezvousHandler", "RendezvousInfo", "Progress", "LeaseStatus", "default_node_id"]
 
@@ -176,6 +176,27 @@ class RendezvousHandler:
         """Nodes that want to join and would fit: a reason for the agent to re-rendezvous."""
         monitor = self.round_monitor()
         return monitor.cause.waiting if monitor is not None else 0
+
+    def wait_replaced(self, round_: int, timeout: float) -> None:
+        """Return once a round after ``round_`` runs or the job closed, or after ``timeout``: a node that
+        stepped out for a spare rejoins only then, as a spare itself (a participant of the round
+        before would be chosen again over the spare)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                state = self.job_state()
+            except RendezvousError:
+                state = None
+            if state is not None and state.status is not JobStatus.JOINING and state.round > round_:
+                return
+            if state is not None and state.status is JobStatus.CLOSED:
+                return
+            time.sleep(0.2)
+
+    def spares_waiting(self) -> int:
+        """Live nodes waiting for a place beyond the running round (hot spares), read from etcd now."""
+        snapshot = read_round(self._client, self._keys, all_nodes=True)
+        return len(newcomers(snapshot.state, snapshot.nodes))
 
     def round_monitor(self) -> JobMonitor | None:
         """What this node follows of its round (brought up to date now); None before the first round."""

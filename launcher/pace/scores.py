@@ -1,0 +1,98 @@
+"""Straggler scores, decided (pure): each rank's pace from its own-work timings, its score against
+the job's fastest rank, when a low score is a straggler, and when a node's figures are worth a write.
+
+A rank's *pace* is the median over its last ``WINDOW`` samples, each sample the mean length of the
+own-work spans (``elastic.section``, ``elastic.watch_ddp``) it timed in about ``SAMPLE`` seconds. Its
+*score* is the job's fastest pace over its own (1.0: as fast as the fastest; 0.5: twice as slow).
+A score below ``THRESHOLD`` at ``CONFIRM`` evaluations in a row names a straggler; back above
+``RECOVERED`` at ``CONFIRM`` evaluations in a row, it no longer is one.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+from dataclasses import dataclass
+
+__all__ = [
+    "SAMPLE",
+    "WINDOW",
+    "MIN_SAMPLES",
+    "THRESHOLD",
+    "RECOVERED",
+    "CONFIRM",
+    "REWRITE",
+    "RankPace",
+    "StragglerRule",
+    "Change",
+    "score",
+    "worth_writing",
+]
+
+SAMPLE = 1.0  # seconds of spans a sample averages (at least one span)
+WINDOW = 20  # samples a pace is the median of
+MIN_SAMPLES = 5  # samples before a rank has a pace
+THRESHOLD = 0.75  # a score below this is slow (nvidia-resiliency-ext's default)
+RECOVERED = 0.85  # a straggler scores above this to be one no more
+CONFIRM = 3  # evaluations in a row that a verdict takes
+REWRITE = 0.10  # a node's published pace is written again when it moved by more than this share
+
+
+class RankPace:
+    """One rank's samples, fed the cumulative own-work figures of its heartbeat record."""
+
+    def __init__(self) -> None:
+        self._samples: deque[float] = deque(maxlen=WINDOW)
+        self._since: tuple[float, float, int] | None = None  # (time, work, spans) the open sample began at
+
+    def feed(self, now: float, work: float, spans: int) -> None:
+        """The record read at ``now``: ``work`` seconds over ``spans`` spans so far."""
+        if self._since is None or spans < self._since[2] or work < self._since[1]:
+            self._since = (now, work, spans)  # first reading, or a new record (a new worker)
+            return
+        began, work0, spans0 = self._since
+        if now - began >= SAMPLE and spans > spans0:
+            self._samples.append((work - work0) / (spans - spans0))
+            self._since = (now, work, spans)
+
+    def pace(self) -> float | None:
+        """The median span length over the window; None until ``MIN_SAMPLES`` samples."""
+        if len(self._samples) < MIN_SAMPLES:
+            return None
+        return statistics.median(self._samples)
+
+
+def score(fastest: float, pace: float) -> float:
+    """The job's fastest pace over this rank's: 1.0 at best."""
+    if pace <= 0.0:
+        return 1.0
+    return min(1.0, fastest / pace)
+
+
+class Change:
+    STRAGGLING = "straggling"
+    RECOVERED = "recovered"
+
+
+@dataclass
+class StragglerRule:
+    """A rank's verdicts with hysteresis: ``judge(score)`` returns a Change when its state flips."""
+
+    straggling: bool = False
+    _run: int = 0  # evaluations in a row that point to the other state
+
+    def judge(self, value: float) -> str | None:
+        flips = value >= RECOVERED if self.straggling else value < THRESHOLD
+        self._run = self._run + 1 if flips else 0
+        if self._run < CONFIRM:
+            return None
+        self._run = 0
+        self.straggling = not self.straggling
+        return Change.STRAGGLING if self.straggling else Change.RECOVERED
+
+
+def worth_writing(written: float | None, pace: float) -> bool:
+    """Whether a node's pace, last published as ``written``, moved enough to publish again."""
+    if written is None or written <= 0.0:
+        return True
+    return abs(pace / written - 1.0) > REWRITE

@@ -1,0 +1,162 @@
+"""Straggler scores end to end (real agents, real etcd, gloo on CPU): a rank slowed on one node --
+its worker SIGSTOPped 60 ms of every 100 ms -- is named a straggler within 30 s by its own node, and
+no healthy rank is; with --replace-stragglers and a hot spare waiting, the slow node steps out, the
+spare takes its place with no restart used, and the job steps at its healthy rate again."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import signal
+import threading
+import time
+
+from tests.e2e.cli_helpers import agent_args, finish, run, run_id, start, wait_for
+
+WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "workers", "paced.py")
+
+
+class Slowdown:
+    """A process stopped ``stopped`` of every ``period`` seconds, on a thread, until ``stop()``."""
+
+    def __init__(self, pid: int, stopped: float = 0.06, period: float = 0.1) -> None:
+        self.pid, self._stopped, self._period = pid, stopped, period
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            while not self._done.is_set():
+                os.kill(self.pid, signal.SIGSTOP)
+                time.sleep(self._stopped)
+                os.kill(self.pid, signal.SIGCONT)
+                time.sleep(self._period - self._stopped)
+        except ProcessLookupError:
+            pass  # its round ended and it with it
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join(timeout=5)
+        try:
+            os.kill(self.pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+
+
+def workers(out: str) -> list[dict]:
+    """Each worker process's header and step times, in start order."""
+    found = []
+    for path in glob.glob(os.path.join(out, "steps-*.txt")):
+        with open(path) as handle:
+            lines = handle.read().splitlines()
+        if lines:
+            try:
+                header = json.loads(lines[0])
+            except ValueError:
+                continue  # written as we read
+            found.append({**header, "steps": [float(t) for t in lines[1:] if t.strip()]})
+    return sorted(found, key=lambda w: w["steps"][0] if w["steps"] else float("inf"))
+
+
+def rate(steps: list[float], since: float, until: float) -> float:
+    inside = [t for t in steps if since <= t <= until]
+    return (len(inside) - 1) / (inside[-1] - inside[0]) if len(inside) > 2 else 0.0
+
+
+def history(endpoints: str, rdzv_id: str) -> list[dict]:
+    shown = run(["history", "--rdzv-endpoint", endpoints, "--rdzv-id", rdzv_id, "--json"], tool_name="elastic-ctl")
+    return json.loads(shown.stdout) if shown.returncode == 0 else []
+
+
+def _agents(endpoints: str, rdzv_id: str, out: str, count: int, *extra: str):
+    args = agent_args(endpoints, rdzv_id, "3", nproc=1, conf="last_call_timeout=1") + list(extra)
+    return [start([*args, WORKER, out, *(["--ddp"] if "--replace-stragglers" in extra else [])]) for _ in range(count)]
+
+
+def _running(out: str, ranks: int, restart_of=lambda w: True) -> list[dict]:
+    return wait_for(
+        lambda: (
+            (found := [w for w in workers(out) if restart_of(w) and len(w["steps"]) > 5])
+            and len(found) >= ranks
+            and found
+        ),
+        90,
+        interval=0.5,
+        what=f"{ranks} workers stepping",
+    )
+
+
+def test_a_slowed_rank_is_named_a_straggler_within_30_s_by_its_node_and_no_healthy_rank_is(etcd_endpoints, tmp_path):
+    out, rdzv_id = str(tmp_path), run_id()
+    agents = _agents(etcd_endpoints, rdzv_id, out, 3)
+    try:
+        slow = next(w for w in _running(out, 3) if w["rank"] == 2)
+        time.sleep(8.0)  # the ranks' paces settle, healthy: a false verdict would come now
+        slowdown, slowed_at = Slowdown(slow["pid"]), time.monotonic()
+        try:
+            found = wait_for(
+                lambda: [e for e in history(etcd_endpoints, rdzv_id) if e["kind"] == "straggler"],
+                40,
+                interval=1.0,
+                what="a straggler record",
+            )
+            took = time.monotonic() - slowed_at
+        finally:
+            slowdown.stop()
+        open(os.path.join(out, "stop"), "w").close()
+        results = [finish(agent, 60) for agent in agents]
+    finally:
+        open(os.path.join(out, "stop"), "w").close()
+        for agent in agents:
+            agent.kill() if agent.poll() is None else None
+    outputs = [text for _, text in results]
+    assert [code for code, _ in results] == [0, 0, 0], outputs
+    print(f"\nnamed a straggler {took:.1f} s after the slowdown began: {found[0]}")
+    assert took <= 30.0
+    assert [(e["rank"], e["local_rank"]) for e in found] == [(2, 0)], found
+    assert 0.2 < found[0]["score"] < 0.75, found
+    named = [text for text in outputs if "is a straggler" in text]
+    assert len(named) == 1 and "rank 2 (local rank 0) is a straggler: its own work takes" in named[0], outputs
+
+
+def test_with_replace_stragglers_a_spare_takes_the_slow_nodes_place_and_the_job_steps_at_its_healthy_rate(
+    etcd_endpoints, tmp_path
+):
+    out, rdzv_id = str(tmp_path), run_id()
+    agents = _agents(etcd_endpoints, rdzv_id, out, 3, "--replace-stragglers")
+    try:
+        first = _running(out, 3)
+        time.sleep(1.0)
+        spare = _agents(etcd_endpoints, rdzv_id, out, 1, "--replace-stragglers")[0]  # waits: the job is at 3 of 3
+        agents.append(spare)
+        time.sleep(8.0)
+        healthy_until = time.time()
+        slow = next(w for w in first if w["rank"] == 2)
+        slowdown = Slowdown(slow["pid"])
+        try:
+            replaced = _running(out, 3, lambda w: w["pid"] not in {f["pid"] for f in first})
+        finally:
+            slowdown.stop()
+        time.sleep(10.0)
+        open(os.path.join(out, "stop"), "w").close()
+        results = [finish(agent, 60) for agent in agents]
+    finally:
+        open(os.path.join(out, "stop"), "w").close()
+        for agent in agents:
+            agent.kill() if agent.poll() is None else None
+    outputs = [text for _, text in results]
+    assert [code for code, _ in results] == [0, 0, 0, 0], outputs
+    everyone = {w["pid"]: w for w in workers(out)}
+    rank0 = everyone[next(w["pid"] for w in first if w["rank"] == 0)]
+    healthy = rate(rank0["steps"], rank0["steps"][0] + 3.0, healthy_until)
+    after = next(everyone[r["pid"]] for r in replaced if r["rank"] == 0)
+    swapped = rate(after["steps"], after["steps"][0] + 3.0, after["steps"][-1])
+    print(f"\nsteps a second: healthy {healthy:.1f}, after the swap {swapped:.1f} ({swapped / healthy:.0%})")
+    assert swapped >= 0.9 * healthy
+    assert {w["restart"] for w in replaced} == {0}, replaced  # a membership change: no restart used
+    stepped_out = [text for text in outputs if "a spare waits: this node steps out for it (no restart used)" in text]
+    assert len(stepped_out) == 1 and "rank 2 (local rank 0) is a straggler" in stepped_out[0], outputs
+    kinds = [e["kind"] for e in history(etcd_endpoints, rdzv_id)]
+    assert "straggler" in kinds and "group_restarted" not in kinds, kinds

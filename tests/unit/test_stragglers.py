@@ -1,0 +1,182 @@
+"""Straggler scores, decided without etcd: a rank's pace, its score, the verdict's hysteresis, when a
+node's pace is written again, the agent's watch over hand-written records, and the worker's API."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+from launcher.hangs import beatfile as beats
+from launcher.pace import Change, PacedWorker, PaceWatch
+from launcher.pace.scores import CONFIRM, MIN_SAMPLES, SAMPLE, RankPace, StragglerRule, score, worth_writing
+from rendezvous.job.paceboard import NodePace, decode
+
+
+def feed_steps(pace: RankPace, step: float, samples: int, start: float = 0.0) -> float:
+    """``samples`` samples of spans ``step`` seconds long, one sample a SAMPLE; the clock after."""
+    now, work, spans = start, 0.0, 0
+    pace.feed(now, work, spans)
+    for _ in range(samples):
+        now, work, spans = now + SAMPLE, work + 4 * step, spans + 4
+        pace.feed(now, work, spans)
+    return now
+
+
+def test_a_rank_has_a_pace_after_enough_samples_and_it_is_their_median():
+    pace = RankPace()
+    feed_steps(pace, 0.1, MIN_SAMPLES - 1)
+    assert pace.pace() is None
+    pace.feed(100.0, 100.0, 1000)  # one odd sample (a long evaluation step) does not move the median
+    assert pace.pace() is not None and abs(pace.pace() - 0.1) < 1e-9
+
+
+def test_a_sample_needs_a_span_and_a_new_record_starts_over():
+    pace = RankPace()
+    pace.feed(0.0, 0.0, 0)
+    pace.feed(5.0, 0.0, 0)  # no span in 5 s: no sample (a rank inside a long step)
+    feed_steps(pace, 0.2, MIN_SAMPLES, start=5.0)
+    assert abs(pace.pace() - 0.2) < 1e-9
+    pace.feed(20.0, 0.1, 1)  # the counts went back: a new worker's record, not a negative span
+    assert abs(pace.pace() - 0.2) < 1e-9
+
+
+def test_the_score_is_the_fastest_pace_over_the_ranks_own():
+    assert score(0.1, 0.1) == 1.0
+    assert score(0.1, 0.2) == 0.5
+    assert score(0.1, 0.0) == 1.0
+
+
+def test_a_verdict_takes_confirm_low_scores_in_a_row_and_recovery_as_many_high_ones():
+    rule = StragglerRule()
+    assert [rule.judge(0.5) for _ in range(CONFIRM - 1)] == [None] * (CONFIRM - 1)
+    assert rule.judge(0.9) is None  # one good score breaks the run
+    verdicts = [rule.judge(0.5) for _ in range(CONFIRM)]
+    assert verdicts[-1] == Change.STRAGGLING and rule.straggling
+    assert [rule.judge(0.8) for _ in range(CONFIRM + 2)] == [None] * (CONFIRM + 2)  # below RECOVERED: still one
+    assert [rule.judge(0.95) for _ in range(CONFIRM)][-1] == Change.RECOVERED
+    assert not rule.straggling
+
+
+def test_a_pace_is_written_again_only_when_it_moved_by_more_than_a_tenth():
+    assert worth_writing(None, 0.1)
+    assert not worth_writing(0.1, 0.105)
+    assert not worth_writing(0.1, 0.095)
+    assert worth_writing(0.1, 0.115)
+    assert worth_writing(0.1, 0.085)
+
+
+def test_a_pace_in_etcd_is_checked_on_decode():
+    pace = NodePace("n1", 3, 0.1, 0.2, 7)
+    assert decode("n1", pace.encode()) == pace
+    for raw in (
+        b"garbage",
+        b"[]",
+        b'{"round": 3}',
+        b'{"round":3,"fastest":-1,"slowest":0.2,"rank":1}',
+        b'{"round":true,"fastest":0.1,"slowest":0.2,"rank":1}',
+        b'{"round":3,"fastest":NaN,"slowest":1,"rank":1}',
+    ):
+        assert decode("n1", raw) is None, raw
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Records:
+    """Hand-written heartbeat records: each rank's own work goes up by its span per step."""
+
+    def __init__(self, tmp_path, ranks: int) -> None:
+        self.paths = [str(tmp_path / f"{i}.beat") for i in range(ranks)]
+        for path in self.paths:
+            beats.create(path)
+        self.work = [0.0] * ranks
+        self.spans = [0] * ranks
+
+    def step(self, spans: list[float]) -> None:
+        for i, span in enumerate(spans):
+            self.work[i] += span
+            self.spans[i] += 1
+            with open(self.paths[i], "r+b") as handle:
+                handle.seek(beats.WORK_AT)
+                handle.write(beats.WORK.pack(self.work[i], self.spans[i]))
+
+
+def run_watch(tmp_path, spans_of_step, seconds: int, ranks: int = 3):
+    """A watch over ``ranks`` local ranks stepping every 0.25 s for ``seconds``: its verdicts and gauges."""
+    records, clock = Records(tmp_path, ranks), Clock()
+    gauges: dict[int, float] = {}
+    workers = [PacedWorker(i, 10 + i, path) for i, path in enumerate(records.paths)]
+    watch = PaceWatch(workers, None, node="n1", round_=1, lease=lambda: 0, gauge=gauges.__setitem__, clock=clock)
+    verdicts = []
+    for step in range(seconds * 4):
+        records.step(spans_of_step(step))
+        clock.now += 0.25
+        verdicts += [(clock.now - 1000.0, v) for v in watch.tick()]
+    watch.close()
+    return verdicts, gauges, watch
+
+
+def test_a_slow_rank_is_named_and_scored_and_the_others_are_not(tmp_path):
+    verdicts, gauges, watch = run_watch(tmp_path, lambda step: [0.05, 0.05, 0.125], 30)
+    assert [(v.rank, v.change) for _, v in verdicts] == [(12, Change.STRAGGLING)]
+    at, verdict = verdicts[0]
+    assert at <= MIN_SAMPLES * SAMPLE + CONFIRM + 2
+    assert abs(verdict.score - 0.4) < 0.01 and gauges[0] == 1.0 and gauges[1] == 1.0 and abs(gauges[2] - 0.4) < 0.01
+    assert (
+        "rank 12 (local rank 2) is a straggler" in verdict.line() and "2.5x the fastest rank's 50 ms" in verdict.line()
+    )
+    assert watch.straggler() == verdict
+
+
+def test_uneven_steps_alike_on_every_rank_make_no_straggler(tmp_path):
+    # every fourth step five times longer (an evaluation, a bigger batch), on every rank alike, and noise of 10 %
+    def spans(step: int) -> list[float]:
+        base = 0.25 if step % 4 == 0 else 0.05
+        return [base * (1.0 + 0.1 * ((step * (r + 3)) % 3 - 1)) for r in range(3)]
+
+    verdicts, gauges, _ = run_watch(tmp_path, spans, 60)
+    assert verdicts == []
+    assert min(gauges.values()) > 0.75
+
+
+def test_a_straggler_that_speeds_up_again_recovers(tmp_path):
+    verdicts, _, watch = run_watch(tmp_path, lambda step: [0.05, 0.05, 0.15 if step < 60 else 0.05], 60)
+    assert [v.change for _, v in verdicts] == [Change.STRAGGLING, Change.RECOVERED]
+    assert "no longer straggles" in verdicts[1][1].line()
+    assert watch.straggler() is None
+
+
+def test_the_worker_api_times_outermost_sections_only_and_does_nothing_outside_elastic_run(tmp_path):
+    record = str(tmp_path / "w.beat")
+    beats.create(record)
+    script = textwrap.dedent(
+        """
+        import time, elastic
+        for _ in range(3):
+            with elastic.section():
+                with elastic.section():  # nested: counted once, in the outer one
+                    time.sleep(0.05)
+
+        @elastic.section()
+        def step():
+            time.sleep(0.02)
+
+        step()
+        """
+    )
+    subprocess.run([sys.executable, "-c", script], env={**os.environ, "ELASTIC_HEARTBEAT_FILE": record}, check=True)
+    reader = beats.BeatReader(record)
+    work, spans = reader.work()
+    reader.close()
+    assert spans == 4
+    assert 0.17 <= work < 0.6
+    env = {k: v for k, v in os.environ.items() if k != "ELASTIC_HEARTBEAT_FILE"}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+    assert done.returncode == 0 and done.stderr == ""
