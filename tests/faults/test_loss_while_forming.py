@@ -23,6 +23,7 @@ from .helpers import children, freeze, run_id, thaw, timeline, wait_for
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DDP = os.path.join(ROOT, "examples", "ddp_steps.py")
 WITHIN = 6.0  # seconds from the fault to the new round's first step (the lease would take 15 s)
+FORMED = 5.0  # seconds from the fault to the new round's freeze, when the newcomer's own start is not counted
 
 
 def _start(agents, endpoints: str, rid: str, out: str, nnodes: str = "2:3"):
@@ -94,8 +95,13 @@ def test_a_node_lost_just_as_a_new_node_joins_costs_seconds_not_its_lease(cluste
     finally:
         if fault == "frozen":
             thaw(tree)
-    print(f"\nnode {fault} as a new node joined: the new round's first step {took:.2f} s after the fault")
-    assert took < WITHIN, f"the new round's first step came {took:.1f} s after the fault"
+    history = _history(cluster.endpoints, rid)
+    formed = min(r["time"] for r in history if r["kind"] == "round_frozen" and r["time"] > at and r["nodes"] == 2) - at
+    print(f"\nnode {fault} as a new node joined: the new round froze {formed:.2f} s and stepped {took:.2f} s after it")
+    # The first step also waits for the newcomer's own start (its interpreter, its agent, torch in its
+    # warm interpreter: seconds of CPU on a loaded machine); the round's freeze is what the lost lease held up.
+    assert formed < FORMED, f"the new round froze {formed:.1f} s after the fault (its first step after {took:.1f} s)"
+    assert took < WITHIN + 4.0, f"the new round's first step came {took:.1f} s after the fault"
     assert survivor.process.poll() is None and newcomer.process.poll() is None
-    ended = [r for r in _history(cluster.endpoints, rid) if r["kind"] in ("node_lost", "node_left")]
+    ended = [r for r in history if r["kind"] in ("node_lost", "node_left")]
     assert ended, "the lost node's departure was not recorded"
