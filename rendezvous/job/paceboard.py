@@ -34,7 +34,8 @@ class NodePace:
     rank: int  # the slowest's global rank
 
     def encode(self) -> bytes:
-        data = {"round": self.round, "fastest": self.fastest, "slowest": self.slowest, "rank": self.rank}
+        fastest, slowest = round(self.fastest, 6), round(self.slowest, 6)  # microseconds: enough, and short
+        data = {"round": self.round, "fastest": fastest, "slowest": slowest, "rank": self.rank}
         return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
 
 

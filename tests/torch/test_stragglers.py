@@ -158,5 +158,8 @@ def test_with_replace_stragglers_a_spare_takes_the_slow_nodes_place_and_the_job_
     assert {w["restart"] for w in replaced} == {0}, replaced  # a membership change: no restart used
     stepped_out = [text for text in outputs if "a spare waits: this node steps out for it (no restart used)" in text]
     assert len(stepped_out) == 1 and "rank 2 (local rank 0) is a straggler" in stepped_out[0], outputs
+    after_out = stepped_out[0].split("no restart used)", 1)[1]
+    assert "waiting for a place" in after_out and "group rank" not in after_out, stepped_out[0]  # a spare now
+    assert ": group rank " in outputs[3], outputs[3]  # the spare took its place
     kinds = [e["kind"] for e in history(etcd_endpoints, rdzv_id)]
     assert "straggler" in kinds and "group_restarted" not in kinds, kinds
