@@ -55,6 +55,7 @@ from .config import AgentConfig, differences
 from .errors import (
     AgentStopped,
     CrashLoopError,
+    InfrastructureError,
     JobClosedError,
     JobRendezvousError,
     LauncherError,
@@ -64,6 +65,7 @@ from .errors import (
 from .nodecheck import HealthGate
 from .output import LogPump
 from .peers.probes import PeerProbes
+from .preflight.gate import preflight_for
 from .runner import RoundOutcome, RoundResult, RoundRunner
 from .signals import ignore_stop_signals
 
@@ -108,10 +110,9 @@ class Agent:
         peers: PeerProbes | None = None,
         paces: PaceBoard | None = None,
     ) -> None:
-        """``history``, ``reaper`` and ``stores`` (the c10d store's sockets; None: rank 0's worker
-        hosts it) and ``peers`` are the handler's too; whoever made them closes them after ``run``. ``hangs``:
-        etcd's side of hang detection (None: workers' heartbeats are not watched); ``paces``: of
-        straggler scores (None: this node's ranks are compared among themselves)."""
+        """``history``, ``reaper``, ``stores`` (the c10d store's sockets; None: rank 0's worker hosts it),
+        ``peers`` are the handler's too; whoever made them closes them after ``run``. ``hangs``, ``paces``:
+        etcd's side of hang detection and straggler scores (None: no hang watch; ranks compared locally)."""
         self.config = config
         self.handler = handler
         self.history = history
@@ -185,8 +186,9 @@ class Agent:
                 self.attempt += 1  # another node's failure restarted the job: its workers run again
                 continue
             self.attempt += 1  # the round's ending set the state to RESTARTING
-            if result.outcome is RoundOutcome.REPLACED:  # it stepped out: a spare takes its place, no restart used
-                self.handler.wait_replaced(self.info.round, min(self.handler.settings.join_timeout, 30.0))
+            if result.outcome is RoundOutcome.EXCLUDED:  # it stepped out: a machine to replace (exit 200)
+                raise InfrastructureError(f"this node leaves the job: {result.failure}")
+            if result.outcome is RoundOutcome.REPLACED:  # it stepped out for a spare, and waits as one
                 continue
             self.telemetry.restarted(result.cause)
             if result.verdict is not None:
@@ -246,6 +248,7 @@ class Agent:
             stores=self._stores,
             peers=self._peers,
             paces=self._paces,
+            preflight=preflight_for(self.config, self._warm, self.say),
         )
 
     def _close_down(self) -> None:

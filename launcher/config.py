@@ -49,6 +49,7 @@ class AgentConfig:
     crash_loop: CrashLoop = CrashLoop()  # --crash-loop-restarts, --progress-window
     checks: NodeChecks = NodeChecks()  # the health gate before this node takes a rank (--health-check)
     replace_stragglers: bool = False  # a straggler's node steps out when a spare waits (--replace-stragglers)
+    preflight: bool = False  # the nodes checked in pairs before a round with a new node (--preflight)
 
 
 def differences(config: AgentConfig, nodes: tuple[int, int], info: RendezvousInfo) -> tuple[str, ...]:

@@ -256,10 +256,13 @@ OPTIONS: tuple[Option, ...] = (
          "as a crash loop, exit code 5, do not requeue (0: never; see Crash loops)"),
     _opt("--replace-stragglers", help="Swap a straggler's node for a waiting spare.", group=_HANGS, flag=True,
          torchrun=None, field="replace_stragglers",
-         doc="a node whose rank is named a straggler (its own work a step, timed by `elastic.section` or "
-         "`elastic.watch_ddp`, scores below 0.75 of the job's fastest rank's) steps out when a hot spare "
-         "waits: the spare takes its place, no restart is used, and the node waits as a spare itself "
-         "(see Stragglers)"),
+         doc="a node whose rank is named a straggler (see Stragglers) steps out when a hot spare waits: the spare "
+         "takes its place, no restart is used, and the node waits as a spare itself"),
+    _opt("--preflight", help="Check the nodes in pairs before a round with a new node.", group=_HANGS, flag=True,
+         torchrun=None, field="preflight",
+         doc="before the workers of a round with a node new to the job start, the round's nodes time a matmul and "
+         "an all-reduce in pairs; a faulty or slow node leaves the job (exit 200) if the job keeps its minimum "
+         "without it (see Pre-flight check)"),
     _opt("--progress-window", help="Seconds a round runs that count as progress.", group=_HANGS, default=300.0,
          check=Seconds(), metavar="SECONDS", shown_default="300", torchrun=None, field="progress_window",
          doc="a round that ran this long before it failed made progress, whatever its heartbeats said"),

@@ -75,6 +75,7 @@ class RunRequest:
     crash_loop: CrashLoop = CrashLoop()  # restarts in a row with no progress that close the job
     health_check: str = ""  # --health-check: a command that must exit 0 before this node takes a rank
     replace_stragglers: bool = False  # --replace-stragglers: a straggler's node steps out for a waiting spare
+    preflight: bool = False  # --preflight: the nodes checked in pairs before a round with a new node
     http_port: int | None = None
     http_host: str = "0.0.0.0"
     lighthouse: Beside | None = None
@@ -171,6 +172,7 @@ def _agent_config(
         crash_loop=request.crash_loop,
         checks=NodeChecks.for_node((log_root, request.checkpoint_dir or ""), request.health_check),
         replace_stragglers=request.replace_stragglers,
+        preflight=request.preflight,
         event_log_handler=request.event_log_handler,
         cpu_binding=cpu_binding,
         hang_timeouts=request.hang_timeouts,

@@ -15,7 +15,10 @@ from launcher.c10dstore import StoreHost
 from launcher.hangs.hangwatch import HangWatch, watch_round
 from launcher.hangs.verdict import Verdict
 from launcher.pace import Change, PacedWorker, PaceWatch
+from launcher.pace.spares import SpareLook, wait_replaced
 from launcher.peers.probes import PeerProbes
+from launcher.preflight import Preflight
+from launcher.preflight.gate import check_round
 from launcher.telemetry.metrics import Telemetry
 from launcher.workers.env import WorkerSpec
 from launcher.workers.fence import ReaperProcess
@@ -46,9 +49,9 @@ class RoundOutcome(str, enum.Enum):
     FENCED = "fenced"  # no lease renewal within the renew deadline: the workers had to stop
     HUNG = "hung"  # the job agreed that a rank stopped making progress
     REPLACED = "replaced"  # a straggler here: this node steps out for a waiting spare (--replace-stragglers)
+    EXCLUDED = "excluded"  # the pre-flight check named this node: it stepped out and leaves the job (--preflight)
 
 
-SPARE_LOOK = 5.0  # seconds between looks for a hot spare while a straggler here waits for one
 PARK_GRACE = 10.0  # seconds a worker under elastic.inprocess has to leave train before it is stopped
 
 CAUSES = {
@@ -57,6 +60,7 @@ CAUSES = {
     RoundOutcome.MEMBERSHIP_CHANGED: "membership_change",
     RoundOutcome.FENCED: "fence",
     RoundOutcome.REPLACED: "membership_change",
+    RoundOutcome.EXCLUDED: "membership_change",
 }  # metrics' restart causes
 
 
@@ -99,12 +103,14 @@ class RoundRunner:
         stores: StoreHost | None = None,
         peers: PeerProbes | None = None,
         paces: PaceBoard | None = None,
+        preflight: Preflight | None = None,
     ) -> None:
         """``beats_dir``: where the workers' heartbeat records go (one per worker and attempt).
         ``stores``: the sockets this node announced for the round's c10d store, which it serves
         when it is group rank 0 (None: rank 0's worker hosts the store). ``peers``: this node's
         probes (None: a peer's death is known by its lease only). ``paces``: the nodes' own-work
-        paces in etcd (None: the ranks are scored against this node's only)."""
+        paces in etcd (None: the ranks are scored against this node's only). ``preflight``: the
+        check before a round with a new node starts its workers (None: no check)."""
         self.config = config
         self._beats_dir = beats_dir
         self.handler = handler
@@ -119,8 +125,9 @@ class RoundRunner:
         self._peers = peers
         self._hangs: HangWatch | None = None
         self._board = paces
+        self._preflight = preflight
         self._pace: PaceWatch | None = None
-        self._spares_looked = -SPARE_LOOK
+        self._spares = SpareLook(handler)
         self._beats_used = False  # this node's workers called elastic.heartbeat() in an earlier round
         self._status = GroupStatus(GroupState.RUNNING)  # the workers' last poll
         self.turned = time.monotonic()  # the watch loop's last turn (liveness)
@@ -135,6 +142,10 @@ class RoundRunner:
     ) -> RoundResult:
         """Start this round's workers and watch them until they end or the round does; ``ending``
         hears how it ended before the workers are stopped."""
+        checked = self._open(info)
+        if checked is not None:  # the pre-flight check excluded nodes: no worker starts in this round
+            ending(checked.outcome)
+            return checked
         self._start(info, attempt, layout)
         started = time.monotonic()
         try:
@@ -166,16 +177,15 @@ class RoundRunner:
         if self._peers is not None:
             self._peers.end_round()  # after the workers: the peers' deadline guards them until then
         self._telemetry.workers(0)
+        if result.outcome is RoundOutcome.REPLACED:  # it rejoins once the spare's round runs, as a spare
+            wait_replaced(self.handler, info.round, min(self.handler.settings.join_timeout, 30.0))
         return result
 
     def _start(self, info: RendezvousInfo, attempt: int, layout: Layout) -> None:
         """The round's workers started, with its store, its probes and its hang watch."""
-        self.info = info
         self._reaper.clear()
         self._reaper.note_round(info.round)
         specs = self._specs(info, attempt, layout)
-        if self._stores is not None:
-            self._stores.serve(info.master_port if info.group_rank == 0 else None)
         for spec in specs:
             beats.create(spec.heartbeat_file)
         if self._peers is not None:
@@ -200,6 +210,28 @@ class RoundRunner:
         gauge = self._telemetry.straggler_score
         self._pace = PaceWatch(paced, self._board, node=node, round_=info.round, lease=lease, gauge=gauge)
 
+    def _open(self, info: RendezvousInfo) -> RoundResult | None:
+        """The round's store served (group rank 0), then the pre-flight check when it is due: a
+        result when no worker is to start in this round."""
+        self.info = info
+        if self._stores is not None:
+            self._stores.serve(info.master_port if info.group_rank == 0 else None)
+        checked = self._check_round(info)
+        if checked is not None and self._stores is not None:
+            self._stores.stop()
+        return checked
+
+    def _check_round(self, info: RendezvousInfo) -> RoundResult | None:
+        """The pre-flight check when it is due (``launcher.preflight.gate.check_round``)."""
+        if self._preflight is None or self._stores is None:
+            return None  # no check asked, or no store before the workers to meet through
+        out = check_round(self._preflight, self.handler, info, self._environ, self._history)
+        if out is None:
+            return None
+        if out:  # this node was named: it stepped out, and leaves the job
+            return RoundResult(RoundOutcome.EXCLUDED, failure=f"the pre-flight check found {out}")
+        return RoundResult(RoundOutcome.MEMBERSHIP_CHANGED)  # others were: the round forms again without them
+
     def _stragglers(self) -> RoundResult | None:
         """Say and record each straggler verdict that changed; with --replace-stragglers, a straggler
         here while a spare waits ends the round: this node steps out for the spare."""
@@ -208,21 +240,10 @@ class RoundRunner:
             kind = "straggler" if change.change == Change.STRAGGLING else "straggler_recovered"
             self._history.record(kind, self.info.round, **change.details())
         straggler = self._pace.straggler()
-        if straggler is None or not self.config.replace_stragglers or not self._spare_waits():
+        if straggler is None or not self.config.replace_stragglers or not self._spares.waiting():
             return None
         self._say(f"rank {straggler.rank} straggles and a spare waits: this node steps out for it (no restart used)")
         return RoundResult(RoundOutcome.REPLACED, failure=straggler.line())
-
-    def _spare_waits(self) -> bool:
-        """A hot spare waits for a place (read at most every SPARE_LOOK seconds while a straggler stands)."""
-        now = time.monotonic()
-        if now - self._spares_looked < SPARE_LOOK:
-            return False
-        self._spares_looked = now
-        try:
-            return self.handler.spares_waiting() > 0
-        except RendezvousError:
-            return False
 
     def _end_pace(self) -> None:
         if self._pace is not None:

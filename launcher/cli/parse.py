@@ -86,6 +86,7 @@ class RunOptions:
     crash_loop_restarts: int = 3
     health_check: str = ""
     replace_stragglers: bool = False
+    preflight: bool = False
     progress_window: float = 300.0
     lighthouse: str | None = None  # a torchft Lighthouse replica beside the agent: its id
     lighthouse_port: int = 29510
@@ -124,6 +125,7 @@ _AS_GIVEN = (
     "checkpoint_every",
     "health_check",
     "replace_stragglers",
+    "preflight",
     "http_port",
     "http_host",
 )

@@ -118,6 +118,7 @@ class Reaper:
     def revoke(self) -> None:
         if not self.lease or not self.config:
             return
+        died_at = time.time()  # the record's time: before the revoke, which lets the next round form
         for path in reversed(self.config.get("sys_path") or []):
             if path not in sys.path:
                 sys.path.insert(0, path)
@@ -127,21 +128,23 @@ class Reaper:
             client = EtcdClient(EtcdTarget.from_json(self.config["target"]).with_timeout(_REVOKE_BUDGET))
             try:
                 if client.revoke_lease(self.lease):  # else a peer's verdict ended it first, and said so
-                    self.record_death(client)
+                    self.record_death(client, died_at)
             finally:
                 client.close()
         except Exception:  # noqa: BLE001 -- nothing to report to: the lease then expires by its TTL
             pass
 
-    def record_death(self, client) -> None:
-        """A node_left record in the job's history, as the agent's own HistoryWriter would write it."""
+    def record_death(self, client, died_at: float) -> None:
+        """A node_left record in the job's history, as the agent's own HistoryWriter would write it,
+        timed when the reaper found its agent dead: before the round its departure lets form (the
+        history is in time order, and the record is written only once the revoke said it was first)."""
         where = (self.config or {}).get("history")
         if not where:
             return
         from rendezvous.job.history import Event, job_lease
 
         event = Event(
-            time.time(),
+            died_at,
             self.round,
             where["node"],
             "node_left",

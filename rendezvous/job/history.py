@@ -20,8 +20,9 @@ Kinds and their details::
     round_requested reason (an operator's new round)
     node_lost      reason, by (the watcher that ended the lease of a node its peers found dead)
     node_unhealthy reason (its health gate failed: it takes no rank)    node_healthy (it passes again)
-    straggler      rank, local_rank, score, pace, fastest (s) (a rank named a straggler; ``replaced``: its
-                   node stepped out for a spare)    straggler_recovered (the same, no longer one)
+    straggler      rank, local_rank, score, pace, fastest (s) (a rank named a straggler)
+    straggler_recovered  the same (it is no longer one)
+    preflight      seconds, nodes, slowest_pair_ms, findings, excluded (group rank 0's, after the check)
 """
 
 from __future__ import annotations

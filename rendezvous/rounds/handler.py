@@ -177,22 +177,6 @@ class RendezvousHandler:
         monitor = self.round_monitor()
         return monitor.cause.waiting if monitor is not None else 0
 
-    def wait_replaced(self, round_: int, timeout: float) -> None:
-        """Return once a round after ``round_`` runs or the job closed, or after ``timeout``: a node that
-        stepped out for a spare rejoins only then, as a spare itself (a participant of the round
-        before would be chosen again over the spare)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                state = self.job_state()
-            except RendezvousError:
-                state = None
-            if state is not None and state.status is not JobStatus.JOINING and state.round > round_:
-                return
-            if state is not None and state.status is JobStatus.CLOSED:
-                return
-            time.sleep(0.2)
-
     def spares_waiting(self) -> int:
         """Live nodes waiting for a place beyond the running round (hot spares), read from etcd now."""
         snapshot = read_round(self._client, self._keys, all_nodes=True)

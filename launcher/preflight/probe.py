@@ -1,0 +1,136 @@
+"""The pre-flight check's program, run on each node of a round in its workers' environment before
+the workers start (``python -m launcher.preflight.probe``, forked from the warm interpreter when
+there is one): a matmul, then an all-reduce in pairs in two passes (``pairs``), gloo on CPU and
+NCCL on GPU, met through the round's c10d store that group rank 0's agent serves. Every node
+writes its figures to the store, reads everyone's, judges them alike (``pairs.judge``), and writes
+the figures and the findings as JSON to the file its agent named.
+
+Its settings come in ``ELASTIC_PREFLIGHT`` (JSON): round, rank (group rank), nodes, addr, port
+(the store), mib (the all-reduce's size), timeout (seconds for each wait), out (the result file).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from datetime import timedelta
+
+from launcher.preflight.pairs import ENV, first_pass, judge, second_pass
+
+__all__ = ["main"]
+
+PAIR_TIMEOUT = 5.0  # seconds a node waits for its partner to meet it (a healthy pair meets in well under 1)
+
+
+def _matmul(torch, device) -> float:
+    """The best time of a square matmul after a warm-up: 1024 on a GPU (wall time, synchronized), 384
+    on CPU in one thread (its CPU time: what one of the node's cores takes, whatever else ran meanwhile)."""
+    size = 1024 if device.type == "cuda" else 384
+    clock = time.perf_counter if device.type == "cuda" else time.thread_time
+    if device.type != "cuda":
+        torch.set_num_threads(1)  # no thread pool spinning in the figure
+    a, b = torch.randn(size, size, device=device), torch.randn(size, size, device=device)
+    (a @ b).sum().item()
+    times = []
+    for _ in range(7):
+        started = clock()
+        (a @ b).sum().item()
+        times.append(clock() - started)
+    return min(times)
+
+
+def _pair_group(dist, store, rank: int, device):
+    """A process group of two on ``store``, made directly (not the default group: nothing of it is
+    left in torch's globals, so a pair that failed leaves the next one as it would be)."""
+    if device.type == "cuda":
+        return dist.ProcessGroupNCCL(store, rank, 2)
+    return dist.ProcessGroupGloo(store, rank, 2, timedelta(seconds=PAIR_TIMEOUT))
+
+
+def _pair_time(dist, torch, store, key: str, me: int, pair: tuple[int, int], mib: int, device):
+    """Seconds of one all-reduce of ``mib`` MiB with the partner (the best of three after a warm-up); None: failed."""
+    try:
+        prefixed = dist.PrefixStore(key, store)
+        prefixed.set_timeout(timedelta(seconds=PAIR_TIMEOUT))
+        group = _pair_group(dist, prefixed, pair.index(me), device)
+        tensor = torch.ones(mib * 2**20 // 4, device=device)
+        group.allreduce([tensor]).wait()
+        best = None
+        for _ in range(3):
+            started = time.perf_counter()
+            group.allreduce([tensor]).wait()
+            tensor[0].item()
+            took = time.perf_counter() - started
+            best = took if best is None else min(best, took)
+        return best
+    except Exception as exc:  # noqa: BLE001 -- any failure of the pair is the finding
+        print(f"preflight: pair {pair} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return None
+
+
+def _run_pass(dist, torch, store, settings: dict, number: int, slots, device) -> float | None:
+    """This node's time in one pass (its first pair's), shared with and read from every node."""
+    me = settings["rank"]
+    mine = None
+    for index, slot in enumerate(slots):
+        for pair in slot:
+            if me in pair:
+                key = f"elastic-preflight/{settings['round']}/{number}/{index}/{pair[0]}-{pair[1]}/"
+                took = _pair_time(dist, torch, store, key, me, pair, settings["mib"], device)
+                mine = took if mine is None else mine
+    return mine
+
+
+def _share(store, settings: dict, name: str, value) -> dict[int, float | None]:
+    """Write this node's ``value`` under ``name``; everyone's, once all wrote (missing: None)."""
+    prefix = f"elastic-preflight/{settings['round']}/{name}/"
+    store.set(prefix + str(settings["rank"]), json.dumps(value))
+    keys = [prefix + str(rank) for rank in range(settings["nodes"])]
+    try:
+        store.wait(keys, timedelta(seconds=settings["timeout"]))
+    except Exception:  # noqa: BLE001 -- a node that never wrote counts as failed
+        pass
+    found = {}
+    for rank, key in enumerate(keys):
+        try:
+            value = json.loads(store.get(key)) if store.check([key]) else None
+        except Exception:  # noqa: BLE001
+            value = None
+        found[rank] = value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    return found
+
+
+def main() -> None:
+    settings = json.loads(os.environ[ENV])
+    import torch
+    import torch.distributed as dist
+
+    device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
+    started = time.monotonic()
+    store = dist.TCPStore(
+        settings["addr"], settings["port"], is_master=False, timeout=timedelta(seconds=settings["timeout"])
+    )
+    _share(store, settings, "ready", 1)  # every node past its imports: none times its matmul beside them
+    matmul = _share(store, settings, "matmul", _matmul(torch, device))
+    first = _share(
+        store, settings, "t1", _run_pass(dist, torch, store, settings, 1, first_pass(settings["nodes"]), device)
+    )
+    second_slots = second_pass(first)
+    second = _share(store, settings, "t2", _run_pass(dist, torch, store, settings, 2, second_slots, device))
+    findings = judge(first, second, matmul)
+    result = {
+        "matmul": matmul,
+        "first": first,
+        "second": second,
+        "findings": [{"rank": f.node, "kind": f.kind, "why": f.why} for f in findings],
+        "seconds": round(time.monotonic() - started, 3),
+    }
+    with open(settings["out"] + ".tmp", "w") as handle:
+        json.dump(result, handle)
+    os.replace(settings["out"] + ".tmp", settings["out"])
+
+
+if __name__ == "__main__":
+    main()
