@@ -9,7 +9,9 @@ The checks, each a reason in one line when it fails (None: healthy):
 - the directories the job writes (the log directory, ``--checkpoint-dir``) can be made, written,
   and have ``MIN_FREE_BYTES`` free;
 - on a node with NVIDIA devices (``/dev/nvidia0``), every visible device runs a small matmul and
-  synchronizes within ``GPU_TIMEOUT`` seconds, in a child interpreter (the agent never imports torch);
+  synchronizes within ``GPU_TIMEOUT`` seconds, in a child interpreter (the agent never imports torch),
+  which first reads NVML's counters where ``pynvml`` is installed: a device with uncorrected ECC
+  errors or retired pages pending fails;
 - ``--health-check CMD``: run by the shell with the workers' environment; exit 0 is healthy, else
   the last line it printed is the reason; at most ``CMD_TIMEOUT`` seconds.
 """
@@ -45,6 +47,25 @@ GPU_TIMEOUT = 60.0  # seconds every device has for its matmul
 BACKOFF = (5.0, 10.0, 20.0, 40.0, 60.0)  # seconds between the checks of an unhealthy node
 
 _GPU_PROBE = (
+    "import sys\n"
+    "try:\n"  # NVML's counters, where pynvml is installed: uncorrected ECC errors, retired pages pending
+    "    import pynvml\n"
+    "    pynvml.nvmlInit()\n"
+    "except Exception:\n"
+    "    pynvml = None\n"
+    "for i in range(pynvml.nvmlDeviceGetCount() if pynvml else 0):\n"
+    "    h = pynvml.nvmlDeviceGetHandleByIndex(i)\n"
+    "    try:\n"
+    "        kind = pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED\n"
+    "        ecc = pynvml.nvmlDeviceGetTotalEccErrors(h, kind, pynvml.NVML_VOLATILE_ECC)\n"
+    "    except pynvml.NVMLError:\n"
+    "        ecc = 0\n"
+    "    try:\n"
+    "        pending = pynvml.nvmlDeviceGetRetiredPagesPendingStatus(h)\n"
+    "    except pynvml.NVMLError:\n"
+    "        pending = 0\n"
+    "    if ecc or pending:\n"
+    "        sys.exit(f'GPU {i}: {ecc} uncorrected ECC errors, retired pages pending: {bool(pending)}')\n"
     "import torch\n"
     "for i in range(torch.cuda.device_count()):\n"
     "    with torch.cuda.device(i):\n"

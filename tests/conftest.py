@@ -51,14 +51,19 @@ def pytest_report_header(config):
 # a file runs on one worker, and a long one started last leaves the other worker idle until it ends.
 LONGEST_FIRST = (
     "tests/hangs/test_hangs.py",
-    "tests/faults/test_frozen_nodes.py",
     "tests/faults/test_etcd_faults.py",
     "tests/parity/test_launcher_parity.py",
-    "tests/torch/test_inprocess.py",
+    "tests/faults/test_frozen_nodes.py",
     "tests/parity/test_launch_api.py",
+    "tests/torch/test_inprocess.py",
+    "tests/slurm/test_slurm.py",
     "tests/faults/test_agent_faults.py",
     "tests/ops/test_etcd_health.py",
-    "tests/slurm/test_slurm.py",
+    "tests/torch/test_checkpoint.py",
+    "tests/faults/test_loss_while_forming.py",
+    "tests/torch/test_stragglers.py",
+    "tests/e2e/test_run.py",
+    "tests/torch/test_examples.py",
     "tests/faults/test_soak.py",
 )
 

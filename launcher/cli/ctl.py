@@ -85,6 +85,7 @@ def render(view: JobView, heartbeats: bool = True) -> str:
     if view.stalled_restarts:
         lines.append(f"restarts in a row with no progress: {view.stalled_restarts} (crash-loop breaker)")
     lines += [f"unhealthy, out of the rounds: {node} ({why})" for node, why in view.unhealthy]
+    lines += list(view.gray)
     rows = [("NODE", "GROUP RANK", "ADDRESS", "WORKERS", "ALIVE", "OLDEST HEARTBEAT")]
     for node in view.nodes:
         alive = ("finished" if node.finished else "yes") if node.alive else "no"

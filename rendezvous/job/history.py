@@ -49,6 +49,7 @@ __all__ = [
     "HistoryWriter",
     "read_history",
     "unhealthy_nodes",
+    "gray_failures",
     "decode_events",
     "record_freeze",
     "freeze_details",
@@ -263,6 +264,27 @@ def unhealthy_nodes(events: Iterable[Event]) -> tuple[tuple[str, str], ...]:
     return tuple(
         (node, str(e.details.get("reason", ""))) for node, e in sorted(last.items()) if e.kind == "node_unhealthy"
     )
+
+
+def gray_failures(events: Iterable[Event]) -> tuple[str, ...]:
+    """Lines for ``elastic-ctl status``: the ranks named stragglers and not recovered since (their
+    last record), and the last pre-flight check's findings."""
+    stragglers: dict[tuple[str, object], Event] = {}
+    preflight: Event | None = None
+    for event in events:
+        if event.kind in ("straggler", "straggler_recovered"):
+            stragglers[(event.node, event.details.get("rank"))] = event
+        elif event.kind == "preflight":
+            preflight = event
+    lines = [
+        f"straggler: rank {e.details.get('rank')} on {node} (score {e.details.get('score')})"
+        for (node, _), e in sorted(stragglers.items(), key=lambda item: str(item[0]))
+        if e.kind == "straggler"
+    ]
+    if preflight is not None:
+        found = preflight.details.get("findings") or ["nothing found"]
+        lines.append(f"pre-flight check of round {preflight.round}: {'; '.join(str(f) for f in found)}")
+    return tuple(lines)
 
 
 def record_freeze(history: HistoryWriter, before: JobState | None, frozen: JobState, *, formed_in: float) -> None:

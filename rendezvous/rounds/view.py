@@ -11,7 +11,7 @@ from rendezvous.errors import RendezvousNoSpaceError
 from rendezvous.etcd import credentials
 from rendezvous.etcd.client import EtcdClient
 from rendezvous.job.hangboard import ask_heartbeats
-from rendezvous.job.history import read_history, unhealthy_nodes
+from rendezvous.job.history import gray_failures, read_history, unhealthy_nodes
 from rendezvous.job.keys import DEFAULT_KEY_PREFIX, JobKeys
 from rendezvous.job.state import JobStatus
 from rendezvous.job.stopped import Stopped, stopped_from
@@ -52,6 +52,7 @@ class JobView:
     stopped_silent: int = 0  # stopped: nodes of the last round that left no word (their leases ran out)
     stalled_restarts: int = 0  # restarts in a row with no progress (the crash-loop breaker's count)
     unhealthy: tuple[tuple[str, str], ...] = ()  # (node, why) for nodes out of the rounds by their health gate
+    gray: tuple[str, ...] = ()  # stragglers named and not recovered, the last pre-flight check's findings
 
     @property
     def stopped(self) -> str:
@@ -93,11 +94,12 @@ def get_state(
         snapshot = read_round(client, keys, all_nodes=True)
         beats = _ask(client, keys, snapshot) if heartbeats else None
         stopped = stopped_of(client, keys, snapshot)
-        unhealthy = unhealthy_nodes(read_history(client, keys.root)[0]) if snapshot.state is not None else ()
+        events = read_history(client, keys.root)[0] if snapshot.state is not None else []
     finally:
         if own:
             client.close()
-    return view_of(snapshot, beats, stopped=stopped, unhealthy=unhealthy)
+    view = view_of(snapshot, beats, stopped=stopped, unhealthy=unhealthy_nodes(events))
+    return replace(view, gray=gray_failures(events)) if view is not None else None
 
 
 def stopped_of(client: EtcdClient, keys: JobKeys, snapshot: Snapshot) -> Stopped | None:

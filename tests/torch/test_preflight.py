@@ -54,7 +54,7 @@ def test_four_healthy_nodes_pass_the_preflight_check_in_under_3_s_before_their_w
 
 def test_a_node_whose_gloo_cannot_start_is_found_faulty_and_leaves_before_any_worker_starts(etcd_endpoints, tmp_path):
     bad = {"GLOO_SOCKET_IFNAME": "no-such-interface0"}
-    results, history, _ = _job(etcd_endpoints, str(tmp_path), [{}, {}, bad, {}])
+    results, history, rdzv_id = _job(etcd_endpoints, str(tmp_path), [{}, {}, bad, {}])
     outputs = [text for _, text in results]
     assert [code for code, _ in results] == [0, 0, 200, 0], outputs
     assert "this node leaves the job: the pre-flight check found group rank" in outputs[2], outputs[2]
@@ -64,3 +64,5 @@ def test_a_node_whose_gloo_cannot_start_is_found_faulty_and_leaves_before_any_wo
     assert len(checks[0]["excluded"]) == 1 and "is faulty" in checks[0]["findings"][0], checks
     assert {w["world"] for w in workers(str(tmp_path))} == {3}  # no worker ever ran with the faulty node
     assert [e for e in history if e["kind"] == "group_restarted"] == []  # its leaving used no restart
+    shown = run(["status", "--rdzv-endpoint", etcd_endpoints, "--rdzv-id", rdzv_id], tool_name="elastic-ctl")
+    assert "pre-flight check of round 1: group rank" in shown.stdout and "is faulty" in shown.stdout, shown.stdout

@@ -159,3 +159,39 @@ def test_a_node_unhealthy_past_its_join_timeout_gives_up_worth_a_retry_elsewhere
     ):
         gate.before_round()
     assert [d[1] for d in script.did if d[0] == "sleep"] == [5.0, 10.0, 15.0]  # the last pause ends at the timeout
+
+
+def test_the_gpu_probe_fails_a_device_whose_nvml_counters_show_uncorrected_errors_or_pages_pending(tmp_path):
+    """NVML cannot run here (no GPU): a stand-in ``pynvml`` with NVML's names, first on the path of the
+    probe's child interpreter, reports 3 uncorrected ECC errors on device 1; the probe stops there,
+    before torch, with that reason. With clean counters it goes on (to torch: not run here)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    from launcher.nodecheck import _GPU_PROBE
+
+    def probe(ecc_on_1: int, pending_on_0: int) -> subprocess.CompletedProcess:
+        (tmp_path / "pynvml.py").write_text(
+            textwrap.dedent(
+                f"""
+                class NVMLError(Exception): pass
+                NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC = 1, 0
+                def nvmlInit(): pass
+                def nvmlDeviceGetCount(): return 2
+                def nvmlDeviceGetHandleByIndex(i): return i
+                def nvmlDeviceGetTotalEccErrors(h, kind, counter): return {ecc_on_1} if h == 1 else 0
+                def nvmlDeviceGetRetiredPagesPendingStatus(h): return {pending_on_0} if h == 0 else 0
+                """
+            )
+        )
+        code = _GPU_PROBE.split("import torch")[0] + "print('counters clean')\n"
+        env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+        return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=30)
+
+    bad = probe(3, 0)
+    assert bad.returncode == 1 and bad.stderr.strip() == "GPU 1: 3 uncorrected ECC errors, retired pages pending: False"
+    pending = probe(0, 1)
+    assert pending.returncode == 1 and "GPU 0: 0 uncorrected ECC errors, retired pages pending: True" in pending.stderr
+    clean = probe(0, 0)
+    assert clean.returncode == 0 and clean.stdout.strip() == "counters clean"
