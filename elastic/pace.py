@@ -7,7 +7,7 @@ slow one in the all-reduce -- so a step's length cannot tell which rank is slow.
 
     import elastic
 
-    model = elastic.watch_ddp(DistributedDataParallel(model))    # DDP: nothing else to change
+    model = elastic.watch_ddp(DistributedDataParallel(model))    # DDP: one line
 
     for batch in loader:                                          # any other script
         with elastic.section():
@@ -51,36 +51,69 @@ def section() -> Iterator[None]:
 
 
 class _DdpPace:
-    """The communication hook's state: when the last all-reduce of the step before completed."""
+    """A DDP model's own-work spans: from its forward's start to the moment every gradient of the
+    backward that follows is computed (DDP all-reduces its buckets meanwhile and waits for them
+    after: the wait is not own work). On a GPU the span is timed by CUDA events on the current
+    stream, read a step later, when they have completed; on CPU by the clock."""
 
-    def __init__(self, process_group: Any) -> None:
-        self.process_group = process_group
-        self.done_at: float | None = None
-        self.channel = _channel()
+    def __init__(self, channel: Any) -> None:
+        self.channel = channel
+        self.started: Any = None  # this step's forward start (a time, or a CUDA event)
+        self.pending: list[tuple[Any, Any]] = []  # CUDA spans not yet completed
 
-    def hook(self, state, bucket):  # no annotations: DDP checks the hook's against its own
-        from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+    def forward_started(self, module: Any, args: Any) -> None:
+        import torch
 
-        last = bucket.is_last()
-        if last and self.done_at is not None:
-            self.channel.worked(time.monotonic() - self.done_at)  # this step's own work: its gradients are ready
-        future = allreduce_hook(self.process_group, bucket)
-        if not last:
-            return future
+        self._settle()
+        if not torch.is_grad_enabled():
+            self.started = None  # evaluation: no backward follows
+        elif _on_cuda(module):
+            self.started = torch.cuda.Event(enable_timing=True)
+            self.started.record()
+        else:
+            self.started = time.monotonic()
 
-        def completed(done: Any) -> Any:
-            self.done_at = time.monotonic()  # the rank leaves the step's collective: its own work starts again
-            return done.value()
+    def gradients_ready(self, grads: Any) -> None:
+        import torch
 
-        return future.then(completed)
+        started, self.started = self.started, None
+        if started is None:
+            return
+        if isinstance(started, float):
+            self.channel.worked(time.monotonic() - started)
+            return
+        ended = torch.cuda.Event(enable_timing=True)
+        ended.record()
+        self.pending.append((started, ended))
+
+    def _settle(self) -> None:
+        """The CUDA spans whose end has completed, timed; the others wait for a later look."""
+        while self.pending and self.pending[0][1].query():
+            started, ended = self.pending.pop(0)
+            self.channel.worked(started.elapsed_time(ended) / 1000.0)
+        del self.pending[:-8]  # a model never stepped again keeps no more than a few events
 
 
-def watch_ddp(model: Any, process_group: Any = None) -> Any:
-    """Time this rank's own work in each step of a ``DistributedDataParallel`` model: from the end of
-    the step before (its last all-reduce done) to the moment its last gradient bucket is ready.
-    Registers DDP's plain all-reduce as the model's communication hook, timed (a model with a hook
-    of its own: use ``section`` instead). Returns the model; does nothing outside elastic-run."""
-    pace = _DdpPace(process_group)
-    if pace.channel is not None:
-        model.register_comm_hook(None, pace.hook)
+def _on_cuda(module: Any) -> bool:
+    for parameter in module.parameters():
+        return parameter.is_cuda
+    return False
+
+
+def watch_ddp(model: Any) -> Any:
+    """Time this rank's own work in each step of a ``DistributedDataParallel`` model (or any module
+    trained with ``backward``): from its forward's start to the moment all the gradients of its
+    backward are computed -- what it does before it waits for the others' gradients. A forward
+    pre-hook and an autograd hook on the parameters; no communication hook (a model keeps its own,
+    and DDP's all-reduce stays in C++). Returns the model; does nothing outside elastic-run."""
+    channel = _channel()
+    if channel is None:
+        return model
+    import torch
+
+    pace = _DdpPace(channel)
+    parameters = [p for p in model.parameters() if p.requires_grad]
+    model.register_forward_pre_hook(pace.forward_started)
+    if parameters:
+        torch.autograd.graph.register_multi_grad_hook(parameters, pace.gradients_ready)  # once all are computed
     return model

@@ -136,7 +136,7 @@ def test_with_replace_stragglers_a_spare_takes_the_slow_nodes_place_and_the_job_
         time.sleep(8.0)
         healthy_until = time.time()
         slow = next(w for w in first if w["rank"] == 2)
-        slowdown = Slowdown(slow["pid"])
+        slowdown = Slowdown(slow["pid"], stopped=0.08)  # 80 %: this test is about the swap, the other about 60 %
         try:
             replaced = _running(out, 3, lambda w: w["pid"] not in {f["pid"] for f in first})
         finally:
@@ -149,6 +149,8 @@ def test_with_replace_stragglers_a_spare_takes_the_slow_nodes_place_and_the_job_
         for agent in agents:
             agent.kill() if agent.poll() is None else None
     outputs = [text for _, text in results]
+    for i, (code, text) in enumerate(results):  # shown in full when an assertion fails
+        print(f"--- agent {i}: exit {code}\n" + "\n".join(x for x in text.splitlines() if not x.startswith("[rank")))
     assert [code for code, _ in results] == [0, 0, 0, 0], outputs
     everyone = {w["pid"]: w for w in workers(out)}
     rank0 = everyone[next(w["pid"] for w in first if w["rank"] == 0)]
@@ -165,3 +167,48 @@ def test_with_replace_stragglers_a_spare_takes_the_slow_nodes_place_and_the_job_
     assert ": group rank " in outputs[3], outputs[3]  # the spare took its place
     kinds = [e["kind"] for e in history(etcd_endpoints, rdzv_id)]
     assert "straggler" in kinds and "group_restarted" not in kinds, kinds
+
+
+def test_watch_ddp_times_each_forward_to_its_gradients_and_no_evaluation(tmp_path):
+    """The hooks alone, in one process (any module trained with backward; DDP adds its all-reduce):
+    three training steps of 30 ms in the forward make three spans of about 30 ms; a forward under
+    no_grad (an evaluation) makes none; outside elastic-run nothing is registered."""
+    import subprocess
+    import sys
+    import textwrap
+
+    from launcher.hangs import beatfile as beats
+
+    record = str(tmp_path / "w.beat")
+    beats.create(record)
+    script = textwrap.dedent(
+        """
+        import time, torch, elastic
+
+        class Slow(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.layer = torch.nn.Linear(8, 8)
+
+            def forward(self, x):
+                time.sleep(0.03)
+                return self.layer(x)
+
+        model = elastic.watch_ddp(Slow())
+        for _ in range(3):
+            model(torch.randn(4, 8)).sum().backward()
+        with torch.no_grad():
+            model(torch.randn(4, 8))
+        print(len(model._forward_pre_hooks))
+        """
+    )
+    env = {**os.environ, "ELASTIC_HEARTBEAT_FILE": record}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    reader = beats.BeatReader(record)
+    work, spans = reader.work()
+    reader.close()
+    assert spans == 3 and 0.09 <= work < 0.5, (work, spans)
+    outside = {k: v for k, v in os.environ.items() if k != "ELASTIC_HEARTBEAT_FILE"}
+    done = subprocess.run([sys.executable, "-c", script], env=outside, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "0", done.stderr

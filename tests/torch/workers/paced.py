@@ -1,8 +1,9 @@
 """A gloo job whose ranks time their own work, for the straggler tests and bench/stragglers.py.
 
 Each step spins ``--work`` seconds of CPU time (so a rank stopped or starved part of the time takes
-longer on the wall clock), then meets the others in a collective: with ``--ddp`` a small DDP model's
-backward under ``elastic.watch_ddp``, else the spin in ``elastic.section()`` and an all-reduce. Each
+longer on the wall clock), then meets the others in a collective: with ``--ddp`` the spin is in the
+forward of a small DDP model under ``elastic.watch_ddp`` and the backward all-reduces its
+gradients, else the spin is in ``elastic.section()``, followed by an all-reduce. Each
 process writes ``<out>/steps-<pid>.txt``: a JSON line (rank, restart count, world size), then one
 wall-clock time a step. The job stops when ``<out>/stop`` exists (the ranks agree by an all-reduce).
 """
@@ -24,6 +25,18 @@ def spin(seconds: float) -> None:
         pass
 
 
+class Spin(torch.nn.Module):
+    """A layer whose forward takes ``seconds`` of CPU time: the rank's own compute."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds = seconds
+
+    def forward(self, x):
+        spin(self.seconds)
+        return x
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("out")
@@ -40,12 +53,12 @@ def main() -> None:
     if args.ddp:
         from torch.nn.parallel import DistributedDataParallel
 
-        model = elastic.watch_ddp(DistributedDataParallel(torch.nn.Linear(64, 64)))
+        layers = torch.nn.Sequential(Spin(args.work), torch.nn.Linear(64, 64))
+        model = elastic.watch_ddp(DistributedDataParallel(layers))
         optimizer = torch.optim.SGD(model.parameters(), lr=0.001)
         batch = torch.randn(16, 64)
     while True:
         if args.ddp:
-            spin(args.work)
             model(batch).sum().backward()
             optimizer.step()
             optimizer.zero_grad()
@@ -58,6 +71,8 @@ def main() -> None:
         log.write(f"{time.time():.4f}\n")
         if flag.item() > 0:
             break
+    if args.ddp:  # DDP's reducer holds the process group: gone before it, not in main()'s teardown, where
+        del model, optimizer  # the group's destructor can wait on a gloo thread that waits for the GIL
     dist.destroy_process_group()
 
 
