@@ -40,7 +40,7 @@ class Verdict:
 
     findings: tuple[Finding, ...]
     figures: dict
-    seconds: float  # the check itself, from its program's imports done to its findings
+    seconds: float  # the check itself, from every node's program past its imports to the findings
     out: tuple[int, ...]  # group ranks that leave (empty: the job runs as it is)
 
     def summary(self) -> dict:
