@@ -12,7 +12,6 @@ slowest worker, beside the same job without ``--preflight`` in the same run.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -23,20 +22,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from rendezvous import EtcdServer  # noqa: E402
-from tests.torch.test_stragglers import workers  # noqa: E402
+from tests.torch.test_stragglers import history, workers  # noqa: E402
 
 WORKER = os.path.join(ROOT, "tests", "torch", "workers", "paced.py")
 BIN = os.path.dirname(sys.executable)
-
-
-def history(endpoint: str, rdzv_id: str) -> list[dict]:
-    shown = subprocess.run(
-        [os.path.join(BIN, "elastic-ctl"), "history", "--rdzv-endpoint", endpoint, "--rdzv-id", rdzv_id, "--json"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    return json.loads(shown.stdout) if shown.returncode == 0 else []
 
 
 def job(endpoint: str, nodes: int, preflight: bool) -> dict:

@@ -15,7 +15,6 @@ but when a node's pace moves by 10 %), and the detection delay.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -27,20 +26,10 @@ sys.path.insert(0, ROOT)
 
 from rendezvous import EtcdClient, EtcdServer  # noqa: E402
 from rendezvous.job.keys import JobKeys  # noqa: E402
-from tests.torch.test_stragglers import Slowdown, workers  # noqa: E402
+from tests.torch.test_stragglers import Slowdown, history, workers  # noqa: E402
 
 WORKER = os.path.join(ROOT, "tests", "torch", "workers", "paced.py")
 BIN = os.path.dirname(sys.executable)
-
-
-def history(endpoint: str, rdzv_id: str) -> list[dict]:
-    shown = subprocess.run(
-        [os.path.join(BIN, "elastic-ctl"), "history", "--rdzv-endpoint", endpoint, "--rdzv-id", rdzv_id, "--json"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    return json.loads(shown.stdout) if shown.returncode == 0 else []
 
 
 def pace_writes(client: EtcdClient, keys: JobKeys) -> int:

@@ -5,20 +5,14 @@ both its partners, leaves the job with exit 200 before any worker starts, and th
 
 from __future__ import annotations
 
-import json
 import os
 import time
 
 from tests.e2e.cli_helpers import agent_args, finish, run, run_id, start, wait_for
 
-from .test_stragglers import workers
+from .test_stragglers import history, workers
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "workers", "paced.py")
-
-
-def _history(endpoints: str, rdzv_id: str) -> list[dict]:
-    shown = run(["history", "--rdzv-endpoint", endpoints, "--rdzv-id", rdzv_id, "--json"], tool_name="elastic-ctl")
-    return json.loads(shown.stdout) if shown.returncode == 0 else []
 
 
 def _job(endpoints: str, out: str, envs: list[dict]) -> tuple[list[tuple[int, str]], list[dict], str]:
@@ -36,7 +30,7 @@ def _job(endpoints: str, out: str, envs: list[dict]) -> tuple[list[tuple[int, st
         open(os.path.join(out, "stop"), "w").close()
         for agent in agents:
             agent.kill() if agent.poll() is None else None
-    return results, _history(endpoints, rdzv_id), rdzv_id
+    return results, history(endpoints, rdzv_id), rdzv_id
 
 
 def test_four_healthy_nodes_pass_the_preflight_check_in_under_3_s_before_their_workers_start(etcd_endpoints, tmp_path):
