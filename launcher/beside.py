@@ -3,11 +3,13 @@ job needs no Lighthouse deployment of its own. Every node's replica of the same 
 state in etcd; the workers get ``TORCHFT_LIGHTHOUSE`` (this node's replica) and, unless set,
 ``TORCHFT_QUORUM_RETRIES`` (a Manager then reconnects when its replica is restarted).
 
-The replica is supervised: if it exits while the agent runs it is started again on the same port
-(said in one line). The agent keeps that port bound meanwhile (a socket that never listens, with
-SO_REUSEPORT as gRPC's own): a port the kernel chose (``--lighthouse-port 0``) is an ephemeral one,
-and without the hold an outgoing connection could take it while the replica is down, leaving the
-workers' ``TORCHFT_LIGHTHOUSE`` pointing at a port no replica can listen on again.
+The replica is supervised: if it exits while the agent runs it is started again on the same ports
+(said in one line). The agent holds both ports, the gRPC one and the status page's, from before the
+first start to its own end (sockets that never listen, with SO_REUSEPORT as both servers bind): a
+port the kernel chose (``--lighthouse-port 0``) is an ephemeral one, and without the hold an
+outgoing connection or another server could take it while the replica is down, leaving the
+workers' ``TORCHFT_LIGHTHOUSE`` pointing at a port no replica can listen on again. The kernel
+chooses both ports at once when asked for 0: the port after a free one may well be taken.
 
 It is started as the bundled etcd is (``rendezvous.etcd.server.start_process``): in a session of
 its own, with SIGTERM when the agent's thread that started it ends, also when the agent is killed.
@@ -50,12 +52,14 @@ class Beside:
     min_replicas: int = 1
 
 
-def replica_argv(beside: Beside, key_prefix: str, port: int, directory: str) -> list[str]:
-    """The replica's command line: where etcd is, with the credentials, it reads from the target's
-    JSON in ``directory`` (private to the agent), never from here."""
+def replica_argv(beside: Beside, key_prefix: str, ports: tuple[int, int], directory: str) -> list[str]:
+    """The replica's command line, listening on ``ports`` (gRPC, status page): where etcd is, with
+    the credentials, it reads from the target's JSON in ``directory`` (private to the agent), never
+    from here."""
     return [
         sys.executable, "-c", _START,
-        "--bind", f"[::]:{port}",
+        "--bind", f"[::]:{ports[0]}",
+        "--http-bind", f"[::]:{ports[1]}",
         "--min_replicas", str(beside.min_replicas),
         "--etcd-target-file", str(Path(directory, TARGET_FILE)),
         "--rdzv-id", beside.lighthouse_id,
@@ -65,9 +69,10 @@ def replica_argv(beside: Beside, key_prefix: str, port: int, directory: str) -> 
 
 
 def hold_port(port: int) -> socket.socket | None:
-    """A socket bound to ``port`` on every address, never listening: while it is open no other
-    process and no outgoing connection takes the port, and the replica's server (SO_REUSEPORT, as
-    gRPC binds) can bind it again. None where the port cannot be held (the replica still restarts)."""
+    """A socket bound to ``port`` (0: one the kernel chooses) on every address, never listening:
+    while it is open no other process and no outgoing connection takes the port, and the replica's
+    servers (SO_REUSEPORT, as gRPC and the status page bind) can bind it beside it. None where the
+    port cannot be held."""
     for family, host in ((socket.AF_INET6, "::"), (socket.AF_INET, "0.0.0.0")):
         try:
             sock = socket.socket(family, socket.SOCK_STREAM)
@@ -84,6 +89,13 @@ def hold_port(port: int) -> socket.socket | None:
     return None
 
 
+def _ports(held: list[socket.socket | None], port: int) -> tuple[int, int]:
+    """The ports the replica listens on: those held, else the ones asked for (0 where the kernel
+    chooses: the replica's own bind then picks them, and a restart may not get them again)."""
+    asked = (port, port + 1 if port else 0)
+    return tuple(sock.getsockname()[1] if sock is not None else want for sock, want in zip(held, asked))  # type: ignore[return-value]
+
+
 class _Replica:
     def __init__(self, beside: Beside, target: EtcdTarget, key_prefix: str, report: Callable[[str], None]) -> None:
         self.beside, self.report = beside, report
@@ -92,16 +104,16 @@ class _Replica:
         target_file = Path(self._dir, TARGET_FILE)
         target_file.touch(mode=0o600)
         target_file.write_text(target.to_json())
-        self._port = beside.port
+        self._held = [hold_port(beside.port), hold_port(beside.port + 1 if beside.port else 0)]
+        self.ports = _ports(self._held, beside.port)  # (gRPC, status page), held until stop()
         self._process: subprocess.Popen | None = None
-        self._held: list[socket.socket | None] = []  # the gRPC port and its status page's (the next one)
         self._stop = threading.Event()
         self.address = ""
 
     def start(self) -> str:
         address_file = Path(self._dir, "address")
         address_file.unlink(missing_ok=True)
-        argv = replica_argv(self.beside, self._key_prefix, self._port, self._dir)
+        argv = replica_argv(self.beside, self._key_prefix, self.ports, self._dir)
         self._process = start_process(argv, str(Path(self._dir, "replica.log")))
         deadline = time.monotonic() + _READY_WITHIN
         while not (address_file.exists() and address_file.read_text().strip()):
@@ -111,9 +123,8 @@ class _Replica:
                 raise LauncherError(f"--lighthouse: the replica did not start ({' '.join(tail) or 'no output'})")
             time.sleep(0.05)
         self.address = address_file.read_text().strip()
-        self._port = int(self.address.rsplit(":", 1)[1])  # a restart listens where the workers were told
-        if not self._held:  # both ports stay this replica's while it is down (its page: the next port)
-            self._held = [hold_port(self._port), hold_port(self._port + 1)]
+        if not self.ports[0]:  # not held: a restart listens where the workers were told at least
+            self.ports = (int(self.address.rsplit(":", 1)[1]), self.ports[1])
         return self.address
 
     def supervise(self) -> None:
@@ -121,7 +132,7 @@ class _Replica:
             if self._process is not None and self._process.poll() is not None:
                 self.report(
                     f"the lighthouse replica exited ({self._process.returncode}); "
-                    f"starting it again on port {self._port}"
+                    f"starting it again on port {self.ports[0]}"
                 )
                 try:
                     self.start()
@@ -148,7 +159,10 @@ def lighthouse_beside(
         return
     replica = _Replica(beside, target, key_prefix, report)
     address = replica.start()
-    report(f"torchft lighthouse {beside.lighthouse_id!r}: a replica at {address} (TORCHFT_LIGHTHOUSE)")
+    report(
+        f"torchft lighthouse {beside.lighthouse_id!r}: a replica at {address} (TORCHFT_LIGHTHOUSE; "
+        f"status page on port {replica.ports[1]})"
+    )
     watcher = threading.Thread(target=replica.supervise, name="lighthouse-supervisor", daemon=True)
     watcher.start()
     retries = os.environ.get("TORCHFT_QUORUM_RETRIES", _QUORUM_RETRIES)

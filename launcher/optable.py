@@ -320,7 +320,7 @@ OPTIONS: tuple[Option, ...] = (
          "(see torchft's Lighthouse)"),
     _opt("--lighthouse-port", help="The replica's gRPC port (0: a free one).", group=_TORCHFT, default=29510,
          check=Whole(0, 65535), metavar="PORT", shown_default="29510", torchrun=None,
-         doc="the replica's gRPC port (0: a free one); its status page is on the next one"),
+         doc="the replica's gRPC port; its status page is on the next one (0: a free one for each)"),
     _opt("--lighthouse-min-replicas", help="Replica groups a quorum needs.", group=_TORCHFT, default=1,
          check=Whole(1), metavar="N", shown_default="1", torchrun=None,
          doc="replica groups a quorum needs at least (torchft's `--min_replicas`)"),

@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 
@@ -80,6 +81,18 @@ def taken(port: int) -> socket.socket | None:
         return None
 
 
+def page_answers(port: int, timeout: float) -> bool:
+    """Whether a status page answers on ``port`` within ``timeout`` (the restarted replica's)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/status.json", timeout=2) as reply:
+                return "quorum_id" in json.loads(reply.read())
+        except (OSError, ValueError):
+            time.sleep(0.2)
+    return False
+
+
 def agent_lines(text: str) -> str:
     return "\n".join(line for line in text.splitlines() if line.startswith("elastic-run:"))
 
@@ -102,12 +115,14 @@ def test_two_groups_train_through_their_own_replicas_and_survive_one_dying(etcd_
             assert time.monotonic() < deadline and all(a.poll() is None for a in agents), [t.read_text() for t in logs]
             time.sleep(0.02)
         v = 1 - leading(etcd_endpoints, lighthouse, replicas)  # the follower (see the docstring)
-        port = int(re.search(r"a replica at \S+:(\d+) ", logs[v].read_text()).group(1))
+        said = re.search(r"a replica at \S+:(\d+) .*status page on port (\d+)", logs[v].read_text())
+        ports = [int(said.group(1)), int(said.group(2))]
         replicas[v].send_signal(signal.SIGKILL)
         assert exited(replicas[v], timeout=10), "the SIGKILLed replica lives on"
-        for held in (port, port + 1):  # its gRPC port, and its status page's (CI saw that one taken)
+        for held in ports:  # its gRPC port, and its status page's (CI saw that one taken)
             thief = taken(held)
             assert thief is None, f"port {held} of the killed replica was free for another process to take"
+        assert page_answers(ports[1], timeout=60), f"the restarted replica's status page is not on port {ports[1]}"
         assert not out.exists(), "the groups finished before the replica was killed"
         codes = [agent.wait(180) for agent in agents]
     finally:
