@@ -21,12 +21,12 @@ import importlib, os, pkgutil, sys
 
 source = sys.argv[1]
 found = []
-for top in ("rendezvous", "launcher", "elastic"):
+for top in ("rendezvous", "launcher", "elastic", "lighthouse"):
     package = importlib.import_module(top)
     assert not package.__file__.startswith(source), f"{top} was imported from the checkout, not the wheel"
     found += [top] + [m.name for m in pkgutil.walk_packages(package.__path__, top + ".")]
 shipped = {os.path.relpath(os.path.join(d, f), source)[:-3].replace(os.sep, ".")
-           for top in ("rendezvous", "launcher", "elastic")
+           for top in ("rendezvous", "launcher", "elastic", "lighthouse")
            for d, _, files in os.walk(os.path.join(source, top)) for f in files if f.endswith(".py")}
 shipped = {name[: -len(".__init__")] if name.endswith(".__init__") else name for name in shipped}
 missing = sorted(shipped - set(found))
@@ -45,3 +45,6 @@ print(f"CI: the wheel ships all {len(found)} modules; each imports ({len(optiona
 PY
 "$WORK/venv/bin/elastic-run" --standalone --nproc-per-node 2 hello.py
 echo "CI: the README's example ran from the wheel"
+"$WORK/venv/bin/elastic-lighthouse" --version
+"$WORK/venv/bin/python" -m lighthouse --version  # how an agent's --lighthouse starts its replica
+echo "CI: the Lighthouse's program runs from the wheel"

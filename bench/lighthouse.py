@@ -31,9 +31,9 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from lighthouse.book import LighthouseKeys  # noqa: E402
 from rendezvous.etcd.client import EtcdClient  # noqa: E402
 from rendezvous.etcd.server import EtcdServer  # noqa: E402
-from rendezvous.lighthouse.book import LighthouseKeys  # noqa: E402
 
 TORCHFT_SERVER = (
     "import sys, time; from torchft._torchft import LighthouseServer; "

@@ -26,14 +26,14 @@ from rendezvous.rounds.handler import RendezvousHandler
 from rendezvous.settings import RendezvousSettings
 
 from .agent import Agent
-from .allocation import allocation_member
-from .beside import Beside, lighthouse_beside
 from .c10dstore import StoreHost
 from .config import AgentConfig
 from .errors import UsageError
 from .peers.probes import PeerProbes
 from .signals import PASSED_SIGNALS, STOP_SIGNALS, pass_to_workers, stop_on_signals
-from .slurm import AllocationEtcd
+from .slurm.allocation import allocation_member
+from .slurm.job import AllocationEtcd
+from .torchft_lighthouse import Beside, lighthouse_beside
 
 if TYPE_CHECKING:
     from rendezvous.etcd.server import EtcdCluster

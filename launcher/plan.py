@@ -16,7 +16,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from launcher.beside import Beside
 from launcher.config import AgentConfig, CrashLoop
 from launcher.errors import UsageError
 from launcher.hangs.hangrules import HangTimeouts
@@ -25,7 +24,8 @@ from launcher.nodecheck import NodeChecks
 from launcher.output import DefaultLayout, TorchLogsSpecsLayout
 from launcher.output.console import say
 from launcher.output.streams import Std
-from launcher.slurm import AllocationEtcd
+from launcher.slurm.job import AllocationEtcd
+from launcher.torchft_lighthouse import Beside
 from launcher.workers.env import OMP_WARNING, virtual_device
 from launcher.workers.numa import binding_commands
 from rendezvous.job.keys import JobKeys

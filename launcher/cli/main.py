@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sys
 
-__all__ = ["run_main", "ctl_main", "lighthouse_main"]
+__all__ = ["run_main", "ctl_main"]
 
 
 def _asks_standalone(argv: list[str]) -> bool:
@@ -34,12 +34,3 @@ def ctl_main() -> None:
     from . import run
 
     run.ctl_main()
-
-
-def lighthouse_main() -> None:
-    # gRPC's own log lines (a port it cannot bind, a client that went away) would come on top of
-    # the command's one line; set GRPC_VERBOSITY to see them.
-    os.environ.setdefault("GRPC_VERBOSITY", "NONE")
-    from . import run
-
-    run.lighthouse_main()

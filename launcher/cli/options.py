@@ -10,10 +10,10 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from launcher.beside import Beside
 from launcher.errors import UsageError
 from launcher.output.console import say
 from launcher.output.streams import Std
+from launcher.torchft_lighthouse import Beside
 
 __all__ = [
     "NodeRange",

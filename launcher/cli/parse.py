@@ -9,7 +9,7 @@ launches.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from launcher.config import CrashLoop
@@ -18,9 +18,9 @@ from launcher.output import load_logs_specs
 from launcher.output.console import say
 from launcher.plan import STOP_SIGNALS_TEXT, RunRequest, build_plan, hang_timeouts
 from launcher.signals import parse_signals
+from launcher.slurm.defaults import slurm_defaults
 from rendezvous.settings import parse_conf
 
-from .from_slurm import from_slurm
 from .options import (
     beside_of,
     implies_standalone,
@@ -134,7 +134,8 @@ _AS_GIVEN = (
 def request_from(opts: RunOptions) -> RunRequest:
     """elastic-run's options, with SLURM's defaults in, parsed into a RunRequest: each option's text
     by its parser (``launcher.cli.options``), in the order torchrun reports a bad one."""
-    opts, slurm = from_slurm(opts)
+    changes, slurm = slurm_defaults(opts.given, opts.standalone)
+    opts = replace(opts, **changes)
     endpoint = _endpoint(opts)
     nodes = parse_nodes(opts.nnodes, standalone=endpoint is None)
     nproc = parse_nproc_per_node(opts.nproc_per_node)

@@ -26,7 +26,7 @@ from .options import (
 )
 from .parse import RunOptions, plan_from
 
-__all__ = ["elastic_run", "run_main", "ctl_main"]
+__all__ = ["elastic_run", "entry", "run_main", "ctl_main"]
 
 _CONTEXT = {"help_option_names": ["-h", "--help"], "allow_interspersed_args": False, "max_content_width": 80}
 
@@ -68,7 +68,7 @@ def _spellings(command: click.Command) -> tuple[dict[str, str], set[str]]:
     return names, takes_value
 
 
-def _entry(command: click.Command, prog: str, argv: Sequence[str] | None, obj: Any = None) -> NoReturn:
+def entry(command: click.Command, prog: str, argv: Sequence[str] | None, obj: Any = None) -> NoReturn:
     try:
         args = list(argv) if argv is not None else sys.argv[1:]
         if command is elastic_run:  # argparse's unique-prefix abbreviations, as torchrun takes them
@@ -132,7 +132,7 @@ class _Early:
 def run_main(argv: Sequence[str] | None = None, early_etcd: Any = None) -> NoReturn:
     early = _Early(early_etcd)
     try:
-        _entry(elastic_run, "elastic-run", argv, obj=early)
+        entry(elastic_run, "elastic-run", argv, obj=early)
     finally:
         early.stop()
 
@@ -140,10 +140,4 @@ def run_main(argv: Sequence[str] | None = None, early_etcd: Any = None) -> NoRet
 def ctl_main(argv: Sequence[str] | None = None) -> NoReturn:
     from .ctl import elastic_ctl
 
-    _entry(elastic_ctl, "elastic-ctl", argv)
-
-
-def lighthouse_main(argv: Sequence[str] | None = None) -> NoReturn:
-    from .lighthouse import elastic_lighthouse
-
-    _entry(elastic_lighthouse, "elastic-lighthouse", argv)
+    entry(elastic_ctl, "elastic-ctl", argv)

@@ -185,9 +185,12 @@ def member_command(
     ]
 
 
-def start_process(command: list[str], log_path: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+def start_process(
+    command: list[str], log_path: str, env: dict[str, str] | None = None, cwd: str | None = None
+) -> subprocess.Popen:
     """``command`` in a session of its own (no terminal signal reaches it), dying with this process,
-    its output appended to ``log_path``; ``env``: its environment (None: this process's)."""
+    its output appended to ``log_path``; ``env``: its environment (None: this process's); ``cwd``:
+    its working directory (None: this process's)."""
     with open(log_path, "ab") as log:
         return subprocess.Popen(
             die_with_parent(command, "TERM"),
@@ -196,6 +199,7 @@ def start_process(command: list[str], log_path: str, env: dict[str, str] | None 
             stdin=subprocess.DEVNULL,
             start_new_session=True,
             env=env,
+            cwd=cwd,
         )
 
 

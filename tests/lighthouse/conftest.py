@@ -7,8 +7,8 @@ import time
 
 import pytest
 
+from lighthouse.book import LighthouseKeys
 from rendezvous.etcd.client import EtcdClient
-from rendezvous.lighthouse.book import LighthouseKeys
 
 from ..faults.conftest import cluster  # noqa: F401 -- the fault suite's 3-member etcd, as a fixture here
 from .replicas import Lighthouse

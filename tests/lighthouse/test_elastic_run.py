@@ -43,7 +43,7 @@ def replica_of(agent: subprocess.Popen, timeout: float = 60) -> psutil.Process:
     while time.monotonic() < deadline:
         for child in psutil.Process(agent.pid).children():
             try:
-                if "lighthouse_main" in " ".join(child.cmdline()):
+                if child.cmdline()[1:3] == ["-m", "lighthouse"]:
                     return child
             except psutil.Error:
                 continue

@@ -225,9 +225,9 @@ def test_steady_steps_and_heartbeats_write_nothing_to_etcd(etcd_endpoints, repli
     write under the lighthouse's keys (a quorum under the same id is checked, not written;
     heartbeats stay in the replicas). Counted by a watch on its prefix: other tests' keys may move
     the shared etcd's revision meanwhile (leases of replicas they killed expiring)."""
+    from lighthouse.book import LighthouseKeys
     from rendezvous.etcd.client import EtcdClient
     from rendezvous.etcd.watch import Watch
-    from rendezvous.lighthouse.book import LighthouseKeys
 
     from .groups import Group, check
 
@@ -262,8 +262,8 @@ def test_the_record_is_kept_while_in_use_and_vanishes_a_retention_after(etcd_end
     """With a 3 s retention: groups stepping under one id for longer keep the record (its lease is
     renewed by the leader, not only when the id changes); once every replica is gone, the
     lighthouse's keys vanish by themselves."""
+    from lighthouse.book import LighthouseKeys
     from rendezvous.etcd.client import EtcdClient
-    from rendezvous.lighthouse.book import LighthouseKeys
 
     from .groups import Group, check
 

@@ -1,4 +1,5 @@
-"""The packages' imports: no cycle between modules, the direction elastic -> launcher -> rendezvous,
+"""The packages' imports: no cycle between modules or packages, the direction elastic, lighthouse ->
+launcher -> rendezvous,
 and inside rendezvous the layers rounds -> job -> etcd: the etcd client knows no job, a job's data
 knows nothing of how rounds are decided, and only the torchrun plugin and store know torchrun."""
 
@@ -10,14 +11,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("elastic", "launcher", "rendezvous")
+PACKAGES = ("elastic", "launcher", "lighthouse", "rendezvous")
 # What each layer of rendezvous may import of the package, besides itself: (layer, allowed prefixes).
 LAYERS = (
     ("rendezvous.etcd", ("rendezvous.errors",)),
     ("rendezvous.job", ("rendezvous.errors", "rendezvous.etcd")),
     ("rendezvous.rounds", ("rendezvous.errors", "rendezvous.etcd", "rendezvous.job", "rendezvous.settings")),
     ("rendezvous.settings", ("rendezvous.errors", "rendezvous.etcd", "rendezvous.job")),
-    ("rendezvous.lighthouse", ("rendezvous.errors", "rendezvous.etcd")),
 )
 
 
@@ -76,12 +76,48 @@ def test_no_module_imports_itself_through_others():
     assert _cycle(graph) is None, " -> ".join(_cycle(graph))
 
 
+def _folder(module: str, modules: set[str]) -> str:
+    """The package (folder) a module is in; a package's __init__ is its own folder."""
+    return module if any(m.startswith(module + ".") for m in modules) else module.rpartition(".")[0]
+
+
+def test_no_folder_imports_itself_through_others():
+    """The same at the level of folders: workers -> hangs -> workers is a loop even where no module
+    imports itself (a module imports its parent's __init__ freely)."""
+    graph_of_modules = _imports()
+    folders: dict[str, set[str]] = {}
+    for module, targets in graph_of_modules.items():
+        here = _folder(module, set(graph_of_modules))
+        there = {_folder(t, set(graph_of_modules)) for t in targets}
+        folders.setdefault(here, set()).update(f for f in there if not (here + ".").startswith(f + ".") and f != here)
+    for folder in list(folders):
+        for f in list(folders[folder]):
+            folders.setdefault(f, set())
+    assert _cycle(folders) is None, " -> ".join(_cycle(folders))
+
+
 def test_imports_point_from_elastic_to_launcher_to_rendezvous():
     for module, targets in _imports().items():
         if module.startswith("rendezvous"):
-            assert not [t for t in targets if t.startswith(("launcher", "elastic"))], (module, targets)
+            assert not [t for t in targets if t.startswith(("launcher", "elastic", "lighthouse"))], (module, targets)
         if module.startswith("launcher"):
-            assert not [t for t in targets if t.startswith("elastic")], (module, targets)
+            assert not [t for t in targets if t.startswith(("elastic", "lighthouse"))], (module, targets)
+        if module.startswith("elastic"):
+            assert not [t for t in targets if t.startswith("lighthouse")], (module, targets)
+
+
+def test_the_lighthouse_uses_etcd_and_the_launchers_entry_only():
+    """The Lighthouse is its own program: of the rest it imports the etcd layer, the settings, and the
+    launcher's errors, signals and command entry (one exit-code table); nothing of jobs or rounds."""
+    allowed = ("lighthouse", "rendezvous.errors", "rendezvous.etcd", "rendezvous.settings", "launcher.errors")
+    allowed += ("launcher.signals", "launcher.cli.run")
+    parents = ("rendezvous", "launcher", "launcher.cli")
+    wrong = {
+        m: sorted(t for t in targets if not _allowed(t, allowed) and t not in parents)
+        for m, targets in _imports().items()
+        if m.startswith("lighthouse")
+    }
+    assert not {m: t for m, t in wrong.items() if t}, wrong
 
 
 def _allowed(target: str, prefixes: tuple[str, ...]) -> bool:
@@ -107,10 +143,11 @@ def test_the_layering_check_sees_a_wrong_import():
 
 
 def test_only_the_command_lines_import_the_command_lines():
-    """launcher.cli parses text and prints; the agent, the plan and the Python API import nothing of it."""
+    """launcher.cli parses text and prints; the agent, the plan and the Python API import nothing of it
+    (the Lighthouse's program takes its entry: one exit-code table for the three commands)."""
     outside = {
         name: sorted(t for t in targets if t == "launcher.cli" or t.startswith("launcher.cli."))
         for name, targets in _imports().items()
-        if not (name == "launcher.cli" or name.startswith("launcher.cli."))
+        if not (name == "launcher.cli" or name.startswith("launcher.cli.") or name == "lighthouse.__main__")
     }
     assert not {name: found for name, found in outside.items() if found}

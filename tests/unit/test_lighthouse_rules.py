@@ -9,10 +9,10 @@ import time
 
 import pytest
 
-from rendezvous.lighthouse import wire
-from rendezvous.lighthouse.book import Fenced, Issued, decode_issued, encode_issued
-from rendezvous.lighthouse.forming import Forming, Withdrawn
-from rendezvous.lighthouse.quorum import Asked, Rules, decide, healthy, next_id
+from lighthouse import wire
+from lighthouse.book import Fenced, Issued, decode_issued, encode_issued
+from lighthouse.forming import Forming, Withdrawn
+from lighthouse.quorum import Asked, Rules, decide, healthy, next_id
 
 RULES = Rules(min_replicas=2, join_timeout=10.0, heartbeat_timeout=5.0, quorum_tick=0.01)
 

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from launcher.cli.from_slurm import from_slurm
-from launcher.cli.parse import RunOptions
-from launcher.slurm import PORT_BASE, SlurmJob, etcd_layout, member_count, slurm_job
+from launcher.slurm.defaults import slurm_defaults
+from launcher.slurm.job import PORT_BASE, SlurmJob, etcd_layout, member_count, slurm_job
 
 STEP = {
     "SLURM_JOB_ID": "4242",
@@ -44,18 +43,17 @@ def test_the_options_given_win_and_nothing_changes_outside_slurm(monkeypatch):
     for name, value in STEP.items():
         monkeypatch.setenv(name, value)
     given = frozenset({"rdzv_endpoint", "local_addr", "nnodes"})
-    opts = RunOptions("train.py", nnodes="2:4", rdzv_endpoint="etcd:2379", local_addr="10.1.1.1", given=given)
-    changed, plan = from_slurm(opts)
-    assert (changed.nnodes, changed.rdzv_endpoint, changed.rdzv_id) == ("2:4", "etcd:2379", "slurm-4242")
+    changes, plan = slurm_defaults(given, standalone=False)
+    assert changes == {"rdzv_id": "slurm-4242"}  # only what was not given
     assert plan.etcd is None and plan.job.node_name == "n2"
-    assert from_slurm(RunOptions("train.py", given=None)) == (RunOptions("train.py", given=None), None)  # Python API
-    assert from_slurm(RunOptions("train.py", standalone=True, given=frozenset()))[1] is None
+    assert slurm_defaults(None, standalone=False) == ({}, None)  # the Python API
+    assert slurm_defaults(frozenset(), standalone=True) == ({}, None)
     monkeypatch.delenv("SLURM_STEP_ID")
-    assert from_slurm(RunOptions("train.py", given=frozenset()))[1] is None
+    assert slurm_defaults(frozenset(), standalone=False) == ({}, None)
 
 
 def test_a_member_listens_on_its_ip_or_on_every_interface_for_a_name_and_is_advertised_by_its_address():
-    from launcher.allocation import member_command
+    from launcher.slurm.allocation import member_command
 
     hosts = [("n1", "10.0.0.1"), ("n2", "node02"), ("n3", "10.0.0.3")]
     layout = etcd_layout(slurm_job({**STEP, "SLURMD_NODENAME": "n2"}), hosts)

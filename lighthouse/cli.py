@@ -18,14 +18,14 @@ import grpc
 
 from launcher.errors import UsageError
 from launcher.signals import stop_requested
+from lighthouse.book import LighthouseKeys
+from lighthouse.quorum import Rules
+from lighthouse.replica import Replica
+from lighthouse.service import serve
+from lighthouse.status import StatusPage
 from rendezvous.etcd.client import EtcdClient
 from rendezvous.etcd.endpoints import Endpoint
 from rendezvous.etcd.target import EtcdTarget
-from rendezvous.lighthouse.book import LighthouseKeys
-from rendezvous.lighthouse.quorum import Rules
-from rendezvous.lighthouse.replica import Replica
-from rendezvous.lighthouse.service import serve
-from rendezvous.lighthouse.status import StatusPage
 from rendezvous.settings import RendezvousSettings
 
 __all__ = ["elastic_lighthouse", "split_bind", "status_port"]

@@ -99,7 +99,7 @@ class StatusPage:
         self.replica = replica
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         # allow_reuse_port: a replica restarted beside its agent binds again beside the socket that
-        # agent holds on this port while it is down (launcher/beside.py), as gRPC does on its own
+        # agent holds on this port while it is down (launcher/torchft_lighthouse.py), as gRPC does on its own
         server_class = type("Server", (ThreadingHTTPServer,), {"address_family": family, "allow_reuse_port": True})
         self.server = server_class((host, port), self._handler())
         self.server.daemon_threads = True

@@ -38,7 +38,6 @@ from rendezvous.etcd.target import EtcdTarget
 __all__ = ["Beside", "hold_port", "lighthouse_beside", "replica_argv", "TARGET_FILE"]
 
 TARGET_FILE = "etcd-target.json"  # EtcdTarget.to_json(), for the replica
-_START = "from launcher.cli.main import lighthouse_main; lighthouse_main()"
 _READY_WITHIN = 60.0  # seconds for a replica to listen (it waits for etcd meanwhile)
 _QUORUM_RETRIES = "3"
 
@@ -57,7 +56,7 @@ def replica_argv(beside: Beside, key_prefix: str, ports: tuple[int, int], direct
     the credentials, it reads from the target's JSON in ``directory`` (private to the agent), never
     from here."""
     return [
-        sys.executable, "-c", _START,
+        sys.executable, "-m", "lighthouse",
         "--bind", f"[::]:{ports[0]}",
         "--http-bind", f"[::]:{ports[1]}",
         "--min_replicas", str(beside.min_replicas),
@@ -114,7 +113,8 @@ class _Replica:
         address_file = Path(self._dir, "address")
         address_file.unlink(missing_ok=True)
         argv = replica_argv(self.beside, self._key_prefix, self.ports, self._dir)
-        self._process = start_process(argv, str(Path(self._dir, "replica.log")))
+        # run in its private directory: a "lighthouse" in the job's working directory is not imported
+        self._process = start_process(argv, str(Path(self._dir, "replica.log")), cwd=self._dir)
         deadline = time.monotonic() + _READY_WITHIN
         while not (address_file.exists() and address_file.read_text().strip()):
             if self._process.poll() is not None or time.monotonic() > deadline:

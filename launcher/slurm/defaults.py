@@ -1,17 +1,17 @@
-"""elastic-run's defaults under SLURM (``launcher.slurm`` reads the allocation): the options a user
+"""elastic-run's defaults under SLURM (``launcher.slurm.job`` reads the allocation): the options a user
 did not give -- neither as a flag nor as ``PET_*`` -- are taken from the job. Said in one line."""
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import dataclass
 
 from launcher.errors import UsageError
 from launcher.output.console import say
-from launcher.slurm import AllocationEtcd, SlurmJob, etcd_layout, member_count, node_addresses, node_names, slurm_job
 
-__all__ = ["from_slurm", "SlurmPlan"]
+from .job import AllocationEtcd, SlurmJob, etcd_layout, member_count, node_addresses, node_names, slurm_job
+
+__all__ = ["slurm_defaults", "SlurmPlan"]
 
 
 @dataclass(frozen=True)
@@ -20,14 +20,14 @@ class SlurmPlan:
     etcd: AllocationEtcd | None  # None: --rdzv-endpoint was given
 
 
-def from_slurm(opts: Any) -> tuple[Any, SlurmPlan | None]:
-    """The options (``plan.RunOptions``) with SLURM's defaults in (a task of an ``srun`` step, not
-    --standalone, from the CLI)."""
+def slurm_defaults(given: frozenset[str] | None, standalone: bool) -> tuple[dict[str, str], SlurmPlan | None]:
+    """The options SLURM's job gives (option name -> its text) where the user gave none of ``given``,
+    and the job's plan: nothing outside a task of an ``srun`` step, for --standalone, or for the
+    Python API (``given`` None)."""
     job = slurm_job(os.environ)
-    if job is None or opts.standalone or opts.given is None:
-        return opts, None
-    given = opts.given
-    changes: dict[str, object] = {}
+    if job is None or standalone or given is None:
+        return {}, None
+    changes: dict[str, str] = {}
     if "nnodes" not in given:
         changes["nnodes"] = f"1:{job.nodes}"
     if "rdzv_id" not in given:
@@ -46,4 +46,4 @@ def from_slurm(opts: Any) -> tuple[Any, SlurmPlan | None]:
         changes["local_addr"] = addresses[job.node_name]
     said = ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in changes.items())
     say(f"SLURM job {job.job_id}, node {job.node_name} ({job.node_index + 1} of {job.nodes}): {said}")
-    return replace(opts, **changes), SlurmPlan(job, etcd)
+    return changes, SlurmPlan(job, etcd)

@@ -1,4 +1,4 @@
-"""The etcd member a SLURM node runs for its job (``launcher.slurm`` decides the layout): started
+"""The etcd member a SLURM node runs for its job (``launcher.slurm.job`` decides the layout): started
 before the agent connects, from the bundled binary, with the compaction and quota every etcd of this
 project runs with; its data in node-local temporary space, removed when the agent exits; the process
 dies with the agent (a parent-death signal), so nothing of it outlives the job."""
@@ -16,7 +16,7 @@ from rendezvous.errors import RendezvousConnectionError
 from rendezvous.etcd import server
 from rendezvous.etcd.server import HEALTH_ARGS, find_etcd_binary, start_process, stop_process
 
-from .slurm import AllocationEtcd, Member
+from .job import AllocationEtcd, Member
 
 __all__ = ["allocation_member", "member_command"]
 
