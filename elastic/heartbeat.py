@@ -39,7 +39,7 @@ from launcher.hangs import beatfile as beats
 
 __all__ = ["heartbeat", "phase", "ENV"]
 
-ENV = "ELASTIC_HEARTBEAT_FILE"
+ENV = beats.ENV
 _lock = threading.RLock()
 
 

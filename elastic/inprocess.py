@@ -20,7 +20,6 @@ started again, as without ``inprocess``.
 from __future__ import annotations
 
 import ctypes
-import json
 import os
 import socket
 import sys
@@ -28,11 +27,13 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from launcher.workers import inprocess_wire as wire
+from launcher.workers.inprocess_wire import ENV
+
 from .heartbeat import _reattach as _reattach_heartbeat
 
 __all__ = ["inprocess", "RoundInterrupted", "ENV"]
 
-ENV = "ELASTIC_INPROCESS"  # the agent's control socket (a Unix socket path)
 PEER_WAIT = 5.0  # seconds an error in train waits for the agent to say the round ended elsewhere
 T = TypeVar("T")
 
@@ -56,16 +57,13 @@ class _Control:
         self.interrupted = threading.Event()
         self.in_train = False  # the main thread is inside train: the only place to interrupt it
         self.before: set[str] = set()  # the TCP connections this process had before train was called
-        self._send(f"hello {os.getpid()}")
+        self._sock.sendall(wire.encode(wire.Hello(os.getpid())))
         threading.Thread(target=self._listen, name="elastic-inprocess", daemon=True).start()
-
-    def _send(self, line: str) -> None:
-        self._sock.sendall(line.encode() + b"\n")
 
     def _listen(self) -> None:
         for raw in self._file:
-            verb, _, rest = raw.decode().strip().partition(" ")
-            if verb == "stop" and not self.interrupted.is_set():
+            message = wire.to_worker(raw)
+            if isinstance(message, wire.Stop) and not self.interrupted.is_set():
                 self.interrupted.set()
                 _shut_connections(keep=self.before)  # first: an abort may wait on a peer or the store
                 threading.Thread(target=_abort_groups, name="elastic-abort", daemon=True).start()
@@ -73,9 +71,9 @@ class _Control:
                     ctypes.pythonapi.PyThreadState_SetAsyncExc(
                         ctypes.c_ulong(self._main), ctypes.py_object(RoundInterrupted)
                     )
-            elif verb == "go":
+            elif isinstance(message, wire.Go):
                 with self._ready:
-                    self._next.append(json.loads(rest))
+                    self._next.append(message.env)
                     self._ready.notify()
         with self._ready:  # the agent is gone: so is the job, for this process
             self._next.append({})
@@ -83,7 +81,7 @@ class _Control:
 
     def parked(self) -> dict[str, str]:
         """Say the worker left ``train``; the next round's environment once the agent sends it."""
-        self._send("parked")
+        self._sock.sendall(wire.encode(wire.Parked()))
         with self._ready:
             while not self._next:
                 self._ready.wait()

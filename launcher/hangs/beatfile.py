@@ -28,8 +28,9 @@ import os
 import struct
 from dataclasses import dataclass
 
-__all__ = ["SIZE", "MAGIC", "BEAT", "PHASE", "WORK", "HEADER", "Beat", "create", "stacks_path", "BeatReader"]
+__all__ = ["ENV", "SIZE", "MAGIC", "BEAT", "PHASE", "WORK", "HEADER", "Beat", "create", "stacks_path", "BeatReader"]
 
+ENV = "ELASTIC_HEARTBEAT_FILE"  # the record's path, in the worker's environment
 SIZE = 128
 MAGIC = b"EHB1"
 HEADER = struct.Struct("<4si")  # magic, stack signal (offset 0)

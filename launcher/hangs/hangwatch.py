@@ -9,8 +9,8 @@ import linecache
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
-from launcher.workers.env import WorkerSpec
 from rendezvous.errors import RendezvousError
 from rendezvous.job.hangboard import HangBoard, HangChannel
 
@@ -195,9 +195,17 @@ class HangWatch:
             reader.close()
 
 
+class Watched(Protocol):
+    """What the watch needs of a worker's spec (``launcher.workers.env.WorkerSpec``)."""
+
+    local_rank: int
+    rank: int
+    heartbeat_file: str
+
+
 def watch_round(
     channel: HangChannel | None,
-    specs: Sequence[WorkerSpec],
+    specs: Sequence[Watched],
     timeouts: HangTimeouts,
     *,
     node: str,

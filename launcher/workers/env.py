@@ -8,6 +8,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from launcher.hangs.beatfile import ENV as HEARTBEAT_ENV
 from rendezvous.etcd.credentials import without_credentials
 
 __all__ = ["WorkerSpec", "worker_env", "virtual_device", "exported", "EXPORTED", "OMP_WARNING"]
@@ -115,9 +116,9 @@ def worker_env(spec: WorkerSpec, inherited: Mapping[str, str]) -> dict[str, str]
             LOCAL_RANK="0", CUDA_VISIBLE_DEVICES=virtual_device(spec.local_rank, inherited.get("CUDA_VISIBLE_DEVICES"))
         )
     if spec.heartbeat_file:
-        env["ELASTIC_HEARTBEAT_FILE"] = spec.heartbeat_file
+        env[HEARTBEAT_ENV] = spec.heartbeat_file
     else:
-        env.pop("ELASTIC_HEARTBEAT_FILE", None)  # an outer agent's record is not this worker's
+        env.pop(HEARTBEAT_ENV, None)  # an outer agent's record is not this worker's
     env.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
     if spec.local_world_size > 1:
         env.setdefault("OMP_NUM_THREADS", "1")

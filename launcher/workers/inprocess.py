@@ -12,7 +12,6 @@ A ``LineServer`` thread reads every connection; the agent's main thread asks and
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import threading
@@ -21,9 +20,10 @@ from collections.abc import Iterable, Mapping
 
 from launcher.lineserver import Connection, LineServer
 
-__all__ = ["InprocessHost", "ENV"]
+from . import inprocess_wire as wire
+from .inprocess_wire import ENV
 
-ENV = "ELASTIC_INPROCESS"
+__all__ = ["InprocessHost", "ENV"]
 
 
 class InprocessHost:
@@ -50,7 +50,7 @@ class InprocessHost:
     def park(self, pids: Iterable[int], grace: float) -> set[int]:
         """Ask these workers to leave ``train``; the ones that did within ``grace`` seconds."""
         with self._changed:
-            asked = [pid for pid in pids if pid in self._links and self._links[pid].send(b"stop\n")]
+            asked = [pid for pid in pids if pid in self._links and self._links[pid].send(wire.encode(wire.Stop()))]
             self._parked.difference_update(asked)
             deadline = time.monotonic() + grace
             while not self._parked.issuperset(asked) and time.monotonic() < deadline:
@@ -62,7 +62,7 @@ class InprocessHost:
         with self._changed:
             link = self._links.get(pid)
             self._parked.discard(pid)
-            return link is not None and link.send(b"go " + json.dumps(dict(env)).encode() + b"\n")
+            return link is not None and link.send(wire.encode(wire.Go(dict(env))))
 
     def heard_from(self, pids: Iterable[int]) -> bool:
         """Whether any of these workers runs under ``elastic.inprocess`` (said hello, alive or not)."""
@@ -77,13 +77,13 @@ class InprocessHost:
             pass
 
     def _heard(self, connection: Connection, line: bytes) -> bool:
-        verb, _, value = line.decode(errors="replace").partition(" ")
+        message = wire.to_agent(line)
         with self._changed:
-            if verb == "hello" and value.isdigit():
-                connection.pid = int(value)
+            if isinstance(message, wire.Hello):
+                connection.pid = message.pid
                 self._links[connection.pid] = connection
                 self._heard_from.add(connection.pid)
-            elif verb == "parked" and connection.pid:
+            elif isinstance(message, wire.Parked) and connection.pid:
                 self._parked.add(connection.pid)
             self._changed.notify_all()
         return True
