@@ -15,7 +15,6 @@ after every wake-up.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -24,6 +23,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from . import reaper_wire as wire
 from .reaper import kill_groups
 
 if TYPE_CHECKING:
@@ -125,36 +125,36 @@ class ReaperProcess:
         self._handled: float | None = None  # the last deadline a ``clear`` dealt with
         self._guard = FenceGuard()
 
-    def _send(self, line: str) -> None:
+    def _send(self, *messages: wire.Message) -> None:
         stdin = self._process.stdin
         if stdin is None:
             return
         with self._lock:
             try:
-                stdin.write(line.encode() + b"\n")
+                stdin.write(b"".join(wire.encode(message) for message in messages))
                 stdin.flush()
             except (BrokenPipeError, ValueError, OSError):
                 pass
 
     def register(self, pgid: int) -> None:
         self._guard.register(pgid)
-        self._send(f"+{pgid}")
+        self._send(wire.Started(pgid))
 
     def unregister(self, pgid: int) -> None:
         self._guard.unregister(pgid)
-        self._send(f"-{pgid}")
+        self._send(wire.Stopped(pgid))
 
     def configure(self, target: EtcdTarget, sys_path: Sequence[str], history: dict | None = None) -> None:
         """How to reach etcd (an ``EtcdTarget``) to revoke the lease once this process is gone (and
         where to record that)."""
-        self._send("C" + json.dumps({"target": target.to_json(), "sys_path": list(sys_path), "history": history}))
+        self._send(wire.Config(target.to_json(), tuple(sys_path), history))
 
     def remove_at_exit(self, path: str) -> None:
         """A temporary ``elastic-*`` directory the reaper removes if this process dies (not on ``close``)."""
-        self._send(f"T{path}")
+        self._send(wire.Temporary(path))
 
     def note_round(self, round_: int) -> None:
-        self._send(f"R{round_}")
+        self._send(wire.Round(round_))
 
     def arm(self, lease_id: int, deadline: float) -> None:
         """The lease to revoke after this process dies, and the time its workers must be gone by."""
@@ -174,7 +174,7 @@ class ReaperProcess:
         if self._peers is not None:
             deadline = self._peers if deadline is None else min(deadline, self._peers)
         self._guard.arm(deadline)
-        self._send(f"L{lease_id}\nD{'' if deadline is None else repr(deadline)}")
+        self._send(wire.Lease(lease_id), wire.Deadline(deadline))
 
     def fired(self) -> bool:
         """The deadline passed and the reaper (or this process's guard) killed the workers (sticky until ``clear``)."""
@@ -191,11 +191,10 @@ class ReaperProcess:
     def _news(self, line: bytes) -> bool:
         """An ``F<deadline>`` line from the reaper is news unless a ``clear`` already dealt with that
         deadline (the guard in this process may have killed the workers first)."""
-        try:
-            deadline = float(line[1:])
-        except ValueError:
+        fenced = wire.decode(line.decode(errors="replace"))
+        if not isinstance(fenced, wire.Fenced):
             return True
-        return self._handled is None or deadline > self._handled
+        return self._handled is None or fenced.deadline > self._handled
 
     def clear(self) -> None:
         """The fence was dealt with (or a round starts): forget it, and a late word from the reaper
@@ -210,7 +209,7 @@ class ReaperProcess:
         """Stop it after a clean exit: the workers are already stopped, and the lease is not its to revoke."""
         self._guard.arm(None)
         self._guard.close()
-        self._send("L0\nD\nT")
+        self._send(wire.Lease(0), wire.Deadline(None), wire.Temporary(""))
         if self._process.stdin is not None:
             try:
                 self._process.stdin.close()

@@ -1,15 +1,10 @@
 """The reaper: a tiny process that outlives its agent, and fences it when the agent cannot.
 
-The agent starts it with a pipe on its stdin and a pipe from its stdout, and writes lines:
-
-    +PGID / -PGID     a worker process group started / stopped
-    D<seconds>        the fence deadline (CLOCK_MONOTONIC, which every process shares): the agent's
-                      lease may be given up by etcd soon after it, so its workers must be gone by then
-    L<lease id>       the agent's etcd lease (0: none to revoke)
-    C<json>           how to reach etcd (``EtcdTarget``'s JSON: endpoints, TLS files, user, password),
-                      the agent's sys_path, and where to record its death in the job's history
-    T<path> / T       a temporary directory of the agent's (its log root, heartbeat files, a local
-                      etcd's data) / forget them all: the agent exits well and removes its own
+The agent starts it with a pipe on its stdin and a pipe from its stdout, and writes lines to it
+(``reaper_wire.py``, loaded here by its path: the worker groups started and stopped, the fence
+deadline -- CLOCK_MONOTONIC, which every process shares: the agent's lease may be given up by etcd
+soon after it, so its workers must be gone by then --, the agent's lease, its round, how to reach
+etcd, and its temporary directories (its log root, heartbeat files, a local etcd's data).
 
 - Dead man's switch: when the deadline passes without a newer one, every registered group gets
   SIGKILL and the reaper answers ``F<deadline>`` on stdout. The agent moves the deadline on after
@@ -30,7 +25,7 @@ import path (``sys_path`` in the config) is added and the project's etcd client 
 
 from __future__ import annotations
 
-import json
+import importlib.util
 import os
 import select
 import shutil
@@ -41,6 +36,23 @@ import time
 _REVOKE_BUDGET = 3.0  # seconds the revoke of a dead agent's lease may take
 _SLICE = 0.5  # seconds: the longest one wait lasts before the deadline is looked at again
 _TEMPORARY = "elastic-"  # the name of every temporary directory the project makes starts so: nothing else is removed
+
+
+def _load_wire():
+    """``reaper_wire.py`` beside this file, loaded by its path (run by path with -I, this process has
+    no package to import it from)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reaper_wire.py")
+    spec = importlib.util.spec_from_file_location("reaper_wire", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+if __package__:  # imported (the agent's fence uses kill_groups): the package's module
+    from . import reaper_wire as wire
+else:  # run by path
+    wire = _load_wire()
 
 
 def kill_groups(pgids) -> int:
@@ -61,32 +73,29 @@ class Reaper:
         self.deadline: float | None = None
         self.lease = 0
         self.round = 0
-        self.config: dict | None = None
+        self.config = None  # a wire.Config
         self.temporary: list[str] = []
 
     def handle(self, line: str) -> None:
-        kind, value = line[:1], line[1:].strip()
-        if kind in "+-" and value.isdigit():
-            (self.groups.add if kind == "+" else self.groups.discard)(int(value))
-        elif kind == "D":
-            try:
-                self.deadline = float(value) if value else None
-            except ValueError:
-                pass
-        elif kind == "L" and value.isdigit():
-            self.lease = int(value)
-        elif kind == "R" and value.isdigit():
-            self.round = int(value)
-        elif kind == "T":
-            if not value:
-                self.temporary.clear()
-            elif os.path.isabs(value) and os.path.basename(value).startswith(_TEMPORARY):
-                self.temporary.append(value)
-        elif kind == "C":
-            try:
-                self.config = json.loads(value)
-            except ValueError:
-                self.config = None
+        message = wire.decode(line)
+        if isinstance(message, (wire.Started, wire.Stopped)):
+            (self.groups.add if isinstance(message, wire.Started) else self.groups.discard)(message.pgid)
+        elif isinstance(message, wire.Deadline):
+            self.deadline = message.at
+        elif isinstance(message, wire.Lease):
+            self.lease = message.lease_id
+        elif isinstance(message, wire.Round):
+            self.round = message.number
+        elif isinstance(message, wire.Temporary):
+            self._temporary(message.path)
+        elif isinstance(message, wire.Config) or line.startswith("C"):
+            self.config = message  # a config that does not decode: none (the lease then expires by its TTL)
+
+    def _temporary(self, path: str) -> None:
+        if not path:
+            self.temporary.clear()
+        elif os.path.isabs(path) and os.path.basename(path).startswith(_TEMPORARY):
+            self.temporary.append(path)
 
     def remove_temporary(self) -> None:
         for path in self.temporary:
@@ -109,7 +118,7 @@ class Reaper:
         deadline, self.deadline = self.deadline, None
         if self.kill_all():
             try:
-                out.write(f"F{deadline}\n".encode())
+                out.write(wire.encode(wire.Fenced(deadline)))
                 out.flush()
             except OSError:
                 pass
@@ -119,13 +128,13 @@ class Reaper:
         if not self.lease or not self.config:
             return
         died_at = time.time()  # the record's time: before the revoke, which lets the next round form
-        for path in reversed(self.config.get("sys_path") or []):
+        for path in reversed(self.config.sys_path):
             if path not in sys.path:
                 sys.path.insert(0, path)
         try:
             from rendezvous.etcd.client import EtcdClient, EtcdTarget
 
-            client = EtcdClient(EtcdTarget.from_json(self.config["target"]).with_timeout(_REVOKE_BUDGET))
+            client = EtcdClient(EtcdTarget.from_json(self.config.target).with_timeout(_REVOKE_BUDGET))
             try:
                 if client.revoke_lease(self.lease):  # else a peer's verdict ended it first, and said so
                     self.record_death(client, died_at)
@@ -138,7 +147,7 @@ class Reaper:
         """A node_left record in the job's history, as the agent's own HistoryWriter would write it,
         timed when the reaper found its agent dead: before the round its departure lets form (the
         history is in time order, and the record is written only once the revoke said it was first)."""
-        where = (self.config or {}).get("history")
+        where = self.config.history if self.config is not None else None
         if not where:
             return
         from rendezvous.job.history import Event, job_lease
