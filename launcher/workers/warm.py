@@ -13,7 +13,6 @@ interpreter dies with the agent (a parent-death signal), and its workers with it
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -26,6 +25,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from rendezvous.etcd.lifeline import die_with_parent
+
+from . import warm_wire as wire
 
 if TYPE_CHECKING:
     from launcher.config import AgentConfig
@@ -122,8 +123,8 @@ class WarmStarter:
         self._say = say
         self._changes = threading.Condition()
         self._exits: dict[int, int] = {}
-        self._replies: list[dict] = []
-        self._ready: dict | None = None
+        self._replies: list[wire.Forked] = []
+        self._ready: wire.Ready | None = None
         self._dead = False
         self._said = False
         self._log = tempfile.TemporaryFile()  # its own errors, for the line that says why it is off
@@ -157,12 +158,12 @@ class WarmStarter:
                 if not data:
                     self._dead = True
                 else:
-                    message = json.loads(data)
-                    if "exit" in message:
-                        self._exits[message["exit"]] = os.waitstatus_to_exitcode(message["status"])
-                    elif "ready" in message:
+                    message = wire.to_agent(data)
+                    if isinstance(message, wire.Exited):
+                        self._exits[message.pid] = os.waitstatus_to_exitcode(message.status)
+                    elif isinstance(message, wire.Ready):
                         self._ready = message
-                    else:
+                    elif isinstance(message, wire.Forked):
                         self._replies.append(message)
                 self._changes.notify_all()
             if not data:
@@ -178,9 +179,9 @@ class WarmStarter:
         if why and not self._said:
             self._said = True
             self._say(f"warm start off: {why}; workers start as fresh processes")
-        elif not why and not self._said and self._ready.get("failed"):
+        elif not why and not self._said and self._ready.failed:
             self._said = True
-            failed = "; ".join(f"{name} ({error})" for name, error in self._ready["failed"].items())
+            failed = "; ".join(f"{name} ({error})" for name, error in self._ready.failed.items())
             self._say(f"warm start: could not import {failed}; the workers import it themselves")
         return not why
 
@@ -189,7 +190,7 @@ class WarmStarter:
             return f"the warm interpreter exited ({self._last_line() or 'no output'})"
         if self._ready is None:
             return f"the warm interpreter's imports took more than {READY_WITHIN:.0f} s"
-        return self._ready.get("unsafe", "")
+        return self._ready.unsafe
 
     def _last_line(self) -> str:
         self._log.seek(0)
@@ -198,14 +199,14 @@ class WarmStarter:
 
     def spawn(self, argv: Sequence[str], env: Mapping[str, str], stdout: int, stderr: int) -> WarmProcess:
         """Fork a worker running ``argv`` with ``env`` and these two descriptors (not closed here)."""
-        request = json.dumps({"argv": list(argv), "env": dict(env), "cwd": os.getcwd()}).encode()
+        request = wire.encode(wire.Request(list(argv), dict(env), os.getcwd()))
         with self._changes:
             socket.send_fds(self._sock, [request], [stdout, stderr])
             self._changes.wait_for(lambda: self._replies or self._dead, timeout=30)
             if not self._replies:
                 raise OSError("the warm interpreter did not fork the worker")
             reply = self._replies.pop(0)
-        return WarmProcess(reply["pid"], self, argv)
+        return WarmProcess(reply.pid, self, argv)
 
     def returncode(self, pid: int) -> int | None:
         with self._changes:

@@ -1,14 +1,11 @@
 """The warm interpreter an agent forks its Python workers from (``launcher.workers.warm`` drives it).
 
-Run by path (``python -u zygote.py FD MODULES``) so that nothing of the project is imported here:
-it imports MODULES (torch and the parts torch imports on first use, and any the user names), says
-whether it can fork safely, then serves one request at a time on the SOCK_SEQPACKET socket FD:
-
-    agent -> here   {"argv": [...], "env": {...}, "cwd": "..."} with the worker's stdout and
-                    stderr as two file descriptors
-    here -> agent   {"ready": [...modules], "failed": {...}, "unsafe": "..."}   once, after the imports
-                    {"pid": N}                                                   per request
-                    {"exit": N, "status": S}                                     when a worker ends
+Run by path (``python -u zygote.py FD MODULES``) so that nothing of the project is imported here
+but its wire (``warm_wire.py``, loaded by its path: the standard library only): it imports MODULES
+(torch and the parts torch imports on first use, and any the user names), says whether it can fork
+safely (Ready), then serves one request at a time on the SOCK_SEQPACKET socket FD: a Request (with
+the worker's stdout and stderr as two descriptors) is answered with the forked worker's pid
+(Forked), and each worker's end is told as it comes (Exited).
 
 A forked worker becomes what a plain start makes: a session of its own, SIGKILL when this process
 dies (which dies with the agent), stdin on /dev/null, its stdout and stderr, the agent's cwd, its
@@ -24,7 +21,7 @@ only the thread that forks, and CUDA cannot be used in a child forked after it w
 """
 
 import ctypes
-import json
+import importlib.util
 import os
 import select
 import signal
@@ -39,6 +36,19 @@ _PR_SET_PDEATHSIG = 1
 _PR_SET_NAME = 15
 _MAX_MESSAGE = 1 << 20
 EXIT_GRACE = 10.0  # seconds a forked worker's exit steps may take after its program ended
+
+
+def _load_wire():
+    """``warm_wire.py`` beside this file, by its path (a name no program of the user's takes)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "warm_wire.py")
+    spec = importlib.util.spec_from_file_location("_elastic_warm_wire", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+wire = _load_wire()
 
 try:  # names a forked worker as its program (a C extension: imported before any fork)
     import setproctitle as _setproctitle
@@ -85,8 +95,8 @@ def _unsafe() -> str:
     return ""
 
 
-def _send(sock: socket.socket, message: dict) -> None:
-    sock.send(json.dumps(message).encode())
+def _send(sock: socket.socket, message) -> None:
+    sock.send(wire.encode(message))
 
 
 def _reap(sock: socket.socket) -> None:
@@ -97,7 +107,7 @@ def _reap(sock: socket.socket) -> None:
             return
         if pid == 0:
             return
-        _send(sock, {"exit": pid, "status": status})
+        _send(sock, wire.Exited(pid, status))
 
 
 def serve(sock: socket.socket, output: tuple[bytes, bytes]) -> None:
@@ -115,17 +125,21 @@ def serve(sock: socket.socket, output: tuple[bytes, bytes]) -> None:
             data, fds, _, _ = socket.recv_fds(sock, _MAX_MESSAGE, 2)
             if not data:
                 return  # the agent is gone; the workers die with this process
-            request = json.loads(data)
+            request = wire.to_interpreter(data)
+            if request is None or len(fds) != 2:  # not the agent's: nothing to fork (it would wait, and say so)
+                for fd in fds:
+                    os.close(fd)
+                continue
             pid = os.fork()
             if pid == 0:
                 _become_worker(request, fds, output, (sock.fileno(), wake_r, wake_w))
-                _run(request["argv"])  # never returns
+                _run(request.argv)  # never returns
             for fd in fds:
                 os.close(fd)
-            _send(sock, {"pid": pid})
+            _send(sock, wire.Forked(pid))
 
 
-def _become_worker(request: dict, fds: list[int], output: tuple[bytes, bytes], ours: tuple[int, ...]) -> None:
+def _become_worker(request, fds: list[int], output: tuple[bytes, bytes], ours: tuple[int, ...]) -> None:
     """In the forked child: everything a plain start would have given the worker."""
     parent = os.getppid()
     os.setsid()
@@ -141,9 +155,9 @@ def _become_worker(request: dict, fds: list[int], output: tuple[bytes, bytes], o
         os.dup2(source, target)
     for fd in (null, *fds, *ours):
         os.close(fd)
-    os.chdir(request["cwd"])
+    os.chdir(request.cwd)
     os.environ.clear()
-    os.environ.update(request["env"])
+    os.environ.update(request.env)
     _reseed()
     for fd, text in zip((1, 2), output):
         if text:
@@ -300,7 +314,7 @@ def main() -> None:
     loaded, failed, out, err = _preload([name for name in sys.argv[2].split(",") if name])
     if _setproctitle is not None:  # its own name, and the room its workers' names take, set up now
         _setproctitle.setproctitle(f"elastic-run warm interpreter ({', '.join(loaded) or 'nothing preloaded'})")
-    _send(sock, {"ready": loaded, "failed": failed, "unsafe": _unsafe()})
+    _send(sock, wire.Ready(loaded, failed, _unsafe()))
     serve(sock, (out, err))
 
 
