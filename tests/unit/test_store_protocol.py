@@ -48,6 +48,14 @@ def test_a_wait_is_answered_when_its_last_key_is_set():
     assert table.handle("s", Request(Op.SET, (b"/b", b"x"))) == []  # told once
 
 
+def test_a_wait_on_keys_of_which_only_some_exist_waits_for_the_others():
+    table = Table()
+    table.handle("s", Request(Op.SET, (b"/a", b"1")))
+    assert table.handle("w", Request(Op.WAIT, ((b"/a", b"/b", b"/c"),))) == []  # /a exists, /b and /c do not
+    assert table.handle("s", Request(Op.SET, (b"/b", b"1"))) == []
+    assert table.handle("s", Request(Op.SET, (b"/c", b"1"))) == [("w", b"\x00")]
+
+
 def test_a_cancelled_wait_is_not_answered_later():
     table = Table()
     table.handle("w", Request(Op.WAIT, ((b"/a",),)))
