@@ -34,6 +34,7 @@ from launcher.workers.fence import ReaperProcess
 from launcher.workers.group import WorkerGroup
 from launcher.workers.inprocess import InprocessHost
 from launcher.workers.snapshots import SnapshotKeeper, memory_dir
+from launcher.workers.starters import starter_for
 from launcher.workers.warm import WarmStarter, warm_starter
 from rendezvous.errors import (
     RendezvousClosedError,
@@ -224,9 +225,8 @@ class Agent:
         self._reaper.remove_at_exit(self._beats_dir)
         self._inprocess = InprocessHost(self._beats_dir)  # workers under elastic.inprocess call in
         self.environ.update(self._inprocess.env())
-        self._group = WorkerGroup(
-            self.config.argv, self._pump, self._reaper, warm=self._warm, inprocess=self._inprocess
-        )
+        start = starter_for(self._warm, self.config.argv)  # warm where a warm interpreter runs
+        self._group = WorkerGroup(self.config.argv, self._pump, self._reaper, starter=start, inprocess=self._inprocess)
         record = lambda kind, **details: self.history.record(kind, self.info.round if self.info else 0, **details)  # noqa: E731
         self._gate = HealthGate.for_agent(
             self.config.checks, self.environ, self.say, record, self.handler, self.telemetry

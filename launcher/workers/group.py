@@ -1,10 +1,11 @@
 """Start, monitor and stop one node's worker group. No worker outlives its agent.
 
-Each worker is a process in a new session (its own process group), started from the agent's main
-thread by ``subprocess`` (no Python code runs between fork and exec, which matters in a process
-with gRPC threads). Two guards end the workers when the agent dies, however it dies:
+Each worker is a process in a new session (its own process group), started by the group's
+``Starter`` (``starters``: plain, or forked warm). Two guards end the workers when the agent dies,
+however it dies:
 
-- a parent-death signal (``setpriv --pdeathsig KILL``) on each worker process itself;
+- a parent-death signal on each worker process itself (``setpriv --pdeathsig KILL``, or the warm
+  interpreter's ``prctl``);
 - the reaper process (``launcher/workers/reaper.py``), which SIGKILLs every registered worker process
   group -- grandchildren included -- as soon as its pipe from the agent closes.
 
@@ -26,13 +27,12 @@ from dataclasses import dataclass
 from typing import BinaryIO
 
 from launcher.output import Layout, LogPump, StreamPlan
-from rendezvous.etcd.lifeline import die_with_parent
 
 from .env import WorkerSpec, worker_env
 from .errorfile import ErrorRecord, read_error
 from .fence import ReaperProcess
 from .inprocess import InprocessHost
-from .warm import WarmProcess, WarmStarter
+from .starters import PlainStart, Process, Starter
 
 __all__ = ["GroupState", "WorkerFailure", "GroupStatus", "WorkerGroup"]
 
@@ -85,7 +85,7 @@ class GroupStatus:
 
 
 class _Worker:
-    def __init__(self, spec: WorkerSpec, process: subprocess.Popen | WarmProcess) -> None:
+    def __init__(self, spec: WorkerSpec, process: Process) -> None:
         self.spec = spec
         self.process = process
         self.exited_at: float | None = None
@@ -102,8 +102,7 @@ class WorkerGroup:
         *,
         console_out: BinaryIO | None = None,
         console_err: BinaryIO | None = None,
-        lifeline: bool = True,
-        warm: WarmStarter | None = None,
+        starter: Starter | None = None,
         inprocess: InprocessHost | None = None,
     ) -> None:
         self.argv = list(argv)
@@ -111,8 +110,7 @@ class WorkerGroup:
         self._reaper = reaper
         self._out = console_out if console_out is not None else sys.stdout.buffer
         self._err = console_err if console_err is not None else sys.stderr.buffer
-        self._lifeline = lifeline
-        self._warm = warm  # forks Python workers from a warm interpreter (None: every start is plain)
+        self._starter = starter if starter is not None else PlainStart()
         self._workers: list[_Worker] = []
         self._inprocess = inprocess  # workers under elastic.inprocess, kept across rounds (None: never)
         self._kept: dict[int, _Worker] = {}  # local rank -> a parked worker the next round resumes
@@ -202,11 +200,7 @@ class WorkerGroup:
         err = self._stream(logs.stderr, self._err)
         env = worker_env(spec, inherited)
         try:
-            process = None
-            if self._warm is not None and not wrap and self._warm.can_start():
-                process = self._fork_warm(env, out[0], err[0])
-            if process is None:
-                process = self._popen([*wrap, *self.argv], env, out[0], err[0])
+            process = self._starter.start([*wrap, *self.argv], env, out[0], err[0])
         finally:
             for target in (out[0], err[0]):
                 if isinstance(target, int) and target >= 0:
@@ -226,36 +220,6 @@ class WorkerGroup:
             self._pump.add(
                 read_end, logs.prefix if plan.prefixed else "", console if plan.console else None, file, duplicate
             )
-
-    def _fork_warm(self, env: dict[str, str], stdout, stderr) -> WarmProcess | None:
-        """A warm start: forked by the warm interpreter, given Popen's stdout/stderr as descriptors
-        (None: the interpreter died since it said it could; the worker starts plainly)."""
-        with open(os.devnull, "wb") as null:
-
-            def descriptor(target) -> int:
-                if target == subprocess.DEVNULL:
-                    return null.fileno()
-                return target if isinstance(target, int) else target.fileno()
-
-            try:
-                return self._warm.spawn(self.argv, env, descriptor(stdout), descriptor(stderr))
-            except OSError:
-                self._warm.can_start()  # says once why warm starts are off
-                return None
-
-    def _popen(self, argv: list[str], env: dict[str, str], stdout, stderr) -> subprocess.Popen:
-        """A plain start: a fresh process (with its parent-death signal)."""
-        if self._lifeline:
-            argv = die_with_parent(argv, "KILL")
-        return subprocess.Popen(
-            argv,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=stdout,
-            stderr=stderr,
-            start_new_session=True,
-            close_fds=True,
-        )
 
     def _stream(self, plan: StreamPlan, console: BinaryIO):
         """(what the worker writes to, read end for the pump or None, log file for the pump or None)."""

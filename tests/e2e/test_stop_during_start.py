@@ -18,6 +18,7 @@ from launcher.output.default import DefaultLayout
 from launcher.signals import stop_deferred, stop_on_signals
 from launcher.workers.env import WorkerSpec
 from launcher.workers.group import WorkerGroup
+from launcher.workers.starters import PlainStart, starter_for
 
 WORKERS = 24
 
@@ -46,7 +47,7 @@ def _signal_once_started(group: WorkerGroup, sent: list[float]) -> threading.Thr
 
 def test_a_stop_signal_while_workers_start_is_raised_once_every_started_worker_is_known(tmp_path):
     pump = LogPump()
-    group = WorkerGroup(["sleep", "30"], pump, None, lifeline=False)
+    group = WorkerGroup(["sleep", "30"], pump, None, starter=PlainStart(lifeline=False))
     layout = DefaultLayout(str(tmp_path)).layout(
         0, role="default", base_rank=0, nproc=WORKERS, run_id="job", restart_count=0
     )
@@ -86,7 +87,7 @@ def test_a_warm_interpreter_that_died_after_saying_it_could_start_leaves_the_wor
     real, asked = warm.can_start, []
     warm.can_start = lambda: bool(asked.append(1)) or len(asked) == 1 or real()  # "yes", as just before it died
     pump = LogPump()
-    group = WorkerGroup(["sleep", "30"], pump, None, warm=warm, lifeline=False)
+    group = WorkerGroup(["sleep", "30"], pump, None, starter=starter_for(warm, ["sleep", "30"], lifeline=False))
     layout = DefaultLayout(str(tmp_path)).layout(0, role="default", base_rank=0, nproc=1, run_id="job", restart_count=0)
     try:
         group.start(_specs(tmp_path)[:1], layout, {"PATH": os.environ["PATH"]})
