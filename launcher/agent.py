@@ -33,6 +33,7 @@ from launcher.telemetry.metrics import Telemetry
 from launcher.workers.fence import ReaperProcess
 from launcher.workers.group import WorkerGroup
 from launcher.workers.inprocess import InprocessHost
+from launcher.workers.keeper import Keeper
 from launcher.workers.snapshots import SnapshotKeeper, memory_dir
 from launcher.workers.starters import starter_for
 from launcher.workers.warm import WarmStarter, warm_starter
@@ -225,8 +226,8 @@ class Agent:
         self._reaper.remove_at_exit(self._beats_dir)
         self._inprocess = InprocessHost(self._beats_dir)  # workers under elastic.inprocess call in
         self.environ.update(self._inprocess.env())
-        start = starter_for(self._warm, self.config.argv)  # warm where a warm interpreter runs
-        self._group = WorkerGroup(self.config.argv, self._pump, self._reaper, starter=start, inprocess=self._inprocess)
+        keeper, start = Keeper(self._inprocess), starter_for(self._warm, self.config.argv)  # in-process; warm or plain
+        self._group = WorkerGroup(self.config.argv, self._pump, self._reaper, starter=start, keeper=keeper)
         record = lambda kind, **details: self.history.record(kind, self.info.round if self.info else 0, **details)  # noqa: E731
         self._gate = HealthGate.for_agent(
             self.config.checks, self.environ, self.say, record, self.handler, self.telemetry
@@ -265,10 +266,9 @@ class Agent:
             # so a job's history does not grow by one record a node at its end.
             ended = state is not None and state.status is JobStatus.CLOSED
             self.history.record("node_left", self.info.round, store=not ended, reason=self._departure.reason)
-        self._pump.close()
-        if self._warm is not None:
-            self._warm.close()
-        self._inprocess.close()
+        for helper in (self._pump, self._warm, self._inprocess):  # the warm interpreter: None where none runs
+            if helper is not None:
+                helper.close()
         shutil.rmtree(self._beats_dir, ignore_errors=True)
         self._snapshots.close()  # the newest saves to --checkpoint-dir, the memory freed
 

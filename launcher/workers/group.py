@@ -31,7 +31,7 @@ from launcher.output import Layout, LogPump, StreamPlan
 from .env import WorkerSpec, worker_env
 from .errorfile import ErrorRecord, read_error
 from .fence import ReaperProcess
-from .inprocess import InprocessHost
+from .keeper import Keeper
 from .starters import PlainStart, Process, Starter
 
 __all__ = ["GroupState", "WorkerFailure", "GroupStatus", "WorkerGroup"]
@@ -103,7 +103,7 @@ class WorkerGroup:
         console_out: BinaryIO | None = None,
         console_err: BinaryIO | None = None,
         starter: Starter | None = None,
-        inprocess: InprocessHost | None = None,
+        keeper: Keeper | None = None,
     ) -> None:
         self.argv = list(argv)
         self._pump = pump
@@ -112,15 +112,14 @@ class WorkerGroup:
         self._err = console_err if console_err is not None else sys.stderr.buffer
         self._starter = starter if starter is not None else PlainStart()
         self._workers: list[_Worker] = []
-        self._inprocess = inprocess  # workers under elastic.inprocess, kept across rounds (None: never)
-        self._kept: dict[int, _Worker] = {}  # local rank -> a parked worker the next round resumes
+        self._keeper = keeper if keeper is not None else Keeper(None)  # elastic.inprocess workers across rounds
         self.in_place = False  # the last round parked under elastic.inprocess: its survivors go on in place
         self._host = socket.gethostname()
         self._duplicates: list[BinaryIO] = []
 
     @property
     def pids(self) -> list[int]:
-        return [w.process.pid for w in (*self._workers, *self._kept.values())]
+        return [w.process.pid for w in (*self._workers, *self._keeper.kept.values())]
 
     def pid_of(self, local_rank: int) -> int | None:
         """The running worker process of a local rank (None: none runs)."""
@@ -128,26 +127,17 @@ class WorkerGroup:
 
     def under_inprocess(self) -> bool:
         """Whether this round's workers run under ``elastic.inprocess``: the survivors of a failure
-        are resumed in place, not restarted (known from each worker's hello, so also after it died)."""
-        pids = [w.process.pid for w in (*self._workers, *self._kept.values())]
-        return self._inprocess is not None and self._inprocess.heard_from(pids)
+        are resumed in place, not restarted."""
+        return self._keeper.runs_under(self._workers)
 
     def park(self, grace: float, spare: Sequence[int] = ()) -> int:
         """Keep the running workers that are under ``elastic.inprocess`` (but the local ranks in
         ``spare``) for the next round: they leave ``train`` within ``grace`` seconds or are not kept.
         The workers not kept are left for ``stop``. Returns how many were kept."""
         self.in_place = self.under_inprocess()
-        if self._inprocess is None:
-            return 0
-        live = [
-            w
-            for w in self._workers
-            if w.spec.local_rank not in spare and w.process.poll() is None and self._inprocess.connected(w.process.pid)
-        ]
-        parked = self._inprocess.park([w.process.pid for w in live], grace) if live else set()
-        self._kept = {w.spec.local_rank: w for w in live if w.process.pid in parked}
-        self._workers = [w for w in self._workers if w.process.pid not in parked]
-        return len(self._kept)
+        parked = {id(w) for w in self._keeper.park(self._workers, grace, spare)}
+        self._workers = [w for w in self._workers if id(w) not in parked]
+        return len(parked)
 
     def start(
         self,
@@ -168,26 +158,13 @@ class WorkerGroup:
         }
         self._duplicates = list(duplicates.values())
         for spec in specs:
-            if not self._resume(spec, inherited):
+            resumed = self._keeper.resume(spec.local_rank, spec.error_file, worker_env(spec, inherited))
+            if resumed is None:
                 self._start_one(spec, layout, inherited, (wrap or {}).get(spec.local_rank, ()), duplicates)
-        leftover, self._kept = list(self._kept.values()), {}
-        self._end(leftover, 0.0, signal.SIGKILL)  # kept, and then not resumed: a worker with no round
-
-    def _resume(self, spec: WorkerSpec, inherited: Mapping[str, str]) -> bool:
-        """The kept worker of this local rank goes on in the new round (False: none, or it is gone)."""
-        worker = self._kept.pop(spec.local_rank, None)
-        if worker is None:
-            return False
-        if os.path.isfile(spec.error_file):
-            os.unlink(spec.error_file)
-        if worker.process.poll() is not None or not self._inprocess.resume(
-            worker.process.pid, worker_env(spec, inherited)
-        ):
-            self._kept[spec.local_rank] = worker  # stopped with the rest
-            return False
-        worker.spec, worker.exited_at = spec, None
-        self._workers.append(worker)
-        return True
+            else:
+                resumed.spec, resumed.exited_at = spec, None
+                self._workers.append(resumed)
+        self._end(self._keeper.release(), 0.0, signal.SIGKILL)  # kept, and then not resumed: a worker with no round
 
     def _start_one(
         self, spec: WorkerSpec, layout: Layout, inherited: Mapping[str, str], wrap: Sequence[str], duplicates: dict
@@ -275,9 +252,7 @@ class WorkerGroup:
     def stop(self, grace: float = 30.0, signum: int = signal.SIGTERM, *, kept: bool = True) -> None:
         """``signum`` (SIGTERM) and SIGCONT to every worker's process group, wait up to ``grace`` s,
         then SIGKILL what is left. ``kept``: the parked workers too (False: they wait for the next round)."""
-        workers, self._workers = [*self._workers, *(self._kept.values() if kept else ())], []
-        if kept:
-            self._kept = {}
+        workers, self._workers = [*self._workers, *(self._keeper.release() if kept else ())], []
         if not workers:
             return
         self._end(workers, grace, signum)

@@ -11,6 +11,7 @@ import pytest
 
 from launcher.workers import inprocess_wire as wire
 from launcher.workers.inprocess import InprocessHost
+from launcher.workers.keeper import Keeper
 
 
 @pytest.mark.parametrize(
@@ -99,3 +100,56 @@ def test_a_worker_that_hangs_up_is_no_longer_connected_but_was_heard_from(tmp_pa
         assert host.park([201], grace=0.2) == set() and not host.resume(201, {"RANK": "0"})
     finally:
         host.close()
+
+
+class _Process:
+    def __init__(self, pid: int, code: int | None = None) -> None:
+        self.pid, self._code = pid, code
+
+    def poll(self) -> int | None:
+        return self._code
+
+
+class _Spec:
+    def __init__(self, local_rank: int) -> None:
+        self.local_rank = local_rank
+
+
+class _Kept:
+    def __init__(self, local_rank: int, pid: int, code: int | None = None) -> None:
+        self.spec, self.process = _Spec(local_rank), _Process(pid, code)
+
+
+def test_the_keeper_keeps_the_workers_that_parked_and_resumes_each_by_local_rank(tmp_path):
+    host = InprocessHost(str(tmp_path))
+    try:
+        clients = [Worker(host.path, 301), Worker(host.path, 302, parks=False), Worker(host.path, 303)]
+        assert _until(lambda: all(host.connected(pid) for pid in (301, 302, 303)))
+        workers = [_Kept(0, 301), _Kept(1, 302), _Kept(2, 303), _Kept(3, 304, code=1)]  # 304: dead, never said hello
+        keeper = Keeper(host)
+        assert keeper.runs_under(workers[3:]) is False and keeper.runs_under(workers)
+        assert keeper.park(workers, grace=0.5, spare=[2]) == [workers[0]]  # 1 silent, 2 spare, 3 dead
+        error_file = tmp_path / "error.json"
+        error_file.write_text("{}")  # the last round's: gone before the worker goes on
+        assert keeper.resume(0, str(error_file), {"RANK": "4"}) is workers[0] and not error_file.exists()
+        assert _until(lambda: wire.Go({"RANK": "4"}) in clients[0].heard)
+        assert keeper.resume(1, str(error_file), {"RANK": "5"}) is None  # never parked: started afresh
+        assert keeper.release() == [] and keeper.kept == {}
+    finally:
+        host.close()
+
+
+def test_a_kept_worker_that_died_is_not_resumed_and_is_released_to_be_ended(tmp_path):
+    host = InprocessHost(str(tmp_path))
+    try:
+        Worker(host.path, 401)
+        assert _until(lambda: host.connected(401))
+        worker = _Kept(0, 401)
+        keeper = Keeper(host)
+        assert keeper.park([worker], grace=2.0) == [worker]
+        worker.process._code = -9  # it died while parked
+        assert keeper.resume(0, str(tmp_path / "none"), {"RANK": "0"}) is None
+        assert keeper.release() == [worker]
+    finally:
+        host.close()
+    assert Keeper(None).park([worker], grace=1.0) == [] and not Keeper(None).runs_under([worker])
