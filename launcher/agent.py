@@ -47,7 +47,7 @@ from rendezvous.job.hangboard import HangChannel
 from rendezvous.job.history import HistoryWriter
 from rendezvous.job.paceboard import PaceBoard
 from rendezvous.job.progress import RoundProgress, tripped
-from rendezvous.job.state import CLOSED_BY_CRASH_LOOP, CLOSED_BY_OPERATOR, JobState, JobStatus
+from rendezvous.job.state import CLOSED_BY_CRASH_LOOP, CLOSED_BY_OPERATOR, JobOutcome, JobState, JobStatus
 from rendezvous.rounds.handler import RendezvousHandler
 from rendezvous.rounds.join import RendezvousInfo
 
@@ -314,7 +314,7 @@ class Agent:
         """The job succeeded while this node waited for a place in it (a hot spare never needed): its
         part is done too. Said before the agent leaves; its history record says the same."""
         state = self._job_state() if exc.while_waiting else None
-        if state is None or state.outcome(live_nodes=0) != "succeeded":
+        if state is None or state.outcome(live_nodes=0) is not JobOutcome.SUCCEEDED:
             return False
         self.state = AgentState.SUCCEEDED
         self._departure = _Departure(f"the job finished while this node waited for a place ({state.reason})")

@@ -82,7 +82,7 @@ def _row(job: JobEntry, now: float) -> dict[str, Any]:
     return {
         "run_id": job.run_id,
         "status": state.status.value if state is not None else "unknown",
-        "outcome": state.outcome(job.nodes) if state is not None else "unknown",
+        "outcome": state.outcome(job.nodes).value if state is not None else "unknown",
         "round": state.round if state is not None else None,
         "closed_ago": round(now - closed, 1) if closed is not None else None,
         "nodes": job.nodes,

@@ -11,7 +11,7 @@ from rendezvous.etcd.client import EtcdClient
 
 from .history import decode_events
 from .keys import JobKeys, history_prefix, jobs_root
-from .state import JobState
+from .state import JobOutcome, JobState
 from .stopped import Stopped, stopped_from
 from .store import decode_state
 
@@ -49,7 +49,7 @@ def _entry(client: EtcdClient, keys: JobKeys, revision: int) -> JobEntry:
     nodes = sum(1 for kv in kvs if kv.key.decode(errors="replace").startswith(keys.nodes))
     size = sum(len(kv.key) + len(kv.value) for kv in kvs)
     stopped = None
-    if state is not None and state.outcome(nodes) == "stopped":
+    if state is not None and state.outcome(nodes) is JobOutcome.STOPPED:
         stopped = stopped_from(
             state, decode_events(kv for kv in kvs if kv.key.startswith(history_prefix(keys.root).encode()))
         )

@@ -22,6 +22,7 @@ __all__ = [
     "CLOSED_BY_OPERATOR",
     "CLOSED_BY_CRASH_LOOP",
     "JobStatus",
+    "JobOutcome",
     "Participant",
     "Cause",
     "Keep",
@@ -42,6 +43,17 @@ class JobStatus(str, enum.Enum):
     JOINING = "joining"  # the coordinator is forming round ``round``
     RUNNING = "running"  # round ``round`` is frozen: ranks are assigned
     CLOSED = "closed"  # the job finished or failed; the run id cannot be joined again
+
+
+class JobOutcome(str, enum.Enum):
+    """What became of a job, as ``elastic-ctl list`` and ``status`` name it (``JobState.outcome``)."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CLOSED_BY_OPERATOR = "closed by an operator"
+    RUNNING = "running"
+    JOINING = "joining"
+    STOPPED = "stopped"  # open, and no agent of it is alive (every one stopped without closing it, or lost)
 
 
 class FailureKind(str, enum.Enum):
@@ -134,15 +146,16 @@ class JobState:
     schema: int = SCHEMA_VERSION
     participants: tuple[Participant, ...] = field(default=(), compare=False)  # not stored here
 
-    def outcome(self, live_nodes: int) -> str:
-        """What became of the job, as ``elastic-ctl list`` and ``status`` name it: ``succeeded``,
-        ``failed``, ``closed by an operator``; or, while open, ``running`` / ``joining`` -- and
-        ``stopped`` when no agent of it is alive (every one stopped without closing it, or lost)."""
+    def outcome(self, live_nodes: int) -> JobOutcome:
+        """What became of the job: succeeded, failed, closed by an operator; or, while open, running
+        or joining -- and stopped when none of its ``live_nodes`` is alive."""
         if self.status is JobStatus.CLOSED:
             if self.failed:
-                return "failed"
-            return "closed by an operator" if self.closed_by == CLOSED_BY_OPERATOR else "succeeded"
-        return self.status.value if live_nodes else "stopped"
+                return JobOutcome.FAILED
+            return JobOutcome.CLOSED_BY_OPERATOR if self.closed_by == CLOSED_BY_OPERATOR else JobOutcome.SUCCEEDED
+        if not live_nodes:
+            return JobOutcome.STOPPED
+        return JobOutcome.RUNNING if self.status is JobStatus.RUNNING else JobOutcome.JOINING
 
     def participant(self, node: str) -> Participant | None:
         """``node``'s entry, when the participants were read with the state."""

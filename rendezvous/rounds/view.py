@@ -13,7 +13,7 @@ from rendezvous.etcd.client import EtcdClient
 from rendezvous.job.hangboard import ask_heartbeats
 from rendezvous.job.history import gray_failures, read_history, unhealthy_nodes
 from rendezvous.job.keys import DEFAULT_KEY_PREFIX, JobKeys
-from rendezvous.job.state import JobStatus
+from rendezvous.job.state import JobOutcome, JobStatus
 from rendezvous.job.stopped import Stopped, stopped_from
 
 from .snapshot import Snapshot, read_round
@@ -57,7 +57,7 @@ class JobView:
     @property
     def stopped(self) -> str:
         """``no live agent since 12:03:04 UTC`` when the job is stopped, else ``""``."""
-        if self.outcome != "stopped":
+        if self.outcome != JobOutcome.STOPPED.value:
             return ""
         return Stopped(self.stopped_since, self.stopped_silent).describe(time.time())
 
@@ -105,7 +105,7 @@ def get_state(
 def stopped_of(client: EtcdClient, keys: JobKeys, snapshot: Snapshot) -> Stopped | None:
     """For a job with no live agent that nobody closed: since when, from its history (one range read)."""
     state = snapshot.state
-    if state is None or state.outcome(len(snapshot.nodes)) != "stopped":
+    if state is None or state.outcome(len(snapshot.nodes)) is not JobOutcome.STOPPED:
         return None
     events, _ = read_history(client, keys.root)
     return stopped_from(state, events)
@@ -138,7 +138,9 @@ def view_of(
     if state is None:
         return None
     live = {n.info.node: n.info for n in snapshot.nodes}
-    succeeded = state.outcome(len(live)) == "succeeded"  # every participant's workers finished, keys gone or not
+    succeeded = (
+        state.outcome(len(live)) is JobOutcome.SUCCEEDED
+    )  # every participant's workers finished, keys gone or not
     done = {
         p.node for p in state.participants if succeeded or (p.node in live and live[p.node].finished_round(state.round))
     }
@@ -166,7 +168,7 @@ def view_of(
         reason=state.reason,
         restarts=state.restarts,
         max_restarts=state.max_restarts,
-        outcome=state.outcome(len(live)),
+        outcome=state.outcome(len(live)).value,
         stopped_since=stopped.since if stopped is not None else None,
         stopped_silent=stopped.silent if stopped is not None else 0,
         stalled_restarts=state.streak.stalled,
