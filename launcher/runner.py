@@ -19,7 +19,7 @@ from launcher.pace.spares import SpareLook, wait_replaced
 from launcher.peers.probes import PeerProbes
 from launcher.preflight import Preflight
 from launcher.preflight.gate import check_round
-from launcher.telemetry.metrics import Telemetry
+from launcher.telemetry.metrics import RestartCause, Telemetry
 from launcher.workers.env import WorkerSpec
 from launcher.workers.fence import ReaperProcess
 from launcher.workers.group import GroupState, GroupStatus, WorkerGroup
@@ -55,12 +55,12 @@ class RoundOutcome(str, enum.Enum):
 PARK_GRACE = 10.0  # seconds a worker under elastic.inprocess has to leave train before it is stopped
 
 CAUSES = {
-    RoundOutcome.FAILED: FailureKind.WORKER.value,
-    RoundOutcome.HUNG: FailureKind.HANG.value,
-    RoundOutcome.MEMBERSHIP_CHANGED: "membership_change",
-    RoundOutcome.FENCED: "fence",
-    RoundOutcome.REPLACED: "membership_change",
-    RoundOutcome.EXCLUDED: "membership_change",
+    RoundOutcome.FAILED: RestartCause.WORKER_FAILURE,
+    RoundOutcome.HUNG: RestartCause.HANG,
+    RoundOutcome.MEMBERSHIP_CHANGED: RestartCause.MEMBERSHIP_CHANGE,
+    RoundOutcome.FENCED: RestartCause.FENCE,
+    RoundOutcome.REPLACED: RestartCause.MEMBERSHIP_CHANGE,
+    RoundOutcome.EXCLUDED: RestartCause.MEMBERSHIP_CHANGE,
 }  # metrics' restart causes
 
 
@@ -76,13 +76,13 @@ class RoundResult:
     ran: float = 0.0  # seconds from the workers' start to the round's end here
 
     @property
-    def cause(self) -> str:
+    def cause(self) -> RestartCause:
         """The metrics' restart cause: the job's -- a worker that failed or hung on another node is
         that cause here too, not a membership change."""
         if self.lost:
             return CAUSES[RoundOutcome.MEMBERSHIP_CHANGED]
         if self.outcome is RoundOutcome.MEMBERSHIP_CHANGED and self.failure_kind is not None:
-            return self.failure_kind.value
+            return RestartCause(self.failure_kind.value)
         return CAUSES[self.outcome]
 
 

@@ -25,16 +25,29 @@ labels, never a credential.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from rendezvous.rounds.join import RendezvousInfo
 
-__all__ = ["Telemetry", "PrometheusTelemetry", "STATES", "CAUSES"]
+__all__ = ["Telemetry", "PrometheusTelemetry", "STATES", "RestartCause", "CAUSES"]
 
 STATES = ("init", "rendezvous", "running", "restarting", "succeeded", "failed", "stopped")
-CAUSES = ("worker_failure", "hang", "membership_change", "fence")
+
+
+class RestartCause(str, enum.Enum):
+    """Why a round of this node's workers ended and another one comes: ``elastic_restarts_total``'s
+    ``cause`` label (the first two are ``FailureKind``'s values: the job's own failure record)."""
+
+    WORKER_FAILURE = "worker_failure"
+    HANG = "hang"
+    MEMBERSHIP_CHANGE = "membership_change"
+    FENCE = "fence"
+
+
+CAUSES = tuple(cause.value for cause in RestartCause)
 
 
 class Telemetry:
@@ -46,7 +59,7 @@ class Telemetry:
 
     def round_formed(self, info: RendezvousInfo, seconds: float) -> None: ...
 
-    def restarted(self, cause: str) -> None: ...
+    def restarted(self, cause: RestartCause) -> None: ...
 
     def healthy(self, ok: bool) -> None: ...
 
@@ -177,9 +190,9 @@ class PrometheusTelemetry(Telemetry):
         except KeyError:
             pass  # it had no score
 
-    def restarted(self, cause: str) -> None:
-        self._causes[cause].inc()
-        if cause == "fence":
+    def restarted(self, cause: RestartCause) -> None:
+        self._causes[cause.value].inc()
+        if cause is RestartCause.FENCE:
             self._fences.inc()
 
     def hung(self, culprit: str) -> None:
