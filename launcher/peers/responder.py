@@ -14,7 +14,7 @@ from collections.abc import Callable
 from launcher.lineserver import Connection, LineServer
 
 from .contact import ContactLog
-from .wire import MAX_LINE, parse, pong
+from .wire import MAX_LINE, ProbeKind, parse, pong
 
 __all__ = ["Responder"]
 
@@ -50,10 +50,10 @@ class Responder:
     def _answer(self, connection: Connection, line: bytes) -> bool:
         """Answer one ping, or take a watcher's goodbye (False: drop the connection)."""
         probe = parse(line)
-        if probe is None or probe[0] == "pong":
+        if probe is None or probe.kind is ProbeKind.PONG:
             return False
-        kind, round_, ack = probe
-        if kind == "bye":
+        round_, ack = probe.round, probe.number
+        if probe.kind is ProbeKind.BYE:
             self.log.release(round_)
             self._on_contact(round_)
             return False  # the watcher closes its side

@@ -23,7 +23,7 @@ from rendezvous.job.ranktable import Target
 
 from .contact import Silence
 from .verdict import Verdicts
-from .wire import MAX_LINE, Timing, bye, parse, ping
+from .wire import MAX_LINE, ProbeKind, Timing, bye, parse, ping
 
 __all__ = ["PeerWatch"]
 
@@ -197,8 +197,8 @@ class PeerWatch:
             return
         for line in lines:
             answer = parse(line)
-            if answer is not None and answer[0] == "pong" and answer[1] == self.round:
-                link.received = answer[2]
+            if answer is not None and answer.kind is ProbeKind.PONG and answer.round == self.round:
+                link.received = answer.number
                 with self._lock:
                     self._silence.heard(link.target.node, self._clock())
         if len(link.inbox) > MAX_LINE:

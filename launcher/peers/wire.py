@@ -10,9 +10,10 @@ One line each way on a TCP connection from a watcher to the node it probes:
 
 from __future__ import annotations
 
+import enum
 from typing import NamedTuple
 
-__all__ = ["Timing", "timing", "ping", "pong", "bye", "parse", "MAX_LINE"]
+__all__ = ["Timing", "timing", "ping", "pong", "bye", "ProbeKind", "Probe", "parse", "MAX_LINE"]
 
 MAX_LINE = 64  # bytes: a longer line is not a probe, and its connection is closed
 
@@ -49,9 +50,23 @@ def bye(round_: int) -> bytes:
     return b"bye %d 0\n" % round_
 
 
-def parse(line: bytes) -> tuple[str, int, int] | None:
-    """``(kind, round, number)`` of one line without its newline; None when it is not a probe line."""
+class ProbeKind(str, enum.Enum):
+    PING = "ping"
+    PONG = "pong"
+    BYE = "bye"
+
+
+class Probe(NamedTuple):
+    """One probe line: its kind, its round, and its number (a ping's ack, a pong's seq, a bye's 0)."""
+
+    kind: ProbeKind
+    round: int
+    number: int
+
+
+def parse(line: bytes) -> Probe | None:
+    """One line without its newline; None when it is not a probe line."""
     parts = line.split()
     if len(parts) != 3 or parts[0] not in (b"ping", b"pong", b"bye") or not (parts[1].isdigit() and parts[2].isdigit()):
         return None
-    return parts[0].decode(), int(parts[1]), int(parts[2])
+    return Probe(ProbeKind(parts[0].decode()), int(parts[1]), int(parts[2]))

@@ -24,7 +24,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import Any, BinaryIO, NamedTuple
 
 from launcher.output import Layout, LogPump, StreamPlan
 
@@ -89,6 +89,15 @@ class _Worker:
         self.spec = spec
         self.process = process
         self.exited_at: float | None = None
+
+
+class _Stream(NamedTuple):
+    """One of a worker's output streams: what it writes to, and (when the pump copies it) the read
+    end of its pipe and the log file the pump writes."""
+
+    target: Any  # a descriptor, a file, or subprocess.DEVNULL: as subprocess takes it
+    read_end: int | None
+    file: BinaryIO | None
 
 
 class WorkerGroup:
@@ -177,9 +186,9 @@ class WorkerGroup:
         err = self._stream(logs.stderr, self._err)
         env = worker_env(spec, inherited)
         try:
-            process = self._starter.start([*wrap, *self.argv], env, out[0], err[0])
+            process = self._starter.start([*wrap, *self.argv], env, out.target, err.target)
         finally:
-            for target in (out[0], err[0]):
+            for target in (out.target, err.target):
                 if isinstance(target, int) and target >= 0:
                     os.close(target)
                 elif hasattr(target, "close"):
@@ -187,7 +196,7 @@ class WorkerGroup:
         if self._reaper is not None:
             self._reaper.register(process.pid)
         self._workers.append(_Worker(spec, process))
-        for (_, read_end, file), plan, console, which, needles in (
+        for (_, read_end, file), plan, console, which, needles in (  # each _Stream
             (out, logs.stdout, self._out, "out", layout.stdout_filters),
             (err, logs.stderr, self._err, "err", layout.stderr_filters),
         ):
@@ -198,19 +207,18 @@ class WorkerGroup:
                 read_end, logs.prefix if plan.prefixed else "", console if plan.console else None, file, duplicate
             )
 
-    def _stream(self, plan: StreamPlan, console: BinaryIO):
-        """(what the worker writes to, read end for the pump or None, log file for the pump or None)."""
+    def _stream(self, plan: StreamPlan, console: BinaryIO) -> _Stream:
         if plan.console and plan.file is None and not plan.prefixed:
             try:  # verbatim to the console: the worker writes to it directly, as under torchrun
-                return os.dup(console.fileno()), None, None
+                return _Stream(os.dup(console.fileno()), None, None)
             except (AttributeError, OSError, ValueError):
                 pass  # not a real file (a test's buffer): copied by the pump, unchanged
         if plan.console:
             read_end, write_end = os.pipe()
-            return write_end, read_end, open(plan.file, "wb") if plan.file else None
+            return _Stream(write_end, read_end, open(plan.file, "wb") if plan.file else None)
         if plan.file:
-            return open(plan.file, "wb"), None, None
-        return subprocess.DEVNULL, None, None
+            return _Stream(open(plan.file, "wb"), None, None)
+        return _Stream(subprocess.DEVNULL, None, None)
 
     def _close_duplicates(self) -> None:
         for handle in self._duplicates:
