@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import selectors
 import socket
-import threading
 from collections.abc import Callable
 
-from launcher.waker import Waker
+from launcher.selectloop import SelectorThread
 
 __all__ = ["LineServer", "Connection", "read_lines"]
 
@@ -50,7 +49,7 @@ class Connection:
             return False
 
 
-class LineServer:
+class LineServer(SelectorThread):
     """Accepts connections on ``listener`` and gives each complete line (without its newline) to
     ``on_line(connection, line)`` from one thread, until ``close``. ``on_line`` returning False,
     a line longer than ``max_line`` or the peer closing ends the connection; ``on_closed`` hears it."""
@@ -64,39 +63,27 @@ class LineServer:
         name: str,
         max_line: int = 4096,
     ) -> None:
+        super().__init__(name)  # the serving thread closes the listener and every connection when it stops
         self._listener, self._on_line, self._on_closed, self._max_line = listener, on_line, on_closed, max_line
         listener.setblocking(False)
-        self._selector = selectors.DefaultSelector()
         self._selector.register(listener, selectors.EVENT_READ, None)
-        self._waker = Waker()  # the serving thread's: closed by it, with every socket, when it stops
-        self._selector.register(self._waker.fileno(), selectors.EVENT_READ, "wake")
-        self._closing = False
-        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
-        self._thread.start()
+        self._start()
 
     def close(self) -> None:
         """Stop serving: the listener and every connection are closed."""
-        self._closing = True
-        self._waker.wake()
-        self._thread.join(timeout=2.0)
+        super().close(timeout=2.0)
 
-    def _serve(self) -> None:
-        try:
-            while not self._closing:
-                for key, _ in self._selector.select(timeout=1.0):
-                    if key.data == "wake":
-                        self._waker.drain()
-                        continue
-                    if key.data is None:
-                        self._accept()
-                    else:
-                        self._read(key.data)
-        finally:
-            for key in list(self._selector.get_map().values()):
-                if key.data != "wake":
-                    key.fileobj.close()
-            self._selector.close()
-            self._waker.close()
+    def _loop(self) -> None:
+        while not self.stopping:
+            for key, _ in self._events(1.0):
+                if key.data is None:
+                    self._accept()
+                else:
+                    self._read(key.data)
+
+    def _shutdown(self) -> None:
+        for key in self._registered():
+            key.fileobj.close()
 
     def _accept(self) -> None:
         try:

@@ -18,7 +18,7 @@ import socket
 import threading
 from collections.abc import Callable
 
-from launcher.waker import Waker
+from launcher.selectloop import SelectorThread
 
 from .protocol import MAGIC, Op, ProtocolError, Table, parse
 
@@ -36,46 +36,36 @@ class _Conn:
         self.validated = False
 
 
-class StoreServer:
+class StoreServer(SelectorThread):
     """One round's store on a listening socket, served from a thread until ``close``."""
 
     def __init__(self, listener: socket.socket) -> None:
         self.port = listener.getsockname()[1]
+        super().__init__(f"c10d-store-{self.port}")  # the serving thread closes every socket when it stops
         self.table = Table()
         self._listener = listener
         self._listener.setblocking(False)
-        self._selector = selectors.DefaultSelector()
         self._selector.register(listener, selectors.EVENT_READ, None)
-        self._waker = Waker()  # the serving thread's: closed by it, with every socket, when it stops
-        self._selector.register(self._waker.fileno(), selectors.EVENT_READ, "wake")
-        self._closing = False
-        self._thread = threading.Thread(target=self._serve, name=f"c10d-store-{self.port}", daemon=True)
-        self._thread.start()
+        self._conns: dict[socket.socket, _Conn] = {}
+        self._start()
 
     def close(self) -> None:
         """Stop serving: the listener and every client connection are closed."""
-        self._closing = True
-        self._waker.wake()
-        self._thread.join(timeout=5.0)
+        super().close(timeout=5.0)
 
-    def _serve(self) -> None:
-        conns: dict[socket.socket, _Conn] = {}
-        try:
-            while not self._closing:
-                for key, events in self._selector.select():
-                    if key.data == "wake":
-                        self._waker.drain()
-                        break
-                    if key.fileobj is self._listener:
-                        self._accept(conns)
-                    else:
-                        self._io(conns, conns[key.fileobj], events)
-        finally:
-            for conn in list(conns.values()):
-                self._drop(conns, conn)
-            self._listener.close()
-            self._selector.close()
-            self._waker.close()
+    def _loop(self) -> None:
+        conns = self._conns
+        while not self.stopping:
+            for key, events in self._events(None):
+                if key.fileobj is self._listener:
+                    self._accept(conns)
+                elif key.fileobj in conns:
+                    self._io(conns, conns[key.fileobj], events)
+
+    def _shutdown(self) -> None:
+        for conn in list(self._conns.values()):
+            self._drop(self._conns, conn)
+        self._listener.close()
 
     def _accept(self, conns: dict[socket.socket, _Conn]) -> None:
         try:

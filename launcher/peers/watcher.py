@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from launcher.lineserver import read_lines
-from launcher.waker import Waker
+from launcher.selectloop import SelectorThread
 from rendezvous.etcd.endpoints import host_port
 from rendezvous.job.ranktable import Target
 
@@ -44,7 +44,7 @@ class _Link:
         self.acked = 0  # the answer the pings acknowledge (held back while an accusation stands)
 
 
-class PeerWatch:
+class PeerWatch(SelectorThread):
     """Probes ``targets`` for round ``round_`` from a thread until ``close``."""
 
     def __init__(
@@ -56,6 +56,7 @@ class PeerWatch:
         say: Callable[[str], None] = lambda line: None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        super().__init__(f"peer-watch-{round_}")  # the watching thread closes every link when it stops
         self.round = round_
         self.timing = timing
         self._verdicts = verdicts
@@ -65,15 +66,10 @@ class PeerWatch:
         self._links = {t.node: _Link(t) for t in targets}
         self._silence = Silence(self._links, timing, self._started)
         self._lock = threading.Lock()
-        self._stop = threading.Event()
         self._told: set[str] = set()
-        self._selector = selectors.DefaultSelector()
-        self._waker = Waker()  # the watching thread's: closed by it when it stops
-        self._selector.register(self._waker.fileno(), selectors.EVENT_READ, None)
         self._nudged = False
         self._until: float | None = None  # lingering after the round: watch until then
-        self._thread = threading.Thread(target=self._run, name=f"peer-watch-{round_}", daemon=True)
-        self._thread.start()
+        self._start()
 
     # -- what the agent asks -------------------------------------------------------------------
     def lagging(self) -> bool:
@@ -88,7 +84,7 @@ class PeerWatch:
     def nudge(self) -> None:
         """Probe every target now, not at the next turn."""
         self._nudged = True
-        self._wake()
+        self.wake()
 
     def linger(self, seconds: float) -> None:
         """The round ended here: go on watching its participants for at most ``seconds`` (until the
@@ -100,34 +96,27 @@ class PeerWatch:
     def close(self) -> None:
         """Stop watching: accusations withdrawn, then each target told (``bye``), so that its
         deadline for the round is off while its workers stop at their pace."""
-        self._stop.set()
-        self._wake()
-        self._thread.join(timeout=5.0)
-
-    def _wake(self) -> None:
-        self._waker.wake()
+        super().close(timeout=5.0)
 
     # -- the loop --------------------------------------------------------------------------------
-    def _run(self) -> None:
-        try:
-            due = self._clock()
-            while not self._stop.is_set() and (self._until is None or self._clock() < self._until):
-                self._nudged = False
-                self._turn()
-                due += self.timing.interval
-                due = max(due, self._clock())  # a late turn does not try to catch up
-                self._read_until(due)
-        finally:
-            withdrawn = self._verdicts.close()
-            for link in self._links.values():
-                if withdrawn and link.connected:
-                    try:
-                        link.sock.send(bye(self.round))
-                    except OSError:
-                        pass
-                self._drop(link)
-            self._selector.close()
-            self._waker.close()
+    def _loop(self) -> None:
+        due = self._clock()
+        while not self.stopping and (self._until is None or self._clock() < self._until):
+            self._nudged = False
+            self._turn()
+            due += self.timing.interval
+            due = max(due, self._clock())  # a late turn does not try to catch up
+            self._read_until(due)
+
+    def _shutdown(self) -> None:
+        withdrawn = self._verdicts.close()
+        for link in self._links.values():
+            if withdrawn and link.connected:
+                try:
+                    link.sock.send(bye(self.round))
+                except OSError:
+                    pass
+            self._drop(link)
 
     def _turn(self) -> None:
         now = self._clock()
@@ -169,15 +158,13 @@ class PeerWatch:
         self._selector.register(sock, selectors.EVENT_READ | selectors.EVENT_WRITE, link)
 
     def _read_until(self, due: float) -> None:
-        while not (self._stop.is_set() or self._nudged):
+        while not (self.stopping or self._nudged):
             left = due - self._clock()
             if left <= 0:
                 return
-            for key, events in self._selector.select(timeout=min(left, 0.1)):
+            for key, events in self._events(min(left, 0.1)):
                 link = key.data
-                if link is None:
-                    self._waker.drain()
-                elif not link.connected and events & selectors.EVENT_WRITE:
+                if not link.connected and events & selectors.EVENT_WRITE:
                     self._connected(link)
                 elif events & selectors.EVENT_READ:
                     self._receive(link)
