@@ -27,8 +27,8 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from launcher.workers import inprocess_wire as wire
-from launcher.workers.inprocess_wire import ENV
+from launcher.inprocess import wire
+from launcher.inprocess.wire import ENV
 
 from .heartbeat import _reattach as _reattach_heartbeat
 

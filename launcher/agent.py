@@ -27,16 +27,16 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from launcher.inprocess.host import InprocessHost
+from launcher.inprocess.keeper import Keeper
 from launcher.output.console import progress_lines, round_line, say
+from launcher.reaper.handle import ReaperProcess
 from launcher.telemetry.health import AgentSnapshot
 from launcher.telemetry.metrics import Telemetry
-from launcher.workers.fence import ReaperProcess
+from launcher.warmstart.interpreter import WarmStarter, warm_starter
+from launcher.warmstart.starters import starter_for
 from launcher.workers.group import WorkerGroup
-from launcher.workers.inprocess import InprocessHost
-from launcher.workers.keeper import Keeper
 from launcher.workers.snapshots import SnapshotKeeper, memory_dir
-from launcher.workers.starters import starter_for
-from launcher.workers.warm import WarmStarter, warm_starter
 from rendezvous.errors import (
     RendezvousClosedError,
     RendezvousConnectionError,

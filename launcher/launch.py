@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from launcher.output.console import console_event, say
+from launcher.reaper.handle import ReaperProcess, reaper_sys_path
 from launcher.telemetry.metrics import Telemetry
 from launcher.workers.env import exported
-from launcher.workers.fence import ReaperProcess, reaper_sys_path
 from rendezvous.etcd.client import EtcdClient
 from rendezvous.etcd.endpoints import Endpoint
 from rendezvous.etcd.target import EtcdTarget

@@ -19,9 +19,9 @@ from launcher.pace.spares import SpareLook, wait_replaced
 from launcher.peers.probes import PeerProbes
 from launcher.preflight import Preflight
 from launcher.preflight.gate import check_round
+from launcher.reaper.handle import ReaperProcess
 from launcher.telemetry.metrics import RestartCause, Telemetry
 from launcher.workers.env import WorkerSpec
-from launcher.workers.fence import ReaperProcess
 from launcher.workers.group import GroupState, GroupStatus, WorkerGroup
 from rendezvous.errors import RendezvousError
 from rendezvous.job.hangboard import HangChannel

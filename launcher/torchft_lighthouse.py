@@ -11,7 +11,7 @@ outgoing connection or another server could take it while the replica is down, l
 workers' ``TORCHFT_LIGHTHOUSE`` pointing at a port no replica can listen on again. The kernel
 chooses both ports at once when asked for 0: the port after a free one may well be taken.
 
-It is started as the bundled etcd is (``rendezvous.etcd.server.start_process``): in a session of
+It is started as the bundled etcd is (``rendezvous.processes.start_process``): in a session of
 its own, with SIGTERM when the agent's thread that started it ends, also when the agent is killed.
 """
 
@@ -32,8 +32,8 @@ from pathlib import Path
 
 from launcher.errors import LauncherError
 from launcher.workers.env import exported
-from rendezvous.etcd.server import start_process, stop_process
 from rendezvous.etcd.target import EtcdTarget
+from rendezvous.processes import start_process, stop_process
 
 __all__ = ["Beside", "hold_port", "lighthouse_beside", "replica_argv", "TARGET_FILE"]
 

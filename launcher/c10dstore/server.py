@@ -18,7 +18,7 @@ import socket
 import threading
 from collections.abc import Callable
 
-from launcher.selectloop import SelectorThread
+from launcher.selector.loop import SelectorThread
 
 from .protocol import MAGIC, Op, ProtocolError, Table, parse
 

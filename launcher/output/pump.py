@@ -4,7 +4,7 @@ duplicate-filter file.
 
 Descriptors: a worker pipe's read end belongs to the pump from ``add`` on (its thread closes it at
 EOF, or when the pump closes); the wake pipe belongs to the pump thread, which closes it after its
-loop stopped (``launcher.waker``). ``close`` only asks the thread to stop and waits for it."""
+loop stopped (``launcher.selector.waker``). ``close`` only asks the thread to stop and waits for it."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import selectors
 import threading
 from typing import BinaryIO
 
-from launcher.waker import Waker
+from launcher.selector.waker import Waker
 
 __all__ = ["LogPump"]
 

@@ -11,7 +11,7 @@ import socket
 import time
 from collections.abc import Callable
 
-from launcher.lineserver import Connection, LineServer
+from launcher.selector.lineserver import Connection, LineServer
 
 from .contact import ContactLog
 from .wire import MAX_LINE, ProbeKind, parse, pong

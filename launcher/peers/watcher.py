@@ -16,8 +16,8 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from launcher.lineserver import read_lines
-from launcher.selectloop import SelectorThread
+from launcher.selector.lineserver import read_lines
+from launcher.selector.loop import SelectorThread
 from rendezvous.etcd.endpoints import host_port
 from rendezvous.job.ranktable import Target
 

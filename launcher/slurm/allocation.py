@@ -14,7 +14,8 @@ from contextlib import contextmanager
 
 from rendezvous.errors import RendezvousConnectionError
 from rendezvous.etcd import server
-from rendezvous.etcd.server import HEALTH_ARGS, find_etcd_binary, start_process, stop_process
+from rendezvous.etcd.server import HEALTH_ARGS, find_etcd_binary
+from rendezvous.processes import start_process, stop_process
 
 from .job import AllocationEtcd, Member
 

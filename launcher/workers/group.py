@@ -6,7 +6,7 @@ however it dies:
 
 - a parent-death signal on each worker process itself (``setpriv --pdeathsig KILL``, or the warm
   interpreter's ``prctl``);
-- the reaper process (``launcher/workers/reaper.py``), which SIGKILLs every registered worker process
+- the reaper process (``launcher/reaper/reaper.py``), which SIGKILLs every registered worker process
   group -- grandchildren included -- as soon as its pipe from the agent closes.
 
 Stopping is SIGTERM to each process group, a grace period, then SIGKILL to the group and to any
@@ -26,13 +26,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO, NamedTuple
 
+from launcher.inprocess.keeper import Keeper
 from launcher.output import Layout, LogPump, StreamPlan
+from launcher.reaper.handle import ReaperProcess
+from launcher.warmstart.starters import PlainStart, Process, Starter
 
 from .env import WorkerSpec, worker_env
 from .errorfile import ErrorRecord, read_error
-from .fence import ReaperProcess
-from .keeper import Keeper
-from .starters import PlainStart, Process, Starter
 
 __all__ = ["GroupState", "WorkerFailure", "GroupStatus", "WorkerGroup"]
 

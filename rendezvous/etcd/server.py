@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import ssl
 import subprocess
 import tempfile
@@ -22,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rendezvous.errors import RendezvousConnectionError, RendezvousError
+from rendezvous.processes import ended_by, start_process, stop_process
 
-from .lifeline import die_with_parent, ended_by
 from .ports import free_port
 
 __all__ = [
@@ -33,13 +32,10 @@ __all__ = [
     "find_etcd_binary",
     "free_port",
     "member_command",
-    "start_process",
-    "stop_process",
     "HEALTH_ARGS",
 ]
 
 _START_TIMEOUT = 30.0
-_STOP_GRACE = 5.0
 
 
 def find_etcd_binary() -> str:
@@ -183,36 +179,6 @@ def member_command(
         "error",
         *extra,
     ]
-
-
-def start_process(
-    command: list[str], log_path: str, env: dict[str, str] | None = None, cwd: str | None = None
-) -> subprocess.Popen:
-    """``command`` in a session of its own (no terminal signal reaches it), dying with this process,
-    its output appended to ``log_path``; ``env``: its environment (None: this process's); ``cwd``:
-    its working directory (None: this process's)."""
-    with open(log_path, "ab") as log:
-        return subprocess.Popen(
-            die_with_parent(command, "TERM"),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-            env=env,
-            cwd=cwd,
-        )
-
-
-def stop_process(process: subprocess.Popen) -> None:
-    """SIGTERM, then SIGKILL if it is still there ``_STOP_GRACE`` seconds later."""
-    if process.poll() is not None:
-        return
-    process.send_signal(signal.SIGTERM)
-    try:
-        process.wait(timeout=_STOP_GRACE)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(timeout=_STOP_GRACE)
 
 
 # What every etcd this project starts runs with (README "Running etcd"): history compacted every

@@ -16,9 +16,9 @@ from launcher.errors import AgentStopped
 from launcher.output import LogPump
 from launcher.output.default import DefaultLayout
 from launcher.signals import stop_deferred, stop_on_signals
+from launcher.warmstart.starters import PlainStart, starter_for
 from launcher.workers.env import WorkerSpec
 from launcher.workers.group import WorkerGroup
-from launcher.workers.starters import PlainStart, starter_for
 
 WORKERS = 24
 
@@ -77,7 +77,7 @@ def test_outside_the_start_a_stop_signal_stops_the_agent_at_once():
 def test_a_warm_interpreter_that_died_after_saying_it_could_start_leaves_the_worker_to_a_plain_start(tmp_path):
     """The interpreter dies between ``can_start`` and the fork: the worker starts plainly and one
     line says warm starts are off (the start does not fail)."""
-    from launcher.workers.warm import WarmStarter
+    from launcher.warmstart.interpreter import WarmStarter
 
     said: list[str] = []
     warm = WarmStarter(("json",), os.environ, said.append)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import subprocess
 import time
 
-from launcher.workers.fence import ReaperProcess as Reaper
-from launcher.workers.fence import reaper_sys_path as _project_path
+from launcher.reaper.handle import ReaperProcess as Reaper
+from launcher.reaper.handle import reaper_sys_path as _project_path
 from rendezvous import EtcdClient
 
 
@@ -108,7 +108,7 @@ def test_a_reaper_stopped_past_its_deadline_kills_the_workers_as_soon_as_it_is_c
     import signal
     import sys
 
-    from launcher.workers.fence import _REAPER
+    from launcher.reaper.handle import _REAPER
 
     reaper = subprocess.Popen([sys.executable, "-I", "-S", _REAPER], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     worker = _group()

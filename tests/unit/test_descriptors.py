@@ -10,9 +10,9 @@ import socket
 import threading
 import time
 
-from launcher.lineserver import LineServer
 from launcher.output import LogPump
-from launcher.waker import Waker
+from launcher.selector.lineserver import LineServer
+from launcher.selector.waker import Waker
 
 ROUNDS = 150
 

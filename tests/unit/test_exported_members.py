@@ -8,7 +8,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("rendezvous", "launcher", "elastic")
 # Programs run as processes (``python -m``), not imported: they export nothing.
-PROGRAMS = ("launcher.workers.fn_worker", "launcher.workers.reaper")
+PROGRAMS = ("launcher.workers.fn_worker", "launcher.reaper.reaper")
 TORCH_MODULES = ("rendezvous.torchrun.plugin",)  # imports torch: checked where torch is installed
 
 

@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from launcher.workers import inprocess_wire as wire
-from launcher.workers.inprocess import InprocessHost
-from launcher.workers.keeper import Keeper
+from launcher.inprocess import wire
+from launcher.inprocess.host import InprocessHost
+from launcher.inprocess.keeper import Keeper
 
 
 @pytest.mark.parametrize(

@@ -14,10 +14,11 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("elastic", "launcher", "lighthouse", "rendezvous")
 # What each layer of rendezvous may import of the package, besides itself: (layer, allowed prefixes).
 LAYERS = (
-    ("rendezvous.etcd", ("rendezvous.errors",)),
+    ("rendezvous.etcd", ("rendezvous.errors", "rendezvous.processes")),
     ("rendezvous.job", ("rendezvous.errors", "rendezvous.etcd")),
     ("rendezvous.rounds", ("rendezvous.errors", "rendezvous.etcd", "rendezvous.job", "rendezvous.settings")),
     ("rendezvous.settings", ("rendezvous.errors", "rendezvous.etcd", "rendezvous.job")),
+    ("rendezvous.processes", ()),
 )
 
 
@@ -109,7 +110,8 @@ def test_imports_point_from_elastic_to_launcher_to_rendezvous():
 def test_the_lighthouse_uses_etcd_and_the_launchers_entry_only():
     """The Lighthouse is its own program: of the rest it imports the etcd layer, the settings, and the
     launcher's errors, signals and command entry (one exit-code table); nothing of jobs or rounds."""
-    allowed = ("lighthouse", "rendezvous.errors", "rendezvous.etcd", "rendezvous.settings", "launcher.errors")
+    allowed = ("lighthouse", "rendezvous.errors", "rendezvous.etcd", "rendezvous.settings", "rendezvous.processes")
+    allowed += ("launcher.errors",)
     allowed += ("launcher.signals", "launcher.cli.run")
     parents = ("rendezvous", "launcher", "launcher.cli")
     wrong = {

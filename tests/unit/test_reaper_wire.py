@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from launcher.workers import reaper_wire as wire
-from launcher.workers.fence import _REAPER
+from launcher.reaper import wire
+from launcher.reaper.handle import _REAPER
 
 MESSAGES = [
     wire.Started(4242), wire.Stopped(4242), wire.Deadline(123.456789), wire.Deadline(None), wire.Lease(7587),

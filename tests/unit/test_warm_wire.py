@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from launcher.workers import warm_wire as wire
-from launcher.workers.warm import WarmStarter
+from launcher.warmstart import wire
+from launcher.warmstart.interpreter import WarmStarter
 
 MESSAGES = [
     wire.Request(["python3", "-u", "train.py", "--steps", "3"], {"RANK": "0"}, "/work"),

@@ -11,7 +11,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .inprocess import InprocessHost
+from .host import InprocessHost
 
 __all__ = ["Keeper"]
 

@@ -1,5 +1,5 @@
 """The in-process control channel's wire, imported by both ends (``elastic.inprocess`` in the worker,
-``launcher.workers.inprocess`` in the agent); the standard library only.
+``launcher.inprocess.host`` in the agent); the standard library only.
 
 One line a message over the Unix socket named by ``ENV``. The worker says ``hello <pid>`` when it
 connects and ``parked`` once it has left ``train``; the agent says ``stop`` (leave ``train``: the

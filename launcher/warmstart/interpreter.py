@@ -1,4 +1,4 @@
-"""Warm starts: the agent keeps one pre-started interpreter (``launcher.workers.zygote``) that has
+"""Warm starts: the agent keeps one pre-started interpreter (``launcher.warmstart.zygote``) that has
 imported what its workers will import, and forks each Python worker from it -- at the first start
 and at every restart -- instead of starting a fresh interpreter that loads torch again.
 
@@ -24,9 +24,9 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from rendezvous.etcd.lifeline import die_with_parent
+from rendezvous.processes import die_with_parent
 
-from . import warm_wire as wire
+from . import wire
 
 if TYPE_CHECKING:
     from launcher.config import AgentConfig

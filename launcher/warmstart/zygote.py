@@ -1,7 +1,7 @@
-"""The warm interpreter an agent forks its Python workers from (``launcher.workers.warm`` drives it).
+"""The warm interpreter an agent forks its Python workers from (``launcher.warmstart.interpreter`` drives it).
 
 Run by path (``python -u zygote.py FD MODULES``) so that nothing of the project is imported here
-but its wire (``warm_wire.py``, loaded by its path: the standard library only): it imports MODULES
+but its wire (``wire.py``, loaded by its path: the standard library only): it imports MODULES
 (torch and the parts torch imports on first use, and any the user names), says whether it can fork
 safely (Ready), then serves one request at a time on the SOCK_SEQPACKET socket FD: a Request (with
 the worker's stdout and stderr as two descriptors) is answered with the forked worker's pid
@@ -39,8 +39,8 @@ EXIT_GRACE = 10.0  # seconds a forked worker's exit steps may take after its pro
 
 
 def _load_wire():
-    """``warm_wire.py`` beside this file, by its path (a name no program of the user's takes)."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "warm_wire.py")
+    """``wire.py`` beside this file, by its path (a name no program of the user's takes)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "wire.py")
     spec = importlib.util.spec_from_file_location("_elastic_warm_wire", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up there

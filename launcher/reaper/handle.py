@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from . import reaper_wire as wire
+from . import wire
 from .reaper import kill_groups
 
 if TYPE_CHECKING:
@@ -104,7 +104,7 @@ def reaper_sys_path() -> list[str]:
 
 class ReaperProcess:
     """The helper process that kills registered process groups when this process exits, or when
-    the fence deadline passes without a newer one (``launcher/workers/reaper.py``); and the same
+    the fence deadline passes without a newer one (``launcher/reaper/reaper.py``); and the same
     deadline enforced inside this process too (``FenceGuard``), for an agent that wakes past it."""
 
     def __init__(self) -> None:

@@ -19,9 +19,9 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
-from rendezvous.etcd.lifeline import die_with_parent
+from rendezvous.processes import die_with_parent
 
-from .warm import WarmProcess, WarmStarter
+from .interpreter import WarmProcess, WarmStarter
 
 __all__ = ["Process", "Starter", "PlainStart", "WarmStart", "starter_for"]
 

@@ -18,10 +18,10 @@ import threading
 import time
 from collections.abc import Iterable, Mapping
 
-from launcher.lineserver import Connection, LineServer
+from launcher.selector.lineserver import Connection, LineServer
 
-from . import inprocess_wire as wire
-from .inprocess_wire import ENV
+from . import wire
+from .wire import ENV
 
 __all__ = ["InprocessHost", "ENV"]
 

@@ -1,6 +1,6 @@
 """A thread serving line-based connections on a listening socket, with ``selectors``: the peers'
 probe responder (``launcher.peers``) and the control socket of ``elastic.inprocess``
-(``launcher.workers.inprocess``) both read one short line at a time and answer at once."""
+(``launcher.inprocess.host``) both read one short line at a time and answer at once."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import selectors
 import socket
 from collections.abc import Callable
 
-from launcher.selectloop import SelectorThread
+from launcher.selector.loop import SelectorThread
 
 __all__ = ["LineServer", "Connection", "read_lines"]
 

@@ -1,7 +1,7 @@
 """The reaper: a tiny process that outlives its agent, and fences it when the agent cannot.
 
 The agent starts it with a pipe on its stdin and a pipe from its stdout, and writes lines to it
-(``reaper_wire.py``, loaded here by its path: the worker groups started and stopped, the fence
+(``wire.py``, loaded here by its path: the worker groups started and stopped, the fence
 deadline -- CLOCK_MONOTONIC, which every process shares: the agent's lease may be given up by etcd
 soon after it, so its workers must be gone by then --, the agent's lease, its round, how to reach
 etcd, and its temporary directories (its log root, heartbeat files, a local etcd's data).
@@ -39,9 +39,9 @@ _TEMPORARY = "elastic-"  # the name of every temporary directory the project mak
 
 
 def _load_wire():
-    """``reaper_wire.py`` beside this file, loaded by its path (run by path with -I, this process has
+    """``wire.py`` beside this file, loaded by its path (run by path with -I, this process has
     no package to import it from)."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reaper_wire.py")
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "wire.py")
     spec = importlib.util.spec_from_file_location("reaper_wire", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up there
@@ -50,7 +50,7 @@ def _load_wire():
 
 
 if __package__:  # imported (the agent's fence uses kill_groups): the package's module
-    from . import reaper_wire as wire
+    from . import wire
 else:  # run by path
     wire = _load_wire()
 
