@@ -13,7 +13,7 @@ How (the README's "A machine's death" says it with numbers):
 - A watcher that hears no answer for ``timeout`` seconds (its own loop on time), or whose
   connection is closed by the peer's machine, writes its suspicion under ``suspects/``; the
   watcher that completes the set (every watcher of that node) revokes the node's lease
-  (``verdict``), and the round ends as when any agent dies.
+  (``rendezvous.job.lostboard``), and the round ends as when any agent dies.
 - Safety: a watcher heard the newest acknowledged answer no earlier than it was sent, so every
   watcher's verdict comes at least ``timeout`` after it, and the node's fence fired ``timeout -
   fence_after`` (0.5 s) before that. A node silent to one watcher only is still heard by another:

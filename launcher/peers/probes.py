@@ -12,12 +12,12 @@ from rendezvous.etcd.client import EtcdClient
 from rendezvous.etcd.endpoints import Endpoint
 from rendezvous.job.history import HistoryWriter
 from rendezvous.job.keys import JobKeys
+from rendezvous.job.lostboard import Verdicts
 from rendezvous.rounds.join import RendezvousInfo
 from rendezvous.settings import RendezvousSettings
 
 from .contact import ContactLog
 from .responder import Responder
-from .verdict import Verdicts
 from .watcher import PeerWatch
 from .wire import timing
 

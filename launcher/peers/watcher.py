@@ -19,10 +19,10 @@ from collections.abc import Callable, Sequence
 from launcher.selector.lineserver import read_lines
 from launcher.selector.loop import SelectorThread
 from rendezvous.etcd.endpoints import host_port
+from rendezvous.job.lostboard import Verdicts
 from rendezvous.job.ranktable import Target
 
 from .contact import Silence
-from .verdict import Verdicts
 from .wire import MAX_LINE, ProbeKind, Timing, bye, parse, ping
 
 __all__ = ["PeerWatch"]

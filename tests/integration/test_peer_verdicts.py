@@ -1,4 +1,4 @@
-"""The watchers' verdict in real etcd (launcher/peers/verdict.py): a peer's lease ends only when
+"""The watchers' verdict in real etcd (rendezvous/job/lostboard.py): a peer's lease ends only when
 every one of its watchers accuses it -- one watcher whose link to it is cut while the other's stays
 up ends nothing -- and an accusation withdrawn when the peer answers again no longer counts."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 
-from launcher.peers.verdict import Verdicts
 from rendezvous.job.keys import JobKeys
+from rendezvous.job.lostboard import Verdicts
 from rendezvous.job.ranktable import Target
 
 
