@@ -1,8 +1,9 @@
-"""The peers' watchers' verdict in etcd (the job-state side of ``launcher.peers``): each watcher that
-finds a peer dead says so under ``suspects/<round>/<peer>/<watcher>`` (on its own lease), and the
-one that sees every watcher of that peer there records it under ``lost/<round>/<peer>`` and ends the peer's lease. Writes happen
-only at a fault; the accusations go when the round's watch ends, the records at the next freeze
-(which counts no restart for a round with one), all with the watcher's lease at the latest.
+"""The peers' watchers' verdict in etcd (the job-state side of ``launcher.peers``): each watcher
+that finds a peer dead says so under ``suspects/<round>/<peer>/<watcher>`` (on its own lease), and
+the one that sees every watcher of that peer there records it under ``lost/<round>/<peer>`` and
+ends the peer's lease. Writes happen only at a fault; the accusations go when the round's watch
+ends, the records at the next freeze (which counts no restart for a round with one), all with the
+watcher's lease at the latest.
 
 Order matters for safety: a watcher withdraws its suspicion (deletes its key) before it
 acknowledges a new answer from that peer, so a set of keys seen complete means that the peer got
