@@ -11,7 +11,7 @@
         ckpt.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step}, step=step)
 
 ``save`` writes the rank's state (tensors and plain values, torch.save's format) into shared memory
-that the agent owns (``launcher/workers/snapshots.py``): it survives this process, and ``load`` in the
+that the agent owns (``launcher/workers/checkpoints.py``): it survives this process, and ``load`` in the
 restarted worker maps the newest copy back in milliseconds. With ``--checkpoint-dir DIR`` the agent
 also copies the newest save of each rank to DIR every ``--checkpoint-every`` saves and at its end;
 ``load`` falls back to those when memory has none (a new node). ``load(replicated=True)`` is for state
@@ -28,7 +28,7 @@ import os
 from contextlib import contextmanager
 from typing import Any
 
-from launcher.workers.snapshots import (
+from launcher.workers.checkpoints import (
     ENV_DIR,
     ENV_EVERY,
     ENV_MEMORY,
@@ -38,7 +38,7 @@ from launcher.workers.snapshots import (
     due_marker,
     file_name,
 )
-from launcher.workers.snapshots import newest as newest_of
+from launcher.workers.checkpoints import newest as newest_of
 
 from .worker import NotLaunchedError
 

@@ -35,8 +35,8 @@ from launcher.telemetry.health import AgentSnapshot
 from launcher.telemetry.metrics import Telemetry
 from launcher.warmstart.interpreter import WarmStarter, warm_starter
 from launcher.warmstart.starters import starter_for
+from launcher.workers.checkpoints import CheckpointKeeper, memory_dir
 from launcher.workers.group import WorkerGroup
-from launcher.workers.snapshots import SnapshotKeeper, memory_dir
 from rendezvous.errors import (
     RendezvousClosedError,
     RendezvousConnectionError,
@@ -232,9 +232,9 @@ class Agent:
         self._gate = HealthGate.for_agent(
             self.config.checks, self.environ, self.say, record, self.handler, self.telemetry
         )
-        self._snapshots = SnapshotKeeper(self.config.checkpoint_dir, self.config.checkpoint_every)
-        self._reaper.remove_at_exit(self._snapshots.memory)  # no shared memory left if the agent is killed
-        self.environ.update(self._snapshots.env())
+        self._checkpoints = CheckpointKeeper(self.config.checkpoint_dir, self.config.checkpoint_every)
+        self._reaper.remove_at_exit(self._checkpoints.memory)  # no shared memory left if the agent is killed
+        self.environ.update(self._checkpoints.env())
         self._rounds = RoundRunner(
             self.config,
             self._beats_dir,
@@ -270,7 +270,7 @@ class Agent:
             if helper is not None:
                 helper.close()
         shutil.rmtree(self._beats_dir, ignore_errors=True)
-        self._snapshots.close()  # the newest saves to --checkpoint-dir, the memory freed
+        self._checkpoints.close()  # the newest saves to --checkpoint-dir, the memory freed
 
     def _run_round(self) -> RoundResult:
         self.state = AgentState.RUNNING
@@ -292,7 +292,7 @@ class Agent:
         """Ask the job for a restart while its budget lasts and it is not a crash loop (``result``:
         how far the workers got), else print the summary and close it failed."""
         long = result.ran >= self.config.crash_loop.window
-        progress = RoundProgress(beats=result.beats, checkpoint=self._snapshots.newest_step(), long=long)
+        progress = RoundProgress(beats=result.beats, checkpoint=self._checkpoints.newest_step(), long=long)
         count, budget = self.info.restart_count, self.info.max_restarts
         limit = self.config.crash_loop.restarts
         if count < budget and tripped(self.info.streak, progress, limit):

@@ -211,7 +211,7 @@ def _telemetry(plan: LaunchPlan, client: EtcdClient, history: HistoryWriter) -> 
 def _serve(plan: LaunchPlan, agent: Agent, telemetry: Telemetry, report: Callable[[str], None]):
     if plan.http_port is None:
         return None
-    from launcher.telemetry.probes import ProbeServer
+    from launcher.telemetry.httpserver import ProbeServer
 
     try:
         server = ProbeServer(plan.http_host, plan.http_port, agent.snapshot, telemetry.registry)

@@ -3,7 +3,7 @@
 - liveness (``/healthz``): the agent's loop is turning (it looked at its workers within ``STALL``
   seconds while they run) and, once it holds a lease, the lease was renewed within the renew deadline;
 - readiness (``/readyz``): its workers run in a frozen round.
-The HTTP side is ``launcher/telemetry/probes.py``, imported only when the endpoint is on.
+The HTTP side is ``launcher/telemetry/httpserver.py``, imported only when the endpoint is on.
 """
 
 from __future__ import annotations

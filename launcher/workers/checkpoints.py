@@ -28,7 +28,7 @@ __all__ = [
     "ENV_EVERY",
     "ENV_MEMORY",
     "Copy",
-    "SnapshotKeeper",
+    "CheckpointKeeper",
     "copies_at",
     "copies_in",
     "drop_superseded",
@@ -106,7 +106,7 @@ def drop_superseded(directory: str, rank: int) -> None:
             pass
 
 
-class SnapshotKeeper:
+class CheckpointKeeper:
     """The node's shared-memory directory for its workers' saves, and the background copies of
     the newest ones to the user's directory."""
 
