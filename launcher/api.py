@@ -222,7 +222,7 @@ def _request(config: LaunchConfig, argv: list[str], scratch: str) -> RunRequest:
 def _preload_like_the_caller() -> tuple[str, ...]:
     """What the warm interpreter imports for function workers: what the caller has imported of
     torch and numpy (the function's module is imported by reference; its source is not read)."""
-    from .workers.warm import preload_for
+    from .warmstart.interpreter import preload_for
 
     return preload_for(name for name in ("torch", "numpy") if name in sys.modules)
 
