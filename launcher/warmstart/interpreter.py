@@ -22,14 +22,22 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from rendezvous.processes import die_with_parent
 
 from . import wire
 
-if TYPE_CHECKING:
-    from launcher.config import AgentConfig
+
+class WarmSettings(Protocol):
+    """What ``warm_starter`` reads of the agent's settings (``launcher.config.AgentConfig``)."""
+
+    warm_start: bool
+    argv: Sequence[str]
+    cpu_binding: Mapping[int, tuple[str, ...]]
+    preload: Sequence[str]
+    nproc_per_node: int
+
 
 __all__ = ["WarmStarter", "WarmProcess", "default_preload", "preload_for", "warm_able", "warm_starter"]
 
@@ -253,7 +261,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def warm_starter(config: AgentConfig, environ: Mapping[str, str], say: Callable[[str], None]) -> WarmStarter | None:
+def warm_starter(config: WarmSettings, environ: Mapping[str, str], say: Callable[[str], None]) -> WarmStarter | None:
     """The warm interpreter an agent's workers are forked from, started now so that its imports
     overlap the rendezvous (None: --no-warm-start, workers that are not Python programs, or nothing
     to preload: neither torch nor numpy imported by the program, nor --preload)."""

@@ -107,6 +107,21 @@ def test_imports_point_from_elastic_to_launcher_to_rendezvous():
             assert not [t for t in targets if t.startswith("lighthouse")], (module, targets)
 
 
+# launcher/: the spine (the agent's loop and what builds it) uses the parts (its subfolders), which use
+# the utilities; a part never reaches back into the spine.
+SPINE = ("agent", "api", "launch", "runner", "restart", "config", "plan", "optable", "nodecheck", "torchft_lighthouse")
+
+
+def test_no_part_of_the_launcher_imports_its_spine():
+    spine = {f"launcher.{name}" for name in SPINE}
+    wrong = {
+        m: sorted(t for t in targets if t in spine)
+        for m, targets in _imports().items()
+        if m.startswith("launcher.") and m.count(".") >= 2 and not m.startswith("launcher.cli.")
+    }
+    assert not {m: t for m, t in wrong.items() if t}, wrong
+
+
 def test_the_lighthouse_uses_etcd_and_the_launchers_entry_only():
     """The Lighthouse is its own program: of the rest it imports the etcd layer, the settings, and the
     launcher's errors, signals and command entry (one exit-code table); nothing of jobs or rounds."""
