@@ -42,6 +42,8 @@ _OPTION_FIELDS = (
     "checkpoint_every",
     "heartbeat_timeout",
     "first_heartbeat_timeout",
+    "crash_loop_restarts",
+    "progress_window",
 )
 START_METHODS = ("spawn", "fork", "forkserver")
 
@@ -80,6 +82,13 @@ class LaunchConfig:
     # and --checkpoint-dir / --checkpoint-every (README "State kept in memory")
     checkpoint_dir: str | None = None
     checkpoint_every: int = 10
+    # and the gray-failure options (README "Gray failures"): --crash-loop-restarts, --progress-window,
+    # --health-check, --replace-stragglers, --preflight
+    crash_loop_restarts: int = 3
+    progress_window: float = 300.0
+    health_check: str = ""
+    replace_stragglers: bool = False
+    preflight: bool = False
 
     def __post_init__(self) -> None:
         if self.rdzv_timeout != -1:
@@ -121,6 +130,8 @@ def _validate(config: LaunchConfig) -> None:
         raise ValueError(f"LaunchConfig.rdzv_configs must be a dict, not {type(config.rdzv_configs).__name__}")
     if not config.role:
         raise ValueError("LaunchConfig.role must not be empty")
+    if not isinstance(config.health_check, str):
+        raise ValueError(f"LaunchConfig.health_check must be a shell command (a str), not {config.health_check!r}")
 
 
 class elastic_launch:
@@ -186,6 +197,7 @@ def _worker_command(entrypoint: Callable[..., Any] | str, args: list[Any], work:
 def _request(config: LaunchConfig, argv: list[str], scratch: str) -> RunRequest:
     """The config as the typed request elastic-run's options also come to: the worker command runs
     as --no-python does; no rdzv_endpoint (one node) is a local etcd, as --standalone."""
+    from .config import CrashLoop
     from .plan import RunRequest, hang_timeouts
     from .signals import parse_signals
 
@@ -216,6 +228,10 @@ def _request(config: LaunchConfig, argv: list[str], scratch: str) -> RunRequest:
         preload=_preload_like_the_caller(),
         checkpoint_dir=config.checkpoint_dir or None,
         checkpoint_every=config.checkpoint_every,
+        crash_loop=CrashLoop(config.crash_loop_restarts, float(config.progress_window)),
+        health_check=config.health_check,
+        replace_stragglers=bool(config.replace_stragglers),
+        preflight=bool(config.preflight),
     )
 
 

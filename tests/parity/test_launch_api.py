@@ -237,6 +237,9 @@ def test_launching_twice_from_one_process_leaves_nothing_behind():
         ({"start_method": "thread"}, "start_method"),
         ({"max_nodes": 2}, "rdzv_endpoint"),
         ({"shutdown_timeout": -5}, "shutdown_timeout"),
+        ({"crash_loop_restarts": -1}, "crash_loop_restarts"),
+        ({"progress_window": -2.0}, "progress_window"),
+        ({"health_check": 7}, "health_check"),
     ],
 )
 def test_a_bad_config_field_is_one_value_error_naming_it(changes, field):
@@ -245,6 +248,26 @@ def test_a_bad_config_field_is_one_value_error_naming_it(changes, field):
     with pytest.raises(ValueError, match=rf"LaunchConfig\.{field}\b") as raised:
         LaunchConfig(**{"min_nodes": 1, "max_nodes": 1, "nproc_per_node": 1, **changes})
     assert "\n" not in str(raised.value)
+
+
+def test_the_gray_failure_fields_reach_the_agent_as_elastic_runs_options_do(tmp_path):
+    """LaunchConfig's crash-loop, health-check, straggler and pre-flight fields end in the agent's
+    config exactly as elastic-run's options do (the plan both build)."""
+    from elastic.launch import LaunchConfig
+    from launcher.api import _request
+    from launcher.config import CrashLoop
+    from launcher.plan import build_plan
+
+    config = LaunchConfig(
+        min_nodes=1, max_nodes=1, nproc_per_node=1, crash_loop_restarts=5, progress_window=60.0,
+        health_check="test -d /tmp", replace_stragglers=True, preflight=True,
+    )  # fmt: skip
+    agent = build_plan(_request(config, [sys.executable, "-c", "pass"], str(tmp_path))).config
+    assert agent.crash_loop == CrashLoop(5, 60.0)
+    assert agent.replace_stragglers and agent.preflight
+    assert agent.checks.command == "test -d /tmp"
+    default = build_plan(_request(LaunchConfig(1, 1, 1), [sys.executable], str(tmp_path))).config
+    assert default.crash_loop == CrashLoop() and not (default.replace_stragglers or default.preflight)
 
 
 def test_torchs_test_launch_elastic_as_torch_writes_it_passes_through_our_api(tmp_path, etcd_endpoints):
