@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import json
 import os
-import time
 
-from .cli_helpers import HERE, agent_args, finish, json_records, run, run_id, start
+from .cli_helpers import HERE, agent_args, finish, json_records, run, run_id, start, wait_joined
 
 CRASHING = os.path.join(HERE, "workers", "crashing.py")
 
@@ -18,7 +17,7 @@ def _pair(endpoints: str, out: str, *worker: str, max_restarts: int = 50) -> tup
     args = [*agent_args(endpoints, rdzv_id, "2", nproc=1, conf="last_call_timeout=1")]
     args += ["--max-restarts", str(max_restarts), CRASHING, out, *worker]
     first = start(args)
-    time.sleep(0.5)  # it coordinates: group rank 0, so rank 1 (the failing one) is the other node's
+    wait_joined(endpoints, rdzv_id, 1)  # it coordinates: group rank 0, so rank 1 (the failing one) is the other node's
     return rdzv_id, [first, start(args)]
 
 

@@ -8,7 +8,7 @@ import json
 import os
 import time
 
-from .cli_helpers import HERE, agent_args, finish, json_records, run, run_id, start, wait_for
+from .cli_helpers import HERE, agent_args, finish, json_records, run, run_id, start, wait_for, wait_joined
 
 COUNTED = os.path.join(HERE, "workers", "counted.py")
 
@@ -54,9 +54,9 @@ def test_a_node_that_turns_unhealthy_after_its_workers_failed_steps_out_without_
     b steps out, and the round c (a hot spare) fills runs at restart count 0."""
     out, rdzv_id = str(tmp_path), run_id()
     a = _agent(etcd_endpoints, rdzv_id, out, fail="1@0")
-    time.sleep(0.5)  # a coordinates: group rank 0; b's worker is rank 1
+    wait_joined(etcd_endpoints, rdzv_id, 1)  # a coordinates: group rank 0; b's worker is rank 1
     b = _agent(etcd_endpoints, rdzv_id, out, fail="1@0", check=f"! ls {out}/0-1-*.json >/dev/null 2>&1")
-    time.sleep(1.5)
+    wait_joined(etcd_endpoints, rdzv_id, 2)  # c comes last: the hot spare
     c = _agent(etcd_endpoints, rdzv_id, out, run_for=1.0)
     results = [finish(agent, 90) for agent in (a, b, c)]
     outputs = [text for _, text in results]
@@ -98,9 +98,9 @@ def test_a_node_whose_worker_hung_and_whose_check_then_fails_steps_out_without_u
         return start([*args, "--max-restarts", "3", "--heartbeat-timeout", "2", *extra, *worker])
 
     a = agent()
-    time.sleep(0.5)  # a coordinates: group rank 0; b's worker is rank 1
+    wait_joined(etcd_endpoints, rdzv_id, 1)  # a coordinates: group rank 0; b's worker is rank 1
     b = agent("--health-check", f"! test -e {out}/1.0.beat")
-    time.sleep(1.5)
+    wait_joined(etcd_endpoints, rdzv_id, 2)  # c comes last: the hot spare
     c = agent()
     results = [finish(p, 120) for p in (a, b, c)]
     outputs = [text for _, text in results]

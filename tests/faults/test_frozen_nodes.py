@@ -18,6 +18,8 @@ import time
 import psutil
 import pytest
 
+from tests.e2e.cli_helpers import wait_joined
+
 from .helpers import (
     TICKER,
     children,
@@ -60,7 +62,7 @@ def _frozen_node(cluster, agents, out: str, seconds: float):
     rid = run_id()
     worker = (TICKER, out, str(seconds))
     victim = agents(cluster.endpoints, rid, "2:3", out, seconds, FENCING, worker=worker)
-    time.sleep(1.0)  # it joins first, so it coordinates and is group rank 0: its ranks are given again
+    wait_joined(cluster.endpoints, rid, 1)  # it joins first: it coordinates, group rank 0, its ranks given again
     others = [agents(cluster.endpoints, rid, "2:3", out, seconds, FENCING, worker=worker) for _ in range(2)]
     wait_for(lambda: len(workers(out)) == 3, 30, what="3 workers")
     tree = [victim.pid, *children(victim.pid)]

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from tests.e2e.cli_helpers import tool
+from tests.e2e.cli_helpers import tool, wait_joined
 
 from .helpers import children, run_id, wait_for, workers
 
@@ -37,7 +37,7 @@ def test_the_round_after_a_machine_dies_names_it_while_it_waits_for_its_lease(cl
         )
 
     first = agent()
-    time.sleep(1.0)  # it joins first: it holds the coordinator key
+    wait_joined(endpoints, rid, 1)  # it joins first: it holds the coordinator key
     started = [first, agent(), agent()]
     wait_for(lambda: len(workers(out)) == 3, 60, what="3 workers")
     dead = started[0] if victim == "the coordinator" else started[2]

@@ -8,11 +8,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
-from tests.e2e.cli_helpers import agent_args, finish, json_records, run, run_id, start, wait_for
+from tests.e2e.cli_helpers import agent_args, finish, json_records, run, run_id, start, wait_for, wait_joined
 
 WORKERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "workers")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -91,10 +90,11 @@ def test_when_group_rank_0s_node_goes_the_next_rounds_rank_0_hosts_the_store(etc
     """Three agents; the one of group rank 0 (the store's host) is killed while its round runs: the
     two left form a round whose new group rank 0 serves a store of its own, and the job finishes."""
     out = str(tmp_path)
-    args = agent_args(etcd_endpoints, run_id(), "2:3", nproc=1) + ["--rdzv-conf", "last_call_timeout=1"]
+    rdzv_id = run_id()
+    args = agent_args(etcd_endpoints, rdzv_id, "2:3", nproc=1) + ["--rdzv-conf", "last_call_timeout=1"]
     worker = [INIT, out, "0", "-1", "60", "3"]  # in the round of 3, every rank stays until the test acts
     first = start(args + worker)
-    time.sleep(1.0)  # it joins first: group rank 0
+    wait_joined(etcd_endpoints, rdzv_id, 1)  # it joins first: group rank 0
     others = [start(args + worker) for _ in range(2)]
     wait_for(lambda: len(json_records(out, "*.json", "rank")) == 3, 90, what="the round of 3")
     round_of_3 = json_records(out, "*.json", "rank")
