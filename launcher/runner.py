@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 from launcher.c10dstore import StoreHost
+from launcher.goodput.marks import WRITERS, RoundMarks, round_details
 from launcher.hangs.hangwatch import HangWatch, watch_round
 from launcher.hangs.verdict import Verdict
 from launcher.pace import Change, PacedWorker, PaceWatch
@@ -21,6 +22,7 @@ from launcher.preflight import Preflight
 from launcher.preflight.gate import check_round
 from launcher.reaper.handle import ReaperProcess
 from launcher.telemetry.metrics import RestartCause, Telemetry
+from launcher.workers.checkpoints import ENV_MEMORY, newest_save
 from launcher.workers.env import WorkerSpec
 from launcher.workers.group import GroupState, GroupStatus, WorkerGroup
 from rendezvous.errors import RendezvousError
@@ -147,12 +149,13 @@ class RoundRunner:
             ending(checked.outcome)
             return checked
         self._start(info, attempt, layout)
-        started = time.monotonic()
+        started, progress = time.monotonic(), (None, None, 0)
         try:
             result = self._watch()
+            ended = time.monotonic()
             if result.outcome in (RoundOutcome.FAILED, RoundOutcome.HUNG):  # how far they got (crash loops)
                 beats = self._hangs.most_beats() if self._hangs is not None else 0
-                result = replace(result, beats=beats, ran=time.monotonic() - started)
+                result = replace(result, beats=beats, ran=ended - started)
             if result.outcome is RoundOutcome.FAILED:
                 result = self._blame(result)
             if result.outcome is RoundOutcome.HUNG:
@@ -162,6 +165,7 @@ class RoundRunner:
         finally:
             self._beats_used = self._beats_used or (self._hangs is not None and self._hangs.used)
             if self._hangs is not None:
+                progress = self._hangs.progress()
                 self._hangs.close()
             self._hangs = None
             self._end_pace()
@@ -177,6 +181,7 @@ class RoundRunner:
         if self._peers is not None:
             self._peers.end_round()  # after the workers: the peers' deadline guards them until then
         self._telemetry.workers(0)
+        self._record_round(info, result, RoundMarks(started, ended, time.monotonic(), *progress, save=self._saved()))
         if result.outcome is RoundOutcome.REPLACED:  # it rejoins once the spare's round runs, as a spare
             wait_replaced(self.handler, info.round, min(self.handler.settings.join_timeout, 30.0))
         return result
@@ -209,6 +214,19 @@ class RoundRunner:
         node, lease = self.handler.node_id, lambda: self.handler.lease.lease_id
         gauge = self._telemetry.straggler_score
         self._pace = PaceWatch(paced, self._board, node=node, round_=info.round, lease=lease, gauge=gauge)
+
+    def _record_round(self, info: RendezvousInfo, result: RoundResult, marks: RoundMarks) -> None:
+        """The ``round_ended`` record of group ranks 0 and 1 (``launcher.goodput.marks``)."""
+        if info.group_rank < WRITERS:
+            now_wall, now = time.time(), time.monotonic()
+            details = round_details(
+                marks, outcome=result.outcome.value, group_rank=info.group_rank, now_wall=now_wall, now=now
+            )
+            self._history.record("round_ended", info.round, **details)
+
+    def _saved(self) -> tuple[int, float] | None:
+        """The newest elastic.checkpoint save of this node's workers: (step, when)."""
+        return newest_save(self._environ.get(ENV_MEMORY))
 
     def _open(self, info: RendezvousInfo) -> RoundResult | None:
         """The round's store served (group rank 0), then the pre-flight check when it is due: a

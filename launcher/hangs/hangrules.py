@@ -129,6 +129,7 @@ class RankWatch:
         self.timeouts = timeouts
         self.judge_first = judge_first or timeouts.judge_first
         self.beat: Beat | None = None
+        self.first: float | None = None  # monotonic time of its first heartbeat seen (goodput's first step)
         self.steps = 0  # intervals learned from
         self.slowest = 0.0
         self.starved = 0.0  # seconds since its last heartbeat that it could not run (the node starved)
@@ -147,6 +148,8 @@ class RankWatch:
                 n = beat.count - previous.count
                 self.slowest = max(self.slowest, (beat.last - previous.last) / n)
                 self.steps += n
+        if self.first is None:
+            self.first = beat.last
         if previous is None or beat.count != previous.count or beat.phase_changes != previous.phase_changes:
             self.beat = beat
             self.starved = 0.0  # it beat: silence is counted from now

@@ -148,6 +148,14 @@ class HangWatch:
             watch.feed(reader.read())
         return max((w.beat.count for w in self._watches if w.beat is not None), default=0)
 
+    def progress(self) -> tuple[float | None, float | None, int]:
+        """(first, last, beats): when every local worker that beat had beaten once (monotonic), its
+        last heartbeat, and the most heartbeats one beat -- read now (``most_beats``)."""
+        beats = self.most_beats()
+        firsts = [w.first for w in self._watches if w.first is not None]
+        lasts = [w.beat.last for w in self._watches if w.beat is not None]
+        return (max(firsts) if firsts else None), (max(lasts) if lasts else None), beats
+
     def reports(self, now: float | None = None) -> list[RankReport]:
         now = self._clock() if now is None else now
         wall = self._wall()

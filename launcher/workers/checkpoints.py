@@ -36,6 +36,7 @@ __all__ = [
     "file_name",
     "memory_dir",
     "newest",
+    "newest_save",
     "superseded",
 ]
 
@@ -95,6 +96,20 @@ def copies_at(directory: str | None) -> list[Copy]:
         return copies_in(os.listdir(directory)) if directory else []
     except (FileNotFoundError, NotADirectoryError):
         return []
+
+
+def newest_save(directory: str | None) -> tuple[int, float] | None:
+    """(step, when: the file's modification time, seconds since the epoch) of the newest complete
+    copy in ``directory`` (None: none)."""
+    for _ in range(3):  # a copy deleted under us was superseded: the newer one then
+        found = newest(copies_at(directory))
+        if found is None:
+            return None
+        try:
+            return found.step, os.stat(os.path.join(directory or "", found.name)).st_mtime
+        except FileNotFoundError:
+            continue
+    return None
 
 
 def drop_superseded(directory: str, rank: int) -> None:

@@ -1,0 +1,362 @@
+"""A job's account (pure): its wall time, from the first node's arrival to its close, cut into
+segments that tile it -- training, and time lost by cause -- from the job's history records.
+
+Per round: the coordinator's ``round_frozen`` (when it formed, and how long forming took) and the
+``round_ended`` record of its lowest group rank (``launcher.goodput.marks``). Between two rounds the
+time goes to stopping the workers and forming the next round (waiting for nodes before the first
+one, fenced when the round before ended for want of a lease); in a round, to starting the workers
+until their first heartbeat (checks first, when a pre-flight check ran), then training -- except,
+when the round ended in a fault, the steps since the newest ``elastic.checkpoint`` save (redone
+after the restart) and a hung rank's silence until the verdict. Straggler drag is training time
+lost to slow steps: in a round slower than the fastest round of the same world size, or the share
+a straggler's score says from the moment it was named.
+
+What cannot be told is said in ``notes``, never guessed: a job whose workers call no
+``elastic.heartbeat()`` has no first step (start counts as training), one that saves no
+``elastic.checkpoint`` has no last save (nothing counts as redone).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from rendezvous.job.history import Event
+
+__all__ = ["Cause", "TITLES", "Segment", "Incident", "Account", "account_of", "MIN_RATE_STEPS"]
+
+
+class Cause(str, enum.Enum):
+    """Where a second went (``elastic_lost_seconds_total``'s ``cause``, TRAINING aside)."""
+
+    TRAINING = "training"
+    WAITING = "waiting_for_nodes"
+    RENDEZVOUS = "rendezvous"
+    START = "start"
+    REDONE = "redone"
+    HANG = "hang"
+    STRAGGLER = "straggler"
+    FENCED = "fenced"
+    CHECKS = "checks"
+    STOPPING = "stopping"
+    UNKNOWN = "unknown"
+
+
+TITLES = {
+    Cause.TRAINING: "training",
+    Cause.WAITING: "waiting for nodes",
+    Cause.RENDEZVOUS: "rendezvous",
+    Cause.START: "process start and imports",
+    Cause.REDONE: "steps redone since the last save",
+    Cause.HANG: "hang until detected",
+    Cause.STRAGGLER: "straggler drag",
+    Cause.FENCED: "fenced / etcd outage",
+    Cause.CHECKS: "health and pre-flight checks",
+    Cause.STOPPING: "stopping workers",
+    Cause.UNKNOWN: "not recorded (a round's nodes died)",
+}
+_START = -1  # the incident of the job's start (the first round's wait and start)
+MIN_RATE_STEPS = 6  # heartbeats a round needs for its step time to count
+SLOW = 1.1  # a round this much slower than the fastest of its size is dragged
+
+
+@dataclass(frozen=True)
+class Segment:
+    start: float  # seconds since the epoch
+    end: float
+    cause: Cause
+    round: int
+    drag: float = 0.0  # of a training segment: seconds of it lost to slow steps
+
+    @property
+    def seconds(self) -> float:
+        return self.end - self.start
+
+
+@dataclass(frozen=True)
+class Incident:
+    """One fault or wait and everything it cost, for the costliest-first list."""
+
+    round: int
+    what: str
+    seconds: float
+    parts: tuple[tuple[Cause, float], ...]
+
+
+@dataclass(frozen=True)
+class Account:
+    start: float
+    end: float
+    segments: tuple[Segment, ...]
+    incidents: tuple[Incident, ...]
+    events: tuple[Event, ...]
+    rounds: int
+    notes: tuple[str, ...] = ()
+    closed: bool = True
+
+    @property
+    def wall(self) -> float:
+        return max(self.end - self.start, 0.0)
+
+    @property
+    def lost(self) -> dict[Cause, float]:
+        """Seconds lost by cause, costliest first (drag taken out of training)."""
+        totals: dict[Cause, float] = {}
+        for segment in self.segments:
+            if segment.cause is not Cause.TRAINING:
+                totals[segment.cause] = totals.get(segment.cause, 0.0) + segment.seconds
+            elif segment.drag:
+                totals[Cause.STRAGGLER] = totals.get(Cause.STRAGGLER, 0.0) + segment.drag
+        return dict(sorted(totals.items(), key=lambda item: -item[1]))
+
+    @property
+    def productive(self) -> float:
+        return sum(s.seconds - s.drag for s in self.segments if s.cause is Cause.TRAINING)
+
+    @property
+    def goodput(self) -> float:
+        return self.productive / self.wall if self.wall > 0 else 0.0
+
+    def windows(self, count: int = 20) -> list[tuple[float, float, float]]:
+        """(start, end, goodput) of ``count`` equal windows across the job."""
+        if self.wall <= 0:
+            return []
+        width = self.wall / count
+        out = []
+        for i in range(count):
+            lo, hi = self.start + i * width, self.start + (i + 1) * width
+            good = 0.0
+            for s in self.segments:
+                overlap = min(s.end, hi) - max(s.start, lo)
+                if s.cause is Cause.TRAINING and overlap > 0:
+                    good += overlap * (1.0 - s.drag / s.seconds if s.seconds > 0 else 1.0)
+            out.append((lo, hi, good / width))
+        return out
+
+
+@dataclass
+class _Round:
+    number: int
+    formed: float | None = None
+    formed_in: float = 0.0
+    world: int = 0
+    ended: Event | None = None
+    events: list[Event] = field(default_factory=list)
+
+    def at(self, key: str) -> float | None:
+        """A ``round_ended`` time (seconds from the workers' start) on the wall clock."""
+        if self.ended is None or key not in self.ended.details:
+            return None
+        return self.started + float(self.ended.details[key])
+
+    @property
+    def started(self) -> float:
+        d = self.ended.details
+        return self.ended.time - float(d.get("stop", 0.0)) - float(d.get("ran", 0.0))
+
+    @property
+    def stopped_at(self) -> float:
+        return self.ended.time
+
+    @property
+    def outcome(self) -> str:
+        return str(self.ended.details.get("outcome", "")) if self.ended is not None else ""
+
+
+def account_of(events: Iterable[Event], *, now: float | None = None) -> Account:
+    """The account of a job from its history records (in time order); ``now``: where a running
+    job's account ends (default: its last record)."""
+    events = sorted(events, key=lambda e: e.time)
+    if not events:
+        return Account(0.0, 0.0, (), (), (), 0, ("no history records",), closed=False)
+    rounds = _rounds(events)
+    closes = [e.time for e in events if e.kind == "job_closed"]
+    end = max(closes) if closes else (now if now is not None else events[-1].time)
+    firsts = [r.formed - r.formed_in for r in rounds if r.formed is not None]
+    start = min([events[0].time, *firsts])
+    saves = any(int(r.ended.details.get("step", -1)) >= 0 for r in rounds if r.ended is not None)
+    beats = any("first_step" in r.ended.details for r in rounds if r.ended is not None)
+    cutter = _Cutter(start)
+    for index, r in enumerate(rounds):
+        after = rounds[index + 1] if index + 1 < len(rounds) else None
+        until = after.formed - after.formed_in if after is not None and after.formed is not None else end
+        _cut_round(cutter, r, rounds[index - 1] if index else None, until, saves=saves, beats=beats)
+    cutter.add(end, Cause.STOPPING if closes else Cause.TRAINING, rounds[-1].number if rounds else 0)
+    segments = _with_drag(cutter.segments, rounds)
+    notes = []
+    if not beats:
+        notes.append("the workers call no elastic.heartbeat(): process start counts as training")
+    if beats and not saves:
+        notes.append("the workers save no elastic.checkpoint: steps redone after a fault count as training")
+    return Account(
+        start, end, segments, _incidents(segments, rounds), tuple(events), len(rounds), tuple(notes), bool(closes)
+    )
+
+
+class _Cutter:
+    """Segments laid end to end from ``start``: each ``add`` runs from where the last one ended."""
+
+    def __init__(self, start: float) -> None:
+        self.cursor = start
+        self.segments: list[Segment] = []
+
+    def add(self, until: float | None, cause: Cause, round_: int) -> None:
+        if until is None or until <= self.cursor:
+            return
+        last = self.segments[-1] if self.segments else None
+        if last is not None and last.cause is cause and last.round == round_:
+            self.segments[-1] = Segment(last.start, until, cause, round_)
+        else:
+            self.segments.append(Segment(self.cursor, until, cause, round_))
+        self.cursor = until
+
+
+def _rounds(events: Sequence[Event]) -> list[_Round]:
+    found: dict[int, _Round] = {}
+    for e in events:
+        r = found.setdefault(e.round, _Round(e.round))
+        r.events.append(e)
+        if e.kind == "round_frozen" and r.formed is None:
+            r.formed, r.formed_in = e.time, float(e.details.get("formed_in", 0.0))
+            r.world = int(e.details.get("world_size", 0))
+        elif e.kind == "round_ended":
+            rank = int(e.details.get("group_rank", 0))
+            if r.ended is None or rank < int(r.ended.details.get("group_rank", 0)):
+                r.ended = e
+    return [r for _, r in sorted(found.items()) if r.formed is not None or r.ended is not None]
+
+
+def _cut_round(cut: _Cutter, r: _Round, before: _Round | None, until: float, *, saves: bool, beats: bool) -> None:
+    """Round ``r``'s segments, from the end of ``before``'s; ``until``: when the next round began to form."""
+    gap = Cause.WAITING if before is None else Cause.FENCED if before.outcome == "fenced" else Cause.RENDEZVOUS
+    formed = r.formed if r.formed is not None else (r.started if r.ended is not None else None)
+    cut.add(formed, gap, r.number)
+    if r.ended is None:  # no record of its workers: its nodes died with it
+        cut.add(until, Cause.UNKNOWN, r.number)
+        return
+    checked = any(e.kind == "preflight" for e in r.events)
+    cut.add(r.started, Cause.CHECKS if checked else Cause.START, r.number)
+    ended, first_step = r.at("ran"), r.at("first_step")
+    if beats:
+        cut.add(first_step if first_step is not None else ended, Cause.START, r.number)
+    if r.outcome != "succeeded":
+        train_until = r.at("last_step") if r.outcome == "hung" else ended
+        kept = r.at("saved") if saves else train_until
+        cut.add(min(kept or cut.cursor, train_until or cut.cursor), Cause.TRAINING, r.number)
+        cut.add(train_until, Cause.REDONE, r.number)
+        cut.add(ended, Cause.HANG if r.outcome == "hung" else Cause.REDONE, r.number)
+    cut.add(ended, Cause.TRAINING, r.number)
+    cut.add(r.stopped_at, Cause.STOPPING, r.number)
+
+
+def _step_time(r: _Round) -> float | None:
+    if r.ended is None or int(r.ended.details.get("steps", 0)) < MIN_RATE_STEPS:
+        return None
+    first, last = r.at("first_step"), r.at("last_step")
+    if first is None or last is None or last <= first:
+        return None
+    return (last - first) / (int(r.ended.details["steps"]) - 1)
+
+
+def _with_drag(segments: list[Segment], rounds: list[_Round]) -> tuple[Segment, ...]:
+    """Training segments with the seconds of them lost to slow steps."""
+    times = {r.number: _step_time(r) for r in rounds}
+    fastest: dict[int, float] = {}
+    for r in rounds:
+        if times[r.number] is not None:
+            fastest[r.world] = min(fastest.get(r.world, float("inf")), times[r.number])
+    share = {}
+    for r in rounds:
+        by_rate = 0.0
+        if times[r.number] is not None and times[r.number] > SLOW * fastest[r.world]:
+            by_rate = 1.0 - fastest[r.world] / times[r.number]
+        share[r.number] = by_rate
+    named = _named_stragglers(rounds)
+    out = []
+    for s in segments:
+        if s.cause is not Cause.TRAINING:
+            out.append(s)
+            continue
+        drag = s.seconds * share.get(s.round, 0.0)
+        for since, until, fraction in named.get(s.round, []):
+            overlap = min(s.end, until or s.end) - max(s.start, since)
+            drag = max(drag, overlap * fraction) if overlap > 0 else drag
+        out.append(Segment(s.start, s.end, s.cause, s.round, round(min(drag, s.seconds), 3)))
+    return tuple(out)
+
+
+def _named_stragglers(rounds: list[_Round]) -> dict[int, list[tuple[float, float | None, float]]]:
+    """(since, until, share of the job's speed lost) for each straggler named in a round: the job
+    steps at the slowest rank's pace, a score of 0.5 halving it."""
+    out: dict[int, list[tuple[float, float | None, float]]] = {}
+    for r in rounds:
+        open_: dict[object, Event] = {}
+        for e in r.events:
+            key = (e.node, e.details.get("rank"))
+            if e.kind == "straggler":
+                open_[key] = e
+            elif e.kind == "straggler_recovered" and key in open_:
+                named = open_.pop(key)
+                out.setdefault(r.number, []).append((named.time, e.time, 1.0 - float(named.details.get("score", 1.0))))
+        for named in open_.values():
+            out.setdefault(r.number, []).append((named.time, None, 1.0 - float(named.details.get("score", 1.0))))
+    return out
+
+
+def _incidents(segments: Sequence[Segment], rounds: list[_Round]) -> tuple[Incident, ...]:
+    """What each round's end cost (its redone steps and hang, the stop, the next round's forming
+    and start), each round's drag, and the wait for the first round; costliest first."""
+    by_round = {r.number: r for r in rounds}
+    order = [r.number for r in rounds]
+    costs: dict[int, dict[Cause, float]] = {}
+    for s in segments:
+        owner = s.round
+        if s.cause in (Cause.WAITING, Cause.RENDEZVOUS, Cause.FENCED, Cause.START, Cause.CHECKS) and owner in order:
+            at = order.index(owner)
+            owner = order[at - 1] if at > 0 else _START  # the next round's forming and start: the fault's cost
+        parts = costs.setdefault(owner, {})
+        if s.cause is Cause.TRAINING:
+            if s.drag:
+                parts[Cause.STRAGGLER] = parts.get(Cause.STRAGGLER, 0.0) + s.drag
+            continue
+        parts[s.cause] = parts.get(s.cause, 0.0) + s.seconds
+    incidents = []
+    for number, parts in costs.items():
+        total = sum(parts.values())
+        if total > 0:
+            what = (
+                describe_end(by_round[number])
+                if number in by_round
+                else "the job's start: the first round's nodes and workers"
+            )
+            incidents.append(Incident(number, what, round(total, 3), tuple(sorted(parts.items(), key=lambda p: -p[1]))))
+    return tuple(sorted(incidents, key=lambda i: -i.seconds))
+
+
+def describe_end(r: _Round) -> str:
+    """What ended a round, from its records: a failed or hung rank, a node lost or gone, a straggler."""
+    for kind in ("worker_hung", "worker_failed", "node_lost", "node_left", "straggler", "round_requested"):
+        found = [e for e in r.events if e.kind == kind]
+        if found:
+            return f"round {r.number}: " + _what(found[0])
+    outcome = r.outcome or "its nodes' records are missing"
+    if outcome == "succeeded":
+        return f"round {r.number}: the job's end"
+    return f"round {r.number}: {outcome}"
+
+
+def _what(e: Event) -> str:
+    d = e.details
+    if e.kind == "worker_failed":
+        how = f"signal {d['signal']}" if d.get("signal") else f"exit code {d.get('exit_code')}"
+        return f"rank {d.get('rank')} on {e.node} failed ({how})"
+    if e.kind == "worker_hung":
+        return f"rank {d.get('rank')} on {e.node} hung"
+    if e.kind == "node_lost":
+        return f"node {d.get('node', e.node)} lost ({d.get('reason', '')})"
+    if e.kind == "node_left":
+        return f"node {e.node} left ({d.get('reason', '')})"
+    if e.kind == "straggler":
+        return f"rank {d.get('rank')} on {e.node} straggled (score {d.get('score')})"
+    return f"an operator asked for a new round ({d.get('reason', '')})"

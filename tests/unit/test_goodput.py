@@ -1,0 +1,176 @@
+"""The goodput account (pure): a job's history records cut into training and lost time by cause,
+the incidents costliest first, and the round record's details a node writes."""
+
+from __future__ import annotations
+
+import pytest
+
+from launcher.goodput.account import Cause, account_of
+from launcher.goodput.marks import RoundMarks, round_details
+from rendezvous.job.history import Event
+
+T0 = 1_800_000_000.0
+
+
+def frozen(at: float, round_: int, formed_in: float, world: int = 2) -> Event:
+    return Event(T0 + at, round_, "a", "round_frozen", {"formed_in": formed_in, "world_size": world, "nodes": world})
+
+
+def ended(at: float, round_: int, outcome: str, *, ran: float, stop: float = 0.5, rank: int = 0, **marks) -> Event:
+    """A round_ended record written at ``at`` (after the stop), its workers started ``ran + stop`` before."""
+    details = {"outcome": outcome, "group_rank": rank, "ran": ran, "stop": stop, "steps": 0, "step": -1, **marks}
+    return Event(T0 + at, round_, "a" if rank == 0 else "b", "round_ended", details)
+
+
+def closed(at: float, round_: int) -> Event:
+    return Event(T0 + at, round_, "a", "job_closed", {"reason": "the job finished", "failed": False, "by": "agent"})
+
+
+def totals(account) -> dict[Cause, float]:
+    out = {Cause.TRAINING: round(account.productive, 3)}
+    out.update({cause: round(seconds, 3) for cause, seconds in account.lost.items()})
+    return out
+
+
+def test_a_job_that_ran_through_is_training_but_its_wait_start_and_stop():
+    # nodes wait 2 s for each other; workers start at 2.5, first step at 4.5, end at 102.5, gone at 103
+    events = [
+        frozen(2.0, 1, 2.0),
+        ended(103.0, 1, "succeeded", ran=100.0, stop=0.5, first_step=2.0, last_step=99.9, steps=500, step=490),
+        closed(103.2, 1),
+    ]
+    account = account_of(events)
+    assert account.wall == pytest.approx(103.2)
+    assert totals(account) == {
+        Cause.TRAINING: 98.0,
+        Cause.WAITING: 2.0,
+        Cause.START: 2.5,  # freeze -> workers started (0.5) -> first step (2.0)
+        Cause.STOPPING: 0.7,
+    }
+    assert sum(s.seconds for s in account.segments) == pytest.approx(account.wall)  # the segments tile the wall time
+    assert account.goodput == pytest.approx(98.0 / 103.2)
+
+
+def test_a_failure_costs_the_steps_since_the_last_save_the_stop_the_rendezvous_and_the_next_start():
+    events = [
+        frozen(0.0, 1, 0.0),
+        # round 1: started at 0, first step at 1, saved at 40, a worker died at 50, workers gone at 50.5
+        ended(50.5, 1, "failed", ran=50.0, first_step=1.0, last_step=49.8, steps=250, step=199, saved=40.0),
+        Event(T0 + 50.0, 1, "b", "worker_failed", {"rank": 1, "signal": "SIGKILL", "exit_code": -9}),
+        frozen(51.0, 2, 0.3),  # formed 0.5 s after the stop
+        ended(101.0, 2, "succeeded", ran=49.5, stop=0.5, first_step=1.5, last_step=49.0, steps=240, step=430),
+        closed(101.0, 2),
+    ]
+    account = account_of(events)
+    lost = totals(account)
+    assert lost[Cause.REDONE] == pytest.approx(10.0)  # 40 -> 50: redone after the restart
+    assert lost[Cause.RENDEZVOUS] == pytest.approx(0.5)
+    assert lost[Cause.START] == pytest.approx(1.0 + 1.5)  # each round's start to its first step
+    assert lost[Cause.STOPPING] == pytest.approx(0.5 + 0.5)
+    assert lost[Cause.TRAINING] == pytest.approx(39.0 + 48.0)
+    worst = account.incidents[0]
+    assert worst.what == "round 1: rank 1 on b failed (signal SIGKILL)", worst
+    # its cost: the redone steps, the stop, the next round's forming and start
+    assert worst.seconds == pytest.approx(10.0 + 0.5 + 0.5 + 1.5)
+
+
+def test_a_hang_costs_the_silence_until_the_verdict_and_the_steps_since_the_save():
+    events = [
+        frozen(0.0, 1, 0.0),
+        ended(40.5, 1, "hung", ran=40.0, first_step=1.0, last_step=30.0, steps=150, step=99, saved=20.0),
+        frozen(41.0, 2, 0.1),
+        ended(60.0, 2, "succeeded", ran=18.5, first_step=0.5, last_step=18.0, steps=90, step=190, saved=18.0),
+        closed(60.0, 2),
+    ]
+    lost = totals(account_of(events))
+    assert lost[Cause.HANG] == pytest.approx(10.0)  # last heartbeat at 30, verdict at 40
+    assert lost[Cause.REDONE] == pytest.approx(10.0)  # saved at 20, last step at 30
+
+
+def test_a_job_that_saves_nothing_says_so_and_counts_no_redone_steps():
+    events = [
+        frozen(0.0, 1, 0.0),
+        ended(20.5, 1, "failed", ran=20.0, first_step=1.0, last_step=19.0, steps=90),
+        frozen(21.0, 2, 0.1),
+        ended(40.0, 2, "succeeded", ran=18.5, first_step=1.0, last_step=18.0, steps=90),
+        closed(40.0, 2),
+    ]
+    account = account_of(events)
+    assert Cause.REDONE not in account.lost
+    assert any("save no elastic.checkpoint" in note for note in account.notes), account.notes
+
+
+def test_a_round_slower_than_the_fastest_of_its_size_is_straggler_drag():
+    events = [
+        frozen(0.0, 1, 0.0),
+        # 101 steps in 100 s: 1 s a step
+        ended(102.0, 1, "membership changed", ran=101.5, first_step=1.0, last_step=101.0, steps=101, step=100, saved=101.0),
+        frozen(102.5, 2, 0.1),
+        # 51 steps in 100 s: 2 s a step -- half the job's speed
+        ended(204.0, 2, "succeeded", ran=101.0, first_step=1.0, last_step=101.0, steps=51, step=150),
+        closed(204.0, 2),
+    ]
+    account = account_of(events)
+    assert account.lost[Cause.STRAGGLER] == pytest.approx(50.0, abs=0.6)  # half of round 2's training
+
+
+def test_a_named_straggler_drags_by_its_score_from_when_it_was_named():
+    events = [
+        frozen(0.0, 1, 0.0),
+        Event(T0 + 50.0, 1, "b", "straggler", {"rank": 1, "score": 0.5, "pace": 0.2, "fastest": 0.1}),
+        ended(101.0, 1, "succeeded", ran=100.5, first_step=0.5, last_step=100.0, steps=400, step=390),
+        closed(101.0, 1),
+    ]
+    assert account_of(events).lost[Cause.STRAGGLER] == pytest.approx(0.5 * 50.5, abs=0.01)
+
+
+def test_a_round_whose_record_is_missing_is_unknown_not_rendezvous():
+    events = [
+        frozen(0.0, 1, 0.0),
+        frozen(60.0, 2, 1.0),  # round 1's nodes recorded nothing (both died)
+        ended(100.0, 2, "succeeded", ran=38.5, first_step=1.0, last_step=38.0, steps=100, step=90),
+        closed(100.0, 2),
+    ]
+    lost = account_of(events).lost
+    assert lost[Cause.UNKNOWN] == pytest.approx(59.0) and lost.get(Cause.RENDEZVOUS) == pytest.approx(1.0)
+
+
+def test_the_lowest_group_rank_s_record_is_the_round_s():
+    events = [
+        frozen(0.0, 1, 0.0),
+        ended(30.0, 1, "succeeded", rank=1, ran=29.0, first_step=9.0, last_step=28.0, steps=20),
+        ended(30.0, 1, "succeeded", rank=0, ran=29.0, first_step=1.0, last_step=28.0, steps=20),
+        closed(30.0, 1),
+    ]
+    assert account_of(events).lost[Cause.START] == pytest.approx(1.0 + 0.5)
+
+
+def test_windows_give_each_stretch_its_goodput():
+    events = [
+        frozen(10.0, 1, 10.0),  # 10 s waiting
+        ended(20.5, 1, "succeeded", ran=10.0, stop=0.5, first_step=0.0, last_step=10.0, steps=20),
+        closed(20.5, 1),
+    ]
+    windows = account_of(events).windows(2)  # of 10.25 s each: training from 10.0 to 20.0
+    assert [w[2] for w in windows] == pytest.approx([0.25 / 10.25, 9.75 / 10.25])
+
+
+def test_the_round_record_s_details_are_offsets_from_the_workers_start():
+    marks = RoundMarks(started=100.0, ended=130.0, stopped=130.4, first=102.0, last=129.5, steps=77, save=(70, 5125.0))
+    # the same instant: monotonic 131.0 is 5131.0 on the wall clock: the workers started at 5100.0
+    details = round_details(marks, outcome="failed", group_rank=0, now_wall=5131.0, now=131.0)
+    assert details == {
+        "outcome": "failed",
+        "group_rank": 0,
+        "ran": 30.0,
+        "stop": 0.4,
+        "steps": 77,
+        "step": 70,
+        "first_step": 2.0,
+        "last_step": 29.5,
+        "saved": 25.0,
+    }
+    old = round_details(
+        RoundMarks(100.0, 130.0, 130.4, save=(10, 5000.0)), outcome="failed", group_rank=1, now_wall=5131.0, now=131.0
+    )
+    assert old["step"] == 10 and "saved" not in old and "first_step" not in old  # a save of an earlier round
