@@ -7,7 +7,8 @@ restart costs is visible step by step (``bench/recovery.py`` measures it with th
 Each step is one forward/backward/optimizer step of a small MLP on synthetic data, on every rank,
 followed by elastic.heartbeat(). Rank 0 saves the model, the optimizer and the step every
 --save-every steps; with --in-memory under elastic-run every rank keeps its state with
-elastic.checkpoint after every step instead (elsewhere --in-memory changes nothing). With
+elastic.checkpoint after every step (or every --memory-every steps) instead (elsewhere --in-memory
+changes nothing). --step-time pads each step to that many seconds, as a heavier model's would take. With
 --timeline DIR every process appends JSON lines to DIR/<pid>.jsonl: when it
 started (before any import), finished importing torch, joined the process group, built its model
 and optimizer, restored the save, and completed each step.
@@ -57,6 +58,8 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--checkpoint", default=None, help="the save file (default: none)")
     parser.add_argument("--timeline", default=None, help="a directory for the JSON lines (default: none)")
     parser.add_argument("--in-memory", action="store_true", help="elastic.checkpoint after every step (elastic-run)")
+    parser.add_argument("--memory-every", type=int, default=1, help="with --in-memory: a save every so many steps")
+    parser.add_argument("--step-time", type=float, default=0.0, help="each step lasts at least this many seconds")
     return parser.parse_args()
 
 
@@ -105,16 +108,19 @@ def main() -> None:
     model = DistributedDataParallel(net)
     generator = torch.Generator().manual_seed(rank)
     while step < args.steps:
+        began = time.monotonic()
         x = torch.randn(32, 64, generator=generator)
         loss = torch.nn.functional.mse_loss(model(x), x.sum(dim=1, keepdim=True))
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
+        time.sleep(max(0.0, args.step_time - (time.monotonic() - began)))  # a heavier model's step
         step += 1
         elastic.heartbeat()
         timeline("step", step=step)
-        if in_memory:
-            elastic.checkpoint.save({"model": net.state_dict(), "optimizer": optimizer.state_dict(), "step": step})
+        if in_memory and step % args.memory_every == 0:
+            state = {"model": net.state_dict(), "optimizer": optimizer.state_dict(), "step": step}
+            elastic.checkpoint.save(state, step=step)
         elif args.checkpoint and rank == 0 and step % args.save_every == 0:
             save(args.checkpoint, net, optimizer, step)
     if rank == 0:

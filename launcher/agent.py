@@ -197,9 +197,7 @@ class Agent:
                 self.telemetry.hung(result.verdict.culprit_label)
             if result.outcome is RoundOutcome.FENCED:
                 self._after_fence()
-            elif result.outcome is RoundOutcome.FAILED:
-                for record in restart.failure_records(result.status):
-                    self.history.record("worker_failed", self.info.round, **record)
+            elif result.outcome is RoundOutcome.FAILED:  # its worker_failed records are the runner's
                 if result.lost:  # with a peer's loss: a membership change, whatever the budget
                     self.say(restart.loss_line(result.lost, self.info.restart_count, self.info.max_restarts))
                 else:

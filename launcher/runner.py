@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 from launcher.c10dstore import StoreHost
+from launcher.goodput.live import publish_account
 from launcher.goodput.marks import WRITERS, RoundMarks, round_details
 from launcher.hangs.hangwatch import HangWatch, watch_round
 from launcher.hangs.verdict import Verdict
@@ -36,7 +37,7 @@ from rendezvous.rounds.join import RendezvousInfo
 from .config import AgentConfig
 from .hangs import beatfile as beats
 from .output import Layout
-from .restart import change_line
+from .restart import change_line, failure_records
 from .signals import stop_deferred
 
 __all__ = ["RoundOutcome", "RoundResult", "RoundRunner", "CAUSES"]
@@ -198,6 +199,8 @@ class RoundRunner:
         with stop_deferred():  # every worker started is one the group knows when a stop comes
             self._group.start(specs, layout, self._environ, self.config.cpu_binding)
         self._telemetry.workers(len(specs))
+        if info.group_rank == 0 and self._telemetry.registry is not None:  # the job's goodput so far, as metrics
+            publish_account(self._history.read, self._telemetry.account)
         self._hangs = watch_round(
             self._channel,
             specs,
@@ -216,7 +219,11 @@ class RoundRunner:
         self._pace = PaceWatch(paced, self._board, node=node, round_=info.round, lease=lease, gauge=gauge)
 
     def _record_round(self, info: RendezvousInfo, result: RoundResult, marks: RoundMarks) -> None:
-        """The ``round_ended`` record of group ranks 0 and 1 (``launcher.goodput.marks``)."""
+        """Its failed workers' ``worker_failed`` records, then the ``round_ended`` record of group
+        ranks 0 and 1 (``launcher.goodput.marks``)."""
+        if result.outcome is RoundOutcome.FAILED:
+            for record in failure_records(result.status):
+                self._history.record("worker_failed", info.round, **record)
         if info.group_rank < WRITERS:
             now_wall, now = time.time(), time.monotonic()
             details = round_details(

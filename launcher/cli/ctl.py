@@ -1,10 +1,11 @@
 """``elastic-ctl``: look at a job and act on it from anywhere etcd can be reached.
 
 Reads: ``status`` (the round and its nodes), ``watch`` (again on every change), ``history`` (the
-job's timeline), ``list`` (every job under the prefix). Writes, each one line saying what it did:
-``close`` (every agent stops its workers and exits 4), ``restart`` (a new round now, using no
-restart), ``reset`` (delete a finished job's keys so its id can be used again), ``prune`` (delete
-finished jobs older than an age). A job that does not exist: one line, exit 1.
+job's timeline), ``report`` (where its time went: goodput), ``list`` (every job under the prefix).
+Writes, each one line saying what it did: ``close`` (every agent stops its workers and exits 4),
+``restart`` (a new round now, using no restart), ``reset`` (delete a finished job's keys so its id
+can be used again), ``prune`` (delete finished jobs older than an age). A job that does not exist:
+one line, exit 1.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from rendezvous.rounds.view import JobView, get_state, stopped_of, view_of
 
 from .ctl_etcd import ctl_etcd
 from .ctl_jobs import CONF, ENDPOINT, connect, ctl_list, ctl_prune
+from .ctl_report import ctl_report
 
 __all__ = ["elastic_ctl", "render", "render_history"]
 
@@ -54,6 +56,7 @@ def elastic_ctl() -> None:
 elastic_ctl.add_command(ctl_list)
 elastic_ctl.add_command(ctl_prune)
 elastic_ctl.add_command(ctl_etcd)
+elastic_ctl.add_command(ctl_report)
 
 
 def _ctl_client(endpoint: str, run_id: str, conf: str) -> tuple[EtcdClient, JobKeys]:
@@ -196,6 +199,7 @@ def _plain(value: Any) -> str:
 @elastic_ctl.command("history")
 @_ctl_options
 @_JSON
+@click.option("--all", "show_all", is_flag=True, help="Also each round's round_ended records (what report reads).")
 @click.option("--follow", is_flag=True, help="Then print new events as they come, until the job closes.")
 @click.option(
     "--timeout",
@@ -204,7 +208,13 @@ def _plain(value: Any) -> str:
     help="Stop following after this many seconds.",
 )
 def ctl_history(
-    rdzv_endpoint: str, rdzv_id: str, rdzv_conf: str, as_json: bool, follow: bool, timeout: float | None
+    rdzv_endpoint: str,
+    rdzv_id: str,
+    rdzv_conf: str,
+    as_json: bool,
+    show_all: bool,
+    follow: bool,
+    timeout: float | None,
 ) -> int:
     """Print the job's timeline: rounds, nodes joining and leaving, failures, restarts, the close."""
     client, keys = _ctl_client(rdzv_endpoint, rdzv_id, rdzv_conf)
@@ -212,6 +222,8 @@ def ctl_history(
         events, revision = read_history(client, keys.root)
         if not events and client.get(keys.state) is None:
             raise _missing(rdzv_id, rdzv_endpoint, keys)
+        shown = (lambda event: True) if show_all else (lambda event: event.kind not in _ACCOUNTING)
+        events = [e for e in events if shown(e)]
         if as_json and not follow:
             click.echo(json.dumps([e.as_dict() for e in events], sort_keys=True))
             return 0
@@ -228,10 +240,14 @@ def ctl_history(
                     event = Event.decode(change.value)
                 except Exception:  # noqa: BLE001 -- not a record of ours: skip it
                     continue
-                _print_events([event], as_json, header=False)
+                if shown(event):
+                    _print_events([event], as_json, header=False)
                 if event.kind == "job_closed":
                     return 0
     return 0
+
+
+_ACCOUNTING = ("round_ended",)  # records for the goodput account (elastic-ctl report), shown with --all
 
 
 def _print_events(events: list[Event], as_json: bool, header: bool) -> None:

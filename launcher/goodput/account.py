@@ -173,6 +173,8 @@ def account_of(events: Iterable[Event], *, now: float | None = None) -> Account:
     rounds = _rounds(events)
     closes = [e.time for e in events if e.kind == "job_closed"]
     end = max(closes) if closes else (now if now is not None else events[-1].time)
+    if not closes and rounds and rounds[-1].ended is None and rounds[-1].formed is not None:
+        end = min(end, rounds[-1].formed)  # a running job: counted to the start of its current round
     firsts = [r.formed - r.formed_in for r in rounds if r.formed is not None]
     start = min([events[0].time, *firsts])
     saves = any(int(r.ended.details.get("step", -1)) >= 0 for r in rounds if r.ended is not None)

@@ -21,6 +21,11 @@ labels, never a credential.
                                                   rank; every node counts every hang of its rounds)
     elastic_fences_total                          times the workers were stopped for want of a lease renewal
     elastic_history_write_failures_total          history records that could not be written
+    elastic_goodput_ratio                         the job's training time over its wall time so far, from its
+                                                  history (group rank 0's agent, at each of its rounds' start)
+    elastic_lost_seconds_total{cause}             the job's seconds lost so far, by cause (launcher.goodput):
+                                                  waiting_for_nodes, rendezvous, start, redone, hang, straggler,
+                                                  fenced, checks, stopping, unknown -- as group rank 0 last counted
 """
 
 from __future__ import annotations
@@ -75,6 +80,8 @@ class Telemetry:
 
     def lease_age(self, age: Callable[[], float]) -> None: ...
 
+    def account(self, goodput: float, lost: dict[str, float]) -> None: ...
+
 
 class PrometheusTelemetry(Telemetry):
     def __init__(self, job: str, node: str, *, max_restarts: int = 0) -> None:
@@ -110,6 +117,7 @@ class PrometheusTelemetry(Telemetry):
         self._lease_age = gauge(
             "elastic_lease_renewal_age_seconds", "Seconds since the last acknowledged lease renewal was sent"
         )
+        self._goodput = gauge("elastic_goodput_ratio", "The job's training time over its wall time so far")
         self._counters(labels, values)
         self._values = values
         self.state("init")
@@ -156,6 +164,13 @@ class PrometheusTelemetry(Telemetry):
             (*labels, "culprit"),
             registry=self.registry,
         )
+        self._lost = Counter(
+            "elastic_lost_seconds",
+            "The job's seconds lost so far, by cause",
+            (*labels, "cause"),
+            registry=self.registry,
+        )
+        self._lost_seen: dict[str, float] = {}
         self._history = Counter(
             "elastic_history_write_failures",
             "History records that could not be written",
@@ -211,3 +226,12 @@ class PrometheusTelemetry(Telemetry):
 
     def lease_age(self, age: Callable[[], float]) -> None:
         self._lease_age.set_function(age)
+
+    def account(self, goodput: float, lost: dict[str, float]) -> None:
+        """The job's account as counted now: the counters rise by what was lost since the last count."""
+        self._goodput.set(goodput)
+        for cause, seconds in lost.items():
+            rise = seconds - self._lost_seen.get(cause, 0.0)
+            if rise > 0:
+                self._lost.labels(cause=cause, **self._values).inc(rise)
+                self._lost_seen[cause] = seconds

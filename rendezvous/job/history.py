@@ -23,6 +23,8 @@ Kinds and their details::
     straggler      rank, local_rank, score, pace, fastest (s) (a rank named a straggler)
     straggler_recovered  the same (it is no longer one)
     preflight      seconds, nodes, slowest_pair_ms, findings, excluded (group rank 0's, after the check)
+    round_ended    outcome, group_rank, ran, stop, steps, step, first_step, last_step, saved (group ranks 0
+                   and 1, once their workers of the round are gone: the goodput account's, launcher.goodput)
 """
 
 from __future__ import annotations
@@ -149,6 +151,10 @@ class HistoryWriter:
         self._lease: int | None = None  # the job's lease, as its state names it (None: not read yet)
         self._thread = threading.Thread(target=self._run, name="history", daemon=True)
         self._thread.start()
+
+    def read(self) -> list[Event]:
+        """Every record of the job now, oldest first (a RendezvousError when etcd cannot be read)."""
+        return read_history(self._client, self._job_prefix)[0]
 
     def record(self, kind: str, round_: int, *, node: str | None = None, store: bool = True, **details: Any) -> None:
         """Queue a record about ``node`` (default: this writer's node); details that are None are left out.

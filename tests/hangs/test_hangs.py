@@ -88,7 +88,7 @@ def test_the_rank_that_stopped_is_named_on_both_nodes_with_its_stuck_frame_where
     etcd_endpoints, tmp_path, place, hang, culprit
 ):
     out, rdzv_id, timeout = str(tmp_path), run_id(), 4.0
-    worker = steps_args(out, "--gloo", "--place", place, "--hang", hang, "--steps", "20")
+    worker = steps_args(out, "--gloo", "--place", place, "--hang", hang, "--steps", "10")
     options = ["--max-restarts", "3", "--heartbeat-timeout", str(timeout), "--http-port", "0"]
     agents = _two_agents(etcd_endpoints, rdzv_id, *options, "--http-host", "127.0.0.1", *worker)
     try:

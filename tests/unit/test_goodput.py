@@ -104,7 +104,9 @@ def test_a_round_slower_than_the_fastest_of_its_size_is_straggler_drag():
     events = [
         frozen(0.0, 1, 0.0),
         # 101 steps in 100 s: 1 s a step
-        ended(102.0, 1, "membership changed", ran=101.5, first_step=1.0, last_step=101.0, steps=101, step=100, saved=101.0),
+        ended(
+            102.0, 1, "membership changed", ran=101.5, first_step=1.0, last_step=101.0, steps=101, step=100, saved=101.0
+        ),
         frozen(102.5, 2, 0.1),
         # 51 steps in 100 s: 2 s a step -- half the job's speed
         ended(204.0, 2, "succeeded", ran=101.0, first_step=1.0, last_step=101.0, steps=51, step=150),

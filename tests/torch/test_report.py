@@ -1,0 +1,123 @@
+"""``elastic-ctl report`` on a real job (two agents, DDP on gloo, a worker SIGKILLed mid-run): the
+account tiles the job's wall time, its redone steps and training agree with the workers' own step
+times, the costliest incident is the kill; and its page, opened in a real headless browser
+(Debian's chromium), renders a mark for every history record and is not blank."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import time
+
+import pytest
+
+from tests.e2e.cli_helpers import agent_args, finish, run, run_id, start, wait_for
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+STEPS = os.path.join(ROOT, "examples", "ddp_steps.py")
+STEP_TIME, SAVE_EVERY, KILL_AT, TOTAL = 0.05, 20, 70, 160
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def _timeline(directory: str) -> list[dict]:
+    lines = []
+    for name in os.listdir(directory):
+        with open(os.path.join(directory, name)) as f:
+            lines += [json.loads(line) for line in f if line.strip()]
+    return sorted(lines, key=lambda r: r["t"])
+
+
+def _ctl(*args: str) -> subprocess.CompletedProcess:
+    done = run(list(args), tool_name="elastic-ctl", timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+@pytest.fixture(scope="module")
+def reported(etcd_endpoints, tmp_path_factory):
+    """The job run once, killed once; its report as JSON and text, its page, its history."""
+    tmp = tmp_path_factory.mktemp("report")
+    steps_dir, rdzv_id = tmp / "timeline", run_id()
+    steps_dir.mkdir()
+    args = agent_args(etcd_endpoints, rdzv_id, "2", nproc=1, conf="last_call_timeout=1") + ["--max-restarts", "2"]
+    worker = [STEPS, "--steps", str(TOTAL), "--in-memory", "--memory-every", str(SAVE_EVERY)]
+    worker += ["--step-time", str(STEP_TIME), "--timeline", str(steps_dir)]
+    agents = [start(args + worker) for _ in range(2)]
+    try:
+
+        def victim():
+            late = [
+                r for r in _timeline(str(steps_dir)) if r["event"] == "step" and r["rank"] == 1 and r["step"] >= KILL_AT
+            ]
+            return late[0]["pid"] if late else None
+
+        pid = wait_for(victim, 120, interval=0.01, what=f"rank 1 at step {KILL_AT}")
+        os.kill(pid, signal.SIGKILL)
+        killed = time.time()
+        results = [finish(agent, 120) for agent in agents]
+    finally:
+        for agent in agents:
+            if agent.poll() is None:
+                agent.kill()
+    assert [code for code, _ in results] == [0, 0], [text for _, text in results]
+    page = tmp / "page.html"
+    common = ["--rdzv-endpoint", etcd_endpoints]
+    text = _ctl("report", rdzv_id, *common, "--html", str(page)).stdout
+    account = json.loads(_ctl("report", "--rdzv-id", rdzv_id, *common, "--json", "--no-html").stdout)
+    history = json.loads(_ctl("history", "--rdzv-id", rdzv_id, *common, "--json", "--all").stdout)
+    return {"text": text, "account": account, "page": page, "history": history, "killed": killed,
+            "steps": _timeline(str(steps_dir)), "tmp": tmp}  # fmt: skip
+
+
+def test_the_account_tiles_the_job_and_agrees_with_the_workers_own_step_times(reported):
+    account, steps, killed = reported["account"], reported["steps"], reported["killed"]
+    print("\n" + reported["text"])
+    tiled = sum(s["end"] - s["start"] for s in account["segments"])
+    assert tiled == pytest.approx(account["wall"], abs=0.01)  # every second once
+    assert account["productive"] + sum(account["lost"].values()) == pytest.approx(account["wall"], abs=0.01)
+    # redone: from the last save before the kill (step 60 of the first attempt, on the workers' clock) to the kill
+    saved = max(r["t"] for r in steps if r["event"] == "step" and r["restart"] == 0 and r["step"] % SAVE_EVERY == 0
+                and r["t"] < killed)  # fmt: skip
+    assert account["lost"]["redone"] == pytest.approx(killed - saved, abs=0.35), account["lost"]
+    for cause in ("start", "rendezvous", "stopping"):
+        assert account["lost"].get(cause, 0) > 0, (cause, account["lost"])
+    # training: the steps that count (each step once, at the workers' median step time)
+    intervals = []
+    for pid in {r["pid"] for r in steps}:
+        times = [r["t"] for r in steps if r["pid"] == pid and r["event"] == "step"]
+        intervals += [b - a for a, b in zip(times, times[1:])]
+    external = TOTAL * statistics.median(intervals)
+    print(f"training: {account['productive']:.2f} s by the account, {external:.2f} s by the workers' step times")
+    assert account["productive"] == pytest.approx(external, abs=max(1.0, 0.1 * external))
+    kill = next(i for i in account["incidents"] if i["round"] == 1)  # the job's start is its own incident
+    assert " failed (" in kill["what"] and kill["parts"]["redone"] > 0 and kill["parts"]["start"] > 0, kill
+    assert kill["seconds"] == pytest.approx(sum(kill["parts"].values()), abs=0.01)
+    assert reported["text"].splitlines()[1].startswith(f"goodput {account['goodput'] * 100:.1f} %")
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="no chromium here (Debian: apt-get install chromium; .ci/run does)")
+def test_the_page_renders_in_a_browser_with_a_mark_for_every_record_and_is_not_blank(reported):
+    from PIL import Image
+
+    page, tmp = reported["page"], reported["tmp"]
+    flags = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+             "--disable-component-update", "--disable-sync", "--no-first-run"]  # fmt: skip
+    flags.append(f"--user-data-dir={tmp / 'profile'}")
+    dom = subprocess.run([*flags, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=90)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    assert dom.stdout.count('class="mark"') == len(reported["history"]), "one mark per history record"
+    assert f'id="goodput">{reported["account"]["goodput"] * 100:.1f} %' in dom.stdout
+    shot = tmp / "page.png"
+    taken = subprocess.run(
+        [*flags, f"--screenshot={shot}", "--window-size=1280,1100", page.as_uri()], capture_output=True, timeout=90
+    )
+    assert taken.returncode == 0 and shot.exists(), taken.stderr[-2000:]
+    image = Image.open(shot).convert("RGB")
+    colors = image.getcolors(maxcolors=1 << 20)
+    training = sum(n for n, rgb in colors if rgb == (0x2F, 0x9E, 0x5C))  # the timeline's and windows' green
+    print(f"\nscreenshot {image.size}: {len(colors)} colors, {training} pixels of training green")
+    assert len(colors) > 20 and training > 2000, "the page rendered blank or without its timeline"
