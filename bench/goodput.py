@@ -10,7 +10,7 @@ elastic-run against 3 etcd members with --replace-stragglers; torchrun on its c1
 - worker: a worker SIGKILLed;
 - machine: an agent and everything it started SIGKILLed at once; a new machine (agent) joins at once;
 - hang: a worker SIGSTOPped (torchrun cannot see it: it is let go with SIGCONT at the next fault);
-- slow: a node's worker at half speed until the next fault (stopped and continued every 50 ms);
+- slow: a worker at half speed until the next fault (each step twice as long: the script's --slow-dir);
 - etcd: an etcd member SIGKILLed, back after 20 s (torchrun has no etcd: nothing happens to it).
 
 At the end the job is closed (``elastic-ctl close``; torchrun's agents get SIGTERM). Printed: each
@@ -58,7 +58,6 @@ class Job:
         self.step_time = step_time
         self.agents: list[subprocess.Popen] = []
         self.stopped: list[int] = []  # SIGSTOPped workers (torchrun: let go at the next fault)
-        self.slowing: threading.Event | None = None
         self.started = time.time()
         self.ended: float | None = None
 
@@ -66,6 +65,7 @@ class Job:
         args = ["--nnodes", str(NODES), "--nproc-per-node", "1", "--max-restarts", "1000"]
         args += ["--rdzv-endpoint", self.endpoints, "--rdzv-id", self.run_id, "--local-addr", "127.0.0.1"]
         script = [SCRIPT, "--steps", "100000000", "--step-time", str(self.step_time), "--timeline", self.work]
+        script += ["--slow-dir", self.work]
         if self.launcher == "torchrun":
             return [sys.executable, "-m", "torch.distributed.run", "--rdzv-backend", "c10d", *args, *script]
         extra = ["--rdzv-conf", "last_call_timeout=1", "--replace-stragglers"]
@@ -105,24 +105,12 @@ class Job:
         for pid in self.stopped:
             _signal(pid, signal.SIGCONT)
         self.stopped.clear()
-        if self.slowing is not None:
-            self.slowing.set()
-            self.slowing = None
+        for flag in glob.glob(os.path.join(self.work, "slow-*")):
+            os.remove(flag)
 
-    def slow(self, agent: int) -> None:
-        stop = self.slowing = threading.Event()
-
-        def cycle() -> None:
-            while not stop.is_set():
-                targets = [pid for i, pid in self.workers() if i == agent]
-                for pid in targets:
-                    _signal(pid, signal.SIGSTOP)
-                stop.wait(0.05)
-                for pid in targets:
-                    _signal(pid, signal.SIGCONT)
-                stop.wait(0.05)
-
-        threading.Thread(target=cycle, daemon=True).start()
+    def slow(self, pid: int) -> None:
+        """The worker takes twice as long a step (the script's --slow-dir), as on a throttled GPU."""
+        open(os.path.join(self.work, f"slow-{pid}"), "w").close()
 
 
 def inject(job: Job, fault: str, pick: random.Random, etcd: EtcdCluster | None) -> str:
@@ -140,8 +128,8 @@ def inject(job: Job, fault: str, pick: random.Random, etcd: EtcdCluster | None) 
             job.stopped.append(pid)
         return f"worker {pid} SIGSTOPped"
     if fault == "slow":
-        job.slow(agent)
-        return f"agent {agent}'s worker at half speed"
+        job.slow(pid)
+        return f"worker {pid} at half speed"
     if fault == "machine":
         for victim in [job.agents[agent].pid, *_tree(job.agents[agent].pid)]:
             _signal(victim, signal.SIGKILL)
@@ -242,7 +230,7 @@ def main() -> None:
         print(f"{'elastic':<12} {account['goodput'] * 100:7.2f}% {account['productive']:8.1f}s {account['wall']:6.1f}s"
               f"           (its own account: elastic-ctl report)")  # fmt: skip
         print(f"  the two differ by {abs(account['goodput'] - good) * 100:.2f} percentage points")
-        for cause, seconds in account["lost"].items():
+        for cause, seconds in sorted(account["lost"].items(), key=lambda item: -item[1]):
             print(f"  lost to {account['titles'][cause]:<36} {seconds:7.2f} s")
 
 

@@ -10,7 +10,9 @@ rank failed, a node was lost or joined, a hang), with the new round's RANK, WORL
 TORCHELASTIC_RESTART_COUNT in ``os.environ``. It makes the process group again, agrees with the
 others on the step to go on from (the newest any rank holds) and takes the model from the lowest
 rank that holds it: a replaced rank starts from the survivors' state. With --timeline DIR each
-process appends JSON lines to DIR/<pid>.jsonl (started, joined, each step).
+process appends JSON lines to DIR/<pid>.jsonl (started, joined, each step). --step-time stands for
+a heavier model's step, timed as the rank's own work (``elastic.section``: straggler scores); with
+--slow-dir DIR a process takes twice as long a step while DIR/slow-<its pid> exists.
 """
 
 import time
@@ -43,6 +45,11 @@ def timeline(directory: str | None, event: str, **details: object) -> None:
             out.write(json.dumps(record) + "\n")
 
 
+def slowed(directory: str | None) -> bool:
+    """Whether this process is told to run at half speed (bench/goodput.py's slow node)."""
+    return bool(directory) and os.path.exists(os.path.join(directory, f"slow-{os.getpid()}"))
+
+
 def _graphs() -> int:
     """The graphs dynamo compiled in this process so far."""
     from torch._dynamo.utils import counters
@@ -56,6 +63,7 @@ def main() -> None:
     parser.add_argument("--step-time", type=float, default=0.0, help="seconds of sleep in each step")
     parser.add_argument("--timeline", default=None)
     parser.add_argument("--compile", action="store_true", help="torch.compile the model (dynamo, eager backend)")
+    parser.add_argument("--slow-dir", default=None, help="a step takes twice --step-time while DIR/slow-<pid> exists")
     args = parser.parse_args()
     timeline(args.timeline, "started", t0=STARTED)
     torch.manual_seed(0)
@@ -86,7 +94,8 @@ def main() -> None:
             elastic.heartbeat()
             timeline(args.timeline, "step", step=step)
             if args.step_time:
-                time.sleep(args.step_time)
+                with elastic.section():  # the step's own work, as a heavier model's (straggler scores)
+                    time.sleep(args.step_time * (2 if slowed(args.slow_dir) else 1))
         dist.barrier()
         if args.compile:
             timeline(args.timeline, "compiled", graphs=_graphs())

@@ -338,7 +338,8 @@ def _incidents(segments: Sequence[Segment], rounds: list[_Round]) -> tuple[Incid
 
 def describe_end(r: _Round) -> str:
     """What ended a round, from its records: a failed or hung rank, a node lost or gone, a straggler."""
-    for kind in ("worker_hung", "worker_failed", "node_lost", "node_left", "straggler", "round_requested"):
+    kinds = ("worker_hung", "worker_failed", "node_lost", "node_left", "straggler", "round_requested", "job_closed")
+    for kind in kinds:
         found = [e for e in r.events if e.kind == kind]
         if found:
             return f"round {r.number}: " + _what(found[0])
@@ -361,4 +362,6 @@ def _what(e: Event) -> str:
         return f"node {e.node} left ({d.get('reason', '')})"
     if e.kind == "straggler":
         return f"rank {d.get('rank')} on {e.node} straggled (score {d.get('score')})"
+    if e.kind == "job_closed":
+        return f"the job's end ({d.get('reason', '')})"
     return f"an operator asked for a new round ({d.get('reason', '')})"
