@@ -176,3 +176,41 @@ def test_the_round_record_s_details_are_offsets_from_the_workers_start():
         RoundMarks(100.0, 130.0, 130.4, save=(10, 5000.0)), outcome="failed", group_rank=1, now_wall=5131.0, now=131.0
     )
     assert old["step"] == 10 and "saved" not in old and "first_step" not in old  # a save of an earlier round
+
+
+def test_the_page_has_a_mark_for_every_record_a_segment_for_every_stretch_and_nothing_fetched():
+    from launcher.goodput.page import page
+
+    events = [
+        frozen(0.0, 1, 0.0),
+        ended(50.5, 1, "failed", ran=50.0, first_step=1.0, last_step=49.8, steps=250, step=199, saved=40.0),
+        Event(T0 + 50.0, 1, "b", "worker_failed", {"rank": 1, "signal": "SIGKILL", "exit_code": None}),
+        frozen(51.0, 2, 0.3),
+        ended(101.0, 2, "succeeded", ran=49.5, first_step=1.5, last_step=49.0, steps=240, step=430),
+        closed(101.0, 2),
+    ]
+    account = account_of(events)
+    html = page(account, "job <1>", generated=T0)
+    assert html.count('class="mark"') == len(events)
+    assert html.count('class="segment"') == len(account.segments)
+    assert "job &lt;1&gt;" in html and "<script" not in html and "http" not in html.replace("http-equiv", "")
+    assert 'id="goodput">' + f"{account.goodput * 100:.1f} %" in html
+
+
+def test_the_table_names_the_goodput_the_causes_and_the_costliest_first():
+    from launcher.goodput.text import report_lines
+
+    events = [
+        frozen(0.0, 1, 0.0),
+        ended(50.5, 1, "failed", ran=50.0, first_step=1.0, last_step=49.8, steps=250, step=199, saved=40.0),
+        Event(T0 + 50.0, 1, "b", "worker_failed", {"rank": 1, "signal": "SIGKILL", "exit_code": None}),
+        frozen(51.0, 2, 0.3),
+        ended(101.0, 2, "succeeded", ran=49.5, first_step=1.5, last_step=49.0, steps=240, step=430),
+        closed(101.0, 2),
+    ]
+    lines = report_lines(account_of(events), "job-1")
+    assert lines[0] == "job job-1: 1 min 41 s from the first node's arrival, 2 rounds, closed"
+    assert lines[1] == "goodput 86.1 % (1 min 27 s of training)"
+    assert any(line.startswith("steps redone since the last save") and "10.00" in line for line in lines), lines
+    first = next(line for line in lines if line.strip().startswith("1."))
+    assert "round 1: rank 1 on b failed (signal SIGKILL)" in first, lines

@@ -40,6 +40,14 @@ def test_the_steady_timeout_is_learned_from_steps_after_the_warmup_never_below_t
     assert fast.learned == FLOOR
 
 
+def test_the_first_heartbeat_seen_is_kept_for_the_goodput_account():
+    watch = RankWatch(0, 0.0, HangTimeouts())
+    watch.feed(Beat(False, 0.0, 0, "", 0.0, 0.0, 0, 0, 1))  # not attached yet: no first step
+    assert watch.first is None
+    _steps(watch, [2.5, 3.0, 3.5])
+    assert watch.first == 2.5 and watch.beat.last == 3.5
+
+
 def test_an_explicit_timeout_wins_and_until_learned_the_first_heartbeat_timeout_applies():
     watch = RankWatch(0, 0.0, HangTimeouts(first=60.0))
     watch.feed(_beat(1.0, 1))
