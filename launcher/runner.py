@@ -152,8 +152,7 @@ class RoundRunner:
         self._start(info, attempt, layout)
         started, progress = time.monotonic(), (None, None, 0)
         try:
-            result = self._watch()
-            ended = time.monotonic()
+            result, ended = self._watch(), time.monotonic()
             if result.outcome in (RoundOutcome.FAILED, RoundOutcome.HUNG):  # how far they got (crash loops)
                 beats = self._hangs.most_beats() if self._hangs is not None else 0
                 result = replace(result, beats=beats, ran=ended - started)
@@ -171,6 +170,7 @@ class RoundRunner:
             self._hangs = None
             self._end_pace()
         ending(result.outcome)
+        kept = self._group.under_inprocess()  # the survivors keep their processes, and their steps
         if result.outcome is RoundOutcome.REPLACED:  # first: the peers' workers fail when these stop
             self.handler.step_out(f"replaced by a spare: {result.failure}")
         if result.outcome not in (RoundOutcome.FENCED, RoundOutcome.SUCCEEDED, RoundOutcome.REPLACED):
@@ -182,7 +182,9 @@ class RoundRunner:
         if self._peers is not None:
             self._peers.end_round()  # after the workers: the peers' deadline guards them until then
         self._telemetry.workers(0)
-        self._record_round(info, result, RoundMarks(started, ended, time.monotonic(), *progress, save=self._saved()))
+        saved = newest_save(self._environ.get(ENV_MEMORY))  # this node's newest elastic.checkpoint: (step, when)
+        marks = RoundMarks(started, ended, time.monotonic(), *progress, save=saved, kept=kept)
+        self._record_round(info, result, marks)
         if result.outcome is RoundOutcome.REPLACED:  # it rejoins once the spare's round runs, as a spare
             wait_replaced(self.handler, info.round, min(self.handler.settings.join_timeout, 30.0))
         return result
@@ -230,10 +232,6 @@ class RoundRunner:
                 marks, outcome=result.outcome.value, group_rank=info.group_rank, now_wall=now_wall, now=now
             )
             self._history.record("round_ended", info.round, **details)
-
-    def _saved(self) -> tuple[int, float] | None:
-        """The newest elastic.checkpoint save of this node's workers: (step, when)."""
-        return newest_save(self._environ.get(ENV_MEMORY))
 
     def _open(self, info: RendezvousInfo) -> RoundResult | None:
         """The round's store served (group rank 0), then the pre-flight check when it is due: a

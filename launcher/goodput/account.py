@@ -7,7 +7,8 @@ time goes to stopping the workers and forming the next round (waiting for nodes 
 one, fenced when the round before ended for want of a lease); in a round, to starting the workers
 until their first heartbeat (checks first, when a pre-flight check ran), then training -- except,
 when the round ended in a fault, the steps since the newest ``elastic.checkpoint`` save (redone
-after the restart) and a hung rank's silence until the verdict. Straggler drag is training time
+after the restart; none under ``elastic.inprocess``, whose survivors keep their steps) and a hung
+rank's silence until the verdict. Straggler drag is training time
 lost to slow steps: in a round slower than the fastest round of the same world size, or the share
 a straggler's score says from the moment it was named.
 
@@ -244,7 +245,7 @@ def _cut_round(cut: _Cutter, r: _Round, before: _Round | None, until: float, *, 
         cut.add(first_step if first_step is not None else ended, Cause.START, r.number)
     if r.outcome != "succeeded":
         train_until = r.at("last_step") if r.outcome == "hung" else ended
-        kept = r.at("saved") if saves else train_until
+        kept = r.at("saved") if saves and not r.ended.details.get("kept") else train_until
         cut.add(min(kept or cut.cursor, train_until or cut.cursor), Cause.TRAINING, r.number)
         cut.add(train_until, Cause.REDONE, r.number)
         cut.add(ended, Cause.HANG if r.outcome == "hung" else Cause.REDONE, r.number)

@@ -7,7 +7,8 @@ Times are seconds from the workers' start (the record's own time is when it was 
 workers were stopped): ``ran`` to the round's end, ``stop`` from there to the workers gone,
 ``first_step``/``last_step`` the first and last heartbeat (every local worker had beaten once by the
 first), ``steps`` the most heartbeats a local worker beat, ``saved`` the newest ``elastic.checkpoint``
-save made in the round and ``step`` the newest step saved so far (-1: none ever).
+save made in the round and ``step`` the newest step saved so far (-1: none ever); ``kept`` when the
+workers run under ``elastic.inprocess`` (a fault's survivors keep their process and their steps).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ class RoundMarks:
     last: float | None = None  # last heartbeat
     steps: int = 0
     save: tuple[int, float] | None = None  # the newest save: (step, seconds since the epoch)
+    kept: bool = False  # the workers run under elastic.inprocess: a fault's survivors keep their steps
 
 
 def round_details(marks: RoundMarks, *, outcome: str, group_rank: int, now_wall: float, now: float) -> dict:
@@ -50,6 +52,8 @@ def round_details(marks: RoundMarks, *, outcome: str, group_rank: int, now_wall:
         details["last_step"] = _s(max(marks.last - marks.started, 0.0))
     if marks.save is not None and marks.save[1] >= started_wall:
         details["saved"] = _s(marks.save[1] - started_wall)
+    if marks.kept:
+        details["kept"] = True
     return details
 
 
