@@ -219,8 +219,7 @@ def test_the_table_names_the_goodput_the_causes_and_the_costliest_first():
 def test_under_inprocess_a_fault_s_survivors_keep_their_steps_nothing_is_redone_from_the_save():
     events = [
         frozen(0.0, 1, 0.0),
-        ended(50.5, 1, "membership changed", ran=50.0, first_step=1.0, last_step=49.9, steps=250, step=199,
-              saved=40.0, kept=True),  # fmt: skip
+        ended(50.5, 1, "failed", ran=50.0, first_step=1.0, last_step=49.9, steps=250, saved=40.0, kept=True),
         frozen(51.0, 2, 0.3),
         ended(101.0, 2, "succeeded", ran=49.5, first_step=0.2, last_step=49.0, steps=240, step=430, kept=True),
         closed(101.0, 2),
