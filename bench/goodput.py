@@ -5,7 +5,8 @@
 The job: examples/ddp_inprocess.py (DDP on gloo, one worker a node, under ``elastic.inprocess``: a
 fault's survivors keep their process and state), 3 nodes and 1 hot spare (4 agents, --nnodes 3),
 elastic-run against 3 etcd members with --replace-stragglers; torchrun on its c10d backend. Every
---every seconds a fault drawn (seeded, the same draw for both launchers) from:
+--every seconds a fault, each kind as often as the others in a seeded order (the same for both
+launchers):
 
 - worker: a worker SIGKILLed;
 - machine: an agent and everything it started SIGKILLed at once; a new machine (agent) joins at once;
@@ -113,6 +114,13 @@ class Job:
         open(os.path.join(self.work, f"slow-{pid}"), "w").close()
 
 
+def schedule(count: int, pick: random.Random) -> list[str]:
+    """``count`` faults, each kind as often as the others (but for the remainder), in a seeded order."""
+    kinds = [FAULTS[i % len(FAULTS)] for i in range(count)]
+    pick.shuffle(kinds)
+    return kinds
+
+
 def inject(job: Job, fault: str, pick: random.Random, etcd: EtcdCluster | None) -> str:
     job.let_go()
     running = job.workers()
@@ -150,12 +158,13 @@ def run(launcher: str, args: argparse.Namespace, etcd: EtcdCluster | None) -> tu
     for _ in range(NODES + SPARES):
         job.add_agent()
     pick = random.Random(args.seed)
+    faults = schedule(int(args.minutes * 60 // args.every), pick)
     deadline = job.started + args.minutes * 60
     next_fault = job.started + args.every
     try:
         while time.time() < deadline:
-            if time.time() >= next_fault:
-                fault = pick.choice(FAULTS)
+            if time.time() >= next_fault and faults:
+                fault = faults.pop(0)
                 print(f"  {launcher} {time.time() - job.started:6.1f} s: {fault}: {inject(job, fault, pick, etcd)}")
                 next_fault += args.every
             time.sleep(0.2)
