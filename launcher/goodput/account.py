@@ -10,7 +10,7 @@ when the round ended in a fault, the steps since the newest ``elastic.checkpoint
 after the restart; none under ``elastic.inprocess``, whose survivors keep their steps) and a hung
 rank's silence until the verdict. Straggler drag is training time
 lost to slow steps: in a round slower than the fastest round of the same world size, or the share
-a straggler's score says from the moment it was named.
+a straggler's score says from the moment it was slow (``slow_for`` before it was named).
 
 What cannot be told is said in ``notes``, never guessed: a job whose workers call no
 ``elastic.heartbeat()`` has no first step (start counts as training), one that saves no
@@ -297,14 +297,22 @@ def _named_stragglers(rounds: list[_Round]) -> dict[int, list[tuple[float, float
         open_: dict[object, Event] = {}
         for e in r.events:
             key = (e.node, e.details.get("rank"))
-            if e.kind == "straggler":
+            if e.kind == "straggler":  # slow since ``slow_for`` seconds before it was named
                 open_[key] = e
             elif e.kind == "straggler_recovered" and key in open_:
                 named = open_.pop(key)
-                out.setdefault(r.number, []).append((named.time, e.time, 1.0 - float(named.details.get("score", 1.0))))
+                out.setdefault(r.number, []).append((_onset(named), e.time, _share(named)))
         for named in open_.values():
-            out.setdefault(r.number, []).append((named.time, None, 1.0 - float(named.details.get("score", 1.0))))
+            out.setdefault(r.number, []).append((_onset(named), None, _share(named)))
     return out
+
+
+def _onset(named: Event) -> float:
+    return named.time - float(named.details.get("slow_for", 0.0))
+
+
+def _share(named: Event) -> float:
+    return 1.0 - float(named.details.get("score", 1.0))
 
 
 def _incidents(segments: Sequence[Segment], rounds: list[_Round]) -> tuple[Incident, ...]:

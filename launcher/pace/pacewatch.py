@@ -41,6 +41,7 @@ class Straggler:
     score: float
     pace: float  # seconds of own work a step (its median)
     fastest: float  # the job's fastest rank's
+    slow_for: float = 0.0  # seconds it had been slow when named (its newest slow samples in a row)
 
     def line(self) -> str:
         if self.change == Change.RECOVERED:
@@ -60,6 +61,7 @@ class Straggler:
             "score": round(self.score, 3),
             "pace": round(self.pace, 6),
             "fastest": round(self.fastest, 6),
+            "slow_for": round(self.slow_for, 1),
         }
 
 
@@ -119,7 +121,8 @@ class PaceWatch:
         change = self._rules[self._workers.index(worker)].judge(value)
         if change is None:
             return None
-        verdict = Straggler(change, self._node, worker.rank, worker.local_rank, value, pace, fastest)
+        slow_for = self._paces[self._workers.index(worker)].slow_for(fastest)
+        verdict = Straggler(change, self._node, worker.rank, worker.local_rank, value, pace, fastest, slow_for)
         if change == Change.STRAGGLING:
             self._verdicts[worker.local_rank] = verdict
         else:

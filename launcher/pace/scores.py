@@ -55,6 +55,16 @@ class RankPace:
             self._samples.append((work - work0) / (spans - spans0))
             self._since = (now, work, spans)
 
+    def slow_for(self, fastest: float) -> float:
+        """Seconds of the window (its newest samples in a row) slow against ``fastest``: how long this
+        rank has been slow before a verdict named it (the goodput account's straggler drag)."""
+        run = 0
+        for sample in reversed(self._samples):
+            if score(fastest, sample) >= THRESHOLD:
+                break
+            run += 1
+        return run * SAMPLE
+
     def pace(self) -> float | None:
         """The median span length over the window; None until ``MIN_SAMPLES`` samples."""
         if len(self._samples) < MIN_SAMPLES:

@@ -126,6 +126,20 @@ def test_a_named_straggler_drags_by_its_score_from_when_it_was_named():
     assert account_of(events).lost[Cause.STRAGGLER] == pytest.approx(0.5 * 50.5, abs=0.01)
 
 
+def test_a_straggler_named_late_drags_from_when_it_was_slow():
+    events = [
+        frozen(0.0, 1, 0.0),
+        Event(T0 + 50.0, 1, "b", "straggler", {"rank": 1, "score": 0.5, "slow_for": 12.0}),
+        Event(T0 + 51.0, 1, "b", "node_left", {"reason": "replaced by a spare"}),
+        ended(52.0, 1, "replaced", ran=51.5, first_step=0.5, last_step=51.0, steps=400, step=390, kept=True),
+        frozen(52.5, 2, 0.2),
+        ended(100.0, 2, "succeeded", ran=47.0, first_step=0.5, last_step=46.5, steps=400, step=790, kept=True),
+        closed(100.0, 2),
+    ]
+    # slow from 38 s to the round's end at 51.5 s, at half the job's speed
+    assert account_of(events).lost[Cause.STRAGGLER] == pytest.approx(0.5 * 13.5, abs=0.01)
+
+
 def test_a_round_whose_record_is_missing_is_unknown_not_rendezvous():
     events = [
         frozen(0.0, 1, 0.0),

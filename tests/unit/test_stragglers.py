@@ -135,6 +135,15 @@ def test_a_slow_rank_is_named_and_scored_and_the_others_are_not(tmp_path):
     assert watch.straggler() == verdict
 
 
+def test_a_straggler_named_after_a_slowdown_says_how_long_it_had_been_slow(tmp_path):
+    # rank 12 at its healthy pace for 20 s, then at 2.5x: named some seconds into the slowdown
+    verdicts, _, _ = run_watch(tmp_path, lambda step: [0.05, 0.05, 0.05 if step < 80 else 0.125], 50)
+    at, verdict = verdicts[0]
+    slow = at - 20.0  # seconds of slow steps when the verdict came (the test's clock starts at 1000)
+    assert verdict.details()["slow_for"] == verdict.slow_for
+    assert slow - SAMPLE <= verdict.slow_for <= slow + SAMPLE, (verdict.slow_for, slow)  # to a sample
+
+
 def test_uneven_steps_alike_on_every_rank_make_no_straggler(tmp_path):
     # every fourth step five times longer (an evaluation, a bigger batch), on every rank alike, and noise of 10 %
     def spans(step: int) -> list[float]:
