@@ -9,7 +9,8 @@ elastic-run against 3 etcd members with --replace-stragglers; torchrun on its c1
 launchers):
 
 - worker: a worker SIGKILLed;
-- machine: an agent and everything it started SIGKILLed at once; a new machine (agent) joins at once;
+- machine: an agent and everything it started SIGKILLed at once; a new machine (agent) joins at once
+  (under torchrun never the first agent's: it hosts the c10d store, and the job would end with it);
 - hang: a worker SIGSTOPped (torchrun cannot see it: it is let go with SIGCONT at the next fault);
 - slow: a worker at half speed until the next fault (each step twice as long: the script's --slow-dir);
 - etcd: an etcd member SIGKILLed, back after 20 s (torchrun has no etcd: nothing happens to it).
@@ -124,6 +125,8 @@ def schedule(count: int, pick: random.Random) -> list[str]:
 def inject(job: Job, fault: str, pick: random.Random, etcd: EtcdCluster | None) -> str:
     job.let_go()
     running = job.workers()
+    if fault == "machine" and job.launcher == "torchrun":  # the first agent hosts the c10d store: the job
+        running = [(agent, pid) for agent, pid in running if agent != 0]  # would end with it (no recovery)
     if not running:
         return "no worker running: nothing injected"
     agent, pid = pick.choice(running)
