@@ -85,6 +85,11 @@ def test_the_account_tiles_the_job_and_agrees_with_the_workers_own_step_times(re
     assert account["lost"]["redone"] == pytest.approx(killed - saved, abs=0.35), account["lost"]
     for cause in ("start", "rendezvous", "stopping"):
         assert account["lost"].get(cause, 0) > 0, (cause, account["lost"])
+    # the first start: from the workers' first line (before their imports) to their first step, at least
+    first = [r["t"] for r in steps if r["restart"] == 0]
+    began, stepped = min(first), min(r["t"] for r in steps if r["restart"] == 0 and r["event"] == "step")
+    assert account["lost"]["start"] >= stepped - began, (account["lost"], stepped - began)
+    assert not any("heartbeat" in note for note in account["notes"]), account["notes"]
     # training: the steps that count (each step once, at the workers' median step time)
     intervals = []
     for pid in {r["pid"] for r in steps}:
