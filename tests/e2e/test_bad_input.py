@@ -132,3 +132,27 @@ def test_the_reset_a_closed_job_suggests_runs_as_pasted_and_the_id_is_free_again
 def test_elastic_ctl_bad_endpoint_is_one_line():
     result = run(["status", "--rdzv-endpoint", "h:99999", "--rdzv-id", "x"], tool_name="elastic-ctl")
     assert result.returncode == 2 and result.stderr.count("\n") == 1 and "port '99999'" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "args,code,words",
+    [
+        (["report", "no-such-job"], 1, "elastic-ctl: no job 'no-such-job' at "),
+        (["report"], 2, "name the job: elastic-ctl report RDZV_ID"),
+        (["report", "bad id"], 2, "run id 'bad id' may not contain"),
+    ],
+)
+def test_elastic_ctl_report_refuses_in_one_line(etcd_endpoints, args, code, words):
+    result = run([*args, "--rdzv-endpoint", etcd_endpoints], tool_name="elastic-ctl")
+    assert result.returncode == code and result.stderr.count("\n") == 1 and words in result.stderr, result.stderr
+
+
+def test_elastic_ctl_report_with_nowhere_to_write_its_page_says_so_in_one_line(etcd_endpoints):
+    rdzv_id = run_id()
+    job = ["--nnodes", "1", "--rdzv-endpoint", etcd_endpoints, "--rdzv-id", rdzv_id, "--local-addr", "127.0.0.1"]
+    assert run([*job, "--no-python", "true"]).returncode == 0
+    args = ["report", rdzv_id, "--rdzv-endpoint", etcd_endpoints, "--html", "/nonexistent-dir/page.html"]
+    result = run(args, tool_name="elastic-ctl")
+    assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
+    assert "--html '/nonexistent-dir/page.html' cannot be written" in result.stderr
+    assert result.stdout.startswith(f"job {rdzv_id}: ")  # the table came first
