@@ -182,9 +182,7 @@ class RoundRunner:
         if self._peers is not None:
             self._peers.end_round()  # after the workers: the peers' deadline guards them until then
         self._telemetry.workers(0)
-        saved = newest_save(self._environ.get(ENV_MEMORY))  # this node's newest elastic.checkpoint: (step, when)
-        marks = RoundMarks(started, ended, time.monotonic(), *progress, save=saved, kept=kept)
-        self._record_round(info, result, marks)
+        self._record_round(info, result, RoundMarks(started, ended, time.monotonic(), *progress, kept=kept))
         if result.outcome is RoundOutcome.REPLACED:  # it rejoins once the spare's round runs, as a spare
             wait_replaced(self.handler, info.round, min(self.handler.settings.join_timeout, 30.0))
         return result
@@ -226,7 +224,8 @@ class RoundRunner:
         if result.outcome is RoundOutcome.FAILED:
             for record in failure_records(result.status):
                 self._history.record("worker_failed", info.round, **record)
-        if info.group_rank < WRITERS:
+        if info.group_rank < WRITERS:  # with this node's newest elastic.checkpoint save: (step, when)
+            marks = replace(marks, save=newest_save(self._environ.get(ENV_MEMORY)))
             now_wall, now = time.time(), time.monotonic()
             details = round_details(
                 marks, outcome=result.outcome.value, group_rank=info.group_rank, now_wall=now_wall, now=now

@@ -86,7 +86,7 @@ class Telemetry:
 class PrometheusTelemetry(Telemetry):
     def __init__(self, job: str, node: str, *, max_restarts: int = 0) -> None:
         """``max_restarts``: this agent's --max-restarts, the budget shown until a round says the job's."""
-        from prometheus_client import CollectorRegistry, Gauge, ProcessCollector, disable_created_metrics
+        from prometheus_client import CollectorRegistry, Counter, Gauge, ProcessCollector, disable_created_metrics
 
         disable_created_metrics()  # no *_created series: the counters start with the agent, as its uptime says
         self.registry = CollectorRegistry()
@@ -118,6 +118,13 @@ class PrometheusTelemetry(Telemetry):
             "elastic_lease_renewal_age_seconds", "Seconds since the last acknowledged lease renewal was sent"
         )
         self._goodput = gauge("elastic_goodput_ratio", "The job's training time over its wall time so far")
+        self._lost = Counter(
+            "elastic_lost_seconds",
+            "The job's seconds lost so far, by cause",
+            (*labels, "cause"),
+            registry=self.registry,
+        )
+        self._lost_seen: dict[str, float] = {}
         self._counters(labels, values)
         self._values = values
         self.state("init")
@@ -164,13 +171,6 @@ class PrometheusTelemetry(Telemetry):
             (*labels, "culprit"),
             registry=self.registry,
         )
-        self._lost = Counter(
-            "elastic_lost_seconds",
-            "The job's seconds lost so far, by cause",
-            (*labels, "cause"),
-            registry=self.registry,
-        )
-        self._lost_seen: dict[str, float] = {}
         self._history = Counter(
             "elastic_history_write_failures",
             "History records that could not be written",
