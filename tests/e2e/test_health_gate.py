@@ -64,7 +64,9 @@ def test_a_node_that_turns_unhealthy_after_its_workers_failed_steps_out_without_
     assert "failed (exit code 1); this node is unhealthy: --health-check failed: exit code 1" in outputs[1], outputs[1]
     assert "restarting the workers" not in outputs[1] and outputs[1].count("round 1: group rank 1") == 1, outputs[1]
     started = json_records(out, "*.json", "at")
-    assert started[2]["restart"] == 0 and started[3]["restart"] == 0, started  # the round without b used no restart
+    # the round without b used no restart: every worker ran at restart 0 -- b's rank 1, then c's (a's
+    # first worker may be stopped before it writes its record: under load, b's fails first)
+    assert all(r["restart"] == 0 for r in started) and len([r for r in started if r["rank"] == 1]) == 2, started
     kinds = [e["kind"] for e in _history(etcd_endpoints, rdzv_id)]
     assert "node_unhealthy" in kinds and kinds.index("node_unhealthy") > kinds.index("worker_failed"), kinds
 
