@@ -249,8 +249,8 @@ def _cut_round(cut: _Cutter, r: _Round, before: _Round | None, until: float, *, 
         cut.add(min(kept or cut.cursor, train_until or cut.cursor), Cause.TRAINING, r.number)
         cut.add(train_until, Cause.REDONE, r.number)
         cut.add(ended, Cause.HANG if r.outcome == "hung" else Cause.REDONE, r.number)
-    cut.add(ended, Cause.TRAINING, r.number)
-    cut.add(r.stopped_at, Cause.STOPPING, r.number)
+    cut.add(r.at("last_step") if r.outcome == "succeeded" else ended, Cause.TRAINING, r.number)
+    cut.add(r.stopped_at, Cause.STOPPING, r.number)  # a finished round's last step to its workers' exit too
 
 
 def _step_time(r: _Round) -> float | None:
