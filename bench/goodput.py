@@ -40,12 +40,14 @@ import threading
 import time
 import uuid
 
-import psutil
-
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, HERE)
 
 from rendezvous.etcd.server import EtcdCluster, free_port  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from recovery import children, events  # noqa: E402 -- bench/recovery.py's timeline reader and process tree
 
 SCRIPT = os.path.join(HERE, "examples", "ddp_inprocess.py")
 BIN = os.path.dirname(sys.executable)
@@ -82,24 +84,14 @@ class Job:
         log.close()
 
     def steps(self) -> list[dict]:
-        found = []
-        for path in glob.glob(os.path.join(self.work, "*.jsonl")):
-            with open(path) as lines:
-                for line in lines:
-                    try:
-                        record = json.loads(line)
-                    except ValueError:
-                        continue  # cut short by a kill
-                    if record.get("event") == "step":
-                        found.append(record)
-        return sorted(found, key=lambda r: r["t"])
+        return [e for e in events(self.work) if e.get("event") == "step"]
 
     def workers(self) -> list[tuple[int, int]]:
         """(agent index, worker pid) of each live worker (a process with a timeline, in an agent's tree)."""
         pids = {r["pid"] for r in self.steps()[-200:]}
         out = []
         for i, agent in enumerate(self.agents):
-            for pid in _tree(agent.pid):
+            for pid in children(agent.pid):
                 if pid in pids:
                     out.append((i, pid))
         return out
@@ -144,7 +136,7 @@ def inject(job: Job, fault: str, pick: random.Random, etcd: EtcdCluster | None) 
         job.slow(pid)
         return f"worker {pid} at half speed"
     if fault == "machine":
-        for victim in [job.agents[agent].pid, *_tree(job.agents[agent].pid)]:
+        for victim in [job.agents[agent].pid, *children(job.agents[agent].pid)]:
             _signal(victim, signal.SIGKILL)
         job.add_agent()
         return f"agent {agent} and its processes SIGKILLed; a new agent joined"
@@ -178,7 +170,7 @@ def run(launcher: str, args: argparse.Namespace, etcd: EtcdCluster | None) -> tu
         return job, close(job)
     finally:
         for agent in job.agents:
-            for pid in [agent.pid, *_tree(agent.pid)]:
+            for pid in [agent.pid, *children(agent.pid)]:
                 _signal(pid, signal.SIGKILL)
 
 
@@ -246,13 +238,6 @@ def main() -> None:
         print(f"  the two differ by {abs(account['goodput'] - good) * 100:.2f} percentage points")
         for cause, seconds in sorted(account["lost"].items(), key=lambda item: -item[1]):
             print(f"  lost to {account['titles'][cause]:<36} {seconds:7.2f} s")
-
-
-def _tree(pid: int) -> list[int]:
-    try:
-        return [c.pid for c in psutil.Process(pid).children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return []
 
 
 def _signal(pid: int, signum: int) -> None:

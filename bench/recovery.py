@@ -116,14 +116,14 @@ def worker_of(work: str, rank: int) -> int | None:
 
 
 def node_of(nodes: list[Node], pid: int) -> Node:
-    return next(n for n in nodes if pid in _children(n.process.pid))
+    return next(n for n in nodes if pid in children(n.process.pid))
 
 
 def inject(fault: str, nodes: list[Node], work: str) -> float:
     """The fault, on the node of rank 1's worker; when it was injected."""
     victim = worker_of(work, 1)
     node = node_of(nodes, victim)
-    tree = [node.process.pid, *_children(node.process.pid)]
+    tree = [node.process.pid, *children(node.process.pid)]
     when = time.time()
     if fault == "worker":
         os.kill(victim, signal.SIGKILL)
@@ -191,7 +191,7 @@ def trial(launcher: str, fault: str, endpoint: str, nodes: int, wait: float, ext
     finally:
         workers = {e["pid"] for e in events(work)}  # an orphan of a killed agent is in no tree
         for node in agents:
-            _kill([node.process.pid, *_children(node.process.pid), *workers])
+            _kill([node.process.pid, *children(node.process.pid), *workers])
             node.process.wait(timeout=30)
         shutil.rmtree(work, ignore_errors=True)
 
@@ -204,7 +204,7 @@ def _kill(pids) -> None:
             pass
 
 
-def _children(pid: int) -> list[int]:
+def children(pid: int) -> list[int]:
     try:
         return [c.pid for c in psutil.Process(pid).children(recursive=True)]
     except psutil.NoSuchProcess:

@@ -150,12 +150,12 @@ class RoundRunner:
             ending(checked.outcome)
             return checked
         self._start(info, attempt, layout)
-        started, progress = time.monotonic(), (None, None, 0)
+        started = time.monotonic()
         try:
             result, ended = self._watch(), time.monotonic()
+            progress = self._hangs.progress() if self._hangs is not None else (None, None, 0)
             if result.outcome in (RoundOutcome.FAILED, RoundOutcome.HUNG):  # how far they got (crash loops)
-                beats = self._hangs.most_beats() if self._hangs is not None else 0
-                result = replace(result, beats=beats, ran=ended - started)
+                result = replace(result, beats=progress[2], ran=ended - started)
             if result.outcome is RoundOutcome.FAILED:
                 result = self._blame(result)
             if result.outcome is RoundOutcome.HUNG:
@@ -165,7 +165,6 @@ class RoundRunner:
         finally:
             self._beats_used = self._beats_used or (self._hangs is not None and self._hangs.used)
             if self._hangs is not None:
-                progress = self._hangs.progress()
                 self._hangs.close()
             self._hangs = None
             self._end_pace()

@@ -26,6 +26,18 @@ def closed(at: float, round_: int) -> Event:
     return Event(T0 + at, round_, "a", "job_closed", {"reason": "the job finished", "failed": False, "by": "agent"})
 
 
+def killed_once() -> list[Event]:
+    """Two rounds: rank 1 SIGKILLed in the first (saved 10 s before), the second runs to the end."""
+    return [
+        frozen(0.0, 1, 0.0),
+        ended(50.5, 1, "failed", ran=50.0, first_step=1.0, last_step=49.8, steps=250, step=199, saved=40.0),
+        Event(T0 + 50.0, 1, "b", "worker_failed", {"rank": 1, "signal": "SIGKILL", "exit_code": None}),
+        frozen(51.0, 2, 0.3),
+        ended(101.0, 2, "succeeded", ran=49.5, first_step=1.5, last_step=49.0, steps=240, step=430),
+        closed(101.0, 2),
+    ]
+
+
 def totals(account) -> dict[Cause, float]:
     out = {Cause.TRAINING: round(account.productive, 3)}
     out.update({cause: round(seconds, 3) for cause, seconds in account.lost.items()})
@@ -195,14 +207,7 @@ def test_the_round_record_s_details_are_offsets_from_the_workers_start():
 def test_the_page_has_a_mark_for_every_record_a_segment_for_every_stretch_and_nothing_fetched():
     from launcher.goodput.page import page
 
-    events = [
-        frozen(0.0, 1, 0.0),
-        ended(50.5, 1, "failed", ran=50.0, first_step=1.0, last_step=49.8, steps=250, step=199, saved=40.0),
-        Event(T0 + 50.0, 1, "b", "worker_failed", {"rank": 1, "signal": "SIGKILL", "exit_code": None}),
-        frozen(51.0, 2, 0.3),
-        ended(101.0, 2, "succeeded", ran=49.5, first_step=1.5, last_step=49.0, steps=240, step=430),
-        closed(101.0, 2),
-    ]
+    events = killed_once()
     account = account_of(events)
     html = page(account, "job <1>", generated=T0)
     assert html.count('class="mark"') == len(events)
@@ -214,14 +219,7 @@ def test_the_page_has_a_mark_for_every_record_a_segment_for_every_stretch_and_no
 def test_the_table_names_the_goodput_the_causes_and_the_costliest_first():
     from launcher.goodput.text import report_lines
 
-    events = [
-        frozen(0.0, 1, 0.0),
-        ended(50.5, 1, "failed", ran=50.0, first_step=1.0, last_step=49.8, steps=250, step=199, saved=40.0),
-        Event(T0 + 50.0, 1, "b", "worker_failed", {"rank": 1, "signal": "SIGKILL", "exit_code": None}),
-        frozen(51.0, 2, 0.3),
-        ended(101.0, 2, "succeeded", ran=49.5, first_step=1.5, last_step=49.0, steps=240, step=430),
-        closed(101.0, 2),
-    ]
+    events = killed_once()
     lines = report_lines(account_of(events), "job-1")
     assert lines[0] == "job job-1: 1 min 41 s from the first node's arrival, 2 rounds, closed"
     assert lines[1] == "goodput 85.6 % (1 min 26 s of training)"
