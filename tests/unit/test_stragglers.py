@@ -10,7 +10,8 @@ import textwrap
 
 from launcher.hangs import beatfile as beats
 from launcher.pace import Change, PacedWorker, PaceWatch
-from launcher.pace.scores import CONFIRM, MIN_SAMPLES, SAMPLE, RankPace, StragglerRule, score, worth_writing
+from launcher.pace import pacewatch
+from launcher.pace.scores import CONFIRM, MIN_SAMPLES, SAMPLE, RankPace, StragglerRule, credit, score, worth_writing
 from rendezvous.job.paceboard import NodePace, decode
 
 
@@ -108,19 +109,36 @@ class Records:
                 handle.write(beats.WORK.pack(self.work[i], self.spans[i]))
 
 
-def run_watch(tmp_path, spans_of_step, seconds: int, ranks: int = 3):
-    """A watch over ``ranks`` local ranks stepping every 0.25 s for ``seconds``: its verdicts and gauges."""
+def run_watch(tmp_path, spans_of_step, seconds: int, ranks: int = 3, waits_of_step=None):
+    """A watch over ``ranks`` local ranks stepping every 0.25 s for ``seconds``: its verdicts and gauges.
+    ``waits_of_step``: each rank's seconds waiting for a CPU in a step (its run delay, as schedstat says)."""
     records, clock = Records(tmp_path, ranks), Clock()
     gauges: dict[int, float] = {}
+    waited = {100 + i: 0.0 for i in range(ranks)}  # pid -> run delay so far
     workers = [PacedWorker(i, 10 + i, path) for i, path in enumerate(records.paths)]
-    watch = PaceWatch(workers, None, node="n1", round_=1, lease=lambda: 0, gauge=gauges.__setitem__, clock=clock)
+    pid_of = (lambda local_rank: 100 + local_rank) if waits_of_step else (lambda local_rank: None)
+    watch = PaceWatch(
+        workers, None, node="n1", round_=1, lease=lambda: 0, gauge=gauges.__setitem__, clock=clock, pid_of=pid_of
+    )
+    read_delay, pacewatch.run_delay = pacewatch.run_delay, lambda pid: waited.get(pid)
+    verdicts = []
+    try:
+        verdicts = _steps(records, clock, watch, spans_of_step, seconds, waited, waits_of_step)
+    finally:
+        pacewatch.run_delay = read_delay
+    watch.close()
+    return verdicts, gauges, watch
+
+
+def _steps(records, clock, watch, spans_of_step, seconds, waited, waits_of_step):
     verdicts = []
     for step in range(seconds * 4):
         records.step(spans_of_step(step))
+        for i, wait in enumerate(waits_of_step(step) if waits_of_step else []):
+            waited[100 + i] += wait
         clock.now += 0.25
         verdicts += [(clock.now - 1000.0, v) for v in watch.tick()]
-    watch.close()
-    return verdicts, gauges, watch
+    return verdicts
 
 
 def test_a_slow_rank_is_named_and_scored_and_the_others_are_not(tmp_path):
@@ -142,6 +160,33 @@ def test_a_straggler_named_after_a_slowdown_says_how_long_it_had_been_slow(tmp_p
     slow = at - 20.0  # seconds of slow steps when the verdict came (the test's clock starts at 1000)
     assert verdict.details()["slow_for"] == verdict.slow_for
     assert slow - SAMPLE <= verdict.slow_for <= slow + SAMPLE, (verdict.slow_for, slow)  # to a sample
+
+
+def test_a_wait_for_a_cpu_is_credited_in_the_share_of_the_sample_spent_in_own_work():
+    assert credit(1.0, 0.5, 0.0, 0.4) == 0.2  # half the sample in own work: half the wait fell in it
+    assert credit(1.0, 0.1, 0.0, 5.0) == 0.1  # never more than the work itself
+    assert credit(1.0, 2.0, 0.0, 0.3) == 0.3  # work over more than the sample (threads): the whole wait
+    assert credit(1.0, 0.5, None, 0.4) == 0.0 and credit(1.0, 0.5, 0.1, None) == 0.0  # not known: no credit
+    assert credit(1.0, 0.5, 0.4, 0.1) == 0.0  # a new process's counter: no credit
+
+
+def test_a_rank_slow_only_for_want_of_a_cpu_is_no_straggler(tmp_path):
+    # rank 12's steps take 2.5x as long by its clock, every extra 75 ms a wait for a CPU on a loaded node
+    # (it waits as long again outside its own work: 0.15 s a step, half of it inside the span)
+    verdicts, gauges, _ = run_watch(
+        tmp_path, lambda step: [0.05, 0.05, 0.125], 30, waits_of_step=lambda step: [0.0, 0.0, 0.15]
+    )
+    assert verdicts == []
+    assert min(gauges.values()) > 0.95
+
+
+def test_a_slow_rank_that_also_waits_for_a_cpu_is_still_named_for_the_rest(tmp_path):
+    # 200 ms steps, 80 ms of them a wait for a CPU: 120 ms of work against 50 ms is still a straggler
+    verdicts, gauges, _ = run_watch(
+        tmp_path, lambda step: [0.05, 0.05, 0.2], 30, waits_of_step=lambda step: [0.01, 0.01, 0.1]
+    )
+    assert [(v.rank, v.change) for _, v in verdicts] == [(12, Change.STRAGGLING)]
+    assert abs(verdicts[0][1].score - 0.05 / 0.12) < 0.03, verdicts[0][1].score
 
 
 def test_uneven_steps_alike_on_every_rank_make_no_straggler(tmp_path):
