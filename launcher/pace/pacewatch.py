@@ -4,8 +4,9 @@ timings from their heartbeat records (``scores.RankPace``), publishes this node'
 verdicts that changed.
 
 Each node judges only its own ranks, from the workers' own clocks less their waits for a CPU: a
-late agent loop or a loaded node changes no figure, and no node judges another. A rank is scored once the job has a pace from another rank to
-compare with; a script whose steps are uneven alike on every rank scores alike everywhere.
+late agent loop or a loaded node changes no figure, and no node judges another. A rank is scored
+once the job has a pace from another rank to compare with; a script whose steps are uneven alike
+on every rank scores alike everywhere.
 """
 
 from __future__ import annotations

@@ -47,7 +47,8 @@ class RankPace:
 
     def __init__(self) -> None:
         self._samples: deque[float] = deque(maxlen=WINDOW)
-        self._since: tuple[float, float, int, float | None] | None = None  # (time, work, spans, waited): the open sample's start
+        # (time, work, spans, waited) the open sample began at
+        self._since: tuple[float, float, int, float | None] | None = None
 
     def feed(self, now: float, work: float, spans: int, waited: float | None = None) -> None:
         """The record read at ``now``: ``work`` seconds over ``spans`` spans so far; ``waited``: the

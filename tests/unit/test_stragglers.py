@@ -9,8 +9,7 @@ import sys
 import textwrap
 
 from launcher.hangs import beatfile as beats
-from launcher.pace import Change, PacedWorker, PaceWatch
-from launcher.pace import pacewatch
+from launcher.pace import Change, PacedWorker, PaceWatch, pacewatch
 from launcher.pace.scores import CONFIRM, MIN_SAMPLES, SAMPLE, RankPace, StragglerRule, credit, score, worth_writing
 from rendezvous.job.paceboard import NodePace, decode
 
