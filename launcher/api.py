@@ -31,6 +31,7 @@ from .workers.mainguard import unguarded_launch
 from .workers.payload import dump_payload, name_of
 
 if TYPE_CHECKING:
+    from .config import AgentConfig
     from .plan import RunRequest
 
 __all__ = ["LaunchConfig", "elastic_launch", "launch_agent"]
@@ -197,23 +198,17 @@ def _worker_command(entrypoint: Callable[..., Any] | str, args: list[Any], work:
 def _request(config: LaunchConfig, argv: list[str], scratch: str) -> RunRequest:
     """The config as the typed request elastic-run's options also come to: the worker command runs
     as --no-python does; no rdzv_endpoint (one node) is a local etcd, as --standalone."""
-    from .config import CrashLoop
-    from .plan import RunRequest, hang_timeouts
+    from .plan import RunRequest
     from .signals import parse_signals
 
     standalone = not config.rdzv_endpoint
     return RunRequest(
-        argv=tuple(argv),
+        agent=_agent_config(config, tuple(argv)),
         min_nodes=config.min_nodes,
         max_nodes=config.max_nodes,
-        nproc_per_node=config.nproc_per_node,
         endpoint=None if standalone else config.rdzv_endpoint,
         run_id=None if standalone else config.run_id or _random_run_id(),
         rdzv_conf={key: str(value) for key, value in config.rdzv_configs.items()},  # checked as --rdzv-conf is
-        max_restarts=config.max_restarts,
-        monitor_interval=float(config.monitor_interval),
-        role=config.role,
-        event_log_handler=config.event_log_handler,
         stdout_filters=tuple(config.duplicate_stdout_filters or ()),
         stderr_filters=tuple(config.duplicate_stderr_filters or ()),
         logs_specs=config.logs_specs,
@@ -221,15 +216,31 @@ def _request(config: LaunchConfig, argv: list[str], scratch: str) -> RunRequest:
         local_addr=config.local_addr,
         signals=parse_signals(config.signals_to_handle),
         signals_to_handle=config.signals_to_handle,
+        scratch=(scratch,),
+    )
+
+
+def _agent_config(config: LaunchConfig, argv: tuple[str, ...]) -> AgentConfig:
+    """The agent's settings from the config's fields, as elastic-run's parsers make them from its options."""
+    from .config import AgentConfig, CrashLoop
+    from .nodecheck import NodeChecks
+    from .plan import hang_timeouts
+
+    return AgentConfig(
+        argv=argv,
+        nproc_per_node=config.nproc_per_node,
+        max_restarts=config.max_restarts,
+        monitor_interval=float(config.monitor_interval),
+        role=config.role,
+        event_log_handler=config.event_log_handler,
         stop_grace=float(config.shutdown_timeout),
         hang_timeouts=hang_timeouts(config.first_heartbeat_timeout, config.heartbeat_timeout),
         virtual_local_rank=config.virtual_local_rank,
-        scratch=(scratch,),
         preload=_preload_like_the_caller(),
         checkpoint_dir=config.checkpoint_dir or None,
         checkpoint_every=config.checkpoint_every,
         crash_loop=CrashLoop(config.crash_loop_restarts, float(config.progress_window)),
-        health_check=config.health_check,
+        checks=NodeChecks(command=config.health_check),
         replace_stragglers=bool(config.replace_stragglers),
         preflight=bool(config.preflight),
     )

@@ -25,9 +25,13 @@ class CrashLoop:
 
 @dataclass(frozen=True)
 class AgentConfig:
+    """The agent's settings: made by the option parsers (``launcher.cli.parse``, ``launcher.api``)
+    from what was given; ``launcher.plan.build_plan`` adds what it derives (the output layout, CPU
+    binding, the node's checked directories, the history command) and nothing else."""
+
     argv: tuple[str, ...]  # the worker command line
     nproc_per_node: int
-    logs: LayoutStrategy  # the built-in layout or a torch LogsSpecs: the CLI picks
+    logs: LayoutStrategy | None = None  # the built-in layout or a torch LogsSpecs (the plan's)
     max_restarts: int = 0
     monitor_interval: float = 0.1
     role: str = "default"

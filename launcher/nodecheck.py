@@ -25,7 +25,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from rendezvous.errors import RendezvousClosedError, RendezvousError, RendezvousTimeoutError
 from rendezvous.job.state import JobStatus
@@ -110,9 +110,9 @@ class NodeChecks:
     command: str = ""  # --health-check ("": none)
     gpus: bool = False  # the node has NVIDIA devices to try
 
-    @classmethod
-    def for_node(cls, dirs: Sequence[str], command: str) -> "NodeChecks":
-        return cls(tuple(d for d in dirs if d), command, os.path.exists("/dev/nvidia0"))
+    def for_node(self, dirs: Sequence[str]) -> "NodeChecks":
+        """These checks on this node: the directories the job writes, and its GPUs when it has any."""
+        return replace(self, dirs=tuple(d for d in dirs if d), gpus=os.path.exists("/dev/nvidia0"))
 
     def run(self, environ: Mapping[str, str]) -> str | None:
         """The first failing check's reason (None: every check passed)."""

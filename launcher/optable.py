@@ -4,7 +4,7 @@ group, torchrun's spelling, whether it takes effect here, and the longer words o
 From this table are made: the click options of ``elastic-run`` (``click_options``), ``--help``'s
 groups and its list of options accepted with no effect (``launcher.cli.helpfmt``), the checks of
 ``LaunchConfig``'s fields that are options too (``check_field``), and the options table of
-docs/getting-started.md (``markdown``; ``tests/unit/test_readme.py`` keeps the two equal).
+docs/getting-started.md (``launcher.cli.helpfmt.markdown``; ``tests/unit/test_readme.py`` keeps the two equal).
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ __all__ = [
     "click_options",
     "check_field",
     "env_name",
-    "markdown",
     "moot",
     "grouped",
 ]
@@ -40,7 +39,7 @@ GROUP_ORDER = (
     "Metrics and probes",
     "torchft",
 )
-SAME = "same"  # torchrun spells it as we do
+SAME = "same"  # torchrun spells it as we do (the docs' table says so)
 
 
 @dataclass(frozen=True)
@@ -136,6 +135,11 @@ class Option:
     def name(self) -> str:
         """The spelling that names it: its first long one (``--module`` for ``-m``)."""
         return next(n for n in self.names if n.startswith("--"))
+
+    @property
+    def key(self) -> str:
+        """Its parameter's name: ``dest``, else the name's (``nproc_per_node``)."""
+        return self.dest or self.name[2:].replace("-", "_")
 
     @property
     def spellings(self) -> tuple[str, ...]:
@@ -332,7 +336,7 @@ def env_name(option: Option) -> str | None:
     """The environment variable that gives the option's default: torchrun's ``PET_<NAME>``."""
     if option.env is None:
         return None
-    return option.env or "PET_" + next(n for n in option.names if n.startswith("--"))[2:].replace("-", "_").upper()
+    return option.env or "PET_" + option.name[2:].replace("-", "_").upper()
 
 
 def _click_option(option: Option) -> Callable:
@@ -382,17 +386,3 @@ def check_field(name: str, value: Any) -> None:
     why = option.check.problem(value)
     if why:
         raise ValueError(f"LaunchConfig.{name} must be {why}, not {value!r}")
-
-
-def markdown() -> str:
-    """The options table of docs/getting-started.md."""
-    rows = ["| option | default | torchrun | meaning |", "| --- | --- | --- | --- |"]
-    for option in OPTIONS:
-        spelled = (f"`{option.shown}`" + (f" `{option.metavar}`" if option.metavar else "")).replace("|", "\\|")
-        theirs = "same" if option.torchrun == SAME else ("-" if option.torchrun is None else f"`{option.torchrun}`")
-        if not option.effect:
-            theirs += ", no effect here"
-        default = f"`{option.shown_default}`" if option.shown_default else ""
-        meaning = (option.doc or option.help).replace("|", "\\|")
-        rows.append(f"| {spelled} | {default} | {theirs} | {meaning} |")
-    return "\n".join(rows)

@@ -13,14 +13,13 @@ import os
 import tempfile
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from launcher.config import AgentConfig, CrashLoop
+from launcher.config import AgentConfig
 from launcher.errors import UsageError
 from launcher.hangs.hangrules import HangTimeouts
 from launcher.launch import LaunchPlan
-from launcher.nodecheck import NodeChecks
 from launcher.output import DefaultLayout, TorchLogsSpecsLayout
 from launcher.output.console import say
 from launcher.output.streams import Std
@@ -39,19 +38,15 @@ STOP_SIGNALS_TEXT = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"  # torchrun's --signals-to-h
 
 @dataclass(frozen=True)
 class RunRequest:
-    """What one node runs, every value parsed and checked where it was given."""
+    """What one node runs, every value parsed and checked where it was given: the agent's config as
+    the parsers made it, and what the plan derives the rest from."""
 
-    argv: tuple[str, ...]  # the worker command line
+    agent: AgentConfig  # the agent's settings (the plan adds its layout, binding, checks, history)
     min_nodes: int = 1
     max_nodes: int = 1
-    nproc_per_node: int = 1
     endpoint: str | None = None  # etcd's host:port[,...]; None: a local etcd for this node alone (--standalone)
     run_id: str | None = None  # required with an endpoint; --standalone makes one
     rdzv_conf: Mapping[str, str] = field(default_factory=dict)  # --rdzv-conf keys and their text
-    max_restarts: int = 0
-    monitor_interval: float = 0.1
-    role: str = "default"
-    event_log_handler: str = "null"
     log_dir: str | None = None  # None: a temporary directory, removed at the end unless it holds log files
     redirects: dict[int, int] | int = Std.NONE
     tee: dict[int, int] | int = Std.NONE
@@ -63,19 +58,7 @@ class RunRequest:
     local_addr: str | None = None
     signals: tuple[int, ...] = ()  # the signals that stop the agent
     signals_to_handle: str = STOP_SIGNALS_TEXT  # as given: exported to the workers as torchrun does
-    stop_grace: float = 30.0
-    hang_timeouts: HangTimeouts = field(default_factory=HangTimeouts)
     numa_binding: str | None = None  # --numa-binding's mode (None: no binding)
-    virtual_local_rank: bool = False
-    warm_start: bool = True  # fork Python workers from a warm interpreter
-    preload: tuple[str, ...] = ()  # modules it imports besides torch's
-    store_port: int | None = None  # --master-port: the agent store's port (None: a free one each round)
-    checkpoint_dir: str | None = None  # where the agent copies elastic.checkpoint saves (None: memory only)
-    checkpoint_every: int = 10  # a copy every so many saves of a rank
-    crash_loop: CrashLoop = CrashLoop()  # restarts in a row with no progress that close the job
-    health_check: str = ""  # --health-check: a command that must exit 0 before this node takes a rank
-    replace_stragglers: bool = False  # --replace-stragglers: a straggler's node steps out for a waiting spare
-    preflight: bool = False  # --preflight: the nodes checked in pairs before a round with a new node
     http_port: int | None = None
     http_host: str = "0.0.0.0"
     lighthouse: Beside | None = None
@@ -87,9 +70,10 @@ class RunRequest:
 def build_plan(request: RunRequest) -> LaunchPlan:
     """The request as a LaunchPlan, ready to launch (a UsageError names what cannot be done)."""
     min_nodes, max_nodes, run_id = _identity(request)
-    if request.virtual_local_rank:
-        _check_virtual_devices(request.nproc_per_node)
-    cpu_binding, numa_line = binding_commands(request.numa_binding, request.nproc_per_node)
+    nproc = request.agent.nproc_per_node
+    if request.agent.virtual_local_rank:
+        _check_virtual_devices(nproc)
+    cpu_binding, numa_line = binding_commands(request.numa_binding, nproc)
     settings = RendezvousSettings.from_conf(run_id, min_nodes, max_nodes, dict(request.rdzv_conf), warn=say)
     etcd = settings.target(request.endpoint) if request.endpoint is not None else None
     history = JobKeys(settings.key_prefix, run_id).ctl("history", request.endpoint) if _etcd_outlives(request) else ""
@@ -139,7 +123,7 @@ def _identity(request: RunRequest) -> tuple[int, int, str]:
 
 def _notes(request: RunRequest, numa_line: str | None, temporary_logs: str | None) -> tuple[str, ...]:
     """torchrun's warnings about the run (OMP_NUM_THREADS), the NUMA binding, where the logs go."""
-    notes = [OMP_WARNING] if request.nproc_per_node > 1 and "OMP_NUM_THREADS" not in os.environ else []
+    notes = [OMP_WARNING] if request.agent.nproc_per_node > 1 and "OMP_NUM_THREADS" not in os.environ else []
     notes += [numa_line] if numa_line else []
     notes += [f"log files go to {temporary_logs} (set --log-dir to choose)"] if temporary_logs else []
     return tuple(notes)
@@ -154,28 +138,15 @@ def _etcd_outlives(request: RunRequest) -> bool:
 def _agent_config(
     request: RunRequest, log_root: str, history_command: str, cpu_binding: Mapping[int, tuple[str, ...]]
 ) -> AgentConfig:
-    return AgentConfig(
-        argv=request.argv,
-        nproc_per_node=request.nproc_per_node,
-        max_restarts=request.max_restarts,
-        monitor_interval=request.monitor_interval,
-        role=request.role,
-        stop_grace=request.stop_grace,
+    """The parsers' config with what the plan derives added."""
+    agent = request.agent
+    return replace(
+        agent,
         logs=_output_layout(request, log_root),
-        virtual_local_rank=request.virtual_local_rank,
-        warm_start=request.warm_start,
-        preload=request.preload,
-        agent_store=os.environ.get("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "0") != "1",  # torchrun's opt-out
-        store_port=request.store_port,
-        checkpoint_dir=os.path.abspath(request.checkpoint_dir) if request.checkpoint_dir else None,
-        checkpoint_every=request.checkpoint_every,
-        crash_loop=request.crash_loop,
-        checks=NodeChecks.for_node((log_root, request.checkpoint_dir or ""), request.health_check),
-        replace_stragglers=request.replace_stragglers,
-        preflight=request.preflight,
-        event_log_handler=request.event_log_handler,
         cpu_binding=cpu_binding,
-        hang_timeouts=request.hang_timeouts,
+        checks=agent.checks.for_node((log_root, agent.checkpoint_dir or "")),
+        checkpoint_dir=os.path.abspath(agent.checkpoint_dir) if agent.checkpoint_dir else None,
+        agent_store=os.environ.get("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "0") != "1",  # torchrun's opt-out
         history_command=history_command,
     )
 

@@ -1,7 +1,8 @@
 """``elastic-run --help`` as people read it: options in the groups of the option table
 (``launcher.cli.optable``), each with its own spellings (torchrun's ``--a_b`` spellings and unique
 prefixes are still accepted), torchrun's options that take no effect here in one line, every line
-within 80 columns; and ``--help-rdzv-conf`` for the ``--rdzv-conf`` keys."""
+within 80 columns; ``--help-rdzv-conf`` for the ``--rdzv-conf`` keys; and the options table of
+docs/getting-started.md (``markdown``)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,10 @@ from typing import Any
 
 import click
 
-from launcher.optable import OPTIONS, grouped, moot
+from launcher.optable import OPTIONS, SAME, grouped, moot
 from rendezvous.settings import CONF_KEYS, TORCH_ALIASES
 
-__all__ = ["GroupedCommand", "WIDTH", "rdzv_conf_help"]
+__all__ = ["GroupedCommand", "WIDTH", "markdown", "rdzv_conf_help"]
 
 WIDTH = 80  # columns every help line fits in
 
@@ -80,3 +81,17 @@ def rdzv_conf_help(ctx: click.Context, _param: Any, value: bool) -> None:
     aliases = ", ".join(f"{a} ({b})" for a, b in TORCH_ALIASES.items())
     click.echo(textwrap.fill("torch's names, accepted: " + aliases, WIDTH, subsequent_indent="  "))
     ctx.exit(0)
+
+
+def markdown() -> str:
+    """The options table of docs/getting-started.md."""
+    rows = ["| option | default | torchrun | meaning |", "| --- | --- | --- | --- |"]
+    for option in OPTIONS:
+        spelled = (f"`{option.shown}`" + (f" `{option.metavar}`" if option.metavar else "")).replace("|", "\\|")
+        theirs = "same" if option.torchrun == SAME else ("-" if option.torchrun is None else f"`{option.torchrun}`")
+        if not option.effect:
+            theirs += ", no effect here"
+        default = f"`{option.shown_default}`" if option.shown_default else ""
+        meaning = (option.doc or option.help).replace("|", "\\|")
+        rows.append(f"| {spelled} | {default} | {theirs} | {meaning} |")
+    return "\n".join(rows)

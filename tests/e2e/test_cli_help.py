@@ -66,7 +66,7 @@ def test_no_option_listed_as_having_no_effect_changes_what_the_run_does(tmp_path
     samples = {"--node-rank": 3, "--master-addr": "10.0.0.9", "--start-method": "fork", "--master-port": 29400}
 
     def changes(name: str) -> bool:
-        dest = next(o.dest or o.name[2:].replace("-", "_") for o in OPTIONS if o.name == name)
+        dest = next(o.key for o in OPTIONS if o.name == name)
         return essence(plan_from(base)) != essence(plan_from(replace(base, **{dest: samples[name]})))
 
     def essence(plan):  # what the agent is given; its log directory (checked too) is named after a random node id

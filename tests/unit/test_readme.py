@@ -108,7 +108,7 @@ def test_the_code_map_names_every_module_where_it_lives():
 
 
 def test_the_readme_options_table_is_the_option_tables():
-    from launcher.optable import markdown
+    from launcher.cli.helpfmt import markdown
 
-    made = "python -c 'from launcher.optable import markdown; print(markdown())'"
+    made = "python -c 'from launcher.cli.helpfmt import markdown; print(markdown())'"
     assert markdown() in DOCS, f"the options table in docs/ is not launcher/optable.py's ({made})"
