@@ -309,14 +309,16 @@ class Agent:
         raise WorkerFailedError(failure.what, failure.failures)
 
     def _finished_without_this_node(self, exc: RendezvousClosedError) -> bool:
-        """The job succeeded while this node waited for a place in it (a hot spare never needed): its
-        part is done too. Said before the agent leaves; its history record says the same."""
-        state = self._job_state() if exc.while_waiting else None
+        """The job succeeded while this node waited for a place in it (a hot spare never needed), or
+        while it was out of it (fenced, coming back): its part is done too. Said before the agent
+        leaves; its history record says the same."""
+        away = self.info is not None  # it had ranks, lost them (fenced), and was coming back
+        state = self._job_state() if exc.while_waiting or away else None
         if state is None or state.outcome(live_nodes=0) is not JobOutcome.SUCCEEDED:
             return False
-        self.state = AgentState.SUCCEEDED
-        self._departure = _Departure(f"the job finished while this node waited for a place ({state.reason})")
-        self.say(f"the job finished while this node waited for a place in it ({state.reason}): nothing left to run")
+        self.state, where = AgentState.SUCCEEDED, "was out of it" if away else "waited for a place"
+        self._departure = _Departure(f"the job finished while this node {where} ({state.reason})")
+        self.say(f"the job finished while this node {where} ({state.reason}): nothing left to run")
         return True
 
     def _closed_error(self, exc: RendezvousClosedError) -> LauncherError:

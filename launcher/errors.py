@@ -72,7 +72,7 @@ class ExitCode:
 
 
 EXIT_CODES = (
-    ExitCode("0", "the job succeeded", False),
+    ExitCode("0", "the job succeeded (also on a node that was fenced or a spare while the others finished it)", False),
     ExitCode(
         "1",
         "the training code failed: a worker exited non-zero or hung, and no restart was left (torchrun's code)",

@@ -40,6 +40,11 @@ FENCING = "last_call_timeout=1,lease_ttl=5,peer_timeout=0"  # renew deadline 4 s
 WOKEN = 0.25  # seconds a frozen node's worker may run after SIGCONT before it is dead (seen: 1-11 ms)
 
 
+def end_job(out: str) -> None:
+    """The test has seen what it came for: the tickers end (and with them the job) now."""
+    open(os.path.join(out, "stop"), "w").close()
+
+
 def _window(out: str, old_pid: int, new: list[dict]) -> tuple[float, int]:
     """(seconds the old worker ran after the first new worker started, its ticks in that time)."""
     first_new = min(w["created"] for w in new)
@@ -95,6 +100,7 @@ def test_a_node_frozen_past_its_lease_runs_no_worker_when_it_wakes(cluster, agen
     window, late = _woken_window(out, old["pid"], new, thawed, died[0])
     time.sleep(2.0)
     thaw(pid for role in ("reaper", "agent") if role not in first for pid in roles[role])
+    end_job(out)
     codes = [agent.wait(90) for agent in [victim, *others]]
     print(
         f"\nnode frozen {thawed - frozen:.1f} s (lease 5 s, renew deadline 4 s), the round of 2 started "
@@ -105,6 +111,26 @@ def test_a_node_frozen_past_its_lease_runs_no_worker_when_it_wakes(cluster, agen
     assert codes == [0, 0, 0], [a.output() for a in [victim, *others]]
     assert died[0] - thawed <= WOKEN, f"the frozen node's worker ran {late} ticks ({window:.3f} s) beside the new round"
     assert "no lease renewal from etcd" in victim.output()
+
+
+def test_a_node_frozen_until_the_job_finished_without_it_exits_0_when_it_wakes(cluster, agents, tmp_path):
+    """The round of 2 finishes while the third node is still frozen whole: woken, its agent stops its
+    stale worker (its fence), finds the job finished and leaves with exit 0, saying so -- its part of
+    the job is done (not exit 3, "the rendezvous is closed", as for a node started after the job)."""
+    out = str(tmp_path)
+    victim, others, roles, old, _ = _frozen_node(cluster, agents, out, 24)
+    end_job(out)
+    codes = [agent.wait(60) for agent in others]
+    os.remove(os.path.join(out, "stop"))  # its stale worker must be stopped by the fence, not end by itself
+    died = death_watch(old["pid"])
+    thaw(pid for role in ("workers", "reaper", "agent") for pid in roles[role])
+    thawed = time.time()
+    wait_for(lambda: died, 5, what="the stale worker to die when its node woke")
+    code = victim.wait(60)
+    assert codes == [0, 0], [agent.output() for agent in others]
+    assert code == 0, victim.output()
+    assert "the job finished while this node was out of it" in victim.output(), victim.output()
+    assert died[0] - thawed <= WOKEN
 
 
 def _with_a_hot_spare(cluster, agents, out: str, seconds: float, slow: float, conf: str):
@@ -145,6 +171,7 @@ def test_a_round_a_hot_spare_fills_waits_for_a_stayer_whose_worker_stops_slowly(
     wait_for(lambda: died, 30, what="the stayer's worker to stop")
     window, late = _window(out, stayer["pid"], new)
     waited = min(w["created"] for w in new) - killed
+    end_job(out)
     codes = [agent.wait(90) for agent in started]
     outputs = [agent.output() for agent in started]
     print(
@@ -181,6 +208,7 @@ def test_a_stayer_frozen_while_its_worker_stops_is_fenced_by_its_agent_when_it_w
     window, late = _woken_window(out, stayer["pid"], new, thawed, died[0])
     time.sleep(2.0)
     thaw(reaper)
+    end_job(out)
     codes = [agent.wait(90) for agent in started]
     print(
         f"\na stayer frozen while its worker stopped, woken without its reaper: the worker died "

@@ -4,7 +4,8 @@
 
 Writes OUT_DIR/w-<pid>.json (as life.py: ``jobclock.record_start``), then
 appends the wall-clock time to OUT_DIR/t-<pid>.log every 10 ms until SECONDS have passed since the
-job's first worker started (OUT_DIR/t0). A tick is a moment the process really ran: a frozen
+job's first worker started (OUT_DIR/t0), or until OUT_DIR/stop exists (the test has seen what it
+came for: the job ends now, not at SECONDS). A tick is a moment the process really ran: a frozen
 process writes none. On SIGTERM it goes on ticking for STOP_SECONDS (a checkpoint written on the
 way out) and then exits 0.
 """
@@ -31,6 +32,8 @@ def on_term(signum, frame):
 
 signal.signal(signal.SIGTERM, on_term)
 ticks = open(os.path.join(out, f"t-{os.getpid()}.log"), "a", buffering=1)
-while time.time() < end[0]:
+stop, tick = os.path.join(out, "stop"), 0
+while time.time() < end[0] and not (tick % 10 == 0 and os.path.exists(stop)):
     ticks.write(f"{time.time():.4f}\n")
     time.sleep(0.01)
+    tick += 1
