@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 
 from rendezvous.job.history import Event
 
+from .drag import Stretch, lay, rate_shares
+
 __all__ = ["Cause", "TITLES", "Segment", "Incident", "Account", "account_of", "MIN_RATE_STEPS"]
 
 
@@ -59,7 +61,6 @@ TITLES = {
 }
 _START = -1  # the incident of the job's start (the first round's wait and start)
 MIN_RATE_STEPS = 6  # heartbeats a round needs for its step time to count
-SLOW = 1.1  # a round this much slower than the fastest of its size is dragged
 
 
 @dataclass(frozen=True)
@@ -263,36 +264,23 @@ def _step_time(r: _Round) -> float | None:
 
 
 def _with_drag(segments: list[Segment], rounds: list[_Round]) -> tuple[Segment, ...]:
-    """Training segments with the seconds of them lost to slow steps."""
-    times = {r.number: _step_time(r) for r in rounds}
-    fastest: dict[int, float] = {}
-    for r in rounds:
-        if times[r.number] is not None:
-            fastest[r.world] = min(fastest.get(r.world, float("inf")), times[r.number])
-    share = {}
-    for r in rounds:
-        by_rate = 0.0
-        if times[r.number] is not None and times[r.number] > SLOW * fastest[r.world]:
-            by_rate = 1.0 - fastest[r.world] / times[r.number]
-        share[r.number] = by_rate
+    """Training segments with the seconds of them lost to slow steps, placed where they were slow."""
+    share = rate_shares({r.number: (r.world, _step_time(r)) for r in rounds})
     named = _named_stragglers(rounds)
-    out = []
+    out: list[Segment] = []
     for s in segments:
         if s.cause is not Cause.TRAINING:
             out.append(s)
             continue
-        drag = s.seconds * share.get(s.round, 0.0)
-        for since, until, fraction in named.get(s.round, []):
-            overlap = min(s.end, until or s.end) - max(s.start, since)
-            drag = max(drag, overlap * fraction) if overlap > 0 else drag
-        out.append(Segment(s.start, s.end, s.cause, s.round, round(min(drag, s.seconds), 3)))
+        pieces = lay(s.start, s.end, share.get(s.round, 0.0), named.get(s.round, []))
+        out += [Segment(lo, hi, s.cause, s.round, drag) for lo, hi, drag in pieces]
     return tuple(out)
 
 
-def _named_stragglers(rounds: list[_Round]) -> dict[int, list[tuple[float, float | None, float]]]:
+def _named_stragglers(rounds: list[_Round]) -> dict[int, list[Stretch]]:
     """(since, until, share of the job's speed lost) for each straggler named in a round: the job
     steps at the slowest rank's pace, a score of 0.5 halving it."""
-    out: dict[int, list[tuple[float, float | None, float]]] = {}
+    out: dict[int, list[Stretch]] = {}
     for r in rounds:
         open_: dict[object, Event] = {}
         for e in r.events:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from launcher.goodput.account import Cause, account_of
+from launcher.goodput.drag import lay, rate_shares
 from launcher.goodput.marks import RoundMarks, round_details
 from rendezvous.job.history import Event
 
@@ -150,6 +151,34 @@ def test_a_straggler_named_late_drags_from_when_it_was_slow():
     ]
     # slow from 38 s to the round's end at 51.5 s, at half the job's speed
     assert account_of(events).lost[Cause.STRAGGLER] == pytest.approx(0.5 * 13.5, abs=0.01)
+
+
+def test_a_straggler_s_drag_lies_in_the_windows_where_it_was_slow():
+    events = [
+        frozen(0.0, 1, 0.0),
+        Event(T0 + 50.0, 1, "b", "straggler", {"rank": 1, "score": 0.5, "slow_for": 12.0}),
+        Event(T0 + 51.0, 1, "b", "node_left", {"reason": "replaced by a spare"}),
+        ended(52.0, 1, "replaced", ran=51.5, first_step=0.5, last_step=51.0, steps=400, step=390, kept=True),
+        frozen(52.5, 2, 0.2),
+        ended(100.0, 2, "succeeded", ran=47.0, first_step=0.5, last_step=46.5, steps=400, step=790, kept=True),
+        closed(100.0, 2),
+    ]
+    account = account_of(events)
+    goodput = [round(w[2], 3) for w in account.windows(10)]  # 10 s windows; slow at half speed from 38 s to 51.5 s
+    assert goodput[1:3] == [1.0, 1.0]  # healthy: nothing of the drag here
+    assert goodput[3] == pytest.approx(0.9) and goodput[4] == pytest.approx(0.5)  # 30-38 s healthy, 38-50 s slow
+    assert sum(s.drag for s in account.segments) == pytest.approx(0.5 * 13.5, abs=0.01)  # the total as before
+
+
+def test_drag_is_laid_on_the_pieces_by_how_slow_each_was():
+    # a round at a 10 % slower rate than its fastest peer, with a straggler at half speed from 40 to 60
+    pieces = lay(0.0, 100.0, 0.1, [(40.0, 60.0, 0.5)])
+    assert [(lo, hi) for lo, hi, _ in pieces] == [(0.0, 40.0), (40.0, 60.0), (60.0, 100.0)]
+    drags = [drag for _, _, drag in pieces]
+    assert sum(drags) == pytest.approx(10.0)  # the larger of 10 % of 100 s and half of 20 s
+    assert drags[1] / 20.0 == pytest.approx(5 * drags[0] / 40.0, rel=0.01)  # a second there lost 0.5, elsewhere 0.1
+    assert lay(0.0, 10.0, 0.0, []) == [(0.0, 10.0, 0.0)]
+    assert rate_shares({1: (2, 1.0), 2: (2, 2.0), 3: (3, None), 4: (2, 1.05)}) == {1: 0.0, 2: 0.5, 3: 0.0, 4: 0.0}
 
 
 def test_a_round_whose_record_is_missing_is_unknown_not_rendezvous():
