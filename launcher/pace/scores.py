@@ -34,7 +34,7 @@ __all__ = [
 ]
 
 SAMPLE = 1.0  # seconds of spans a sample averages (at least one span)
-WINDOW = 20  # samples a pace is the median of
+WINDOW = 8  # samples a pace is the median of (a slowdown moves it within 5 s; 20 took 11)
 MIN_SAMPLES = 5  # samples before a rank has a pace
 THRESHOLD = 0.75  # a score below this is slow (nvidia-resiliency-ext's default)
 RECOVERED = 0.85  # a straggler scores above this to be one no more
