@@ -139,8 +139,9 @@ def test_a_named_straggler_drags_by_its_score_from_when_it_was_named():
     assert account_of(events).lost[Cause.STRAGGLER] == pytest.approx(0.5 * 50.0, abs=0.01)  # to the last step
 
 
-def test_a_straggler_named_late_drags_from_when_it_was_slow():
-    events = [
+def replaced_straggler() -> list[Event]:
+    """A straggler at half speed named at 50 s, slow for 12 s before, its node replaced at 51.5 s."""
+    return [
         frozen(0.0, 1, 0.0),
         Event(T0 + 50.0, 1, "b", "straggler", {"rank": 1, "score": 0.5, "slow_for": 12.0}),
         Event(T0 + 51.0, 1, "b", "node_left", {"reason": "replaced by a spare"}),
@@ -149,21 +150,15 @@ def test_a_straggler_named_late_drags_from_when_it_was_slow():
         ended(100.0, 2, "succeeded", ran=47.0, first_step=0.5, last_step=46.5, steps=400, step=790, kept=True),
         closed(100.0, 2),
     ]
+
+
+def test_a_straggler_named_late_drags_from_when_it_was_slow():
     # slow from 38 s to the round's end at 51.5 s, at half the job's speed
-    assert account_of(events).lost[Cause.STRAGGLER] == pytest.approx(0.5 * 13.5, abs=0.01)
+    assert account_of(replaced_straggler()).lost[Cause.STRAGGLER] == pytest.approx(0.5 * 13.5, abs=0.01)
 
 
 def test_a_straggler_s_drag_lies_in_the_windows_where_it_was_slow():
-    events = [
-        frozen(0.0, 1, 0.0),
-        Event(T0 + 50.0, 1, "b", "straggler", {"rank": 1, "score": 0.5, "slow_for": 12.0}),
-        Event(T0 + 51.0, 1, "b", "node_left", {"reason": "replaced by a spare"}),
-        ended(52.0, 1, "replaced", ran=51.5, first_step=0.5, last_step=51.0, steps=400, step=390, kept=True),
-        frozen(52.5, 2, 0.2),
-        ended(100.0, 2, "succeeded", ran=47.0, first_step=0.5, last_step=46.5, steps=400, step=790, kept=True),
-        closed(100.0, 2),
-    ]
-    account = account_of(events)
+    account = account_of(replaced_straggler())
     goodput = [round(w[2], 3) for w in account.windows(10)]  # 10 s windows; slow at half speed from 38 s to 51.5 s
     assert goodput[1:3] == [1.0, 1.0]  # healthy: nothing of the drag here
     assert goodput[3] == pytest.approx(0.9) and goodput[4] == pytest.approx(0.5)  # 30-38 s healthy, 38-50 s slow
