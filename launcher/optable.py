@@ -50,7 +50,7 @@ class Whole:
     maximum: int | None = None
 
     def click_type(self) -> click.ParamType:
-        return _Whole(self.minimum, self.maximum)
+        return _Whole(self)
 
     def problem(self, value: Any) -> str | None:
         if isinstance(value, bool) or not isinstance(value, int) or value < self.minimum:
@@ -88,10 +88,22 @@ class Choice:
 
 
 class _Whole(click.IntRange):
-    """click's IntRange, without the range appended to the help line (the help says it)."""
+    """click's IntRange, without the range appended to the help line (the help says it), and a
+    value out of range said as the table says it ("-1 is not an integer >= 0")."""
+
+    def __init__(self, check: Whole) -> None:
+        super().__init__(check.minimum, check.maximum)
+        self.check = check
 
     def _describe_range(self) -> str:
         return ""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        number = click.INT.convert(value, param, ctx)  # "'x' is not a valid integer."
+        why = self.check.problem(number)
+        if why:
+            self.fail(f"{number} is not {why}", param, ctx)
+        return number
 
 
 class _SecondsType(click.ParamType):
