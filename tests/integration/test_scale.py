@@ -116,9 +116,12 @@ def test_what_etcd_sends_each_node_does_not_grow_with_the_job(runs):
         f"K={SIZES[0]}: {small['bytes'] / 1024:.1f} KB, {small['events']:.1f} events; "
         f"K={SIZES[-1]}: {big['bytes'] / 1024:.1f} KB, {big['events']:.1f} events (x{grow:.2f}, x{grow_events:.2f})"
     )
-    # A term that grows with K per node would make 4x the nodes cost each node up to 4x as much.
+    # A term that grows with K per node would make 4x the nodes cost each node up to 4x as much (every
+    # follower watching the nodes prefix: 3.6x the events, 3.0x the bytes). Without one, each node's events are the
+    # round's state writes, one per batch of joins the coordinator takes: 1.04-1.23x here, alone or
+    # beside busy loops; 1.59x once in a CI run at -n 3, where 256 threads' joins came in more batches.
     assert grow < 1.5, f"each node received {grow:.2f}x the bytes with {SIZES[-1] // SIZES[0]}x the nodes"
-    assert grow_events < 1.5, (
+    assert grow_events < 2.0, (
         f"each node received {grow_events:.2f}x the events with {SIZES[-1] // SIZES[0]}x the nodes"
     )
     assert big["bytes"] < 16 * 1024, f"{big['bytes'] / 1024:.1f} KB a node"
