@@ -70,6 +70,10 @@ def _endpoint(opts: RunOptions) -> str | None:
     return rendezvous_endpoint(opts.standalone, opts.rdzv_backend, opts.rdzv_endpoint, opts.rdzv_id)
 
 
+# options a RunRequest takes as the command line gave them (click checked their type and range)
+_AS_GIVEN = ("log_dir", "local_addr", "signals_to_handle", "numa_binding", "http_port", "http_host")
+
+
 def request_from(opts: RunOptions) -> RunRequest:
     """elastic-run's options, with SLURM's defaults in, parsed into a RunRequest: each option's text
     by its parser (``launcher.cli.options``), in the order torchrun reports a bad one."""
@@ -104,10 +108,6 @@ def request_from(opts: RunOptions) -> RunRequest:
         allocation=slurm.etcd if slurm is not None else None,
         node_name=slurm.job.node_name if slurm is not None else None,
     )
-
-
-# options a RunRequest takes as the command line gave them (click checked their type and range)
-_AS_GIVEN = ("log_dir", "local_addr", "signals_to_handle", "numa_binding", "http_port", "http_host")
 
 
 def agent_config(opts: RunOptions, argv: tuple[str, ...], nproc: int) -> AgentConfig:

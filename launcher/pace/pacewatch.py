@@ -100,7 +100,7 @@ class PaceWatch:
         """Read the records; at most once a sample, score the local ranks: the verdicts that changed."""
         now = self._clock()
         for worker, reader, pace in zip(self._workers, self._readers, self._paces):
-            pace.feed(now, *reader.work(), waited=run_delay(self._pid_of(worker.local_rank)))
+            pace.feed(now, *reader.work(), waited=lambda rank=worker.local_rank: run_delay(self._pid_of(rank)))
         if now - self._judged < 1.0:
             return []
         self._judged = now

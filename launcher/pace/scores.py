@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import statistics
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 __all__ = [
@@ -50,17 +51,19 @@ class RankPace:
         # (time, work, spans, waited) the open sample began at
         self._since: tuple[float, float, int, float | None] | None = None
 
-    def feed(self, now: float, work: float, spans: int, waited: float | None = None) -> None:
-        """The record read at ``now``: ``work`` seconds over ``spans`` spans so far; ``waited``: the
-        worker's seconds runnable but waiting for a CPU so far (None: not known)."""
+    def feed(self, now: float, work: float, spans: int, waited: Callable[[], float | None] = lambda: None) -> None:
+        """The record read at ``now``: ``work`` seconds over ``spans`` spans so far. ``waited`` reads
+        the worker's seconds runnable but waiting for a CPU so far (None: not known); it is called
+        only when a sample opens or closes (about once a second, not at every monitor tick)."""
         if self._since is None or spans < self._since[2] or work < self._since[1]:
-            self._since = (now, work, spans, waited)  # first reading, or a new record (a new worker)
+            self._since = (now, work, spans, waited())  # first reading, or a new record (a new worker)
             return
         began, work0, spans0, waited0 = self._since
         if now - began >= SAMPLE and spans > spans0:
-            starved = credit(now - began, work - work0, waited0, waited)
+            waited_now = waited()
+            starved = credit(now - began, work - work0, waited0, waited_now)
             self._samples.append((work - work0 - starved) / (spans - spans0))
-            self._since = (now, work, spans, waited)
+            self._since = (now, work, spans, waited_now)
 
     def slow_for(self, fastest: float) -> float:
         """Seconds of the window (its newest samples in a row) slow against ``fastest``: how long this

@@ -169,6 +169,19 @@ def test_a_wait_for_a_cpu_is_credited_in_the_share_of_the_sample_spent_in_own_wo
     assert credit(1.0, 0.5, 0.4, 0.1) == 0.0  # a new process's counter: no credit
 
 
+def test_the_wait_for_a_cpu_is_read_when_a_sample_opens_or_closes_not_at_every_tick():
+    pace, reads = RankPace(), []
+
+    def waited() -> float:
+        reads.append(1)
+        return 0.0
+
+    for tick in range(101):  # 10 s of monitor ticks, 0.1 s apart, a span each
+        pace.feed(tick * 0.1, tick * 0.01, tick, waited)
+    assert 10 <= len(reads) <= 12, len(reads)  # the first reading, then once a 1 s sample
+    assert abs(pace.pace() - 0.01) < 1e-9
+
+
 def test_a_rank_slow_only_for_want_of_a_cpu_is_no_straggler(tmp_path):
     # rank 12's steps take 2.5x as long by its clock, every extra 75 ms a wait for a CPU on a loaded node
     # (it waits as long again outside its own work: 0.15 s a step, half of it inside the span)
