@@ -375,8 +375,7 @@ class Agent:
 
     def _exit_barrier(self) -> bool:
         """Say this node finished; when every participant has, close the job. False when, meanwhile,
-        a worker of another node failed or hung and the job restarts: this node rejoins (the round
-        cannot form without it), as it would had the failure come a moment earlier."""
+        the job restarts or goes on with a newcomer (``restart.rejoin_after_finish``): it rejoins."""
         try:
             self.handler.finish()
             if self.handler.all_finished(timeout=self.config.exit_barrier_timeout):
@@ -386,10 +385,10 @@ class Agent:
         except RendezvousError as exc:
             self.say(f"workers succeeded; could not record it in etcd ({exc})")
             return True
-        if state is None or state.status is not JobStatus.JOINING or not state.cause.failures:
-            return True
-        self.say(f"{state.cause.failures[0]} after this node's workers finished: the job restarts; rejoining")
-        return False
+        line = restart.rejoin_after_finish(state)
+        if line is not None:
+            self.say(line)
+        return line is None
 
     def _close(self, reason: str, *, failed: bool = False, closed_by: str = "") -> None:
         by = closed_by or "agent"

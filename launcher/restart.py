@@ -47,6 +47,7 @@ __all__ = [
     "loss_line",
     "fence_reason",
     "failure_records",
+    "rejoin_after_finish",
 ]
 
 
@@ -216,3 +217,21 @@ def change_line(
     if joining:
         return f"node{'s' if len(joining) > 1 else ''} {', '.join(joining)} joined: re-rendezvous"
     return "another node started a new round: re-rendezvous"
+
+
+def rejoin_after_finish(state: JobState | None) -> str | None:
+    """This node's workers succeeded but the round did not finish: the line it says as it rejoins
+    the job's next round, or None when it has nothing left to do (the job closed or went on without
+    it, or etcd could not say). It rejoins when another node's worker failed or hung after its own
+    finished (the job restarts), or when a newcomer came before the last workers ended and a
+    participant's were stopped for it (the job goes on with the newcomer: the round cannot form
+    without this node's ranks, as it could not had the newcomer come a moment earlier)."""
+    if state is None or state.status is not JobStatus.JOINING:
+        return None
+    cause = state.cause
+    if cause.failures:
+        return f"{cause.failures[0]} after this node's workers finished: the job restarts; rejoining"
+    if cause.waiting and not cause.lost:
+        names = ", ".join(cause.joining) or f"{cause.waiting} node(s)"
+        return f"{names} came to join before every node's workers finished: the job goes on with them; rejoining"
+    return None

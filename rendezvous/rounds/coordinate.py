@@ -32,12 +32,12 @@ from .decide import (
     job_budget,
     joined,
     restart_count,
-    round_cause,
     silent_after,
     silent_nodes,
     still_running,
     streak_after,
 )
+from .ending import round_cause
 from .snapshot import Snapshot
 
 __all__ = ["RoundCoordinator", "PROGRESS_EVERY", "progress_every"]

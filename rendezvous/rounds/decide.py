@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 from rendezvous.job.progress import Streak, counted
 from rendezvous.job.ranktable import bucket_count
-from rendezvous.job.state import CAUSE_NAMES, Cause, FailureKind, JobState, JobStatus, Keep, NodeInfo, Participant
+from rendezvous.job.state import CAUSE_NAMES, Cause, JobState, JobStatus, Keep, NodeInfo, Participant
 
 __all__ = [
     "LiveNode",
@@ -24,17 +24,12 @@ __all__ = [
     "decide",
     "frozen_state",
     "forming_state",
-    "round_cause",
     "closed_state",
     "restart_count",
     "streak_after",
     "job_budget",
-    "failures_reported",
     "News",
     "forming_news",
-    "newcomers",
-    "nodes_waiting",
-    "lost_participants",
 ]
 
 
@@ -286,19 +281,6 @@ def forming_news(state: JobState | None, target: int, decision: Wait, last_call_
     return News.RECOUNT if state.joined != count else News.NONE
 
 
-def round_cause(state: JobState | None, nodes: Sequence[LiveNode]) -> Cause:
-    """Why the running round ``state`` (read with its participants) ends, from the live nodes."""
-    live = {n.info.node for n in nodes}
-    reported = _reports(state, nodes)
-    return Cause.of(
-        [text for text, _ in reported],
-        lost_participants(state, live),
-        newcomers(state, nodes),
-        nodes_waiting(state, nodes),
-        reported[0][1] if reported else None,
-    )
-
-
 def closed_state(state: JobState, reason: str, *, when: float | None = None, **changes: object) -> JobState:
     """``state`` closed for ``reason`` at ``when`` (wall clock; the job's keys are kept for its
     retention from then): the round, its participants, master and restart count stay as they were,
@@ -339,49 +321,3 @@ def streak_after(state: JobState | None, nodes: Sequence[LiveNode], round_: int,
 def job_budget(state: JobState | None, own: int) -> int:
     """The job's --max-restarts: the one stored with it, or this agent's when the job is new."""
     return state.max_restarts if state is not None else own
-
-
-def failures_reported(state: JobState | None, nodes: Sequence[LiveNode]) -> list[str]:
-    """What the nodes asking to restart the running round said failed (``rank 1 on node b failed (exit code 1)``)."""
-    return [text for text, _ in _reports(state, nodes)]
-
-
-def _reports(state: JobState | None, nodes: Sequence[LiveNode]) -> list[tuple[str, FailureKind]]:
-    """``failures_reported`` with each failure's kind (a node that did not say: a worker's failure)."""
-    if state is None or state.status is not JobStatus.RUNNING:
-        return []
-    return sorted(
-        (n.info.failure or f"a worker on node {n.info.node} failed", n.info.failure_kind or FailureKind.WORKER)
-        for n in nodes
-        if n.info.failed_round == state.round and n.info.round > state.round
-    )
-
-
-def newcomers(state: JobState | None, nodes: Sequence[LiveNode]) -> list[str]:
-    """Nodes asking to join after the running round that are not taking part in it."""
-    if state is None or state.status is not JobStatus.RUNNING:
-        return []
-    members = {p.node for p in state.participants}
-    return sorted(n.info.node for n in nodes if n.info.round > state.round and n.info.node not in members)
-
-
-def nodes_waiting(state: JobState | None, nodes: Sequence[LiveNode]) -> int:
-    """Live nodes asking for a round after the running one.
-
-    A participant asking again (its workers failed) always counts; a newcomer counts only while
-    the running round has room for it (below max_nodes).
-    """
-    if state is None or state.status is not JobStatus.RUNNING:
-        return 0
-    members = {p.node for p in state.participants}
-    asking = [n for n in nodes if n.info.round > state.round]
-    rejoining = sum(1 for n in asking if n.info.node in members)
-    newcomers = len(asking) - rejoining
-    return rejoining + min(newcomers, max(state.max_nodes - len(state.participants), 0))
-
-
-def lost_participants(state: JobState | None, live: set[str]) -> list[str]:
-    """Participants of the running round whose node key is gone (their agent died or left)."""
-    if state is None or state.status is not JobStatus.RUNNING:
-        return []
-    return [p.node for p in state.participants if p.node not in live]

@@ -29,7 +29,8 @@ from rendezvous.job.store import GaveUp, JobStateStore, StateUnchanged
 from rendezvous.settings import RendezvousSettings
 
 from .coordinate import RoundCoordinator, progress_every
-from .decide import closed_state, newcomers, silent_after, silent_nodes
+from .decide import closed_state, silent_after, silent_nodes
+from .ending import Ending, ending_after, newcomer_round, newcomers
 from .join import Progress, RendezvousInfo, progress_of
 from .joinloop import JoinLoop
 from .member import Identity, LeaseStatus, Member, default_node_id
@@ -215,7 +216,8 @@ class RendezvousHandler:
         self._member.announce(self._info.round, finished=True)
 
     def all_finished(self, timeout: float = 0.0) -> bool:
-        """True once every participant of this node's round has finished (waits up to ``timeout``)."""
+        """True once every participant of this node's round has finished (waits up to ``timeout``),
+        also when the job moved on meanwhile to a newcomer's round (``_finished_before_newcomer``)."""
         monitor = self._ensure_monitor()
         if monitor is None:
             return False
@@ -224,6 +226,8 @@ class RendezvousHandler:
             monitor.poll()
             if monitor.finished:
                 return True
+            if monitor.moved_on and newcomer_round(monitor.state, self._info.round):
+                return _finished_before_newcomer(self._client, self._keys, self._info.round, deadline, self._clock)
             if monitor.moved_on or monitor.cause.lost:
                 return False
             remaining = deadline - self._clock()
@@ -329,3 +333,21 @@ class RendezvousHandler:
         if self._monitor is not None:
             self._monitor.close(join=join)
             self._monitor = None
+
+
+NEWCOMER_POLL = 0.2  # seconds between reads while a finished node learns how its round ended
+
+
+def _finished_before_newcomer(
+    client: EtcdClient, keys: JobKeys, round_: int, deadline: float, clock: Callable[[], float]
+) -> bool:
+    """A newcomer's round began as this node's workers of ``round_`` succeeded: the round finished
+    when every participant's workers did too (``ending_after``); read until each said one or the other."""
+    while True:
+        snapshot = read_round(client, keys, all_nodes=True)
+        if not newcomer_round(snapshot.state, round_):
+            return False  # closed, frozen, or failed meanwhile: that answers
+        ending = ending_after(snapshot.state.participants, snapshot.nodes, round_)
+        if ending is not Ending.UNDECIDED or clock() >= deadline:
+            return ending is Ending.FINISHED
+        time.sleep(min(NEWCOMER_POLL, max(deadline - clock(), 0.0)))

@@ -24,7 +24,8 @@ from rendezvous.job.keys import JobKeys
 from rendezvous.job.state import Cause, JobState, JobStatus
 from rendezvous.job.store import JobStateStore
 
-from .decide import LiveNode, forming_state, joined, round_cause, still_running
+from .decide import LiveNode, forming_state, joined, still_running
+from .ending import round_cause
 from .snapshot import Handover, Snapshot, apply_round_events, read_round, round_watch
 
 __all__ = ["JobMonitor"]

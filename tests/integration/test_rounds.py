@@ -8,7 +8,7 @@ import time
 import pytest
 
 from rendezvous import RendezvousClosedError, RendezvousStateError, RendezvousTimeoutError
-from rendezvous.job.state import NodeInfo
+from rendezvous.job.state import JobStatus, NodeInfo
 from rendezvous.rounds.join import RendezvousInfo
 from rendezvous.rounds.view import get_state
 from tests.integration.rdzv_helpers import Nodes
@@ -328,3 +328,86 @@ def test_a_failure_in_a_round_whose_participant_was_recorded_lost_costs_no_resta
         assert {info.group_world_size for info in second.values()} == {3}
     finally:
         group.close()
+
+
+def _late_joiner(nodes):
+    """A third node joining in a thread while a and b run round 1: {"late": info or error}, and the thread."""
+    late, outcome = nodes.add("late"), {}
+    thread = threading.Thread(target=lambda: outcome.update(nodes.rendezvous([late])), daemon=True)
+    thread.start()
+    return outcome, thread
+
+
+def _until(condition, what, within=10.0):
+    deadline = time.monotonic() + within
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def _finish_like_an_agent(handler):
+    """The agent's exit barrier: say this node finished; close the job once every participant has."""
+    handler.finish()
+    if handler.all_finished(timeout=10):
+        handler.set_closed("the job finished")
+        return True
+    return False
+
+
+def test_a_newcomer_while_the_job_finishes_restarts_nothing_and_hears_the_job_close(nodes):
+    """A node that comes once a participant's workers succeeded (a fenced node rejoining, a spare)
+    does not start a new round: the job is at its end. It waits, and the close tells it so."""
+    a, b = nodes.add("a"), nodes.add("b")
+    _ok(nodes.rendezvous([a, b]))
+    a.finish()
+    outcome, thread = _late_joiner(nodes)
+    _until(lambda: b.spares_waiting() == 1, "the late node never asked to join")
+    time.sleep(1.0)  # the keeper has seen it: it would have started round 2 by now
+    assert a.job_state().status is JobStatus.RUNNING and a.job_state().round == 1
+    assert a.num_nodes_waiting() == b.num_nodes_waiting() == 0
+    assert not a.membership_changed() and not b.membership_changed()
+    assert _finish_like_an_agent(b)
+    assert _finish_like_an_agent(a)
+    thread.join(timeout=10)
+    (error,) = outcome.values()
+    assert isinstance(error, RendezvousClosedError) and error.while_waiting, error
+
+
+def test_a_newcomer_just_before_the_last_workers_succeeded_does_not_keep_the_job_open(nodes):
+    """The keeper started round 2 for the newcomer; then every participant's workers succeeded
+    before they were stopped for it: the job finished, every participant closes it, and the
+    newcomer -- alone in round 2 -- hears it close instead of waiting out its join timeout."""
+    a, b = nodes.add("a"), nodes.add("b")
+    _ok(nodes.rendezvous([a, b]))
+    outcome, thread = _late_joiner(nodes)
+    _until(lambda: a.job_state().status is JobStatus.JOINING, "the keeper never started round 2 for the late node")
+    assert all(Nodes.each([a, b], _finish_like_an_agent, timeout=15).values())
+    thread.join(timeout=10)
+    (error,) = outcome.values()
+    assert isinstance(error, RendezvousClosedError) and error.while_waiting, error
+    assert a.job_state().status is JobStatus.CLOSED and a.job_state().reason == "the job finished"
+
+
+def test_a_finished_node_rejoins_when_a_participant_was_stopped_for_the_newcomer(nodes):
+    """Round 2 began for the newcomer; a's workers succeeded, b's were stopped for it: the job goes
+    on with the newcomer, and a -- whose ranks the round needs -- rejoins it as the agent does."""
+    from launcher.restart import rejoin_after_finish
+
+    a, b = nodes.add("a"), nodes.add("b")
+    _ok(nodes.rendezvous([a, b]))
+    outcome, thread = _late_joiner(nodes)
+    _until(lambda: a.job_state().status is JobStatus.JOINING, "the keeper never started round 2 for the late node")
+    a.finish()
+    rejoined = {}
+    b_thread = threading.Thread(target=lambda: rejoined.update(nodes.rendezvous([b])), daemon=True)
+    b_thread.start()
+    assert not a.all_finished(timeout=10)
+    assert rejoin_after_finish(a.job_state()) == (
+        "late came to join before every node's workers finished: the job goes on with them; rejoining"
+    )
+    second = _ok(nodes.rendezvous([a]))
+    for joiner in (thread, b_thread):
+        joiner.join(timeout=10)
+    second.update(_ok(outcome), **_ok(rejoined))
+    assert {info.round for info in second.values()} == {2}
+    assert sorted(info.group_rank for info in second.values()) == [0, 1, 2]

@@ -9,19 +9,16 @@ from rendezvous.rounds.decide import (
     Wait,
     assign_ranks,
     decide,
-    failures_reported,
     forming_news,
     forming_state,
     frozen_state,
     job_budget,
-    lost_participants,
-    newcomers,
-    nodes_waiting,
     restart_count,
     silent_after,
     silent_nodes,
     still_running,
 )
+from rendezvous.rounds.ending import failures_reported, lost_participants, newcomers, nodes_waiting
 
 
 def node(name, round_=1, rev=None, lws=2, port=1000):
@@ -238,7 +235,7 @@ def test_a_participant_whose_key_is_gone_or_whose_workers_finished_is_not_waited
 
 def test_the_rounds_cause_carries_the_kind_of_its_first_failure_read_back_from_etcd_as_written():
     from rendezvous.job.state import Cause, FailureKind
-    from rendezvous.rounds.decide import round_cause
+    from rendezvous.rounds.ending import round_cause
 
     state = _running(4, restarts=0, members=("a", "b"))
     hang = NodeInfo("b", 5, "h", 1, 1, failed_round=4, failure="rank 1 on node b hung", failure_kind=FailureKind.HANG)
