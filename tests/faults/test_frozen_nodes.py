@@ -22,6 +22,7 @@ from tests.e2e.cli_helpers import wait_joined
 
 from .helpers import (
     TICKER,
+    alive,
     children,
     death_watch,
     freeze,
@@ -41,9 +42,8 @@ WOKEN = 0.25  # seconds a frozen node's worker may run after SIGCONT before it i
 
 
 def end_job(out: str) -> None:
-    """The test has seen what it came for: the tickers end (and with them the job) now. Not while a
-    fenced node may be rejoining: one that joined a new round as the others' workers ended waited in
-    it ("1/3 nodes joined ... waiting for 1 more") past the test's 90 s (a CI run at -n 3)."""
+    """The test has seen what it came for: the tickers end (and with them the job) now -- also while
+    a node rejoins (``test_a_newcomer_as_the_last_workers_end_does_not_keep_the_job_open``)."""
     open(os.path.join(out, "stop"), "w").close()
 
 
@@ -102,7 +102,8 @@ def test_a_node_frozen_past_its_lease_runs_no_worker_when_it_wakes(cluster, agen
     window, late = _woken_window(out, old["pid"], new, thawed, died[0])
     time.sleep(2.0)
     thaw(pid for role in ("reaper", "agent") if role not in first for pid in roles[role])
-    codes = [agent.wait(90) for agent in [victim, *others]]  # the job's clock ends it: see end_job
+    end_job(out)
+    codes = [agent.wait(60) for agent in [victim, *others]]
     print(
         f"\nnode frozen {thawed - frozen:.1f} s (lease 5 s, renew deadline 4 s), the round of 2 started "
         f"{min(w['created'] for w in new) - frozen:.1f} s into it; {', '.join(first)} woken: the worker died "
@@ -132,6 +133,37 @@ def test_a_node_frozen_until_the_job_finished_without_it_exits_0_when_it_wakes(c
     assert code == 0, victim.output()
     assert "the job finished while this node was out of it" in victim.output(), victim.output()
     assert died[0] - thawed <= WOKEN
+
+
+def test_a_newcomer_as_the_last_workers_end_does_not_keep_the_job_open(cluster, agents, tmp_path):
+    """Two agents run a round of 2 (``--nnodes 2:3``: room for a third). Both agents are stopped a
+    few seconds (well inside the default lease) while their workers end and a newcomer asks to join;
+    woken, the keeper starts round 3 for the newcomer from the event it queued as each agent finds
+    its workers succeeded -- the race a CI run found, where the finished nodes left without closing
+    the job and a node in round 3 waited out its 600 s join timeout ("1/3 nodes joined ... waiting
+    for 1 more"). Every agent exits 0 within seconds: every participant finished, so the job closes."""
+    out, rid, conf = str(tmp_path), run_id(), "last_call_timeout=1,peer_timeout=0"
+    worker = (TICKER, out, "60")
+    pair = [agents(cluster.endpoints, rid, "2:3", out, 60, conf, worker=worker) for _ in range(2)]
+    wait_for(lambda: len(workers(out)) == 2, 30, what="a round of 2")
+    pids = [w["pid"] for w in workers(out)]
+    freeze([agent.pid for agent in pair])
+    try:
+        end_job(out)  # their workers end while their agents cannot see it
+        wait_for(lambda: not any(alive(pid) for pid in pids), 5, what="the workers to end")
+        late = agents(cluster.endpoints, rid, "2:3", out, 60, conf, worker=worker)
+        wait_joined(cluster.endpoints, rid, 3, timeout=8)
+    finally:
+        thaw([agent.pid for agent in pair])
+    woken = time.monotonic()
+    everyone = [*pair, late]
+    codes = [agent.wait(30) for agent in everyone]
+    took = time.monotonic() - woken
+    outputs = [agent.output() for agent in everyone]
+    print(f"\na newcomer as the last workers ended: every agent out {took:.1f} s after the agents woke, codes {codes}")
+    assert codes == [0, 0, 0], outputs
+    assert took < 10, outputs
+    assert "the job finished while this node waited for a place" in outputs[2], outputs[2]
 
 
 def _with_a_hot_spare(cluster, agents, out: str, seconds: float, slow: float, conf: str):
