@@ -366,8 +366,7 @@ def test_a_newcomer_while_the_job_finishes_restarts_nothing_and_hears_the_job_cl
     assert a.job_state().status is JobStatus.RUNNING and a.job_state().round == 1
     assert a.num_nodes_waiting() == b.num_nodes_waiting() == 0
     assert not a.membership_changed() and not b.membership_changed()
-    assert _finish_like_an_agent(b)
-    assert _finish_like_an_agent(a)
+    assert all(Nodes.each([a, b], _finish_like_an_agent, timeout=15).values())  # a's finish was said: b's now
     thread.join(timeout=10)
     (error,) = outcome.values()
     assert isinstance(error, RendezvousClosedError) and error.while_waiting, error
