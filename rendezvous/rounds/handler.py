@@ -335,14 +335,17 @@ class RendezvousHandler:
             self._monitor = None
 
 
-NEWCOMER_POLL = 0.2  # seconds between reads while a finished node learns how its round ended
+NEWCOMER_POLL = (0.1, 2.0)  # seconds between reads while a finished node learns how its round ended: first, most
 
 
 def _finished_before_newcomer(
     client: EtcdClient, keys: JobKeys, round_: int, deadline: float, clock: Callable[[], float]
 ) -> bool:
     """A newcomer's round began as this node's workers of ``round_`` succeeded: the round finished
-    when every participant's workers did too (``ending_after``); read until each said one or the other."""
+    when every participant's workers did too (``ending_after``); read until each said one or the
+    other (a participant stopping its workers for the newcomer takes up to its stop grace: the reads
+    grow apart, so a big job's finished nodes do not read every node key ten times a second)."""
+    pause, most = NEWCOMER_POLL
     while True:
         snapshot = read_round(client, keys, all_nodes=True)
         if not newcomer_round(snapshot.state, round_):
@@ -350,4 +353,5 @@ def _finished_before_newcomer(
         ending = ending_after(snapshot.state.participants, snapshot.nodes, round_)
         if ending is not Ending.UNDECIDED or clock() >= deadline:
             return ending is Ending.FINISHED
-        time.sleep(min(NEWCOMER_POLL, max(deadline - clock(), 0.0)))
+        time.sleep(min(pause, max(deadline - clock(), 0.0)))
+        pause = min(pause * 2, most)
