@@ -3,10 +3,12 @@
     counted.py OUT_DIR --fail RANK@COUNT[,RANK@COUNT...] [--run SECONDS]
 
 Records OUT_DIR/<restart>-<rank>-<pid>.json (its rank, world size, restart count and budget), then
-exits 1 if (RANK, TORCHELASTIC_RESTART_COUNT) is in the plan, else lives SECONDS and exits 0.
+exits 1 if (RANK, TORCHELASTIC_RESTART_COUNT) is in the plan -- once every rank of that restart has
+recorded (at most 10 s) -- else lives SECONDS and exits 0.
 """
 
 import argparse
+import glob
 import json
 import os
 import sys
@@ -34,6 +36,13 @@ with open(path + ".tmp", "w") as handle:
 os.replace(path + ".tmp", path)
 plan = {tuple(map(int, item.split("@"))) for item in args.fail.split(",") if item}
 if (rank, restart) in plan:
+    # every rank of this restart recorded first (within 10 s): on a loaded machine a peer still
+    # starting would be stopped by this failure before it could say what it saw
+    deadline = time.monotonic() + 10.0
+    while len(glob.glob(os.path.join(args.out, f"{restart}-*-*.json"))) < record["world_size"]:
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.01)
     print(f"planned failure of rank {rank} at restart {restart}", file=sys.stderr, flush=True)
     sys.exit(1)
 time.sleep(args.run)
