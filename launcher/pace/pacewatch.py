@@ -11,6 +11,7 @@ on every rank scores alike everywhere.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -49,18 +50,23 @@ class Straggler:
         if self.change == Change.RECOVERED:
             return (
                 f"rank {self.rank} (local rank {self.local_rank}) no longer straggles: its own work takes "
-                f"{_ms(self.pace)} a step against the fastest rank's {_ms(self.fastest)} (score {self.score:.2f})"
+                f"{_ms(self.pace)} a step against the fastest rank's {_ms(self.fastest)} (score {self.shown(2)})"
             )
         return (
             f"rank {self.rank} (local rank {self.local_rank}) is a straggler: its own work takes {_ms(self.pace)} "
-            f"a step, {self.pace / self.fastest:.1f}x the fastest rank's {_ms(self.fastest)} (score {self.score:.2f})"
+            f"a step, {self.pace / self.fastest:.1f}x the fastest rank's {_ms(self.fastest)} (score {self.shown(2)})"
         )
+
+    def shown(self, digits: int) -> str:
+        """The score cut, not rounded, to ``digits``: a straggler's never reads as the threshold it is
+        below (0.7499 is 0.74, not 0.75); a recovered rank's never reads above what it reached."""
+        return f"{math.floor(self.score * 10**digits + 1e-9) / 10**digits:.{digits}f}"
 
     def details(self) -> dict:
         return {
             "rank": self.rank,
             "local_rank": self.local_rank,
-            "score": round(self.score, 3),
+            "score": float(self.shown(3)),
             "pace": round(self.pace, 6),
             "fastest": round(self.fastest, 6),
             "slow_for": round(self.slow_for, 1),

@@ -17,6 +17,7 @@ from .decide import LiveNode
 
 __all__ = [
     "Ending",
+    "closed_finished",
     "ending_after",
     "failures_reported",
     "finishing",
@@ -106,6 +107,18 @@ def newcomer_round(state: JobState | None, round_: int) -> bool:
         and state.cause.waiting > 0
         and not state.cause.failures
         and not state.cause.lost
+    )
+
+
+def closed_finished(state: JobState | None, round_: int) -> bool:
+    """``state`` is the job closed because it finished, in round ``round_`` or in the newcomer's
+    round after it (a participant that finished it closed the job from there)."""
+    return (
+        state is not None
+        and state.status is JobStatus.CLOSED
+        and state.round in (round_, round_ + 1)
+        and not state.failed
+        and not state.closed_by
     )
 
 

@@ -30,7 +30,7 @@ from rendezvous.settings import RendezvousSettings
 
 from .coordinate import RoundCoordinator, progress_every
 from .decide import closed_state, silent_after, silent_nodes
-from .ending import Ending, ending_after, newcomer_round, newcomers
+from .ending import Ending, closed_finished, ending_after, newcomer_round, newcomers
 from .join import Progress, RendezvousInfo, progress_of
 from .joinloop import JoinLoop
 from .member import Identity, LeaseStatus, Member, default_node_id
@@ -221,13 +221,13 @@ class RendezvousHandler:
         monitor = self._ensure_monitor()
         if monitor is None:
             return False
-        deadline = self._clock() + timeout
+        deadline, r = self._clock() + timeout, self._info.round
         while True:
             monitor.poll()
             if monitor.finished:
                 return True
-            if monitor.moved_on and newcomer_round(monitor.state, self._info.round):
-                return _finished_before_newcomer(self._client, self._keys, self._info.round, deadline, self._clock)
+            if monitor.moved_on and (newcomer_round(monitor.state, r) or closed_finished(monitor.state, r)):
+                return _finished_before_newcomer(self._client, self._keys, r, deadline, self._clock)
             if monitor.moved_on or monitor.cause.lost:
                 return False
             remaining = deadline - self._clock()
@@ -348,8 +348,10 @@ def _finished_before_newcomer(
     pause, most = NEWCOMER_POLL
     while True:
         snapshot = read_round(client, keys, all_nodes=True)
+        if closed_finished(snapshot.state, round_):
+            return True  # another participant that finished found it first, and closed the job
         if not newcomer_round(snapshot.state, round_):
-            return False  # closed, frozen, or failed meanwhile: that answers
+            return False  # failed, frozen or reset meanwhile: that answers
         ending = ending_after(snapshot.state.participants, snapshot.nodes, round_)
         if ending is not Ending.UNDECIDED or clock() >= deadline:
             return ending is Ending.FINISHED

@@ -387,6 +387,24 @@ def test_a_newcomer_just_before_the_last_workers_succeeded_does_not_keep_the_job
     assert a.job_state().status is JobStatus.CLOSED and a.job_state().reason == "the job finished"
 
 
+def test_a_node_that_finishes_after_another_closed_the_job_from_the_newcomers_round_says_it_finished(nodes):
+    """As above, one participant after the other: b decides from the node keys and closes the job
+    (from the newcomer's round 2); a, finishing after, finds it closed as finished -- True, as the
+    barrier says when the job closes in its own round (a CI run saw a's False)."""
+    a, b = nodes.add("a"), nodes.add("b")
+    _ok(nodes.rendezvous([a, b]))
+    outcome, thread = _late_joiner(nodes)
+    _until(lambda: a.job_state().status is JobStatus.JOINING, "the keeper never started round 2 for the late node")
+    a.finish()
+    assert _finish_like_an_agent(b)
+    assert a.job_state().status is JobStatus.CLOSED
+    a.finish()
+    assert a.all_finished(timeout=5)
+    thread.join(timeout=10)
+    (error,) = outcome.values()
+    assert isinstance(error, RendezvousClosedError) and error.while_waiting, error
+
+
 def test_a_finished_node_rejoins_when_a_participant_was_stopped_for_the_newcomer(nodes):
     """Round 2 began for the newcomer; a's workers succeeded, b's were stopped for it: the job goes
     on with the newcomer, and a -- whose ranks the round needs -- rejoins it as the agent does."""

@@ -7,7 +7,15 @@ import pytest
 from launcher.restart import rejoin_after_finish
 from rendezvous.job.state import Cause, JobState, JobStatus, NodeInfo, Participant
 from rendezvous.rounds.decide import LiveNode
-from rendezvous.rounds.ending import Ending, ending_after, finishing, newcomer_round, nodes_waiting, round_cause
+from rendezvous.rounds.ending import (
+    Ending,
+    closed_finished,
+    ending_after,
+    finishing,
+    newcomer_round,
+    nodes_waiting,
+    round_cause,
+)
 
 
 def node(name, round_=1, finished=False, failed_round=0):
@@ -88,3 +96,12 @@ def test_a_finished_node_rejoins_for_a_failure_or_a_newcomer_and_not_for_a_loss(
     assert rejoin_after_finish(forming(Cause(lost=("n1",), waiting=1))) is None
     assert rejoin_after_finish(replace(forming(Cause(waiting=1)), status=JobStatus.CLOSED)) is None
     assert rejoin_after_finish(None) is None
+
+
+def test_a_job_closed_as_finished_in_this_round_or_the_newcomers_after_it_finished():
+    closed = replace(forming(Cause(waiting=1)), status=JobStatus.CLOSED, reason="the job finished")
+    assert closed_finished(closed, 1) and closed_finished(replace(closed, round=1), 1)
+    assert not closed_finished(replace(closed, failed=True), 1)
+    assert not closed_finished(replace(closed, closed_by="operator"), 1)
+    assert not closed_finished(replace(closed, round=3), 1)
+    assert not closed_finished(forming(Cause(waiting=1)), 1)

@@ -246,3 +246,11 @@ def test_the_worker_api_times_outermost_sections_only_and_does_nothing_outside_e
     env = {k: v for k, v in os.environ.items() if k != "ELASTIC_HEARTBEAT_FILE"}
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
     assert done.returncode == 0 and done.stderr == ""
+
+
+def test_a_straggler_s_score_is_shown_and_recorded_cut_never_rounded_up_to_the_threshold():
+    """Named below 0.75 at 0.7499 (a CI run's record said 0.75): its line and record say 0.74 / 0.749."""
+    named = pacewatch.Straggler(Change.STRAGGLING, "n1", 2, 0, 0.043054 / 0.057411, 0.057411, 0.043054)
+    assert named.score < 0.75
+    assert "(score 0.74)" in named.line() and named.details()["score"] == 0.749
+    assert pacewatch.Straggler(Change.RECOVERED, "n1", 2, 0, 0.29, 0.1, 0.029).details()["score"] == 0.29
