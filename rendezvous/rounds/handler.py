@@ -226,7 +226,7 @@ class RendezvousHandler:
             monitor.poll()
             if monitor.finished:
                 return True
-            if monitor.moved_on and (newcomer_round(monitor.state, r) or closed_finished(monitor.state, r)):
+            if monitor.moved_on and newcomer_round(monitor.state, r):
                 return _finished_before_newcomer(self._client, self._keys, r, deadline, self._clock)
             if monitor.moved_on or monitor.cause.lost:
                 return False

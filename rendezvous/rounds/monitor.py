@@ -25,7 +25,7 @@ from rendezvous.job.state import Cause, JobState, JobStatus
 from rendezvous.job.store import JobStateStore
 
 from .decide import LiveNode, forming_state, joined, still_running
-from .ending import round_cause
+from .ending import closed_finished, round_cause
 from .snapshot import Handover, Snapshot, apply_round_events, read_round, round_watch
 
 __all__ = ["JobMonitor"]
@@ -282,14 +282,7 @@ class JobMonitor:
         return self._mine() is None
 
     def _closed_finished(self) -> bool:
-        state = self._view.state
-        return (
-            state is not None
-            and state.status is JobStatus.CLOSED
-            and state.round == self._round
-            and not state.failed
-            and not state.closed_by
-        )
+        return closed_finished(self._view.state, self._round)
 
     @property
     @_locked
