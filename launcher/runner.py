@@ -215,9 +215,7 @@ class RoundRunner:
         paced = [PacedWorker(s.local_rank, s.rank, s.heartbeat_file) for s in specs]
         node, lease = self.handler.node_id, lambda: self.handler.lease.lease_id
         gauge = self._telemetry.straggler_score
-        self._pace = PaceWatch(
-            paced, self._board, node=node, round_=info.round, lease=lease, gauge=gauge, pid_of=self._group.pid_of
-        )
+        self._pace = PaceWatch(paced, self._board, node=node, round_=info.round, lease=lease, gauge=gauge)
 
     def _record_round(self, info: RendezvousInfo, result: RoundResult, marks: RoundMarks) -> None:
         """Its failed workers' ``worker_failed`` records, then the ``round_ended`` record of group

@@ -15,7 +15,8 @@ The agent creates the file (zeroed, ``SIZE`` bytes) before it starts the worker 
     40      phase changes so far (uint32): an interval across a change is not a step
     44      the worker's pid (int32)
     48      the phase's name (64 bytes, UTF-8, NUL-padded)
-    112     seconds of the rank's own work so far (double: ``elastic.section``, ``elastic.watch_ddp``)
+    112     seconds of the rank's own work so far, less its waits for a CPU in it (double: ``elastic.section``,
+            ``elastic.watch_ddp``)
     120     own-work spans so far (uint64)
 
 The stacks a worker dumps on request go to ``<record>.stacks`` beside it.

@@ -3,8 +3,9 @@ timings from their heartbeat records (``scores.RankPace``), publishes this node'
 (``rendezvous.job.paceboard``), scores each local rank against the job's fastest, and returns the
 verdicts that changed.
 
-Each node judges only its own ranks, from the workers' own clocks less their waits for a CPU: a
-late agent loop or a loaded node changes no figure, and no node judges another. A rank is scored
+Each node judges only its own ranks, from the workers' own clocks less their waits for a CPU (the
+workers take them off, ``elastic.pace``): a late agent loop or a loaded node changes no figure, and
+no node judges another. A rank is scored
 once the job has a pace from another rank to compare with; a script whose steps are uneven alike
 on every rank scores alike everywhere.
 """
@@ -17,7 +18,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from launcher.hangs.beatfile import BeatReader
-from launcher.hangs.hangwatch import run_delay
 from rendezvous.errors import RendezvousError
 from rendezvous.job.paceboard import NodePace, PaceBoard
 
@@ -90,14 +90,13 @@ class PaceWatch:
         lease: Callable[[], int],
         gauge: Callable[[int, float], None] = lambda local_rank, value: None,
         clock: Callable[[], float] = time.monotonic,
-        pid_of: Callable[[int], int | None] = lambda local_rank: None,
     ) -> None:
         self._workers = list(workers)
         self._readers = [BeatReader(w.record) for w in self._workers]
         self._paces = [RankPace() for _ in self._workers]
         self._rules = [StragglerRule() for _ in self._workers]
         self._board, self._node, self._round, self._lease = board, node, round_, lease
-        self._gauge, self._clock, self._pid_of = gauge, clock, pid_of
+        self._gauge, self._clock = gauge, clock
         self._written: NodePace | None = None
         self._judged = 0.0
         self._verdicts: dict[int, Straggler] = {}  # the local ranks named stragglers now
@@ -105,8 +104,8 @@ class PaceWatch:
     def tick(self) -> list[Straggler]:
         """Read the records; at most once a sample, score the local ranks: the verdicts that changed."""
         now = self._clock()
-        for worker, reader, pace in zip(self._workers, self._readers, self._paces):
-            pace.feed(now, *reader.work(), waited=lambda rank=worker.local_rank: run_delay(self._pid_of(rank)))
+        for reader, pace in zip(self._readers, self._paces):
+            pace.feed(now, *reader.work())
         if now - self._judged < 1.0:
             return []
         self._judged = now

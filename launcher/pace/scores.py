@@ -4,9 +4,9 @@ the job's fastest rank, when a low score is a straggler, and when a node's figur
 A rank's *pace* is the median over its last ``WINDOW`` samples, each sample the mean length of the
 own-work spans (``elastic.section``, ``elastic.watch_ddp``) it timed in about ``SAMPLE`` seconds. Its
 *score* is the job's fastest pace over its own (1.0: as fast as the fastest; 0.5: twice as slow).
-A rank's wait for a CPU (its run delay, ``/proc/PID/schedstat``) is credited back: the share of the
-sample's wait that fell in its own work is taken off the work, so a loaded node's ranks are judged by
-how fast they work once they run, as the hang watch judges them.
+The spans come with the timing thread's waits for a CPU already taken off (the worker reads its own
+schedstat at both ends of a span): a loaded node's ranks are judged by how fast they work once they
+run, as the hang watch judges them.
 A score below ``THRESHOLD`` at ``CONFIRM`` evaluations in a row names a straggler; back above
 ``RECOVERED`` at ``CONFIRM`` evaluations in a row, it no longer is one.
 """
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import statistics
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass
 
 __all__ = [
@@ -29,7 +28,6 @@ __all__ = [
     "RankPace",
     "StragglerRule",
     "Change",
-    "credit",
     "score",
     "worth_writing",
 ]
@@ -48,22 +46,17 @@ class RankPace:
 
     def __init__(self) -> None:
         self._samples: deque[float] = deque(maxlen=WINDOW)
-        # (time, work, spans, waited) the open sample began at
-        self._since: tuple[float, float, int, float | None] | None = None
+        self._since: tuple[float, float, int] | None = None  # (time, work, spans) the open sample began at
 
-    def feed(self, now: float, work: float, spans: int, waited: Callable[[], float | None] = lambda: None) -> None:
-        """The record read at ``now``: ``work`` seconds over ``spans`` spans so far. ``waited`` reads
-        the worker's seconds runnable but waiting for a CPU so far (None: not known); it is called
-        only when a sample opens or closes (about once a second, not at every monitor tick)."""
+    def feed(self, now: float, work: float, spans: int) -> None:
+        """The record read at ``now``: ``work`` seconds over ``spans`` spans so far."""
         if self._since is None or spans < self._since[2] or work < self._since[1]:
-            self._since = (now, work, spans, waited())  # first reading, or a new record (a new worker)
+            self._since = (now, work, spans)  # first reading, or a new record (a new worker)
             return
-        began, work0, spans0, waited0 = self._since
+        began, work0, spans0 = self._since
         if now - began >= SAMPLE and spans > spans0:
-            waited_now = waited()
-            starved = credit(now - began, work - work0, waited0, waited_now)
-            self._samples.append((work - work0 - starved) / (spans - spans0))
-            self._since = (now, work, spans, waited_now)
+            self._samples.append((work - work0) / (spans - spans0))
+            self._since = (now, work, spans)
 
     def slow_for(self, fastest: float) -> float:
         """Seconds of the window (its newest samples in a row) slow against ``fastest``: how long this
@@ -80,16 +73,6 @@ class RankPace:
         if len(self._samples) < MIN_SAMPLES:
             return None
         return statistics.median(self._samples)
-
-
-def credit(elapsed: float, work: float, waited0: float | None, waited: float | None) -> float:
-    """Seconds of ``work`` (done over ``elapsed`` seconds) that were a wait for a CPU: the sample's
-    run delay in the proportion of the sample the rank spent in its own work, never more than the
-    work itself; 0 when the delay is not known."""
-    if waited0 is None or waited is None or waited <= waited0 or elapsed <= 0.0:
-        return 0.0
-    share = min(1.0, work / elapsed)
-    return min(work, (waited - waited0) * share)
 
 
 def score(fastest: float, pace: float) -> float:

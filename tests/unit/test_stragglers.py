@@ -3,6 +3,7 @@ node's pace is written again, the agent's watch over hand-written records, and t
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -10,7 +11,7 @@ import textwrap
 
 from launcher.hangs import beatfile as beats
 from launcher.pace import Change, PacedWorker, PaceWatch, pacewatch
-from launcher.pace.scores import CONFIRM, MIN_SAMPLES, SAMPLE, RankPace, StragglerRule, credit, score, worth_writing
+from launcher.pace.scores import CONFIRM, MIN_SAMPLES, SAMPLE, RankPace, StragglerRule, score, worth_writing
 from rendezvous.job.paceboard import NodePace, decode
 
 
@@ -108,36 +109,19 @@ class Records:
                 handle.write(beats.WORK.pack(self.work[i], self.spans[i]))
 
 
-def run_watch(tmp_path, spans_of_step, seconds: int, ranks: int = 3, waits_of_step=None):
-    """A watch over ``ranks`` local ranks stepping every 0.25 s for ``seconds``: its verdicts and gauges.
-    ``waits_of_step``: each rank's seconds waiting for a CPU in a step (its run delay, as schedstat says)."""
+def run_watch(tmp_path, spans_of_step, seconds: int, ranks: int = 3):
+    """A watch over ``ranks`` local ranks stepping every 0.25 s for ``seconds``: its verdicts and gauges."""
     records, clock = Records(tmp_path, ranks), Clock()
     gauges: dict[int, float] = {}
-    waited = {100 + i: 0.0 for i in range(ranks)}  # pid -> run delay so far
     workers = [PacedWorker(i, 10 + i, path) for i, path in enumerate(records.paths)]
-    pid_of = (lambda local_rank: 100 + local_rank) if waits_of_step else (lambda local_rank: None)
-    watch = PaceWatch(
-        workers, None, node="n1", round_=1, lease=lambda: 0, gauge=gauges.__setitem__, clock=clock, pid_of=pid_of
-    )
-    read_delay, pacewatch.run_delay = pacewatch.run_delay, lambda pid: waited.get(pid)
-    verdicts = []
-    try:
-        verdicts = _steps(records, clock, watch, spans_of_step, seconds, waited, waits_of_step)
-    finally:
-        pacewatch.run_delay = read_delay
-    watch.close()
-    return verdicts, gauges, watch
-
-
-def _steps(records, clock, watch, spans_of_step, seconds, waited, waits_of_step):
+    watch = PaceWatch(workers, None, node="n1", round_=1, lease=lambda: 0, gauge=gauges.__setitem__, clock=clock)
     verdicts = []
     for step in range(seconds * 4):
         records.step(spans_of_step(step))
-        for i, wait in enumerate(waits_of_step(step) if waits_of_step else []):
-            waited[100 + i] += wait
         clock.now += 0.25
         verdicts += [(clock.now - 1000.0, v) for v in watch.tick()]
-    return verdicts
+    watch.close()
+    return verdicts, gauges, watch
 
 
 def test_a_slow_rank_is_named_and_scored_and_the_others_are_not(tmp_path):
@@ -159,46 +143,6 @@ def test_a_straggler_named_after_a_slowdown_says_how_long_it_had_been_slow(tmp_p
     slow = at - 20.0  # seconds of slow steps when the verdict came (the test's clock starts at 1000)
     assert verdict.details()["slow_for"] == verdict.slow_for
     assert slow - SAMPLE <= verdict.slow_for <= slow + SAMPLE, (verdict.slow_for, slow)  # to a sample
-
-
-def test_a_wait_for_a_cpu_is_credited_in_the_share_of_the_sample_spent_in_own_work():
-    assert credit(1.0, 0.5, 0.0, 0.4) == 0.2  # half the sample in own work: half the wait fell in it
-    assert credit(1.0, 0.1, 0.0, 5.0) == 0.1  # never more than the work itself
-    assert credit(1.0, 2.0, 0.0, 0.3) == 0.3  # work over more than the sample (threads): the whole wait
-    assert credit(1.0, 0.5, None, 0.4) == 0.0 and credit(1.0, 0.5, 0.1, None) == 0.0  # not known: no credit
-    assert credit(1.0, 0.5, 0.4, 0.1) == 0.0  # a new process's counter: no credit
-
-
-def test_the_wait_for_a_cpu_is_read_when_a_sample_opens_or_closes_not_at_every_tick():
-    pace, reads = RankPace(), []
-
-    def waited() -> float:
-        reads.append(1)
-        return 0.0
-
-    for tick in range(101):  # 10 s of monitor ticks, 0.1 s apart, a span each
-        pace.feed(tick * 0.1, tick * 0.01, tick, waited)
-    assert 10 <= len(reads) <= 12, len(reads)  # the first reading, then once a 1 s sample
-    assert abs(pace.pace() - 0.01) < 1e-9
-
-
-def test_a_rank_slow_only_for_want_of_a_cpu_is_no_straggler(tmp_path):
-    # rank 12's steps take 2.5x as long by its clock, every extra 75 ms a wait for a CPU on a loaded node
-    # (it waits as long again outside its own work: 0.15 s a step, half of it inside the span)
-    verdicts, gauges, _ = run_watch(
-        tmp_path, lambda step: [0.05, 0.05, 0.125], 30, waits_of_step=lambda step: [0.0, 0.0, 0.15]
-    )
-    assert verdicts == []
-    assert min(gauges.values()) > 0.95
-
-
-def test_a_slow_rank_that_also_waits_for_a_cpu_is_still_named_for_the_rest(tmp_path):
-    # 200 ms steps, 80 ms of them a wait for a CPU: 120 ms of work against 50 ms is still a straggler
-    verdicts, gauges, _ = run_watch(
-        tmp_path, lambda step: [0.05, 0.05, 0.2], 30, waits_of_step=lambda step: [0.01, 0.01, 0.1]
-    )
-    assert [(v.rank, v.change) for _, v in verdicts] == [(12, Change.STRAGGLING)]
-    assert abs(verdicts[0][1].score - 0.05 / 0.12) < 0.03, verdicts[0][1].score
 
 
 def test_uneven_steps_alike_on_every_rank_make_no_straggler(tmp_path):
@@ -246,6 +190,71 @@ def test_the_worker_api_times_outermost_sections_only_and_does_nothing_outside_e
     env = {k: v for k, v in os.environ.items() if k != "ELASTIC_HEARTBEAT_FILE"}
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
     assert done.returncode == 0 and done.stderr == ""
+
+
+def test_a_section_takes_off_its_thread_s_wait_for_a_cpu_and_counts_its_other_waits(tmp_path):
+    """A span's wait for a CPU is not the rank's work: a section spinning 0.2 s of CPU on a CPU shared
+    with a busy loop takes about twice that on the wall clock and counts about 0.2 s; a sleep in a
+    section (the rank waiting on I/O, not for a CPU) still counts in full."""
+    record, timings = str(tmp_path / "w.beat"), str(tmp_path / "walls.json")
+    beats.create(record)
+    script = textwrap.dedent(
+        f"""
+        import json, os, subprocess, sys, time, elastic
+
+        BUSY = "import os, itertools; os.sched_setaffinity(0, {{%d}}); any(itertools.repeat(0))"
+        cpu = min(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {{cpu}})
+        busy = subprocess.Popen([sys.executable, "-c", BUSY % cpu])
+        time.sleep(0.3)  # the busy loop is running
+        walls = []
+        started = time.monotonic()
+        with elastic.section():
+            spent = time.thread_time()
+            while time.thread_time() - spent < 0.2:
+                pass
+        walls.append(time.monotonic() - started)
+        started = time.monotonic()
+        with elastic.section():
+            time.sleep(0.1)
+        walls.append(time.monotonic() - started)
+        busy.kill()
+        json.dump(walls, open({timings!r}, "w"))
+        """
+    )
+    subprocess.run([sys.executable, "-c", script], env={**os.environ, "ELASTIC_HEARTBEAT_FILE": record}, check=True)
+    reader = beats.BeatReader(record)
+    work, spans = reader.work()
+    reader.close()
+    spin_wall, sleep_wall = json.load(open(timings))
+    assert spans == 2
+    assert spin_wall > 0.3, spin_wall  # the spin did wait for the CPU
+    assert 0.2 + 0.1 <= work < 0.2 + sleep_wall + 0.05, (work, spin_wall, sleep_wall)
+
+
+def test_a_forked_child_reads_its_own_thread_s_wait_for_a_cpu_not_its_parent_s():
+    script = textwrap.dedent(
+        """
+        import os, subprocess, sys, time
+        from elastic.pace import _cpu_wait
+
+        BUSY = "import os, itertools; os.sched_setaffinity(0, {%d}); any(itertools.repeat(0))"
+        cpu = min(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {cpu})
+        busy = subprocess.Popen([sys.executable, "-c", BUSY % cpu])
+        spent = time.thread_time()
+        while time.thread_time() - spent < 0.2:  # the parent waits for its CPU about as long
+            pass
+        busy.kill()
+        assert _cpu_wait() > 0.05  # the parent's thread's descriptor, inherited by the child
+        child = os.fork()
+        if child == 0:
+            own = int(open("/proc/thread-self/schedstat").read().split()[1]) / 1e9
+            os._exit(0 if abs(_cpu_wait() - own) < 0.005 else 1)
+        sys.exit(os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]))
+        """
+    )
+    subprocess.run([sys.executable, "-c", script], check=True)
 
 
 def test_a_straggler_s_score_is_shown_and_recorded_cut_never_rounded_up_to_the_threshold():
