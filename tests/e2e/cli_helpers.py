@@ -85,11 +85,15 @@ def records(out: str, restart: int | None = None) -> dict[int, dict]:
 
 
 def json_records(directory: str, pattern: str, order_by: str) -> list[dict]:
-    """The JSON files matching ``pattern`` in ``directory``, loaded, in ``order_by`` order."""
+    """The JSON files matching ``pattern`` in ``directory``, loaded, in ``order_by`` order; a file a
+    worker is still writing (empty or cut short: not JSON yet) is left for the next look."""
     found = []
     for path in glob.glob(os.path.join(directory, pattern)):
         with open(path) as handle:
-            found.append(json.load(handle))
+            try:
+                found.append(json.load(handle))
+            except ValueError:
+                continue
     return sorted(found, key=lambda record: record[order_by])
 
 
