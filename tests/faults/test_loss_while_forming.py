@@ -24,7 +24,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 DDP = os.path.join(ROOT, "examples", "ddp_steps.py")
 WITHIN = 6.0  # seconds from the fault to the new round's first step (the lease would take 15 s)
 FORMED = 5.0  # seconds from the fault to the new round's freeze, when the newcomer's own start is not counted
-LEASE = 15.0  # the lost node's lease: what the new round would wait for without the lingering watchers
 
 
 def _start(agents, endpoints: str, rid: str, out: str, nnodes: str = "2:3"):
@@ -99,11 +98,11 @@ def test_a_node_lost_just_as_a_new_node_joins_costs_seconds_not_its_lease(cluste
     history = _history(cluster.endpoints, rid)
     formed = min(r["time"] for r in history if r["kind"] == "round_frozen" and r["time"] > at and r["nodes"] == 2) - at
     print(f"\nnode {fault} as a new node joined: the new round froze {formed:.2f} s and stepped {took:.2f} s after it")
-    # The first step also waits for the newcomer's own start (its interpreter, its agent, torch in its
-    # warm interpreter: seconds of CPU on a loaded machine -- 11.4 s once in a CI run at -n 3); the
-    # round's freeze is what the lost lease held up, the step only has to come before that lease's end.
+    # The round's freeze is what the lost lease would hold up (15 s; with the peers' watch off it froze
+    # after 15.1 s). The first step also waits for the newcomer's own start (its interpreter, its agent,
+    # torch in its warm interpreter): seconds of CPU on a loaded machine -- 11.4 s once at -n 3, 15.7 s
+    # once at -n 4 with the round frozen after 1.75 s -- so it is only required to come (within 30 s).
     assert formed < FORMED, f"the new round froze {formed:.1f} s after the fault (its first step after {took:.1f} s)"
-    assert took < LEASE, f"the new round's first step came {took:.1f} s after the fault: the lost node's lease"
     assert survivor.process.poll() is None and newcomer.process.poll() is None
     ended = [r for r in history if r["kind"] in ("node_lost", "node_left")]
     assert ended, "the lost node's departure was not recorded"
