@@ -144,7 +144,7 @@ class Watch:
     # -- the stream (on the stream loop) ---------------------------------------------------------
     async def _run(self) -> None:
         backoff = BACKOFF_START
-        while True:
+        while not self._closed:
             endpoint = call = prober = None
             silent = False
             answered = [False]  # the stream said something: the next reconnect starts with a short backoff
@@ -158,8 +158,8 @@ class Watch:
                 prober = asyncio.ensure_future(self._probe(call, heard, endpoint))
                 await self._deliver(call, heard, answered)
             except asyncio.CancelledError:
-                if prober is None or not prober.done() or not prober.result():
-                    raise  # the watch was closed
+                if self._closed or prober is None or not prober.done() or not prober.result():
+                    raise  # the watch was closed (also when the prober gave up at the same time)
                 silent = True  # the prober gave up on a silent stream
             except grpc.RpcError as exc:
                 self._client.stream_failed(exc, endpoint)
