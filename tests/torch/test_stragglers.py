@@ -164,10 +164,11 @@ def test_with_replace_stragglers_a_spare_takes_the_slow_nodes_place_and_the_job_
     )
     # The healthy and the swapped rates are measured 20 s apart while the tests beside this one load
     # the machine differently: clean-clone CI runs gave 12.5 healthy and 8.7 after the swap (f43571b),
-    # and 7.9 healthy, 6.1 with the straggler, 8.9 after (d7ba28b: the load, not the straggler, set
-    # the pace then); alone here 13.1, 5.5, 15.7. So: faster than with the straggler, and near the
-    # healthy rate, not within 10 % of it and not a multiple of the dragged one.
-    assert swapped > dragged and swapped >= 0.6 * healthy
+    # 7.9 healthy, 6.1 with the straggler, 8.9 after (d7ba28b: the load, not the straggler, set the
+    # pace then), and 6.3, 2.1, 3.8 at -n 4 (the swap done right, 60 % of a healthy rate measured under
+    # less load); alone here 14.0, 6.2, 16.5. So the swapped job is held to the dragged one's rate,
+    # measured just before: clearly faster, whatever the load.
+    assert swapped > 1.2 * dragged, (healthy, dragged, swapped)
     assert {w["restart"] for w in replaced} == {0}, replaced  # a membership change: no restart used
     stepped_out = [text for text in outputs if "a spare waits: this node steps out for it (no restart used)" in text]
     assert len(stepped_out) == 1 and "rank 2 (local rank 0) is a straggler" in stepped_out[0], outputs
