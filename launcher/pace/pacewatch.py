@@ -5,9 +5,8 @@ verdicts that changed.
 
 Each node judges only its own ranks, from the workers' own clocks less their waits for a CPU (the
 workers take them off, ``elastic.pace``): a late agent loop or a loaded node changes no figure, and
-no node judges another. A rank is scored
-once the job has a pace from another rank to compare with; a script whose steps are uneven alike
-on every rank scores alike everywhere.
+no node judges another. A rank is scored once the job has a pace from another rank to compare
+with; a script whose steps are uneven alike on every rank scores alike everywhere.
 """
 
 from __future__ import annotations

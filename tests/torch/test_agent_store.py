@@ -106,7 +106,7 @@ def test_when_group_rank_0s_node_goes_the_next_rounds_rank_0_hosts_the_store(etc
     assert len(round_of_2) == 2 and len({r["master"] for r in round_of_2}) == 1, round_of_2
     assert round_of_2[0]["master"] != round_of_3[0]["master"]
     print(f"\nround of 2 after the master's node died: init {_init_after_last(round_of_2) * 1000:.1f} ms")
-    assert _init_after_last(round_of_2) < 0.2
+    assert _init_after_last(round_of_2) < 0.45  # as above: under a worker-hosted store's back-off
 
 
 def test_torchs_opt_out_leaves_the_store_to_rank_0s_worker(tmp_path):
