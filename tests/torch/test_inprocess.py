@@ -126,7 +126,9 @@ def test_a_frozen_node_costs_the_survivors_no_process(job, tmp_path):
     frozen = started[2]
     freeze([frozen.pid, *children(frozen.pid)])
     at = time.time()
-    wait_for(lambda: [e for e in timeline(out) if e["event"] == "step" and e["world"] == 2], 30, what="steps of 2")
+    # steps of 2 *after* the freeze: the job may have begun with a round of 2 before the third node came
+    of_two = lambda: [e for e in timeline(out) if e["event"] == "step" and e["world"] == 2 and e["t"] > at]  # noqa: E731
+    wait_for(lambda: {e["rank"] for e in of_two()} == {0, 1}, 30, what="both ranks stepping in a round of 2")
     seconds, pids = _after(out, at)
     _finish(started[:2])
     assert set(pids.values()) == survivors, (pids, survivors)

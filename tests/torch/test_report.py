@@ -82,7 +82,9 @@ def test_the_account_tiles_the_job_and_agrees_with_the_workers_own_step_times(re
     # redone: from the last save before the kill (step 60 of the first attempt, on the workers' clock) to the kill
     saved = max(r["t"] for r in steps if r["event"] == "step" and r["restart"] == 0 and r["step"] % SAVE_EVERY == 0
                 and r["t"] < killed)  # fmt: skip
-    assert account["lost"]["redone"] == pytest.approx(killed - saved, abs=0.35), account["lost"]
+    # the account's redone stretch ends where the agent saw the worker die, the test's where it killed it:
+    # on a loaded machine that look comes later (0.43 s once at -n 4)
+    assert account["lost"]["redone"] == pytest.approx(killed - saved, abs=0.6), account["lost"]
     for cause in ("start", "rendezvous", "stopping"):
         assert account["lost"].get(cause, 0) > 0, (cause, account["lost"])
     # the first start: from the workers' first line (before their imports) to their first step, at least
