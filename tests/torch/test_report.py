@@ -37,6 +37,12 @@ def _ctl(*args: str) -> subprocess.CompletedProcess:
     return done
 
 
+def _stepping(steps: list[dict], restart: int, upto: int) -> float:
+    """Seconds from rank 0's first step of ``restart`` to its step ``upto`` (or its last before it)."""
+    mine = [r for r in steps if r["event"] == "step" and r["rank"] == 0 and r["restart"] == restart]
+    return max(r["t"] for r in mine if r["step"] <= upto) - min(r["t"] for r in mine)
+
+
 @pytest.fixture(scope="module")
 def reported(etcd_endpoints, tmp_path_factory):
     """The job run once, killed once; its report as JSON and text, its page, its history."""
@@ -92,14 +98,17 @@ def test_the_account_tiles_the_job_and_agrees_with_the_workers_own_step_times(re
     began, stepped = min(first), min(r["t"] for r in steps if r["restart"] == 0 and r["event"] == "step")
     assert account["lost"]["start"] >= stepped - began, (account["lost"], stepped - began)
     assert not any("heartbeat" in note for note in account["notes"]), account["notes"]
-    # training: the steps that count (each step once, at the workers' median step time)
+    # training: the steps that count, each once, as long as rank 0's clock says they took -- up to the
+    # save in the first attempt, all of the second, and each attempt's first step at the median step
+    # time (a median for every step read 8.6 s where the steps took 10.9 s on a loaded machine, CI 31)
+    saved_step = max(r["step"] for r in steps if r["event"] == "step" and r["restart"] == 0 and r["t"] <= saved)
     intervals = []
     for pid in {r["pid"] for r in steps}:
         times = [r["t"] for r in steps if r["pid"] == pid and r["event"] == "step"]
         intervals += [b - a for a, b in zip(times, times[1:])]
-    external = TOTAL * statistics.median(intervals)
+    external = _stepping(steps, 0, saved_step) + _stepping(steps, 1, TOTAL) + 2 * statistics.median(intervals)
     print(f"training: {account['productive']:.2f} s by the account, {external:.2f} s by the workers' step times")
-    assert account["productive"] == pytest.approx(external, abs=max(1.5, 0.1 * external))  # 1.02 s once at -n 3
+    assert account["productive"] == pytest.approx(external, abs=max(1.0, 0.1 * external))
     kill = next(i for i in account["incidents"] if i["round"] == 1)  # the job's start is its own incident
     assert " failed (" in kill["what"] and kill["parts"]["redone"] > 0 and kill["parts"]["start"] > 0, kill
     assert kill["seconds"] == pytest.approx(sum(kill["parts"].values()), abs=0.01)
