@@ -254,7 +254,7 @@ OPTIONS: tuple[Option, ...] = (
     _opt("--heartbeat-timeout", help="Seconds without a heartbeat: hung.", group=_HANGS, check=Seconds(),
          metavar="SECONDS", shown_default="learned", torchrun=None, field="heartbeat_timeout",
          doc="seconds without `elastic.heartbeat()` after which a worker is hung (learned: 5x the slowest step "
-         "after 5 steps, at least 5 s; see Hangs)"),
+         "after 5 steps, at least 5 s, or 1 s for a worker whose processes do nothing at all; see Hangs)"),
     _opt("--first-heartbeat-timeout", help="Seconds from start to the first heartbeat.", group=_HANGS,
          check=Seconds(), metavar="SECONDS", shown_default="900", torchrun=None, field="first_heartbeat_timeout",
          doc="seconds from a worker's start to its first heartbeat; when given, a worker that never beats is "

@@ -4,7 +4,11 @@ A worker is judged only once it has called ``elastic.heartbeat()`` (or ``elastic
 silence longer than its timeout is a hang. The timeout is the phase's own inside a phase; in steady
 state the one given (``--heartbeat-timeout``) or, by default, learned: ``FACTOR`` times the slowest
 step seen after ``WARMUP`` steps (the first step, often compilation, is not counted), never below
-``FLOOR``; until then, and for a worker that has not beaten yet, the first-heartbeat timeout.
+``FLOOR``; until then, and for a worker that has not beaten yet, the first-heartbeat timeout. A
+worker whose processes have done nothing at all for ``IDLE`` seconds of its silence -- no CPU, no
+byte read or written, none of them running or waiting for a disk (``procstat.Idleness``): a
+deadlock, a collective whose peer is gone, a stopped process -- is held to ``IDLE`` instead of
+``FLOOR``; a busy one (a loop, a long computation) keeps the floor.
 
 Once a worker of the job has exited 0, the others are past their last step (a final save, the
 teardown): their timeout becomes ``FACTOR`` times the steady one, or ``FACTOR`` times the longest
@@ -33,6 +37,7 @@ __all__ = [
     "FACTOR",
     "FLOOR",
     "WARMUP",
+    "IDLE",
     "seconds",
     "positive_seconds",
 ]
@@ -40,6 +45,7 @@ __all__ = [
 FACTOR = 5.0  # the learned steady timeout: this many times the slowest step seen ...
 FLOOR = 5.0  # ... and never below this many seconds
 WARMUP = 5  # steps seen before the steady timeout is learned
+IDLE = 1.0  # the learned timeout's floor for a worker whose processes did nothing for this long
 
 
 def positive_seconds(value: object, what: str) -> float | None:
@@ -133,10 +139,23 @@ class RankWatch:
         self.steps = 0  # intervals learned from
         self.slowest = 0.0
         self.starved = 0.0  # seconds since its last heartbeat that it could not run (the node starved)
+        self.idle_for = 0.0  # seconds its processes have done nothing at all, up to the last look
 
     def starve(self, seconds: float) -> None:
         """``seconds`` it waited for a CPU, or its agent's loop woke late: not counted as silence."""
         self.starved += max(0.0, seconds)
+
+    def idle(self, seconds: float) -> None:
+        """Its processes have done nothing at all for ``seconds``, up to now."""
+        self.idle_for = seconds
+
+    def silence(self, now: float) -> float:
+        """Seconds since its last heartbeat, when the idle floor could apply to it (else 0.0): in
+        steady state, outside any phase, with a learned timeout."""
+        beat = self.beat
+        if beat is None or beat.phase or self.timeouts.steady is not None or self.learned is None:
+            return 0.0
+        return now - beat.last
 
     def feed(self, beat: Beat) -> None:
         previous = self.beat
@@ -152,7 +171,7 @@ class RankWatch:
             self.first = beat.last
         if previous is None or beat.count != previous.count or beat.phase_changes != previous.phase_changes:
             self.beat = beat
-            self.starved = 0.0  # it beat: silence is counted from now
+            self.starved = self.idle_for = 0.0  # it beat: silence is counted from now
 
     @property
     def learned(self) -> float | None:
@@ -163,13 +182,19 @@ class RankWatch:
 
     @property
     def steady(self) -> float | None:
-        """The steady timeout: given, or learned (None while neither)."""
-        return self.timeouts.steady if self.timeouts.steady is not None else self.learned
+        """The steady timeout: given, or learned (None while neither) -- from ``IDLE`` up while its
+        processes have done nothing for that long."""
+        if self.timeouts.steady is not None:
+            return self.timeouts.steady
+        if self.learned is not None and self.idle_for >= IDLE:
+            return max(IDLE, FACTOR * self.slowest)
+        return self.learned
 
     def _finishing_timeout(self, tail: float) -> float:
         """Past the last step: FACTOR times the steady timeout or the longest tail seen; until the
-        steady timeout is known (the job ends during its warm-up), the first-heartbeat timeout."""
-        steady = self.steady
+        steady timeout is known (the job ends during its warm-up), the first-heartbeat timeout. Not
+        the idle floor: work after the last step may wait on files or peers."""
+        steady = self.timeouts.steady if self.timeouts.steady is not None else self.learned
         if steady is None:
             return self.timeouts.first
         return min(self.timeouts.first, FACTOR * max(steady, tail))

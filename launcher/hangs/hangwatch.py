@@ -18,13 +18,11 @@ from .beatfile import BeatReader
 from .blame import Frame, main_frames, with_source
 from .cases import LOOK, CaseFollower
 from .hangrules import HangTimeouts, RankReport, RankWatch
+from .procstat import Idleness, Starvation
 from .stacks import dump_stacks, report_hang
 from .verdict import Verdict
 
 __all__ = ["HangWatch", "WatchedWorker", "watch_round"]
-
-
-LATE = 0.2  # seconds past its interval after which the agent's loop counts as having woken late
 
 
 @dataclass(frozen=True)
@@ -33,47 +31,6 @@ class WatchedWorker:
     rank: int
     record: str  # its heartbeat record
     started: float  # monotonic
-
-
-def run_delay(pid: int | None) -> float | None:
-    """Seconds the process has spent runnable but waiting for a CPU (``/proc/PID/schedstat``'s
-    second field), None when unknown (no such process, no schedstats)."""
-    if pid is None:
-        return None
-    try:
-        with open(f"/proc/{pid}/schedstat") as stats:
-            return int(stats.read().split()[1]) / 1e9
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-class Starvation:
-    """What the node's starvation cost each watched worker since the last look: its own wait for a
-    CPU, and the agent's loop waking later than its interval (both credited, not counted as silence)."""
-
-    def __init__(self, pid_of: Callable[[int], int | None], interval: float, clock: Callable[[], float]) -> None:
-        self._pid_of, self._interval, self._clock = pid_of, interval, clock
-        self._delays: dict[int, float] = {}
-        self._looked: float | None = None
-
-    def since_last_look(self, local_ranks: Sequence[int]) -> dict[int, float]:
-        now = self._clock()
-        late = 0.0 if self._looked is None else max(0.0, now - self._looked - self._interval - LATE)
-        self._looked = now
-        credits = {}
-        for local_rank in local_ranks:
-            delay = run_delay(self._pid_of(local_rank))
-            before = self._delays.get(local_rank)
-            waited = delay - before if delay is not None and before is not None and delay >= before else 0.0
-            if delay is not None:
-                self._delays[local_rank] = delay
-            credits[local_rank] = max(waited, late)  # the loop's lateness and the wait overlap: the larger
-        return credits
-
-    def looked(self) -> None:
-        """The look is over (its etcd calls included): the loop's next wait starts now, and only a
-        wake-up later than that wait's interval counts as late."""
-        self._looked = self._clock()
 
 
 class HangWatch:
@@ -89,11 +46,12 @@ class HangWatch:
         nodes: int,
         judge_first: bool,
         starvation: Starvation | None = None,
+        idleness: Idleness | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
     ) -> None:
         self._workers = list(workers)
-        self._starvation = starvation
+        self._starvation, self._idleness = starvation, idleness
         self._readers = [BeatReader(w.record) for w in self._workers]
         self._watches = [RankWatch(w.rank, w.started, timeouts, judge_first=judge_first) for w in self._workers]
         self._node = node
@@ -123,6 +81,7 @@ class HangWatch:
                 self.tail = max(self.tail, now - watch.beat.last)
         self._exited = {w.rank for w in self._workers if w.local_rank in exited}
         self._finishing = bool(exited) or (self.used and finishing())
+        self._listen(now)
         if not self.used:
             self.used = any(w.beat is not None for w in self._watches)
         judging = self.used or any(w.judge_first for w in self._watches)  # else: nothing to judge
@@ -133,6 +92,14 @@ class HangWatch:
         finally:
             if self._starvation is not None:
                 self._starvation.looked()
+
+    def _listen(self, now: float) -> None:
+        """How long each silent worker's processes have done nothing (not read past the last step)."""
+        if self._idleness is None:
+            return
+        for worker, watch in zip(self._workers, self._watches):
+            silent = 0.0 if self._finishing else watch.silence(now)
+            watch.idle(self._idleness.idle_for(worker.local_rank, silent))
 
     def settled(self) -> Verdict | None:
         """A hang verdict of the open case that stands now (the round is ending for another reason)."""
@@ -185,6 +152,8 @@ class HangWatch:
         dump of every thread's stack (what each wrote within ``wait`` seconds; [] when none came)."""
         workers = [(w.rank, w.record, r) for w, r in zip(self._workers, self._readers)]
         self._dumps.update(dump_stacks(workers, ranks, wait, self._clock))
+        if self._idleness is not None:  # writing its stacks is not a sign of life
+            self._idleness.excuse([w.local_rank for w in self._workers if w.rank in ranks])
         return {rank: with_source(main_frames(self._dumps.get(rank, "")), linecache.getline) for rank in ranks}
 
     def report_hang(self, verdict: Verdict, say: Callable[[str], None], record: Callable[..., None]) -> None:
@@ -238,4 +207,5 @@ def watch_round(
         nodes=nodes,
         judge_first=judge_first,
         starvation=Starvation(pid_of, interval, time.monotonic),
+        idleness=Idleness(pid_of, time.monotonic),
     )

@@ -15,7 +15,7 @@ from .blame import blocked_at, excerpt, main_frames, main_thread_of, parse_threa
 from .hangrules import RankReport
 from .verdict import Verdict
 
-__all__ = ["dump_stacks", "report_hang"]
+__all__ = ["dump_stacks", "report_hang", "is_stopped"]
 
 
 def dump_stacks(
@@ -26,11 +26,15 @@ def dump_stacks(
 ) -> dict[int, str]:
     """Ask the given ranks (of ``workers``: rank, heartbeat record, its reader) for every thread's
     stack, on their registered signal; what each wrote within ``wait`` seconds, by rank ("": nothing
-    came). faulthandler writes from its signal handler, without waiting for the interpreter."""
-    asked = []
+    came). faulthandler writes from its signal handler, without waiting for the interpreter; a
+    stopped process (SIGSTOP, a tracer's stop) cannot, and is not waited for."""
+    asked, stopped = [], {}
     for rank, record, reader in workers:
         beat = reader.read()
         if rank not in ranks or not beat.stack_signal or not beat.pid:
+            continue
+        if is_stopped(beat.pid):
+            stopped[rank] = ""
             continue
         path = stacks_path(record)
         size = os.path.getsize(path)
@@ -40,7 +44,17 @@ def dump_stacks(
             continue
         asked.append((rank, path, size))
     deadline = clock() + wait
-    return {rank: _read_settled(path, size, deadline, clock) for rank, path, size in asked}
+    return stopped | {rank: _read_settled(path, size, deadline, clock) for rank, path, size in asked}
+
+
+def is_stopped(pid: int) -> bool:
+    """The process is stopped (``/proc/PID/stat``'s state T or t): nothing runs in it until it is let go."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            text = stat.read()
+        return text[text.rindex(")") + 2] in "tT"
+    except (OSError, ValueError, IndexError):
+        return False
 
 
 def report_hang(

@@ -14,8 +14,19 @@ import pytest
 
 from launcher.hangs import beatfile as beats
 from launcher.hangs.beatfile import Beat, BeatReader
-from launcher.hangs.hangrules import FACTOR, FLOOR, HangTimeouts, RankWatch
-from launcher.hangs.hangwatch import Starvation, run_delay
+from launcher.hangs.hangrules import FACTOR, FLOOR, IDLE, HangTimeouts, RankWatch
+from launcher.hangs.procstat import (
+    LISTEN_AFTER,
+    SHARE,
+    SLACK,
+    Idleness,
+    Starvation,
+    Usage,
+    quiet,
+    run_delay,
+    tree_usage,
+)
+from launcher.hangs.stacks import is_stopped
 
 
 def _beat(last: float, count: int, phase: str = "", changes: int = 0, timeout: float = 0.0) -> Beat:
@@ -107,10 +118,10 @@ def test_the_starvation_credit_is_the_wait_for_a_cpu_or_the_agents_late_loop_whi
     clock = [0.0]
     delays = {0: 10.0}
     looks = Starvation(lambda rank: rank, interval=0.1, clock=lambda: clock[0])
-    from launcher.hangs import hangwatch
+    from launcher.hangs import procstat
 
-    real = hangwatch.run_delay
-    hangwatch.run_delay = lambda pid: delays.get(pid)
+    real = procstat.run_delay
+    procstat.run_delay = lambda pid: delays.get(pid)
     try:
         assert looks.since_last_look([0, 1]) == {0: 0.0, 1: 0.0}  # the first look: nothing to compare with
         clock[0], delays[0] = 0.1, 10.8  # on time; rank 0 waited 0.8 s for a CPU
@@ -122,7 +133,7 @@ def test_the_starvation_credit_is_the_wait_for_a_cpu_or_the_agents_late_loop_whi
         clock[0] = 5.1
         assert looks.since_last_look([0, 1]) == {0: 0.0, 1: 0.0}
     finally:
-        hangwatch.run_delay = real
+        procstat.run_delay = real
 
 
 def test_a_busy_process_on_a_loaded_cpu_shows_its_wait_for_a_cpu():
@@ -214,3 +225,107 @@ def test_a_stack_dump_never_takes_a_signal_the_program_handles(tmp_path):
     assert done.returncode == 0
     taken = BeatReader(record).read().stack_signal
     assert taken != 0 and taken != signal.SIGRTMAX - 1
+
+
+def test_a_worker_whose_processes_do_nothing_is_held_to_the_idle_floor_a_busy_one_to_the_floor():
+    fast = RankWatch(0, 0.0, HangTimeouts())
+    _steps(fast, [0.05 * i for i in range(1, 10)])  # 50 ms steps: learned 0.25 s, floored at FLOOR
+    last = fast.beat.last
+    assert fast.silence(last + 1.2) == pytest.approx(1.2)
+    busy = fast.report("n", now=last + 1.2, wall_now=1.2)
+    assert (busy.timeout, busy.overdue) == (FLOOR, False)
+    fast.idle(IDLE - 0.01)  # not yet quiet for long enough
+    assert fast.report("n", now=last + 1.2, wall_now=1.2).timeout == FLOOR
+    fast.idle(IDLE)
+    idle = fast.report("n", now=last + 1.2, wall_now=1.2)
+    assert (idle.timeout, idle.overdue) == (IDLE, True)
+    fast.feed(_beat(last + 1.3, 10))  # it beat: a new silence, not idle
+    assert fast.idle_for == 0.0 and fast.report("n", now=last + 1.4, wall_now=1.4).timeout == fast.learned
+    slow = RankWatch(0, 0.0, HangTimeouts())
+    _steps(slow, [1.0 * i for i in range(1, 10)])  # 1 s steps: learned 5 s, idle or not
+    slow.idle(3.0)
+    assert slow.report("n", now=10.0, wall_now=10.0).timeout == FACTOR * 1.0
+
+
+def test_the_idle_floor_applies_only_where_the_timeout_is_learned_in_steady_state():
+    given = RankWatch(0, 0.0, HangTimeouts(steady=8.0))
+    _steps(given, [0.05 * i for i in range(1, 10)])
+    assert given.silence(5.0) == 0.0  # a timeout given is the user's word: no reads, no idle floor
+    given.idle(5.0)
+    assert given.report("n", now=5.0, wall_now=5.0).timeout == 8.0
+    warming = RankWatch(0, 0.0, HangTimeouts(first=60.0))
+    _steps(warming, [0.05, 0.1, 0.15])
+    assert warming.silence(5.0) == 0.0
+    phased = RankWatch(0, 0.0, HangTimeouts())
+    _steps(phased, [0.05 * i for i in range(1, 10)])
+    phased.feed(_beat(0.5, 10, phase="checkpoint", changes=1, timeout=30.0))
+    assert phased.silence(5.0) == 0.0
+    phased.idle(5.0)
+    assert phased.report("n", now=5.0, wall_now=5.0).timeout == 30.0
+    done = RankWatch(0, 0.0, HangTimeouts())
+    _steps(done, [0.05 * i for i in range(1, 10)])
+    done.idle(5.0)  # past the last step (a peer finished): work that may wait on files or peers
+    assert done.report("n", now=5.0, wall_now=5.0, finishing=True).timeout == FACTOR * FLOOR
+
+
+def _usage(pids=(1,), cpu=1.0, waited=0.0, chars=100, busy=False) -> Usage:
+    return Usage(frozenset(pids), cpu, waited, chars, busy)
+
+
+def test_a_process_tree_is_quiet_only_if_nothing_at_all_happened_in_it():
+    before = _usage()
+    assert quiet(before, _usage(cpu=1.0 + SLACK * 0.9), 0.0)  # clock ticks
+    assert quiet(before, _usage(cpu=1.0 + SLACK + SHARE * 10 - 0.001), 10.0)  # a timer thread's share
+    assert not quiet(before, _usage(cpu=1.1), 1.0)  # it computed
+    assert not quiet(before, _usage(waited=0.1), 1.0)  # it wanted a CPU: starved, not idle
+    assert not quiet(before, _usage(chars=101), 1.0)  # it read or wrote a byte (a socket, a pipe, a file)
+    assert not quiet(before, _usage(busy=True), 1.0)  # running, or waiting for a disk
+    assert not quiet(before, _usage(pids=(1, 2)), 1.0)  # a process came or went
+    assert not quiet(before, _usage(cpu=0.5), 1.0)  # less than before: a child's time left with it
+
+
+def test_idleness_counts_from_the_last_sign_of_life_and_forgets_a_worker_that_beat():
+    clock, seen = [0.0], {0: _usage()}
+    idle = Idleness(lambda rank: rank, clock=lambda: clock[0], usage=lambda pid: seen.get(pid))
+    assert idle.idle_for(0, silent=LISTEN_AFTER / 2) == 0.0  # not silent long enough to be read
+    clock[0] = 1.0
+    assert idle.idle_for(0, silent=0.5) == 0.0  # the first read: quiet from now on, if nothing happens
+    clock[0] = 2.0
+    assert idle.idle_for(0, silent=1.5) == 1.0
+    seen[0] = _usage(chars=200)  # it wrote its stacks when the watch asked: excused
+    idle.excuse([0])
+    clock[0] = 2.5
+    assert idle.idle_for(0, silent=2.0) == 1.5
+    seen[0] = _usage(cpu=2.0, chars=200)  # it computed: quiet from here
+    clock[0] = 3.0
+    assert idle.idle_for(0, silent=2.5) == 0.0
+    clock[0] = 4.0
+    assert idle.idle_for(0, silent=3.5) == 1.0
+    assert idle.idle_for(0, silent=0.0) == 0.0  # it beat
+    clock[0] = 5.0
+    assert idle.idle_for(0, silent=0.5) == 0.0  # a new silence starts a new count
+    assert idle.idle_for(1, silent=5.0) == 0.0  # its process is gone: nothing to read
+
+
+def test_a_sleeping_process_reads_as_quiet_a_spinning_or_stopped_one_is_told_apart():
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.5)  # both past their interpreter's start
+        first = {p.pid: tree_usage(p.pid) for p in (sleeper, spinner)}
+        time.sleep(0.5)
+        second = {p.pid: tree_usage(p.pid) for p in (sleeper, spinner)}
+        assert quiet(first[sleeper.pid], second[sleeper.pid], 0.5)
+        assert not quiet(first[spinner.pid], second[spinner.pid], 0.5)
+        assert not is_stopped(spinner.pid)
+        spinner.send_signal(signal.SIGSTOP)
+        for _ in range(100):
+            if is_stopped(spinner.pid):
+                break
+            time.sleep(0.01)
+        assert is_stopped(spinner.pid)
+    finally:
+        for process in (sleeper, spinner):
+            process.kill()
+            process.wait(10)
+    assert tree_usage(sleeper.pid) is None and not is_stopped(sleeper.pid)

@@ -6,6 +6,7 @@ with --gloo the step's collectives (an all_reduce, then a broadcast; torch, gloo
 --hang R:S[:between]  rank R stops in step S (in ``stuck_in_step``, plain Python: before the step's
                 work, or between its all_reduce and its broadcast), on the first attempt only unless
                 --every-attempt
+--busy          the stopped rank spins (a busy hang: it computes and never beats) instead of sleeping
 --gloo          the collectives: the peers block behind a stopped rank
 --skip R:S      rank R skips step S's collectives and waits for a message rank 0 never sends (a deadlock)
 --mismatch R:S  rank R calls the broadcast in step S while the others are in the all_reduce (a deadlock)
@@ -32,6 +33,7 @@ parser.add_argument("--hang", default="")
 parser.add_argument("--place", choices=("before", "after", "both"), default="before")
 parser.add_argument("--mismatch", default="")
 parser.add_argument("--every-attempt", action="store_true")
+parser.add_argument("--busy", action="store_true")
 parser.add_argument("--gloo", action="store_true")
 parser.add_argument("--skip", default="")
 parser.add_argument("--phase", default="")
@@ -58,7 +60,10 @@ def beat():
 
 
 def stuck_in_step(seconds):
-    time.sleep(seconds)
+    end = time.monotonic() + seconds
+    while args.busy and time.monotonic() < end:
+        pass
+    time.sleep(max(0.0, end - time.monotonic()))
 
 
 def waiting_for_a_message_never_sent(dist, t):
