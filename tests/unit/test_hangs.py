@@ -26,7 +26,7 @@ from launcher.hangs.procstat import (
     run_delay,
     tree_usage,
 )
-from launcher.hangs.stacks import is_stopped
+from launcher.hangs.stacks import dump_stacks, is_stopped
 
 
 def _beat(last: float, count: int, phase: str = "", changes: int = 0, timeout: float = 0.0) -> Beat:
@@ -329,3 +329,29 @@ def test_a_sleeping_process_reads_as_quiet_a_spinning_or_stopped_one_is_told_apa
             process.kill()
             process.wait(10)
     assert tree_usage(sleeper.pid) is None and not is_stopped(sleeper.pid)
+
+
+def test_a_stopped_worker_is_not_waited_for_its_stacks(tmp_path):
+    """A SIGSTOPped process cannot run faulthandler's handler: the look answers "" at once for it
+    instead of waiting out its deadline (and never signals it)."""
+    stopped = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        stopped.send_signal(signal.SIGSTOP)
+        for _ in range(100):
+            if is_stopped(stopped.pid):
+                break
+            time.sleep(0.01)
+
+        class Reader:
+            def read(self) -> Beat:
+                return Beat(True, 1.0, 3, "", 0.0, 0.0, 0, signal.SIGUSR1, stopped.pid)
+
+        record = tmp_path / "0.beat"
+        open(beats.stacks_path(str(record)), "w").close()
+        began = time.monotonic()
+        found = dump_stacks([(0, str(record), Reader())], {0}, wait=3.0)
+        took = time.monotonic() - began
+    finally:
+        stopped.kill()
+        stopped.wait(10)
+    assert found == {0: ""} and took < 0.5, (found, took)
