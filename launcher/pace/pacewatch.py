@@ -20,7 +20,7 @@ from launcher.hangs.beatfile import BeatReader
 from rendezvous.errors import RendezvousError
 from rendezvous.job.paceboard import NodePace, PaceBoard
 
-from .scores import Change, RankPace, StragglerRule, score, worth_writing
+from .scores import SAMPLE, Change, RankPace, StragglerRule, score, worth_writing
 
 __all__ = ["PacedWorker", "Straggler", "PaceWatch"]
 
@@ -105,7 +105,7 @@ class PaceWatch:
         now = self._clock()
         for reader, pace in zip(self._readers, self._paces):
             pace.feed(now, *reader.work())
-        if now - self._judged < 1.0:
+        if now - self._judged < SAMPLE:
             return []
         self._judged = now
         paces = [(w, p.pace()) for w, p in zip(self._workers, self._paces)]

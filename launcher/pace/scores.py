@@ -32,8 +32,8 @@ __all__ = [
     "worth_writing",
 ]
 
-SAMPLE = 1.0  # seconds of spans a sample averages (at least one span)
-WINDOW = 8  # samples a pace is the median of (a slowdown moves it within 5 s; 20 took 11)
+SAMPLE = 0.5  # seconds of spans a sample averages (at least one span); also how often ranks are judged
+WINDOW = 8  # samples a pace is the median of (a slowdown moves it within 5 samples: 2.5 s)
 MIN_SAMPLES = 5  # samples before a rank has a pace
 THRESHOLD = 0.75  # a score below this is slow (nvidia-resiliency-ext's default)
 RECOVERED = 0.85  # a straggler scores above this to be one no more
