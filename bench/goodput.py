@@ -36,7 +36,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 
@@ -66,6 +65,7 @@ class Job:
         self.stopped: list[int] = []  # SIGSTOPped workers (torchrun: let go at the next fault)
         self.started = time.time()
         self.ended: float | None = None
+        self.restarts: list[tuple[float, int]] = []  # (when, etcd member) to start again, from the main loop
 
     def argv(self) -> list[str]:
         args = ["--nnodes", str(NODES), "--nproc-per-node", "1", "--max-restarts", "1000"]
@@ -144,7 +144,7 @@ def inject(job: Job, fault: str, pick: random.Random, etcd: EtcdCluster | None) 
         return "an etcd member: torchrun has none"
     member = pick.randrange(len(etcd.members))
     etcd.stop_member(member)
-    threading.Timer(20.0, lambda: etcd.start_member(member, wait=False)).start()
+    job.restarts.append((time.time() + 20.0, member))
     return f"etcd member {member} SIGKILLed (back in 20 s)"
 
 
@@ -164,6 +164,7 @@ def run(launcher: str, args: argparse.Namespace, etcd: EtcdCluster | None) -> tu
                 fault = faults.pop(0)
                 print(f"  {launcher} {time.time() - job.started:6.1f} s: {fault}: {inject(job, fault, pick, etcd)}")
                 next_fault += args.every
+            restart_members(job, etcd)
             time.sleep(0.2)
         job.let_go()
         job.ended = time.time()
@@ -172,6 +173,17 @@ def run(launcher: str, args: argparse.Namespace, etcd: EtcdCluster | None) -> tu
         for agent in job.agents:
             for pid in [agent.pid, *children(agent.pid)]:
                 _signal(pid, signal.SIGKILL)
+
+
+def restart_members(job: Job, etcd: EtcdCluster | None) -> None:
+    """The etcd members whose 20 s are up, started again -- from the main thread: a member dies with
+    the thread that started it (``rendezvous.processes.start_process``), and a timer's thread ends
+    at once (members started from one died in some runs: the job lost its quorum at the next etcd
+    fault)."""
+    for due, member in list(job.restarts):
+        if etcd is not None and time.time() >= due:
+            etcd.start_member(member, wait=False)
+            job.restarts.remove((due, member))
 
 
 def close(job: Job) -> dict | None:

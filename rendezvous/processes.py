@@ -23,7 +23,9 @@ _STOP_GRACE = 5.0  # seconds from SIGTERM to SIGKILL
 
 
 def die_with_parent(argv: Sequence[str], signal_name: str = "KILL") -> list[str]:
-    """``argv`` wrapped so the child gets SIG``signal_name`` when its parent dies (Linux only)."""
+    """``argv`` wrapped so the child gets SIG``signal_name`` when its parent dies (Linux only). The
+    parent is the *thread* that starts it (PR_SET_PDEATHSIG): start it from a thread that lives as
+    long as the child should, never from a short-lived one (a timer's)."""
     setpriv = shutil.which("setpriv") if sys.platform.startswith("linux") else None
     if setpriv is None:
         return list(argv)
@@ -43,9 +45,9 @@ def ended_by(returncode: int) -> str:
 def start_process(
     command: list[str], log_path: str, env: dict[str, str] | None = None, cwd: str | None = None
 ) -> subprocess.Popen:
-    """``command`` in a session of its own (no terminal signal reaches it), dying with this process,
-    its output appended to ``log_path``; ``env``: its environment (None: this process's); ``cwd``:
-    its working directory (None: this process's)."""
+    """``command`` in a session of its own (no terminal signal reaches it), dying with the thread
+    that starts it (``die_with_parent``), its output appended to ``log_path``; ``env``: its
+    environment (None: this process's); ``cwd``: its working directory (None: this process's)."""
     with open(log_path, "ab") as log:
         return subprocess.Popen(
             die_with_parent(command, "TERM"),
