@@ -68,7 +68,7 @@ class Usage:
 
     pids: frozenset[int]
     cpu: float  # seconds on a CPU, reaped children's included
-    waited: float  # seconds runnable but waiting for a CPU
+    waited: float  # seconds its processes' main threads were runnable but waiting for a CPU (schedstat)
     chars: int  # bytes through read and write calls, sockets and pipes included
     busy: bool  # a process of the tree is running, or in an uninterruptible (disk) wait
 
