@@ -8,15 +8,17 @@ calls, states); the decisions on what was read are pure (``quiet``).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import psutil
 
-__all__ = ["run_delay", "Starvation", "Usage", "tree_usage", "quiet", "Idleness", "LATE", "LISTEN_AFTER"]
+__all__ = ["run_delay", "Starvation", "Usage", "tree_usage", "quiet", "Idleness", "LATE", "LISTEN_AFTER", "LISTEN_EVERY"]
 
 LATE = 0.2  # seconds past its interval after which the agent's loop counts as having woken late
-LISTEN_AFTER = 0.25  # seconds of silence after which a worker's processes are read at each look
+LISTEN_AFTER = 0.25  # seconds of silence after which a worker's processes are read ...
+LISTEN_EVERY = 0.2  # ... at most this often
 SLACK = 0.02  # seconds of CPU (or of waiting for one) an idle process tree may still show: clock ticks ...
 SHARE = 0.02  # ... and this share of the time looked at (a timer thread, a queue's poll)
 
@@ -78,8 +80,7 @@ def tree_usage(pid: int | None) -> Usage | None:
     if pid is None:
         return None
     try:
-        root = psutil.Process(pid)
-        tree = [root, *root.children(recursive=True)]
+        tree = [psutil.Process(p) for p in (pid, *_descendants(pid))]
     except psutil.Error:
         return None
     pids, cpu, waited, chars, busy = set(), 0.0, 0.0, 0, False
@@ -95,6 +96,29 @@ def tree_usage(pid: int | None) -> Usage | None:
         chars += io.read_chars + io.write_chars
         busy = busy or status in (psutil.STATUS_RUNNING, psutil.STATUS_DISK_SLEEP)
     return Usage(frozenset(pids), cpu, waited, chars, busy)
+
+
+def _descendants(pid: int) -> list[int]:
+    """The process's live descendants, from each thread's ``/proc/PID/task/TID/children`` (no scan
+    of every process, as psutil's ``children`` does); psutil's way where the kernel lacks that file."""
+    found, pending = [], [pid]
+    while pending:
+        parent = pending.pop()
+        try:
+            threads = os.listdir(f"/proc/{parent}/task")
+        except OSError:
+            continue
+        for tid in threads:
+            try:
+                with open(f"/proc/{parent}/task/{tid}/children") as listing:
+                    kids = [int(k) for k in listing.read().split()]
+            except FileNotFoundError:
+                return [c.pid for c in psutil.Process(pid).children(recursive=True)]
+            except (OSError, ValueError):
+                continue
+            found += kids
+            pending += kids
+    return found
 
 
 def quiet(before: Usage, after: Usage, seconds: float) -> bool:
@@ -121,13 +145,19 @@ class Idleness:
     ) -> None:
         self._pid_of, self._clock, self._usage = pid_of, clock, usage
         self._since: dict[int, tuple[float, Usage]] = {}  # local rank: (quiet since, usage then)
+        self._read: dict[int, tuple[float, float]] = {}  # local rank: (last read, its idle seconds then)
 
     def idle_for(self, local_rank: int, silent: float) -> float:
         """Seconds the worker's processes have been quiet, read now (0.0 while it is not silent)."""
+        now = self._clock()
         if silent < LISTEN_AFTER:
             self._since.pop(local_rank, None)
+            self._read.pop(local_rank, None)
             return 0.0
-        now, usage = self._clock(), self._usage(self._pid_of(local_rank))
+        read = self._read.get(local_rank)
+        if read is not None and now - read[0] < LISTEN_EVERY:
+            return read[1]  # as of the last read: idleness is never counted ahead of what was seen
+        usage = self._usage(self._pid_of(local_rank))
         if usage is None:
             self._since.pop(local_rank, None)
             return 0.0
@@ -135,6 +165,7 @@ class Idleness:
         if not quiet(before, usage, now - since):
             since, before = now, usage
         self._since[local_rank] = (since, before)
+        self._read[local_rank] = (now, now - since)
         return now - since
 
     def excuse(self, local_ranks: Sequence[int]) -> None:

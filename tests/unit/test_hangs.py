@@ -17,6 +17,7 @@ from launcher.hangs.beatfile import Beat, BeatReader
 from launcher.hangs.hangrules import FACTOR, FLOOR, IDLE, HangTimeouts, RankWatch
 from launcher.hangs.procstat import (
     LISTEN_AFTER,
+    LISTEN_EVERY,
     SHARE,
     SLACK,
     Idleness,
@@ -305,6 +306,11 @@ def test_idleness_counts_from_the_last_sign_of_life_and_forgets_a_worker_that_be
     clock[0] = 5.0
     assert idle.idle_for(0, silent=0.5) == 0.0  # a new silence starts a new count
     assert idle.idle_for(1, silent=5.0) == 0.0  # its process is gone: nothing to read
+    reads = []
+    counted = Idleness(lambda rank: rank, clock=lambda: clock[0], usage=lambda pid: reads.append(pid) or _usage())
+    assert [counted.idle_for(0, silent=1.0) for _ in range(3)] == [0.0] * 3 and len(reads) == 1  # one read ...
+    clock[0] += LISTEN_EVERY
+    assert counted.idle_for(0, silent=1.2) == pytest.approx(LISTEN_EVERY) and len(reads) == 2  # ... a LISTEN_EVERY
 
 
 def test_a_sleeping_process_reads_as_quiet_a_spinning_or_stopped_one_is_told_apart():
@@ -355,3 +361,21 @@ def test_a_stopped_worker_is_not_waited_for_its_stacks(tmp_path):
         stopped.kill()
         stopped.wait(10)
     assert found == {0: ""} and took < 0.5, (found, took)
+
+
+def test_a_sleeping_worker_whose_child_computes_is_not_quiet():
+    """A DataLoader's workers are the worker's children: their CPU time counts as the worker's."""
+    script = "import subprocess, sys, time\nsubprocess.Popen([sys.executable, '-c', 'while True: pass'])\ntime.sleep(30)\n"
+    parent = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        time.sleep(0.5)
+        first = tree_usage(parent.pid)
+        time.sleep(0.5)
+        second = tree_usage(parent.pid)
+    finally:
+        for pid in sorted(second.pids if second else ()):
+            if pid != parent.pid:
+                os.kill(pid, signal.SIGKILL)
+        parent.kill()
+        parent.wait(10)
+    assert len(first.pids) == 2 and not quiet(first, second, 0.5), (first, second)
