@@ -95,8 +95,8 @@ def test_a_node_frozen_past_its_lease_runs_no_worker_when_it_wakes(cluster, agen
     out = str(tmp_path)
     victim, others, roles, old, frozen = _frozen_node(cluster, agents, out, 24)
     died = death_watch(old["pid"])
+    thawed = time.time()  # before the signals: a woken worker can tick before this process runs again (CI 35: 5.6 ms)
     thaw(pid for role in first for pid in roles[role])
-    thawed = time.time()
     wait_for(lambda: died, 5, what=f"the worker to die when {', '.join(first)} woke")
     new = [w for w in workers(out) if w["world_size"] == 2]
     window, late = _woken_window(out, old["pid"], new, thawed, died[0])
@@ -262,8 +262,8 @@ def test_a_stayer_frozen_while_its_worker_stops_is_fenced_by_its_agent_when_it_w
     freeze(tree)
     new = _round_two(out)
     time.sleep(1.0)
+    thawed = time.time()  # before the signals, as above
     thaw(pid for pid in reversed(tree) if pid not in reaper)
-    thawed = time.time()
     wait_for(lambda: died, 5, what="c's worker to die when its agent woke")
     window, late = _woken_window(out, stayer["pid"], new, thawed, died[0])
     time.sleep(2.0)
