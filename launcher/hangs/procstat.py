@@ -14,7 +14,17 @@ from dataclasses import dataclass
 
 import psutil
 
-__all__ = ["run_delay", "Starvation", "Usage", "tree_usage", "quiet", "Idleness", "LATE", "LISTEN_AFTER", "LISTEN_EVERY"]
+__all__ = [
+    "run_delay",
+    "Starvation",
+    "Usage",
+    "tree_usage",
+    "quiet",
+    "Idleness",
+    "LATE",
+    "LISTEN_AFTER",
+    "LISTEN_EVERY",
+]
 
 LATE = 0.2  # seconds past its interval after which the agent's loop counts as having woken late
 LISTEN_AFTER = 0.25  # seconds of silence after which a worker's processes are read ...

@@ -365,7 +365,8 @@ def test_a_stopped_worker_is_not_waited_for_its_stacks(tmp_path):
 
 def test_a_sleeping_worker_whose_child_computes_is_not_quiet():
     """A DataLoader's workers are the worker's children: their CPU time counts as the worker's."""
-    script = "import subprocess, sys, time\nsubprocess.Popen([sys.executable, '-c', 'while True: pass'])\ntime.sleep(30)\n"
+    spinner = "subprocess.Popen([sys.executable, '-c', 'while True: pass'])"
+    script = f"import subprocess, sys, time\n{spinner}\ntime.sleep(30)\n"
     parent = subprocess.Popen([sys.executable, "-c", script])
     try:
         time.sleep(0.5)
