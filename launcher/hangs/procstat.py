@@ -20,6 +20,7 @@ __all__ = [
     "Usage",
     "tree_usage",
     "quiet",
+    "is_stopped",
     "Idleness",
     "LATE",
     "LISTEN_AFTER",
@@ -131,6 +132,14 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
+def is_stopped(pid: int) -> bool:
+    """The process is stopped (SIGSTOP, a tracer's stop): nothing runs in it until it is let go."""
+    try:
+        return psutil.Process(pid).status() in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
+    except psutil.Error:
+        return False
+
+
 def quiet(before: Usage, after: Usage, seconds: float) -> bool:
     """Nothing happened in the tree between two looks ``seconds`` apart: the same processes, no
     byte read or written, no more CPU time (or wait for one) than timer ticks, none running."""
@@ -154,35 +163,32 @@ class Idleness:
         usage: Callable[[int | None], Usage | None] = tree_usage,
     ) -> None:
         self._pid_of, self._clock, self._usage = pid_of, clock, usage
-        self._since: dict[int, tuple[float, Usage]] = {}  # local rank: (quiet since, usage then)
-        self._read: dict[int, tuple[float, float]] = {}  # local rank: (last read, its idle seconds then)
+        self._since: dict[int, tuple[float, Usage, float]] = {}  # local rank: (quiet since, usage then, read at)
 
     def idle_for(self, local_rank: int, silent: float) -> float:
         """Seconds the worker's processes have been quiet, read now (0.0 while it is not silent)."""
-        now = self._clock()
+        now, known = self._clock(), self._since.get(local_rank)
         if silent < LISTEN_AFTER:
             self._since.pop(local_rank, None)
-            self._read.pop(local_rank, None)
             return 0.0
-        read = self._read.get(local_rank)
-        if read is not None and now - read[0] < LISTEN_EVERY:
-            return read[1]  # as of the last read: idleness is never counted ahead of what was seen
+        if known is not None and now - known[2] < LISTEN_EVERY:
+            return known[2] - known[0]  # as of the last read: idleness is never counted ahead of what was seen
         usage = self._usage(self._pid_of(local_rank))
         if usage is None:
             self._since.pop(local_rank, None)
             return 0.0
-        since, before = self._since.get(local_rank, (now, usage))
+        since, before = (known[0], known[1]) if known is not None else (now, usage)
         if not quiet(before, usage, now - since):
             since, before = now, usage
-        self._since[local_rank] = (since, before)
-        self._read[local_rank] = (now, now - since)
+        self._since[local_rank] = (since, before, now)
         return now - since
 
     def excuse(self, local_ranks: Sequence[int]) -> None:
         """What these workers did since the last look was asked of them (their stacks, written on
         the watch's signal): it does not end their quiet stretch."""
         for local_rank in local_ranks:
-            if local_rank in self._since:
+            known = self._since.get(local_rank)
+            if known is not None:
                 usage = self._usage(self._pid_of(local_rank))
                 if usage is not None:
-                    self._since[local_rank] = (self._since[local_rank][0], usage)
+                    self._since[local_rank] = (known[0], usage, known[2])

@@ -13,9 +13,10 @@ from collections.abc import Callable, Sequence
 from .beatfile import BeatReader, stacks_path
 from .blame import blocked_at, excerpt, main_frames, main_thread_of, parse_threads
 from .hangrules import RankReport
+from .procstat import is_stopped
 from .verdict import Verdict
 
-__all__ = ["dump_stacks", "report_hang", "is_stopped"]
+__all__ = ["dump_stacks", "report_hang"]
 
 
 def dump_stacks(
@@ -45,16 +46,6 @@ def dump_stacks(
         asked.append((rank, path, size))
     deadline = clock() + wait
     return stopped | {rank: _read_settled(path, size, deadline, clock) for rank, path, size in asked}
-
-
-def is_stopped(pid: int) -> bool:
-    """The process is stopped (``/proc/PID/stat``'s state T or t): nothing runs in it until it is let go."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            text = stat.read()
-        return text[text.rindex(")") + 2] in "tT"
-    except (OSError, ValueError, IndexError):
-        return False
 
 
 def report_hang(

@@ -23,11 +23,12 @@ from launcher.hangs.procstat import (
     Idleness,
     Starvation,
     Usage,
+    is_stopped,
     quiet,
     run_delay,
     tree_usage,
 )
-from launcher.hangs.stacks import dump_stacks, is_stopped
+from launcher.hangs.stacks import dump_stacks
 
 
 def _beat(last: float, count: int, phase: str = "", changes: int = 0, timeout: float = 0.0) -> Beat:
