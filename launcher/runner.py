@@ -153,7 +153,7 @@ class RoundRunner:
         started = time.monotonic()
         try:
             result, ended = self._watch(), time.monotonic()
-            progress = self._hangs.progress() if self._hangs is not None else (None, None, 0)
+            progress = self._hangs.progress() if self._hangs is not None else (None, None, 0, None)
             if result.outcome in (RoundOutcome.FAILED, RoundOutcome.HUNG):  # how far they got (crash loops)
                 result = replace(result, beats=progress[2], ran=ended - started)
             if result.outcome is RoundOutcome.FAILED:

@@ -9,8 +9,9 @@ until their first heartbeat (checks first, when a pre-flight check ran), then tr
 when the round ended in a fault, the steps since the newest ``elastic.checkpoint`` save (redone
 after the restart; none under ``elastic.inprocess``, whose survivors keep their steps) and a hung
 rank's silence until the verdict. Straggler drag is training time
-lost to slow steps: in a round slower than the fastest round of the same world size, or the share
-a straggler's score says from the moment it was slow (``slow_for`` before it was named).
+lost to slow steps: a round's steps slower than the job's healthy pace (``launcher.goodput.drag``),
+or the share a straggler's score says from the moment it was slow (``slow_for`` before it was
+named), whichever is more.
 
 What cannot be told is said in ``notes``, never guessed: a job whose workers call no
 ``elastic.heartbeat()`` has no first step (start counts as training), one that saves no
@@ -25,7 +26,7 @@ from dataclasses import dataclass, field
 
 from rendezvous.job.history import Event
 
-from .drag import Stretch, lay, rate_shares
+from .drag import Pace, Stretch, lay, rate_shares
 
 __all__ = ["Cause", "TITLES", "Segment", "Incident", "Account", "account_of", "MIN_RATE_STEPS"]
 
@@ -254,18 +255,20 @@ def _cut_round(cut: _Cutter, r: _Round, before: _Round | None, until: float, *, 
     cut.add(r.stopped_at, Cause.STOPPING, r.number)  # a finished round's last step to its workers' exit too
 
 
-def _step_time(r: _Round) -> float | None:
-    if r.ended is None or int(r.ended.details.get("steps", 0)) < MIN_RATE_STEPS:
-        return None
+def _pace(r: _Round) -> Pace:
+    """The round's steps: how many, their mean (first heartbeat to last) and median seconds."""
+    steps = int(r.ended.details.get("steps", 0)) if r.ended is not None else 0
     first, last = r.at("first_step"), r.at("last_step")
-    if first is None or last is None or last <= first:
-        return None
-    return (last - first) / (int(r.ended.details["steps"]) - 1)
+    if steps < MIN_RATE_STEPS or first is None or last is None or last <= first:
+        return Pace(r.world, steps, None)
+    median = r.ended.details.get("median_step")
+    valid = isinstance(median, (int, float)) and not isinstance(median, bool) and 0.0 < median < float("inf")
+    return Pace(r.world, steps, (last - first) / (steps - 1), float(median) if valid else None)
 
 
 def _with_drag(segments: list[Segment], rounds: list[_Round]) -> tuple[Segment, ...]:
     """Training segments with the seconds of them lost to slow steps, placed where they were slow."""
-    share = rate_shares({r.number: (r.world, _step_time(r)) for r in rounds})
+    share = rate_shares({r.number: _pace(r) for r in rounds})
     named = _named_stragglers(rounds)
     out: list[Segment] = []
     for s in segments:

@@ -1,29 +1,67 @@
-"""Straggler drag, decided (pure): the share of a round's speed lost against the fastest round of
-its world size, and a training stretch's lost seconds laid on its pieces -- cut where a named
-straggler's slow stretch begins and ends -- so that a report's windows show the drag where the
-steps were slow, not spread over the whole round."""
+"""Straggler drag, decided (pure): the share of a round's speed lost against the job's healthy pace,
+and a training stretch's lost seconds laid on its pieces -- cut where a named straggler's slow
+stretch begins and ends -- so that a report's windows show the drag where the steps were slow, not
+spread over the whole round.
+
+A round's pace is its median step (``launcher.goodput.steptimes``): its slow steps do not move it.
+The job's healthy pace at a world size is the median of its rounds' paces, each weighted by its
+steps (a slow round among many does not move it either); a round whose mean step is slower than
+that lost the difference -- the steps slower than the job's healthy rate, whatever made them slow.
+A round recorded without a median (an older agent's record) is paced by its mean and dragged only
+when more than ``SLOW`` times slower than the fastest round of its size.
+"""
 
 from __future__ import annotations
 
-__all__ = ["SLOW", "Stretch", "rate_shares", "lay"]
+from dataclasses import dataclass
 
-SLOW = 1.1  # a round this much slower than the fastest of its size is dragged
+__all__ = ["SLOW", "Pace", "Stretch", "rate_shares", "lay"]
+
+SLOW = 1.1  # a round without a median step: this much slower than the fastest of its size is dragged
 
 Stretch = tuple[float, float | None, float]  # a named straggler's (since, until, share of the job's speed lost)
 
 
-def rate_shares(times: dict[int, tuple[int, float | None]]) -> dict[int, float]:
-    """Each round's share of its speed lost (``times``: round -> (world size, seconds a step)):
-    against the fastest round of its world size, 0 within SLOW of it or with no step time."""
+@dataclass(frozen=True)
+class Pace:
+    """One round's steps: its world size, how many, their mean and (when recorded) median seconds."""
+
+    world: int
+    steps: int
+    mean: float | None
+    median: float | None = None
+
+
+def rate_shares(paces: dict[int, Pace]) -> dict[int, float]:
+    """Each round's share of its speed lost against the job's healthy pace at its world size (0
+    with no step time)."""
+    healthy = {
+        world: _healthy([p for p in paces.values() if p.world == world]) for world in {p.world for p in paces.values()}
+    }
     fastest: dict[int, float] = {}
-    for world, step in times.values():
-        if step is not None:
-            fastest[world] = min(fastest.get(world, float("inf")), step)
+    for p in paces.values():
+        if p.mean is not None:
+            fastest[p.world] = min(fastest.get(p.world, float("inf")), p.mean)
     shares = {}
-    for number, (world, step) in times.items():
-        slow = step is not None and step > SLOW * fastest[world]
-        shares[number] = 1.0 - fastest[world] / step if slow else 0.0
+    for number, p in paces.items():
+        if p.mean is None:
+            shares[number] = 0.0
+        elif p.median is not None and healthy[p.world] is not None:
+            shares[number] = max(0.0, 1.0 - healthy[p.world] / p.mean)
+        else:
+            shares[number] = 1.0 - fastest[p.world] / p.mean if p.mean > SLOW * fastest[p.world] else 0.0
     return shares
+
+
+def _healthy(paces: list[Pace]) -> float | None:
+    """The median of the rounds' median steps, each counted as often as the round stepped."""
+    medians = sorted((p.median, p.steps) for p in paces if p.median is not None and p.mean is not None)
+    half, seen = sum(steps for _, steps in medians) / 2.0, 0
+    for median, steps in medians:
+        seen += steps
+        if seen >= half:
+            return median
+    return None
 
 
 def lay(start: float, end: float, share: float, named: list[Stretch]) -> list[tuple[float, float, float]]:

@@ -27,6 +27,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+from launcher.goodput.steptimes import StepTimes
+
 from .beatfile import Beat
 from .blame import Doing
 
@@ -138,6 +140,7 @@ class RankWatch:
         self.first: float | None = None  # monotonic time of its first heartbeat seen (goodput's first step)
         self.steps = 0  # intervals learned from
         self.slowest = 0.0
+        self.times = StepTimes()  # the plain steps' durations (goodput's healthy pace)
         self.starved = 0.0  # seconds since its last heartbeat that it could not run (the node starved)
         self.idle_for = 0.0  # seconds its processes have done nothing at all, up to the last look
 
@@ -167,6 +170,7 @@ class RankWatch:
                 n = beat.count - previous.count
                 self.slowest = max(self.slowest, (beat.last - previous.last) / n)
                 self.steps += n
+                self.times.add((beat.last - previous.last) / n, n)
         if self.first is None:
             self.first = beat.last
         if previous is None or beat.count != previous.count or beat.phase_changes != previous.phase_changes:

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from launcher.goodput.steptimes import StepTimes
 from rendezvous.errors import RendezvousError
 from rendezvous.job.hangboard import HangBoard, HangChannel
 
@@ -115,13 +116,15 @@ class HangWatch:
             watch.feed(reader.read())
         return max((w.beat.count for w in self._watches if w.beat is not None), default=0)
 
-    def progress(self) -> tuple[float | None, float | None, int]:
-        """(first, last, beats): when every local worker that beat had beaten once (monotonic), its
-        last heartbeat, and the most heartbeats one beat -- read now (``most_beats``)."""
+    def progress(self) -> tuple[float | None, float | None, int, float | None]:
+        """(first, last, beats, median): when every local worker that beat had beaten once
+        (monotonic), its last heartbeat, the most heartbeats one beat -- read now (``most_beats``) --
+        and the median of their plain steps' durations."""
         beats = self.most_beats()
         firsts = [w.first for w in self._watches if w.first is not None]
         lasts = [w.beat.last for w in self._watches if w.beat is not None]
-        return (max(firsts) if firsts else None), (max(lasts) if lasts else None), beats
+        median = StepTimes.merged(w.times for w in self._watches)
+        return (max(firsts) if firsts else None), (max(lasts) if lasts else None), beats, median
 
     def reports(self, now: float | None = None) -> list[RankReport]:
         now = self._clock() if now is None else now

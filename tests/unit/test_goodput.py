@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 
 from launcher.goodput.account import Cause, account_of
-from launcher.goodput.drag import lay, rate_shares
+from launcher.goodput.drag import Pace, lay, rate_shares
 from launcher.goodput.marks import RoundMarks, round_details
+from launcher.goodput.steptimes import StepTimes
 from rendezvous.job.history import Event
 
 T0 = 1_800_000_000.0
@@ -173,7 +174,53 @@ def test_drag_is_laid_on_the_pieces_by_how_slow_each_was():
     assert sum(drags) == pytest.approx(10.0)  # the larger of 10 % of 100 s and half of 20 s
     assert drags[1] / 20.0 == pytest.approx(5 * drags[0] / 40.0, rel=0.01)  # a second there lost 0.5, elsewhere 0.1
     assert lay(0.0, 10.0, 0.0, []) == [(0.0, 10.0, 0.0)]
-    assert rate_shares({1: (2, 1.0), 2: (2, 2.0), 3: (3, None), 4: (2, 1.05)}) == {1: 0.0, 2: 0.5, 3: 0.0, 4: 0.0}
+    # rounds recorded without a median step: dragged only when more than 10 % slower than the fastest
+    old = {1: Pace(2, 100, 1.0), 2: Pace(2, 100, 2.0), 3: Pace(3, 0, None), 4: Pace(2, 100, 1.05)}
+    assert rate_shares(old) == {1: 0.0, 2: 0.5, 3: 0.0, 4: 0.0}
+
+
+def test_every_step_slower_than_the_job_s_healthy_pace_is_drag():
+    # the job's healthy pace: the rounds' median steps weighted by their steps (1.0 s: round 1's, not the
+    # fastest round's 0.98 s -- one lucky round does not make the rest slow)
+    paces = {
+        1: Pace(2, 500, 1.04, 1.0),
+        2: Pace(2, 300, 1.0, 0.98),
+        3: Pace(2, 100, 2.0, 1.9),
+        4: Pace(3, 50, 0.8, 0.7),
+    }
+    shares = rate_shares(paces)
+    assert shares[1] == pytest.approx(1 - 1 / 1.04)  # 4 % slower on average than its healthy steps: not noise
+    assert shares[2] == 0.0 and shares[3] == pytest.approx(0.5)  # a slow round does not make itself healthy
+    assert shares[4] == pytest.approx(1 - 0.7 / 0.8)  # each world size against its own pace
+
+
+def test_a_round_s_median_step_is_read_from_its_record_and_a_bad_one_is_not_believed():
+    def drag(median: object) -> float:
+        events = [
+            frozen(0.0, 1, 0.0),
+            # 101 steps in 100 s: 1 s a step on average, half of them 0.8 s
+            ended(102.0, 1, "succeeded", ran=101.5, first_step=1.0, last_step=101.0, steps=101, median_step=median),
+            closed(102.0, 1),
+        ]
+        return account_of(events).lost.get(Cause.STRAGGLER, 0.0)
+
+    assert drag(0.8) == pytest.approx(20.0, abs=0.01)  # 0.2 s lost of each 1 s step
+    assert drag("0.8") == drag(-1.0) == drag(True) == drag(float("nan")) == 0.0  # as with no median
+
+
+def test_step_times_give_their_median_within_a_twentieth_of_a_percent():
+    times = StepTimes()
+    for step in (0.061, 0.0605, 0.062, 5.0, 0.0615):
+        times.add(step)
+    times.add(0.06, 2)  # a read that found two new heartbeats
+    assert times.count == 7 and times.median() == pytest.approx(0.061, rel=0.0005)
+    other = StepTimes()
+    other.add(0.2, 10)
+    assert StepTimes.merged([times, other]) == pytest.approx(0.2, rel=0.0005)  # the steps of two workers
+    for bad in (0.0, -1.0, float("inf"), float("nan")):
+        times.add(bad)
+    times.add(1.0, 0)
+    assert times.count == 7 and StepTimes().median() is None
 
 
 def test_a_round_whose_record_is_missing_is_unknown_not_rendezvous():
@@ -208,7 +255,7 @@ def test_windows_give_each_stretch_its_goodput():
 
 
 def test_the_round_record_s_details_are_offsets_from_the_workers_start():
-    marks = RoundMarks(started=100.0, ended=130.0, stopped=130.4, first=102.0, last=129.5, steps=77, save=(70, 5125.0))
+    marks = RoundMarks(100.0, 130.0, 130.4, first=102.0, last=129.5, steps=77, median=0.3571234, save=(70, 5125.0))
     # the same instant: monotonic 131.0 is 5131.0 on the wall clock: the workers started at 5100.0
     details = round_details(marks, outcome="failed", group_rank=0, now_wall=5131.0, now=131.0)
     assert details == {
@@ -220,12 +267,14 @@ def test_the_round_record_s_details_are_offsets_from_the_workers_start():
         "step": 70,
         "first_step": 2.0,
         "last_step": 29.5,
+        "median_step": 0.357123,
         "saved": 25.0,
     }
     old = round_details(
         RoundMarks(100.0, 130.0, 130.4, save=(10, 5000.0)), outcome="failed", group_rank=1, now_wall=5131.0, now=131.0
     )
     assert old["step"] == 10 and "saved" not in old and "first_step" not in old  # a save of an earlier round
+    assert "median_step" not in old
 
 
 def test_the_page_has_a_mark_for_every_record_a_segment_for_every_stretch_and_nothing_fetched():

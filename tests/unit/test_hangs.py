@@ -78,6 +78,15 @@ def test_a_phase_has_its_own_timeout_and_its_intervals_are_not_steps():
     assert (report.kind, report.phase, report.timeout, report.overdue) == ("phase", "checkpoint", 600.0, False)
     watch.feed(_beat(200.0, 5, changes=2))  # the phase ended: 97 s across it is not a step
     assert watch.slowest == 1.0
+    assert watch.times.count == 1 and watch.times.median() == pytest.approx(1.0, rel=0.001)  # nor a step's time
+
+
+def test_the_plain_steps_durations_are_kept_for_the_goodput_account():
+    watch = RankWatch(0, 0.0, HangTimeouts())
+    _steps(watch, [1.0, 31.0, 31.2, 31.4, 31.6, 32.6])  # the first interval (compilation) is not a step
+    watch.feed(_beat(33.0, 9))  # one read finds three new heartbeats: three steps of their mean
+    assert watch.times.count == 7
+    assert watch.times.median() == pytest.approx(0.2, rel=0.001)  # the one slow step does not move it
 
 
 def test_once_the_job_is_finishing_the_timeout_grows_from_what_was_learned_never_to_the_first_one():
