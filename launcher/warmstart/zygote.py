@@ -21,6 +21,7 @@ only the thread that forks, and CUDA cannot be used in a child forked after it w
 """
 
 import ctypes
+import gc
 import importlib.util
 import os
 import select
@@ -57,7 +58,14 @@ except ImportError:  # the workers keep the interpreter's command line
 
 
 def _preload(names: list[str]) -> tuple[list[str], dict[str, str], bytes, bytes]:
-    """Import ``names``; what imported, what failed (and why), and what they printed (stdout, stderr)."""
+    """Import ``names``; what imported, what failed (and why), and what they printed (stdout, stderr).
+
+    The collector is off while they import and stays off here; what they made is frozen (``gc.freeze``,
+    again before each fork) and each forked worker turns the collector on: CPython's own recipe for a
+    process that forks without exec. The imports take a fifth less CPU (torch's makes objects
+    by the million, and each collection walked them all), and a worker's collections never touch
+    the interpreter's objects -- their pages stay shared with it, and its collections stay short."""
+    gc.disable()
     loaded, failed = [], {}
     captured = [tempfile.TemporaryFile(), tempfile.TemporaryFile()]
     saved = [os.dup(1), os.dup(2)]
@@ -76,6 +84,7 @@ def _preload(names: list[str]) -> tuple[list[str], dict[str, str], bytes, bytes]
         for fd, copy in zip((1, 2), saved):
             os.dup2(copy, fd)
             os.close(copy)
+        gc.freeze()
     output = []
     for file in captured:
         file.seek(0)
@@ -130,6 +139,7 @@ def serve(sock: socket.socket, output: tuple[bytes, bytes]) -> None:
                 for fd in fds:
                     os.close(fd)
                 continue
+            gc.freeze()  # what this request made, too: a worker's collections are its own objects'
             pid = os.fork()
             if pid == 0:
                 _become_worker(request, fds, output, (sock.fileno(), wake_r, wake_w))
@@ -158,6 +168,7 @@ def _become_worker(request, fds: list[int], output: tuple[bytes, bytes], ours: t
     os.chdir(request.cwd)
     os.environ.clear()
     os.environ.update(request.env)
+    gc.enable()  # as in any interpreter; the warm interpreter's objects stay frozen (``_preload``)
     _reseed()
     for fd, text in zip((1, 2), output):
         if text:
@@ -266,10 +277,11 @@ def _give_up(code: int) -> None:
 def _flush_files() -> None:
     """Flush every open Python file (module teardown would have closed them). Objects are told
     apart by their type, not ``isinstance`` (a dead weak proxy raises on that); a file that cannot
-    be flushed is skipped: the program has ended, and its exit status stands."""
-    import gc
+    be flushed is skipped: the program has ended, and its exit status stands. The warm interpreter's
+    frozen objects are looked at too (its ``sys.stdout`` is the worker's)."""
     import io
 
+    gc.unfreeze()
     for obj in gc.get_objects():
         if not issubclass(type(obj), io.IOBase):
             continue

@@ -1,22 +1,25 @@
 """A worker that writes down how it was started, for the warm-start tests:
 
     warm_probe.py OUT_DIR [--fail-first] [--exit N] [--raise] [--signal NAME] [--matmul] [--run SECONDS]
-                  [--linger-thread] [--stuck-teardown] [--unflushed]
+                  [--linger-thread] [--stuck-teardown] [--unflushed] [--preopened]
 
 Writes OUT_DIR/<restart>-<rank>.json: its pid, session and process group, parent-death signal,
 stdin, argv, cwd, __main__, sys.path[0], signal handlers, environment, which of json/decimal/numpy
-were imported before its first line, and a number from numpy's global generator and from random.
+were imported before its first line, whether the collector is on and how many objects are frozen,
+and a number from numpy's global generator and from random.
 --linger-thread leaves a non-daemon thread that never ends; --stuck-teardown a module-level object
 whose finalizer waits forever when the interpreter tears the modules down (as a destructor that
 waits for a thread the fork did not copy); --unflushed leaves a file written but neither flushed nor
 closed (OUT_DIR/<restart>-<rank>.unflushed, which the interpreter's exit must flush) and a weak proxy
-whose object is gone."""
+whose object is gone; --preopened writes <restart>-<rank> into tests/e2e/workers/preopened.py's file
+(opened when that module is imported: by the warm interpreter, when preloaded), unflushed."""
 
 import sys
 
 ALREADY = {name: name in sys.modules for name in ("decimal", "numpy")}  # before this file imports them
 
 import ctypes  # noqa: E402
+import gc  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import random  # noqa: E402
@@ -57,6 +60,8 @@ record = {
     "random": random.random(),
     "cmdline": open("/proc/self/cmdline", "rb").read().replace(b"\0", b" ").decode().strip(),
     "comm": open("/proc/self/comm").read().strip(),
+    "gc": gc.isenabled(),
+    "frozen": gc.get_freeze_count(),  # objects made before the fork, out of this process's collections
 }
 try:
     import numpy
@@ -96,6 +101,10 @@ class _StuckAtTeardown:
 if "--stuck-teardown" in flags:
     STUCK = _StuckAtTeardown()
     sys.modules[__name__].__dict__["STUCK"] = STUCK
+if "--preopened" in flags:  # a line into the preloaded module's buffered file, left for the exit to flush
+    import preopened
+
+    preopened.LOG.write(f"{name}\n")
 if "--unflushed" in flags:
     import weakref
 
