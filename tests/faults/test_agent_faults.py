@@ -36,14 +36,15 @@ def _split_brain(old_death: float, out: str, old_pids: set[int], world: int) -> 
 def test_a_partitioned_agent_stops_its_workers_before_the_others_form_a_new_round(via_proxies, agents, tmp_path):
     out = str(tmp_path)
     rid = run_id()
-    cut_endpoints, cut_proxies = via_proxies()
-    victim = agents(cut_endpoints, rid, "2:3", out, 22, FENCING)
-    time.sleep(1.0)  # it joins first, so it coordinates and gets group rank 0: the master
-    others = [agents(via_proxies()[0], rid, "2:3", out, 22, FENCING) for _ in range(2)]
+    links = [via_proxies() for _ in range(3)]  # each agent through proxies of its own
+    started = [agents(endpoints, rid, "2:3", out, 22, FENCING) for endpoints, _ in links]
     wait_for(lambda: len(workers(out)) == 3, 30, what="3 workers")
     first = workers(out)
-    victim_worker = next(w for w in first if w["pid"] in set(children(victim.pid)))
-    assert victim_worker["group_rank"] == 0, "the victim is group rank 0, the master"
+    # the victim: the node of group rank 0 (the master), whichever joined first
+    victim_worker = next(w for w in first if w["group_rank"] == 0)
+    index = next(i for i, agent in enumerate(started) if victim_worker["pid"] in set(children(agent.pid)))
+    victim, cut_proxies = started[index], links[index][1]
+    others = [agent for i, agent in enumerate(started) if i != index]
     died = death_watch(victim_worker["pid"])
     cut = time.time()
     for proxy in cut_proxies:
