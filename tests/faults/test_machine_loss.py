@@ -52,11 +52,13 @@ def _lost_node_case(started, lost, out: str, fault_at: float, rid: str, endpoint
     """What every case checks once its fault is in: returns seconds from the fault to the lost
     node's lease ended by its peers, and to the survivors' next step."""
     survivors = [a for a in started if a is not lost]
-    wait_for(lambda: len(_steps(out, 2)) >= 20, 40, what="the round of 2 to train on")
-    first_step = min(e["t"] for e in _steps(out, 2))
+    # the round of 2 after the fault (under load the job may have begun with a round of 2 before the third node came)
+    after = lambda: [e for e in _steps(out, 2) if e["t"] >= fault_at]  # noqa: E731
+    wait_for(lambda: len(after()) >= 20, 40, what="the round of 2 to train on")
+    first_step = min(e["t"] for e in after())
     lost_pids = set(children(lost.pid)) | {lost.pid}
     old = [e for e in timeline(out) if e["world"] == 3]
-    new_start = min(e["t"] for e in timeline(out) if e["world"] == 2 and e["event"] == "started")
+    new_start = min(e["t"] for e in timeline(out) if e["world"] == 2 and e["event"] == "started" and e["t"] >= fault_at)
     late = [e for e in old if e["event"] == "step" and e["pid"] in lost_pids and e["t"] >= new_start]
     assert not late, f"the lost node's worker stepped {len(late)} times after the round without it started"
     assert {e["restart"] for e in timeline(out) if e["world"] == 2} == {0}  # no restart used
