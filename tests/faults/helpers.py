@@ -38,6 +38,7 @@ __all__ = [
     "leader_index",
     "member_endpoint",
     "run_id",
+    "round_of",
     "signal_member",
     "wait_for",
     "workers",
@@ -120,6 +121,18 @@ class Agent:
 def workers(out: str) -> list[dict]:
     """Every worker process the job started, in the order they started."""
     return json_records(out, "w-*.json", "created")
+
+
+def round_of(out: str, world: int, timeout: float, *, since: float = 0.0) -> list[dict]:
+    """The workers of a round of ``world`` started after ``since`` (wall clock), once all ``world``
+    of them have started. Counted by their round's size, not in all: a job of 2:3 nodes may begin
+    with a round of 2 before its third node arrives (under load), whose workers are records too."""
+
+    def started() -> list[dict] | None:
+        these = [w for w in workers(out) if w["world_size"] == world and w["created"] > since]
+        return these if len(these) >= world else None
+
+    return wait_for(started, timeout, what=f"a round of {world} workers")
 
 
 def timeline(out: str) -> list[dict]:

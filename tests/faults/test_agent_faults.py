@@ -16,7 +16,7 @@ import time
 
 from rendezvous.etcd.server import EtcdServer
 
-from .helpers import DISTURBED, alive, children, death_watch, run_id, wait_for, workers
+from .helpers import DISTURBED, alive, children, death_watch, round_of, run_id, wait_for, workers
 
 FENCING = "last_call_timeout=1,lease_ttl=5"  # renew deadline 4 s
 DEADLINE = 4.0
@@ -38,9 +38,7 @@ def test_a_partitioned_agent_stops_its_workers_before_the_others_form_a_new_roun
     rid = run_id()
     links = [via_proxies() for _ in range(3)]  # each agent through proxies of its own
     started = [agents(endpoints, rid, "2:3", out, 22, FENCING) for endpoints, _ in links]
-    # a round of 3 (under load a round of 2 may come first, before the third node arrives)
-    three = lambda: [w for w in workers(out) if w["world_size"] == 3 and alive(w["pid"])]  # noqa: E731
-    running = wait_for(lambda: len(three()) == 3 and three(), 30, what="a round of 3 workers")
+    running = round_of(out, 3, 30)
     before = {w["pid"] for w in workers(out)}  # every worker started before the cut
     # the victim: the node of group rank 0 (the master), whichever joined first
     victim_worker = next(w for w in running if w["group_rank"] == 0)
@@ -52,8 +50,7 @@ def test_a_partitioned_agent_stops_its_workers_before_the_others_form_a_new_roun
     for proxy in cut_proxies:
         proxy.cut()
     wait_for(lambda: died, 10, what="the partitioned node's worker to stop")
-    new_two = lambda: any(w["world_size"] == 2 and w["pid"] not in before for w in workers(out))  # noqa: E731
-    wait_for(new_two, 20, what="a round of 2 without the victim")
+    round_of(out, 2, 20, since=cut)  # without the victim
     window, new_start = _split_brain(died[0], out, before, 2)
     time.sleep(max(10 - (time.time() - cut), 0))
     assert any(alive(w["pid"]) for w in workers(out) if w["world_size"] == 2), "the job ended during the partition"
@@ -76,8 +73,7 @@ def test_a_frozen_agent_is_fenced_by_its_reaper(cluster, agents, tmp_path):
     out = str(tmp_path)
     rid = run_id()
     started = [agents(cluster.endpoints, rid, "2:3", out, 16, FENCING) for _ in range(3)]
-    wait_for(lambda: len(workers(out)) == 3, 30, what="3 workers")
-    first = workers(out)
+    first = round_of(out, 3, 30)
     victim = started[0]
     victim_worker = next(w for w in first if w["pid"] in set(children(victim.pid)))
     died = death_watch(victim_worker["pid"])
@@ -85,7 +81,7 @@ def test_a_frozen_agent_is_fenced_by_its_reaper(cluster, agents, tmp_path):
     victim.process.send_signal(signal.SIGSTOP)
     # Frozen past the lease's expiry (5 s) and the others' last call (1 s): they form a round of 2
     # while it is still frozen, and its worker must be gone by then.
-    wait_for(lambda: any(w["world_size"] == 2 for w in workers(out)), 10, what="a round of 2 while it is frozen")
+    round_of(out, 2, 10, since=frozen)  # while it is frozen
     victim.process.send_signal(signal.SIGCONT)
     thawed = time.time()
     wait_for(lambda: died, 5, what="the frozen agent's worker to stop")
@@ -108,8 +104,7 @@ def test_a_killed_agent_is_announced_by_its_reaper_and_the_others_restart_at_onc
     out = str(tmp_path)
     rid = run_id()
     started = [agents(cluster.endpoints, rid, "2:3", out, 14, "last_call_timeout=1") for _ in range(3)]
-    wait_for(lambda: len(workers(out)) == 3, 30, what="3 workers")
-    first = workers(out)
+    first = round_of(out, 3, 30)
     victim = started[2]
     orphan = next(w for w in first if w["pid"] in set(children(victim.pid)))
     died = death_watch(orphan["pid"])
@@ -119,8 +114,7 @@ def test_a_killed_agent_is_announced_by_its_reaper_and_the_others_restart_at_onc
     # while the job still runs (the survivors' workers of this round or the next are alive).
     wait_for(lambda: died, 3, what="the killed agent's worker to die with it")
     assert any(alive(w["pid"]) for w in workers(out) if w["pid"] != orphan["pid"]), "the job had already ended"
-    wait_for(lambda: any(w["world_size"] == 2 for w in workers(out)), 10, what="a round of 2")
-    restarted = min(w["created"] for w in workers(out) if w["world_size"] == 2) - killed
+    restarted = min(w["created"] for w in round_of(out, 2, 10, since=killed)) - killed
     codes = [agent.wait(60) for agent in started[:2]]
     assert codes == [0, 0], [a.output() for a in started[:2]]
     print(

@@ -21,7 +21,7 @@ from etcd3 import etcdrpc
 
 from rendezvous import EtcdClient
 
-from .helpers import DISTURBED, alive, leader_index, run_id, signal_member, wait_for, workers
+from .helpers import DISTURBED, alive, leader_index, round_of, run_id, signal_member, wait_for, workers
 
 RUN = 16.0  # seconds each job's workers run: the fault (8 s) ends well inside it
 CONF = "last_call_timeout=1,renew_deadline=4"  # lease TTL 15 s
@@ -87,7 +87,7 @@ def test_a_node_lost_while_the_listed_first_member_is_frozen_is_heard_through_an
     out = str(tmp_path)
     rid = run_id()
     started = [agents(cluster.endpoints, rid, "2:3", out, 20, CONF) for _ in range(3)]
-    wait_for(lambda: len(workers(out)) == 3, 30, what="3 workers")
+    round_of(out, 3, 30)
     time.sleep(1.0)
     signal_member(cluster, 0, signal.SIGSTOP)
     frozen = time.time()
@@ -95,12 +95,8 @@ def test_a_node_lost_while_the_listed_first_member_is_frozen_is_heard_through_an
         time.sleep(DEADLINE)  # every stream on member 0 has gone silent and been moved
         started[2].process.send_signal(signal.SIGKILL)
         killed = time.time()
-        wait_for(
-            lambda: any(w["world_size"] == 2 for w in workers(out)),
-            FAULT - DEADLINE - 1,
-            what="a round of 2 while member 0 is still frozen",
-        )
-        reranked = min(w["created"] for w in workers(out) if w["world_size"] == 2) - killed
+        two = round_of(out, 2, FAULT - DEADLINE - 1, since=killed)  # while member 0 is still frozen
+        reranked = min(w["created"] for w in two) - killed
         assert time.time() - frozen < FAULT, "member 0 thawed before the survivors heard of the loss"
     finally:
         signal_member(cluster, 0, signal.SIGCONT)
@@ -141,10 +137,11 @@ def test_two_jobs_on_one_cluster_do_not_see_each_other(cluster, agents, tmp_path
     # job a can go on without one of its three nodes (2:3); job b has two and must not notice
     job_a = [agents(cluster.endpoints, rids[0], "2:3", outs[0], 10, "last_call_timeout=1") for _ in range(3)]
     job_b = [agents(cluster.endpoints, rids[1], "2", outs[1], 10, "last_call_timeout=1") for _ in range(2)]
-    wait_for(lambda: len(workers(outs[0])) == 3, 30, what="3 workers of job a")
+    round_of(outs[0], 3, 30)
     wait_for(lambda: len(workers(outs[1])) == 2, 30, what="2 workers of job b")
+    killed = time.time()
     job_a[2].process.send_signal(signal.SIGKILL)
-    wait_for(lambda: any(w["world_size"] == 2 for w in workers(outs[0])), 10, what="job a's round of 2")
+    round_of(outs[0], 2, 10, since=killed)
     codes_a = [agent.wait(60) for agent in job_a[:2]]
     codes_b = [agent.wait(60) for agent in job_b]
     assert codes_a == [0, 0], [a.output() for a in job_a[:2]]

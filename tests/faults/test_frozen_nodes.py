@@ -28,6 +28,7 @@ from .helpers import (
     freeze,
     leader_index,
     member_endpoint,
+    round_of,
     run_id,
     signal_member,
     thaw,
@@ -71,14 +72,14 @@ def _frozen_node(cluster, agents, out: str, seconds: float):
     victim = agents(cluster.endpoints, rid, "2:3", out, seconds, FENCING, worker=worker)
     wait_joined(cluster.endpoints, rid, 1)  # it joins first: it coordinates, group rank 0, its ranks given again
     others = [agents(cluster.endpoints, rid, "2:3", out, seconds, FENCING, worker=worker) for _ in range(2)]
-    wait_for(lambda: len(workers(out)) == 3, 30, what="3 workers")
+    running = round_of(out, 3, 30)
     tree = [victim.pid, *children(victim.pid)]
-    old = next(w for w in workers(out) if w["pid"] in tree)
+    old = next(w for w in running if w["pid"] in tree)
     reaper = next(pid for pid in tree if "reaper.py" in " ".join(psutil.Process(pid).cmdline()))
     roles = {"agent": [victim.pid], "reaper": [reaper], "workers": [p for p in tree if p not in (victim.pid, reaper)]}
     freeze(tree)
     frozen = time.time()
-    wait_for(lambda: any(w["world_size"] == 2 for w in workers(out)), 20, what="a round of 2 while it is frozen")
+    round_of(out, 2, 20, since=frozen)  # while it is frozen
     time.sleep(1.0)  # the new round runs a while
     return victim, others, roles, old, frozen
 
@@ -98,7 +99,7 @@ def test_a_node_frozen_past_its_lease_runs_no_worker_when_it_wakes(cluster, agen
     thawed = time.time()  # before the signals: a woken worker can tick before this process runs again (CI 35: 5.6 ms)
     thaw(pid for role in first for pid in roles[role])
     wait_for(lambda: died, 5, what=f"the worker to die when {', '.join(first)} woke")
-    new = [w for w in workers(out) if w["world_size"] == 2]
+    new = [w for w in workers(out) if w["world_size"] == 2 and w["created"] > old["created"]]
     window, late = _woken_window(out, old["pid"], new, thawed, died[0])
     time.sleep(2.0)
     thaw(pid for role in ("reaper", "agent") if role not in first for pid in roles[role])
