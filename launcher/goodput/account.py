@@ -308,10 +308,14 @@ def _share(named: Event) -> float:
 
 def _incidents(segments: Sequence[Segment], rounds: list[_Round]) -> tuple[Incident, ...]:
     """What each round's end cost (its redone steps and hang, the stop, the next round's forming
-    and start), each round's drag, and the wait for the first round; costliest first."""
+    and start), the wait for the first round, and each round's drag: a named straggler's round's
+    with its end, another round's slow steps as an incident of their own (its end did not make them
+    slow); costliest first."""
     by_round = {r.number: r for r in rounds}
     order = [r.number for r in rounds]
+    named = {r.number for r in rounds if any(e.kind == "straggler" for e in r.events)}
     costs: dict[int, dict[Cause, float]] = {}
+    slow: dict[int, float] = {}
     for s in segments:
         owner = s.round
         if s.cause in (Cause.WAITING, Cause.RENDEZVOUS, Cause.FENCED, Cause.START, Cause.CHECKS) and owner in order:
@@ -319,11 +323,14 @@ def _incidents(segments: Sequence[Segment], rounds: list[_Round]) -> tuple[Incid
             owner = order[at - 1] if at > 0 else _START  # the next round's forming and start: the fault's cost
         parts = costs.setdefault(owner, {})
         if s.cause is Cause.TRAINING:
-            if s.drag:
+            if s.drag and owner in named:
                 parts[Cause.STRAGGLER] = parts.get(Cause.STRAGGLER, 0.0) + s.drag
+            elif s.drag:
+                slow[owner] = slow.get(owner, 0.0) + s.drag
             continue
         parts[s.cause] = parts.get(s.cause, 0.0) + s.seconds
-    incidents = []
+    slowed = "round {}: steps slower than the job's healthy step"
+    incidents = [Incident(n, slowed.format(n), round(t, 3), ((Cause.STRAGGLER, t),)) for n, t in slow.items() if t > 0]
     for number, parts in costs.items():
         total = sum(parts.values())
         if total > 0:

@@ -117,7 +117,8 @@ def test_the_account_tiles_the_job_and_agrees_with_the_workers_own_step_times(re
     medians = [r["median_step"] for r in reported["history"] if r["kind"] == "round_ended"]
     assert len(medians) >= 2, reported["history"]
     assert medians == pytest.approx([statistics.median(intervals)] * len(medians), rel=0.1)
-    kill = next(i for i in account["incidents"] if i["round"] == 1)  # the job's start is its own incident
+    # the job's start is its own incident, and so are round 1's slow steps, if any
+    kill = next(i for i in account["incidents"] if i["round"] == 1 and "slower than" not in i["what"])
     assert " failed (" in kill["what"] and kill["parts"]["redone"] > 0 and kill["parts"]["start"] > 0, kill
     assert kill["seconds"] == pytest.approx(sum(kill["parts"].values()), abs=0.01)
     assert reported["text"].splitlines()[1].startswith(f"goodput {account['goodput'] * 100:.1f} %")

@@ -208,6 +208,27 @@ def test_a_round_s_median_step_is_read_from_its_record_and_a_bad_one_is_not_beli
     assert drag("0.8") == drag(-1.0) == drag(True) == drag(float("nan")) == 0.0  # as with no median
 
 
+def test_slow_steps_with_no_straggler_named_are_an_incident_of_their_own_not_the_round_end_s():
+    events = [
+        frozen(0.0, 1, 0.0),
+        # 101 steps in 100 s (1 s each on average, half of them 0.8 s), then a worker killed
+        ended(102.0, 1, "failed", ran=101.5, first_step=1.0, last_step=101.0, steps=101, median_step=0.8),
+        Event(T0 + 101.5, 1, "b", "worker_failed", {"rank": 1, "signal": "SIGKILL", "exit_code": None}),
+        frozen(102.5, 2, 0.1),
+        ended(204.0, 2, "succeeded", ran=101.0, first_step=1.0, last_step=101.0, steps=126, median_step=0.8),
+        closed(204.0, 2),
+    ]
+    incidents = {i.what: i for i in account_of(events).incidents}
+    slow = incidents["round 1: steps slower than the job's healthy step"]
+    assert slow.seconds == pytest.approx(0.2 * 100.5, abs=0.01)  # its training: 1.0 s to the kill's round end
+    assert slow.parts == ((Cause.STRAGGLER, slow.seconds),)
+    failed = incidents["round 1: rank 1 on b failed (signal SIGKILL)"]
+    assert Cause.STRAGGLER not in dict(failed.parts)  # the kill did not make round 1's steps slow
+    named = account_of(replaced_straggler()).incidents  # a named straggler's round: its drag is its incident's
+    assert [i.what for i in named if "slower than" in i.what] == []
+    assert dict(named[0].parts)[Cause.STRAGGLER] == pytest.approx(0.5 * 13.5, abs=0.01), named[0]
+
+
 def test_step_times_give_their_median_within_a_twentieth_of_a_percent():
     times = StepTimes()
     for step in (0.061, 0.0605, 0.062, 5.0, 0.0615):
