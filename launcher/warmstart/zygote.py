@@ -60,9 +60,9 @@ except ImportError:  # the workers keep the interpreter's command line
 def _preload(names: list[str]) -> tuple[list[str], dict[str, str], bytes, bytes]:
     """Import ``names``; what imported, what failed (and why), and what they printed (stdout, stderr).
 
-    The collector is off while they import and stays off here; what they made is frozen (``gc.freeze``,
-    again before each fork) and each forked worker turns the collector on: CPython's own recipe for a
-    process that forks without exec. The imports take a fifth less CPU (torch's makes objects
+    The collector is off while they import and stays off here; what this process made is frozen
+    before each fork (``serve``) and each forked worker turns the collector on: CPython's own recipe
+    for a process that forks without exec. The imports take a fifth less CPU (torch's makes objects
     by the million, and each collection walked them all), and a worker's collections never touch
     the interpreter's objects -- their pages stay shared with it, and its collections stay short."""
     gc.disable()
@@ -84,7 +84,6 @@ def _preload(names: list[str]) -> tuple[list[str], dict[str, str], bytes, bytes]
         for fd, copy in zip((1, 2), saved):
             os.dup2(copy, fd)
             os.close(copy)
-        gc.freeze()
     output = []
     for file in captured:
         file.seek(0)
@@ -139,7 +138,7 @@ def serve(sock: socket.socket, output: tuple[bytes, bytes]) -> None:
                 for fd in fds:
                     os.close(fd)
                 continue
-            gc.freeze()  # what this request made, too: a worker's collections are its own objects'
+            gc.freeze()  # all this process made (the imports, this request): a worker collects only its own
             pid = os.fork()
             if pid == 0:
                 _become_worker(request, fds, output, (sock.fileno(), wake_r, wake_w))
