@@ -111,7 +111,8 @@ def tree_usage(pid: int | None) -> Usage | None:
 
 def _descendants(pid: int) -> list[int]:
     """The process's live descendants, from each thread's ``/proc/PID/task/TID/children`` (no scan
-    of every process, as psutil's ``children`` does); psutil's way where the kernel lacks that file."""
+    of every process, as psutil's ``children`` does); psutil's way where the kernel lacks that file
+    (not where a thread ended between the listing and the read)."""
     found, pending = [], [pid]
     while pending:
         parent = pending.pop()
@@ -124,7 +125,9 @@ def _descendants(pid: int) -> list[int]:
                 with open(f"/proc/{parent}/task/{tid}/children") as listing:
                     kids = [int(k) for k in listing.read().split()]
             except FileNotFoundError:
-                return [c.pid for c in psutil.Process(pid).children(recursive=True)]
+                if os.path.isdir(f"/proc/{parent}/task/{tid}"):  # the thread is there, the file is not
+                    return [c.pid for c in psutil.Process(pid).children(recursive=True)]
+                continue  # the thread ended since the listing
             except (OSError, ValueError):
                 continue
             found += kids
