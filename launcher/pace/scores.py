@@ -7,8 +7,10 @@ own-work spans (``elastic.section``, ``elastic.watch_ddp``) it timed in about ``
 The spans come with the timing thread's waits for a CPU already taken off (the worker reads its own
 schedstat at both ends of a span): a loaded node's ranks are judged by how fast they work once they
 run, as the hang watch judges them.
-A score below ``THRESHOLD`` at ``CONFIRM`` evaluations in a row names a straggler; back above
-``RECOVERED`` at ``CONFIRM`` evaluations in a row, it no longer is one.
+A rank is judged once its window is full. A score below ``THRESHOLD`` names a straggler at the first
+evaluation: the median of a full window is below it only when half the window's samples (2 s) are
+slow, which is the confirmation (a second one on top only made every straggler cost a second more).
+Back above ``RECOVERED`` at ``CONFIRM`` evaluations in a row, it no longer is one.
 """
 
 from __future__ import annotations
@@ -33,11 +35,11 @@ __all__ = [
 ]
 
 SAMPLE = 0.5  # seconds of spans a sample averages (at least one span); also how often ranks are judged
-WINDOW = 8  # samples a pace is the median of (a slowdown moves it within 5 samples: 2.5 s)
-MIN_SAMPLES = 5  # samples before a rank has a pace
+WINDOW = 8  # samples a pace is the median of (a 2x slowdown moves it in 4 samples: 2 s; a 1.4x one in 5)
+MIN_SAMPLES = WINDOW  # samples before a rank has a pace: a full window, so no round's first steps judge it
 THRESHOLD = 0.75  # a score below this is slow (nvidia-resiliency-ext's default)
 RECOVERED = 0.85  # a straggler scores above this to be one no more
-CONFIRM = 3  # evaluations in a row that a verdict takes
+CONFIRM = 3  # evaluations in a row above RECOVERED that a straggler's recovery takes
 REWRITE = 0.10  # a node's published pace is written again when it moved by more than this share
 
 
@@ -97,7 +99,7 @@ class StragglerRule:
     def judge(self, value: float) -> str | None:
         flips = value >= RECOVERED if self.straggling else value < THRESHOLD
         self._run = self._run + 1 if flips else 0
-        if self._run < CONFIRM:
+        if self._run < (CONFIRM if self.straggling else 1):
             return None
         self._run = 0
         self.straggling = not self.straggling

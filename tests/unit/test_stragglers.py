@@ -11,7 +11,17 @@ import textwrap
 
 from launcher.hangs import beatfile as beats
 from launcher.pace import Change, PacedWorker, PaceWatch, pacewatch
-from launcher.pace.scores import CONFIRM, MIN_SAMPLES, SAMPLE, RankPace, StragglerRule, score, worth_writing
+from launcher.pace.scores import (
+    CONFIRM,
+    MIN_SAMPLES,
+    SAMPLE,
+    THRESHOLD,
+    WINDOW,
+    RankPace,
+    StragglerRule,
+    score,
+    worth_writing,
+)
 from rendezvous.job.paceboard import NodePace, decode
 
 
@@ -49,15 +59,34 @@ def test_the_score_is_the_fastest_pace_over_the_ranks_own():
     assert score(0.1, 0.0) == 1.0
 
 
-def test_a_verdict_takes_confirm_low_scores_in_a_row_and_recovery_as_many_high_ones():
+def test_a_low_score_names_a_straggler_at_once_and_recovery_takes_confirm_high_ones_in_a_row():
     rule = StragglerRule()
-    assert [rule.judge(0.5) for _ in range(CONFIRM - 1)] == [None] * (CONFIRM - 1)
-    assert rule.judge(0.9) is None  # one good score breaks the run
-    verdicts = [rule.judge(0.5) for _ in range(CONFIRM)]
-    assert verdicts[-1] == Change.STRAGGLING and rule.straggling
+    assert rule.judge(0.9) is None and rule.judge(0.8) is None  # at or above THRESHOLD: not slow
+    assert rule.judge(0.5) == Change.STRAGGLING and rule.straggling  # the full window's median is the evidence
     assert [rule.judge(0.8) for _ in range(CONFIRM + 2)] == [None] * (CONFIRM + 2)  # below RECOVERED: still one
+    assert [rule.judge(0.95) for _ in range(CONFIRM - 1)] == [None] * (CONFIRM - 1)
+    assert rule.judge(0.5) is None  # one low score breaks the run of high ones
     assert [rule.judge(0.95) for _ in range(CONFIRM)][-1] == Change.RECOVERED
     assert not rule.straggling
+
+
+def test_a_rank_is_judged_only_on_a_full_window():
+    pace = RankPace()
+    feed_steps(pace, 0.1, WINDOW - 1)
+    assert pace.pace() is None  # a round's first steps alone name nobody
+    feed_steps(pace, 0.1, 1, start=100.0)
+    pace.feed(100.0 + 2 * SAMPLE, 100.0, 1000)
+    assert pace.pace() is not None
+
+
+def test_a_rank_slowed_to_half_speed_is_named_within_four_samples_and_one_to_align(tmp_path):
+    # healthy for 20 s, then every step twice as long: the median of 8 moves once 4 samples are slow
+    verdicts, _, _ = run_watch(tmp_path, lambda step: [0.05, 0.05, 0.05 if step < 80 else 0.1], 40)
+    assert [v.change for _, v in verdicts] == [Change.STRAGGLING]
+    at, verdict = verdicts[0]
+    assert at - 20.0 <= 4 * SAMPLE + SAMPLE, at - 20.0
+    print(f"named {at - 20.0:.2f} s into the slowdown")
+    assert 0.5 <= verdict.score < THRESHOLD
 
 
 def test_a_pace_is_written_again_only_when_it_moved_by_more_than_a_tenth():
