@@ -343,7 +343,7 @@ class Agent:
         with progress_lines(self.handler.progress, self.say):
             while True:
                 try:
-                    info = self.handler.next_rendezvous()
+                    info = self.handler.next_rendezvous(on_spare=self._warm.background if self._warm else None)
                     break
                 except RendezvousCredentialsError:
                     raise

@@ -41,6 +41,7 @@ class WarmSettings(Protocol):
 
 __all__ = ["WarmStarter", "WarmProcess", "default_preload", "preload_for", "warm_able", "warm_starter"]
 
+SPARE_NICE = 19  # a hot spare's imports: the lowest CPU priority (only while they run; see ``background``)
 READY_WITHIN = 120.0  # seconds a worker start waits for the warm interpreter's imports, then starts plainly
 
 ZYGOTE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "zygote.py")
@@ -135,6 +136,7 @@ class WarmStarter:
         self._ready: wire.Ready | None = None
         self._dead = False
         self._said = False
+        self._lowered = False  # its imports run at SPARE_NICE (``background``)
         self._log = tempfile.TemporaryFile()  # its own errors, for the line that says why it is off
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._sock = ours
@@ -181,6 +183,7 @@ class WarmStarter:
         """Whether a worker is forked warm (the agent starts this only for warm-able workers, see
         ``warm_able``). Waits for the interpreter's imports while they run: a fresh worker would spend
         longer on the same imports. A reason it will not do is said once."""
+        self.foreground()
         with self._changes:
             self._changes.wait_for(lambda: self._ready is not None or self._dead, timeout=READY_WITHIN)
             why = self._broken()
@@ -204,6 +207,33 @@ class WarmStarter:
         self._log.seek(0)
         lines = self._log.read().decode(errors="replace").strip().splitlines()
         return lines[-1] if lines else ""
+
+    def background(self) -> None:
+        """This node waits as a hot spare: the imports, while they still run, at the lowest CPU
+        priority, so that on a machine it shares they never slow the nodes that train. Only the
+        importing thread is lowered (``zygote._preload_aside``): the workers are forked from the
+        interpreter's main thread, at its own priority. A message, not a system call from here: it
+        waits in the socket if the importing thread has not started yet."""
+        self._lowered = self._prioritize(SPARE_NICE) or self._lowered
+
+    def foreground(self) -> None:
+        """Workers to start (``can_start``): imports still running go back to the interpreter's own
+        priority -- where the system lets this process raise a priority again (root, CAP_SYS_NICE);
+        elsewhere they finish at the low one."""
+        if self._lowered:
+            self._lowered = False
+            self._prioritize(os.getpriority(os.PRIO_PROCESS, 0))  # this process's, which it was started at
+
+    def _prioritize(self, nice: int) -> bool:
+        """The imports at ``nice`` (the interpreter's importing thread only), if they still run."""
+        with self._changes:
+            if self._ready is not None or self._dead:
+                return False
+            try:
+                self._sock.send(wire.encode(wire.Priority(nice)))
+            except OSError:  # the interpreter is gone: its reader says so
+                return False
+            return True
 
     def spawn(self, argv: Sequence[str], env: Mapping[str, str], stdout: int, stderr: int) -> WarmProcess:
         """Fork a worker running ``argv`` with ``env`` and these two descriptors (not closed here)."""

@@ -4,6 +4,8 @@ library only. One JSON object a SOCK_SEQPACKET message, its ``kind`` saying whic
 
     agent -> interpreter   Request  the worker's argv, environment and working directory (its
                                     stdout and stderr go beside it as two descriptors)
+                           Priority the CPU priority (a nice value) of the imports while they run
+                                    (a hot spare's are lowered; the forking thread never is)
     interpreter -> agent   Ready    once, after the imports: the modules loaded, those that failed
                                     (name -> error) and why forking is unsafe ("" when it is not)
                            Forked   per request: the worker's pid
@@ -16,7 +18,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 
-__all__ = ["Request", "Ready", "Forked", "Exited", "encode", "to_interpreter", "to_agent"]
+__all__ = ["Request", "Priority", "Ready", "Forked", "Exited", "encode", "to_interpreter", "to_agent"]
 
 
 @dataclass(frozen=True)
@@ -24,6 +26,11 @@ class Request:
     argv: list[str]
     env: dict[str, str]
     cwd: str
+
+
+@dataclass(frozen=True)
+class Priority:
+    nice: int
 
 
 @dataclass(frozen=True)
@@ -44,15 +51,16 @@ class Exited:
     status: int
 
 
-_KINDS = {"request": Request, "ready": Ready, "forked": Forked, "exited": Exited}
+_KINDS = {"request": Request, "priority": Priority, "ready": Ready, "forked": Forked, "exited": Exited}
+Message = Request | Priority | Ready | Forked | Exited
 
 
-def encode(message: Request | Ready | Forked | Exited) -> bytes:
+def encode(message: Message) -> bytes:
     kind = next(name for name, cls in _KINDS.items() if isinstance(message, cls))
     return json.dumps({"kind": kind, **asdict(message)}).encode()
 
 
-def _decode(data: bytes, kinds: tuple[str, ...]) -> Request | Ready | Forked | Exited | None:
+def _decode(data: bytes, kinds: tuple[str, ...]) -> Message | None:
     try:
         fields = json.loads(data)
     except ValueError:
@@ -75,7 +83,9 @@ def _mapping(value: object) -> bool:
     return isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
 
 
-def _well_typed(message: Request | Ready | Forked | Exited) -> bool:
+def _well_typed(message: Message) -> bool:
+    if isinstance(message, Priority):
+        return isinstance(message.nice, int) and not isinstance(message.nice, bool) and -20 <= message.nice <= 19
     if isinstance(message, Request):
         return _strings(message.argv) and bool(message.argv) and _mapping(message.env) and isinstance(message.cwd, str)
     if isinstance(message, Ready):
@@ -84,9 +94,9 @@ def _well_typed(message: Request | Ready | Forked | Exited) -> bool:
     return all(isinstance(n, int) and not isinstance(n, bool) for n in numbers)
 
 
-def to_interpreter(data: bytes) -> Request | None:
+def to_interpreter(data: bytes) -> Request | Priority | None:
     """The agent's message, as the interpreter reads it."""
-    return _decode(data, ("request",))  # type: ignore[return-value]
+    return _decode(data, ("request", "priority"))  # type: ignore[return-value]
 
 
 def to_agent(data: bytes) -> Ready | Forked | Exited | None:

@@ -16,8 +16,9 @@ and ``__main__``, and named as it (``/proc/PID/cmdline``, with setproctitle). It
 program does (an uncaught exception: its traceback and exit 1), through the interpreter's own exit
 steps but not its teardown, which in a forked child can wait forever (see ``_exit``).
 
-Nothing here may start a thread, initialize an accelerator or run a tensor operation: a fork copies
-only the thread that forks, and CUDA cannot be used in a child forked after it was initialized.
+Nothing here may leave a thread running, initialize an accelerator or run a tensor operation: a fork
+copies only the thread that forks, and CUDA cannot be used in a child forked after it was initialized
+(the imports run on a thread of their own, ended before the first fork: ``_preload_aside``).
 """
 
 import ctypes
@@ -92,6 +93,41 @@ def _preload(names: list[str]) -> tuple[list[str], dict[str, str], bytes, bytes]
     return loaded, failed, output[0], output[1]
 
 
+def _preload_aside(names: list[str], sock: socket.socket) -> tuple[list[str], dict[str, str], bytes, bytes]:
+    """``_preload`` on a thread of its own, while this (main) thread takes the agent's Priority
+    messages for it: a hot spare's agent lowers the imports' CPU priority (Linux keeps one per
+    thread), so that on a shared machine a spare's imports never slow the nodes that train -- and
+    the workers, forked from this thread once the imports are done, start at this process's own."""
+    done: list[tuple[list[str], dict[str, str], bytes, bytes]] = []
+    thread = threading.Thread(target=lambda: done.append(_preload(names)), name="elastic-preload")
+    thread.start()
+    while thread.is_alive():
+        if select.select([sock], [], [], 0.05)[0] and not _take_priority(sock, thread.native_id):
+            break  # not a Priority (the agent is gone, or asks for a worker already): left to ``serve``
+    thread.join()
+    if not done:  # an import raised past Exception (SystemExit, KeyboardInterrupt) and ended the thread
+        return [], dict.fromkeys(names, "the import ended its thread"), b"", b""
+    return done[0]
+
+
+def _take_priority(sock: socket.socket, thread: int) -> bool:
+    """The agent's next message, if it is a Priority: given to ``thread``, and to this process's
+    scheduling group where the kernel groups by session (autogroup: a nice value then weighs only
+    against this session's threads; the workers, each a session of its own, start in a new group at
+    the default weight). Anything else stays queued."""
+    message = wire.to_interpreter(sock.recv(_MAX_MESSAGE, socket.MSG_PEEK))
+    if not isinstance(message, wire.Priority):
+        return False
+    sock.recv(_MAX_MESSAGE)
+    try:
+        os.setpriority(os.PRIO_PROCESS, thread, message.nice)
+        with open("/proc/self/autogroup", "w") as group:  # absent without autogroup; ignored in a cgroup
+            group.write(str(message.nice))
+    except OSError:  # a higher priority is not this process's to give (no CAP_SYS_NICE): left as it is
+        pass
+    return True
+
+
 def _unsafe() -> str:
     """Why forking here would not give a sound worker ("" when it would)."""
     others = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
@@ -134,7 +170,8 @@ def serve(sock: socket.socket, output: tuple[bytes, bytes]) -> None:
             if not data:
                 return  # the agent is gone; the workers die with this process
             request = wire.to_interpreter(data)
-            if request is None or len(fds) != 2:  # not the agent's: nothing to fork (it would wait, and say so)
+            if not isinstance(request, wire.Request) or len(fds) != 2:  # nothing to fork (a late Priority,
+                # or not the agent's: it would wait, and say so)
                 for fd in fds:
                     os.close(fd)
                 continue
@@ -322,7 +359,7 @@ def _print_exception() -> None:
 def main() -> None:
     sys.path.pop(0)  # run by path: this directory must not shadow the workers' imports
     sock = socket.socket(fileno=int(sys.argv[1]))
-    loaded, failed, out, err = _preload([name for name in sys.argv[2].split(",") if name])
+    loaded, failed, out, err = _preload_aside([name for name in sys.argv[2].split(",") if name], sock)
     if _setproctitle is not None:  # its own name, and the room its workers' names take, set up now
         _setproctitle.setproctitle(f"elastic-run warm interpreter ({', '.join(loaded) or 'nothing preloaded'})")
     _send(sock, wire.Ready(loaded, failed, _unsafe()))

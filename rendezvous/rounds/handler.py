@@ -99,8 +99,9 @@ class RendezvousHandler:
     def local_world_size(self) -> int:
         return self._member.identity.local_world_size
 
-    def next_rendezvous(self) -> RendezvousInfo:
+    def next_rendezvous(self, *, on_spare: Callable[[], None] | None = None) -> RendezvousInfo:
         """Join the next round and wait until it freezes; returns this node's place in it.
+        ``on_spare()`` is called once this node waits while a round runs without it (a hot spare).
 
         Raises RendezvousClosedError (job closed), RendezvousTimeoutError (join_timeout passed),
         RendezvousConnectionError (etcd unreachable), RendezvousStateError (corrupt state).
@@ -109,7 +110,9 @@ class RendezvousHandler:
         seen = self._monitor.state if self._monitor is not None else None
         kept = self._monitor.detach() if self._monitor is not None else None  # its watch goes on
         self._stop_monitor()
-        self._join = JoinLoop(self._client, self.settings, self._keys, self._member, self._coordinator, self._clock)
+        self._join = JoinLoop(
+            self._client, self.settings, self._keys, self._member, self._coordinator, self._clock, on_spare
+        )
         self._joined_at, self._coordinator_read_at, self._coordinator_silent = self._clock(), float("-inf"), None
         joined_round = self._join.run(seen, kept)
         self._info = joined_round.info

@@ -23,6 +23,7 @@ __all__ = [
     "join_step",
     "target_round",
     "progress_of",
+    "waits_as_spare",
 ]
 
 
@@ -140,6 +141,11 @@ def join_step(
     return Follow(coordinator or "")
 
 
+def waits_as_spare(state: JobState | None, target: int) -> bool:
+    """Whether a node waiting for round ``target`` waits as a spare: a round runs without it."""
+    return state is not None and state.status is JobStatus.RUNNING and state.round < target
+
+
 def progress_of(
     state: JobState | None,
     target: int,
@@ -159,8 +165,7 @@ def progress_of(
         return Progress(
             target, state.joined, min_nodes, max_nodes, last_call_in, timeout_in, state.stopping, silent=silent
         )
-    if state is not None and state.status is JobStatus.RUNNING and state.round < target:
-        # a node waiting for a place: the round before runs without it
+    if waits_as_spare(state, target):  # a node waiting for a place: the round before runs without it
         stayer = ran_in == state.round
         return Progress(target, 0, min_nodes, max_nodes, None, timeout_in, running=state.size, stayer=stayer)
     if state is None or (state.status is JobStatus.JOINING and state.round < target):

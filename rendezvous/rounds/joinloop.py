@@ -28,7 +28,18 @@ from rendezvous.settings import RendezvousSettings
 
 from .coordinate import RoundCoordinator
 from .decide import joined
-from .join import Announce, Closed, Coordinate, Follow, Frozen, ReadAll, RendezvousInfo, join_step, target_round
+from .join import (
+    Announce,
+    Closed,
+    Coordinate,
+    Follow,
+    Frozen,
+    ReadAll,
+    RendezvousInfo,
+    join_step,
+    target_round,
+    waits_as_spare,
+)
 from .member import Member
 from .snapshot import Handover, RoundFollower, Snapshot, read_nodes, read_round
 
@@ -73,8 +84,11 @@ class JoinLoop:
         member: Member,
         coordinator: RoundCoordinator,
         clock: Callable[[], float] = time.monotonic,
+        on_spare: Callable[[], None] | None = None,
     ) -> None:
+        """``on_spare()``: called once, when this node first waits while a round runs without it (a spare)."""
         self._client, self._settings, self._keys = client, settings, keys
+        self._on_spare = on_spare
         self._member = member
         self._coordinator = coordinator
         self._clock = clock
@@ -118,6 +132,7 @@ class JoinLoop:
         try:
             while True:
                 snapshot = self._sync()
+                self._tell_spare(snapshot.state)
                 step = join_step(
                     snapshot.state,
                     self.target,
@@ -143,6 +158,11 @@ class JoinLoop:
         except LeaseNotFoundError:  # this node's lease ended under it: the next step announces on a new one
             self._member.lease_ended()
             return read_round(self._client, self._keys, all_nodes=self._read_all)
+
+    def _tell_spare(self, state: JobState | None) -> None:
+        if self._on_spare is not None and waits_as_spare(state, self.target):
+            self._on_spare()
+            self._on_spare = None  # once a join
 
     # -- the ops: each returns this node's place once it has one, else None (the loop goes on) --------
     def _closed(self, step: Closed, snapshot: Snapshot) -> None:

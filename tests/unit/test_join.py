@@ -14,6 +14,7 @@ from rendezvous.rounds.join import (
     join_step,
     progress_of,
     target_round,
+    waits_as_spare,
 )
 
 A = Participant("a", 0, "h", 1)
@@ -72,3 +73,11 @@ def test_progress_says_what_the_forming_round_looks_like_and_nothing_once_it_fro
     # count it could print ("round 2: 0/3 nodes joined") would be false; the join loop tells next
     assert progress_of(_state(JobStatus.RUNNING, 2, A, B), 2, 2, 3, 100.0, None) is None
     assert progress_of(_state(JobStatus.CLOSED, 2, A, B), 3, 2, 3, 100.0, None) is None
+
+
+def test_a_node_waits_as_a_spare_only_while_a_round_runs_without_it():
+    assert waits_as_spare(_state(JobStatus.RUNNING, 1, A, B), 2)  # round 1 runs; it waits for round 2
+    assert not waits_as_spare(_state(JobStatus.RUNNING, 2, A, B), 2)  # its round froze: it is in it, or told next
+    assert not waits_as_spare(_state(JobStatus.JOINING, 2), 2)  # a round forming: it may be in it
+    assert not waits_as_spare(_state(JobStatus.CLOSED, 1), 2)
+    assert not waits_as_spare(None, 1)  # a new job

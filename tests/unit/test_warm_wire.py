@@ -18,13 +18,16 @@ MESSAGES = [
     wire.Ready([], {}, "the preloaded modules initialized CUDA"),
     wire.Forked(4242),
     wire.Exited(4242, 9),
+    wire.Priority(19),
+    wire.Priority(-5),
 ]
 
 
 @pytest.mark.parametrize("message", MESSAGES, ids=lambda m: type(m).__name__)
 def test_every_message_reads_back_as_itself(message):
     data = wire.encode(message)
-    read = wire.to_interpreter(data) if isinstance(message, wire.Request) else wire.to_agent(data)
+    to_interpreter = isinstance(message, (wire.Request, wire.Priority))
+    read = wire.to_interpreter(data) if to_interpreter else wire.to_agent(data)
     assert read == message
 
 
@@ -37,7 +40,10 @@ def test_every_message_reads_back_as_itself(message):
      (b'{"kind": "forked", "pid": 3}', wire.to_interpreter),
      (b'{"kind": "request", "argv": [], "env": {}, "cwd": "/"}', wire.to_interpreter),
      (b'{"kind": "request", "argv": ["x"], "env": {"A": 1}, "cwd": "/"}', wire.to_interpreter),
-     (b'{"kind": "request", "argv": ["x"], "env": {}, "cwd": "/", "more": 1}', wire.to_interpreter)],
+     (b'{"kind": "request", "argv": ["x"], "env": {}, "cwd": "/", "more": 1}', wire.to_interpreter),
+     (b'{"kind": "priority", "nice": 20}', wire.to_interpreter), (b'{"kind": "priority", "nice": "19"}',
+     wire.to_interpreter), (b'{"kind": "priority", "nice": true}', wire.to_interpreter),
+     (b'{"kind": "priority", "nice": 19}', wire.to_agent)],
 )  # fmt: skip
 def test_a_message_that_is_none_for_its_reader_is_refused(data, reader):
     assert reader(data) is None
