@@ -119,13 +119,17 @@ def _take_priority(sock: socket.socket, thread: int) -> bool:
     if not isinstance(message, wire.Priority):
         return False
     sock.recv(_MAX_MESSAGE)
-    try:
-        os.setpriority(os.PRIO_PROCESS, thread, message.nice)
-        with open("/proc/self/autogroup", "w") as group:  # absent without autogroup; ignored in a cgroup
-            group.write(str(message.nice))
-    except OSError:  # a higher priority is not this process's to give (no CAP_SYS_NICE): left as it is
-        pass
+    for give in (lambda: os.setpriority(os.PRIO_PROCESS, thread, message.nice), lambda: _group_nice(message.nice)):
+        try:
+            give()
+        except OSError:  # a higher priority is not this process's to give (no CAP_SYS_NICE): left as it is
+            pass
     return True
+
+
+def _group_nice(nice: int) -> None:
+    with open("/proc/self/autogroup", "w") as group:  # absent without autogroup; ignored in a cgroup
+        group.write(str(nice))
 
 
 def _unsafe() -> str:
