@@ -174,6 +174,14 @@ def test_a_straggler_named_after_a_slowdown_says_how_long_it_had_been_slow(tmp_p
     assert slow - SAMPLE <= verdict.slow_for <= slow + SAMPLE, (verdict.slow_for, slow)  # to a sample
 
 
+def test_a_rank_slow_for_a_second_and_a_half_is_named_neither_at_a_round_s_start_nor_later(tmp_path):
+    # its first steps of the round twice as long (lazy work on first use), and later a pause of as long
+    slow = lambda step: step < 6 or 60 <= step < 66  # noqa: E731 -- 1.5 s each (a step every 0.25 s)
+    verdicts, gauges, _ = run_watch(tmp_path, lambda step: [0.05, 0.05, 0.1 if slow(step) else 0.05], 30)
+    assert verdicts == []
+    assert gauges[2] == 1.0
+
+
 def test_uneven_steps_alike_on_every_rank_make_no_straggler(tmp_path):
     # every fourth step five times longer (an evaluation, a bigger batch), on every rank alike, and noise of 10 %
     def spans(step: int) -> list[float]:
