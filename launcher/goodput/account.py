@@ -298,6 +298,11 @@ def _named_stragglers(rounds: list[_Round]) -> dict[int, list[Stretch]]:
     return out
 
 
+def _while_named(segment: Segment, stretches: list[Stretch]) -> bool:
+    """Whether a training piece lies in a named straggler's slow stretch (``lay`` cut it there)."""
+    return any(since <= segment.start and (until is None or segment.end <= until) for since, until, _ in stretches)
+
+
 def _onset(named: Event) -> float:
     return named.time - float(named.details.get("slow_for", 0.0))
 
@@ -308,12 +313,12 @@ def _share(named: Event) -> float:
 
 def _incidents(segments: Sequence[Segment], rounds: list[_Round]) -> tuple[Incident, ...]:
     """What each round's end cost (its redone steps and hang, the stop, the next round's forming
-    and start), the wait for the first round, and each round's drag: a named straggler's round's
-    with its end, another round's slow steps as an incident of their own (its end did not make them
-    slow); costliest first."""
+    and start), the wait for the first round, and each round's drag: a named straggler's, from when
+    it was slow, with its round's end; a round's other slow steps as an incident of their own (its
+    end did not make them slow); costliest first."""
     by_round = {r.number: r for r in rounds}
     order = [r.number for r in rounds]
-    named = {r.number for r in rounds if any(e.kind == "straggler" for e in r.events)}
+    named = _named_stragglers(rounds)
     costs: dict[int, dict[Cause, float]] = {}
     slow: dict[int, float] = {}
     for s in segments:
@@ -323,7 +328,7 @@ def _incidents(segments: Sequence[Segment], rounds: list[_Round]) -> tuple[Incid
             owner = order[at - 1] if at > 0 else _START  # the next round's forming and start: the fault's cost
         parts = costs.setdefault(owner, {})
         if s.cause is Cause.TRAINING:
-            if s.drag and owner in named:
+            if s.drag and _while_named(s, named.get(owner, [])):
                 parts[Cause.STRAGGLER] = parts.get(Cause.STRAGGLER, 0.0) + s.drag
             elif s.drag:
                 slow[owner] = slow.get(owner, 0.0) + s.drag

@@ -229,6 +229,29 @@ def test_slow_steps_with_no_straggler_named_are_an_incident_of_their_own_not_the
     assert dict(named[0].parts)[Cause.STRAGGLER] == pytest.approx(0.5 * 13.5, abs=0.01), named[0]
 
 
+def test_a_named_straggler_s_incident_holds_the_drag_from_when_it_was_slow_and_not_the_round_s_other_slow_steps():
+    # round 1: 10 % slower than its healthy 1 s steps all along (load), and a rank at half speed from 80 s
+    # (named at 90 s, slow for 10 s), its node replaced at 100 s
+    events = [
+        frozen(0.0, 1, 0.0),
+        Event(T0 + 90.0, 1, "b", "straggler", {"rank": 1, "score": 0.5, "slow_for": 10.0}),
+        ended(101.0, 1, "replaced", ran=100.5, first_step=0.5, last_step=100.0, steps=91, median_step=1.0, kept=True),
+        frozen(101.5, 2, 0.1),
+        ended(302.0, 2, "succeeded", ran=200.0, first_step=0.5, last_step=200.0, steps=200, median_step=1.0),
+        closed(302.0, 2),
+    ]
+    account = account_of(events)
+    incidents = {i.what: i for i in account.incidents}
+    straggled = next(i for what, i in incidents.items() if "straggled" in what)
+    slow = incidents["round 1: steps slower than the job's healthy step"]
+    stretch = dict(straggled.parts)[Cause.STRAGGLER]
+    assert slow.seconds > 0 and stretch > 0
+    round_1 = sum(s.drag for s in account.segments if s.round == 1)
+    assert stretch + slow.seconds == pytest.approx(round_1, abs=0.01)  # nothing lost or counted twice
+    before = sum(s.drag for s in account.segments if s.round == 1 and s.end <= T0 + 80.0)  # the load before it
+    assert slow.seconds == pytest.approx(before, abs=0.01)
+
+
 def test_step_times_give_their_median_within_a_twentieth_of_a_percent():
     times = StepTimes()
     for step in (0.061, 0.0605, 0.062, 5.0, 0.0615):
