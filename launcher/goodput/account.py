@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from rendezvous.job.history import Event
 
-from .drag import Pace, Stretch, lay, rate_shares
+from .drag import Pace, Stretch, inside, lay, rate_shares
 
 __all__ = ["Cause", "TITLES", "Segment", "Incident", "Account", "account_of", "MIN_RATE_STEPS"]
 
@@ -300,7 +300,7 @@ def _named_stragglers(rounds: list[_Round]) -> dict[int, list[Stretch]]:
 
 def _while_named(segment: Segment, stretches: list[Stretch]) -> bool:
     """Whether a training piece lies in a named straggler's slow stretch (``lay`` cut it there)."""
-    return any(since <= segment.start and (until is None or segment.end <= until) for since, until, _ in stretches)
+    return any(inside(segment.start, segment.end, stretch) for stretch in stretches)
 
 
 def _onset(named: Event) -> float:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["SLOW", "Pace", "Stretch", "rate_shares", "lay"]
+__all__ = ["SLOW", "Pace", "Stretch", "rate_shares", "lay", "inside"]
 
 SLOW = 1.1  # a round without a median step: this much slower than the fastest of its size is dragged
 
@@ -83,7 +83,13 @@ def lay(start: float, end: float, share: float, named: list[Stretch]) -> list[tu
 def _weight(lo: float, hi: float, share: float, named: list[Stretch]) -> float:
     """How slow the piece [lo, hi) was: its rate share, or that of a slow stretch it lies in."""
     weight = (hi - lo) * share
-    for since, until, fraction in named:
-        if since <= lo and (until is None or hi <= until):
-            weight = max(weight, (hi - lo) * fraction)
+    for stretch in named:
+        if inside(lo, hi, stretch):
+            weight = max(weight, (hi - lo) * stretch[2])
     return weight
+
+
+def inside(lo: float, hi: float, stretch: Stretch) -> bool:
+    """Whether the piece [lo, hi) lies in a named straggler's slow stretch (``lay`` cuts pieces there)."""
+    since, until, _ = stretch
+    return since <= lo and (until is None or hi <= until)
