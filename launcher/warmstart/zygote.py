@@ -99,12 +99,23 @@ def _preload_aside(names: list[str], sock: socket.socket) -> tuple[list[str], di
     thread), so that on a shared machine a spare's imports never slow the nodes that train -- and
     the workers, forked from this thread once the imports are done, start at this process's own."""
     done: list[tuple[list[str], dict[str, str], bytes, bytes]] = []
-    thread = threading.Thread(target=lambda: done.append(_preload(names)), name="elastic-preload")
+    ended_r, ended_w = os.pipe()  # written when the imports end: the wait below wakes at once
+
+    def imports() -> None:
+        try:
+            done.append(_preload(names))
+        finally:
+            os.write(ended_w, b"x")
+
+    thread = threading.Thread(target=imports, name="elastic-preload")
     thread.start()
-    while thread.is_alive():
-        if select.select([sock], [], [], 0.05)[0] and not _take_priority(sock, thread.native_id):
-            break  # not a Priority (the agent is gone, or asks for a worker already): left to ``serve``
+    while True:
+        ready = select.select([sock, ended_r], [], [])[0]
+        if ended_r in ready or not _take_priority(sock, thread.native_id):
+            break  # the imports ended, or not a Priority (the agent is gone, or asks for a worker): ``serve``'s
     thread.join()
+    os.close(ended_r)  # neither end may reach a forked worker
+    os.close(ended_w)
     if not done:  # an import raised past Exception (SystemExit, KeyboardInterrupt) and ended the thread
         return [], dict.fromkeys(names, "the import ended its thread"), b"", b""
     return done[0]
