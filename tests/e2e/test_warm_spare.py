@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import sys
 
+import psutil
+
 from launcher.warmstart.interpreter import SPARE_NICE, WarmStarter
 
 from .cli_helpers import agent_args, finish, run, run_id, start, wait_for
@@ -125,15 +127,10 @@ def test_an_agent_waiting_as_a_spare_lowers_its_interpreter_s_imports(etcd_endpo
 
 def _interpreter_of(agent: int) -> int | None:
     """The pid of the agent's warm interpreter (its child running zygote.py), or None yet."""
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as stat:
-                    parent = int(stat.read().rsplit(")", 1)[1].split()[1])
-                with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
-                    command = cmdline.read()
-            except (OSError, ValueError):
-                continue
-            if parent == agent and b"zygote.py" in command:
-                return int(entry)
+    try:
+        for child in psutil.Process(agent).children():
+            if any("zygote.py" in part for part in child.cmdline()):
+                return child.pid
+    except psutil.Error:  # the agent or the child ended meanwhile: asked again
+        pass
     return None
