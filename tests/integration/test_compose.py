@@ -70,10 +70,11 @@ def compose_cluster():
 def test_the_compose_cluster_carries_a_job_through_the_loss_of_a_member(compose_cluster, tmp_path):
     out = str(tmp_path)
     rdzv_id = run_id()
-    # The job runs on about 17 s after the kill, twice the renew deadline (8 s): agents that never
+    # The job runs on for more than twice the renew deadline (8 s) after the kill: agents that never
     # reached etcd again would fence their workers; the job must finish and be closed in etcd. The
     # deadline leaves room for the leader election a killed leader costs on a loaded 2-core machine
-    # (one CI run saw more than 4 s without a renewal there).
+    # (one CI run saw more than 4 s without a renewal there). The workers live 22 s: with 18, the
+    # seconds taken to see them and by `compose kill` itself left 15.9 s after it once (CI 46).
     args = [
         "--nnodes",
         "2",
@@ -89,7 +90,7 @@ def test_the_compose_cluster_carries_a_job_through_the_loss_of_a_member(compose_
         "last_call_timeout=1,renew_deadline=8",
         LIFE,
         out,
-        "18",
+        "22",
     ]
     agents = [start(args), start(args)]
     try:
