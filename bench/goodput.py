@@ -19,7 +19,8 @@ launchers):
 
 At the end the job is closed (``elastic-ctl close``; torchrun's agents get SIGTERM). Printed: each
 fault as injected; each launcher's goodput by the workers' own step times (the steps that count,
-at the job's median step time, over the wall time from the first agent's start to the job's end);
+at the job's healthy step time -- the mean of the steps no longer than 1.5 times their median: jitter
+is in it, a fault's stalls are not -- over the wall time from the first agent's start to the job's end);
 for elastic-run, the project's own account (``elastic-ctl report``) beside it, its lost time by
 cause, and where the two differ.
 """
@@ -42,6 +43,7 @@ import uuid
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, HERE)
 
+from launcher.goodput.steptimes import STALL  # noqa: E402
 from rendezvous.etcd.server import EtcdCluster, free_port  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -207,6 +209,12 @@ def close(job: Job) -> dict | None:
     return json.loads(done.stdout) if done.returncode == 0 else None
 
 
+def _healthy(intervals: list[float]) -> float:
+    """The mean of the steps no longer than STALL times their median (as the account's healthy step)."""
+    median = statistics.median(intervals)
+    return statistics.mean(t for t in intervals if t <= STALL * median)
+
+
 def external(job: Job) -> tuple[float, float, float, int]:
     """(goodput, training seconds, wall seconds, steps) by the workers' own step times."""
     steps = job.steps()
@@ -216,7 +224,7 @@ def external(job: Job) -> tuple[float, float, float, int]:
         by_pid.setdefault(r["pid"], []).append(r["t"])
     for times in by_pid.values():
         intervals += [b - a for a, b in zip(times, times[1:])]
-    healthy = statistics.median(intervals) if intervals else 0.0
+    healthy = _healthy(intervals) if intervals else 0.0
     done = max((r["step"] for r in steps), default=0)
     wall = (job.ended or time.time()) - job.started
     return done * healthy / wall, done * healthy, wall, done

@@ -256,14 +256,15 @@ def _cut_round(cut: _Cutter, r: _Round, before: _Round | None, until: float, *, 
 
 
 def _pace(r: _Round) -> Pace:
-    """The round's steps: how many, their mean (first heartbeat to last) and median seconds."""
+    """The round's steps: how many, their mean (first heartbeat to last) and healthy step (an older
+    agent's record holds the median step instead)."""
     steps = int(r.ended.details.get("steps", 0)) if r.ended is not None else 0
     first, last = r.at("first_step"), r.at("last_step")
     if steps < MIN_RATE_STEPS or first is None or last is None or last <= first:
         return Pace(r.world, steps, None)
-    median = r.ended.details.get("median_step")
-    valid = isinstance(median, (int, float)) and not isinstance(median, bool) and 0.0 < median < float("inf")
-    return Pace(r.world, steps, (last - first) / (steps - 1), float(median) if valid else None)
+    pace = r.ended.details.get("healthy_step", r.ended.details.get("median_step"))
+    valid = isinstance(pace, (int, float)) and not isinstance(pace, bool) and 0.0 < pace < float("inf")
+    return Pace(r.world, steps, (last - first) / (steps - 1), float(pace) if valid else None)
 
 
 def _with_drag(segments: list[Segment], rounds: list[_Round]) -> tuple[Segment, ...]:

@@ -3,12 +3,13 @@ and a training stretch's lost seconds laid on its pieces -- cut where a named st
 stretch begins and ends -- so that a report's windows show the drag where the steps were slow, not
 spread over the whole round.
 
-A round's pace is its median step (``launcher.goodput.steptimes``): its slow steps do not move it.
-The job's healthy pace at a world size is the median of its rounds' paces, each weighted by its
-steps (a slow round among many does not move it either); a round whose mean step is slower than
-that lost the difference -- the steps slower than the job's healthy rate, whatever made them slow.
-A round recorded without a median (an older agent's record) is paced by its mean and dragged only
-when more than ``SLOW`` times slower than the fastest round of its size.
+A round's pace is its healthy step (``launcher.goodput.steptimes``: the mean of its steps without
+its stalls), which its stalls do not move. The job's healthy pace at a world size is the median of
+its rounds' paces, each weighted by its steps (a slow round among many does not move it either); a
+round whose mean step is slower than that lost the difference -- the steps slower than the job's
+healthy rate, whatever made them slow. A round recorded with neither a healthy nor a median step
+(an older agent's record) is paced by its mean and dragged only when more than ``SLOW`` times
+slower than the fastest round of its size.
 """
 
 from __future__ import annotations
@@ -17,19 +18,19 @@ from dataclasses import dataclass
 
 __all__ = ["SLOW", "Pace", "Stretch", "rate_shares", "lay", "inside"]
 
-SLOW = 1.1  # a round without a median step: this much slower than the fastest of its size is dragged
+SLOW = 1.1  # a round without a healthy step: this much slower than the fastest of its size is dragged
 
 Stretch = tuple[float, float | None, float]  # a named straggler's (since, until, share of the job's speed lost)
 
 
 @dataclass(frozen=True)
 class Pace:
-    """One round's steps: its world size, how many, their mean and (when recorded) median seconds."""
+    """One round's steps: its world size, how many, their mean and (when recorded) healthy step."""
 
     world: int
     steps: int
     mean: float | None
-    median: float | None = None
+    healthy: float | None = None
 
 
 def rate_shares(paces: dict[int, Pace]) -> dict[int, float]:
@@ -46,7 +47,7 @@ def rate_shares(paces: dict[int, Pace]) -> dict[int, float]:
     for number, p in paces.items():
         if p.mean is None:
             shares[number] = 0.0
-        elif p.median is not None and healthy[p.world] is not None:
+        elif p.healthy is not None and healthy[p.world] is not None:
             shares[number] = max(0.0, 1.0 - healthy[p.world] / p.mean)
         else:
             shares[number] = 1.0 - fastest[p.world] / p.mean if p.mean > SLOW * fastest[p.world] else 0.0
@@ -54,13 +55,13 @@ def rate_shares(paces: dict[int, Pace]) -> dict[int, float]:
 
 
 def _healthy(paces: list[Pace]) -> float | None:
-    """The median of the rounds' median steps, each counted as often as the round stepped."""
-    medians = sorted((p.median, p.steps) for p in paces if p.median is not None and p.mean is not None)
-    half, seen = sum(steps for _, steps in medians) / 2.0, 0
-    for median, steps in medians:
+    """The median of the rounds' healthy steps, each counted as often as the round stepped."""
+    known = sorted((p.healthy, p.steps) for p in paces if p.healthy is not None and p.mean is not None)
+    half, seen = sum(steps for _, steps in known) / 2.0, 0
+    for pace, steps in known:
         seen += steps
         if seen >= half:
-            return median
+            return pace
     return None
 
 

@@ -6,8 +6,9 @@ round's workers are stopped.
 Times are seconds from the workers' start (the record's own time is when it was written, once the
 workers were stopped): ``ran`` to the round's end, ``stop`` from there to the workers gone,
 ``first_step``/``last_step`` the first and last heartbeat (every local worker had beaten once by the
-first), ``steps`` the most heartbeats a local worker beat, ``median_step`` the median duration of
-their steps (``launcher.goodput.steptimes``; absent before a third heartbeat), ``saved`` the newest
+first), ``steps`` the most heartbeats a local worker beat, ``healthy_step`` the mean of their steps
+without its stalls (``launcher.goodput.steptimes``; absent before a third heartbeat; an older
+agent wrote ``median_step``, the median, instead), ``saved`` the newest
 ``elastic.checkpoint`` save made in the round and ``step`` the newest step saved so far (-1: none
 ever); ``kept`` when the workers run under ``elastic.inprocess`` (a fault's survivors keep their
 process and their steps).
@@ -32,7 +33,7 @@ class RoundMarks:
     first: float | None = None  # first heartbeat of every local worker (None: none beat)
     last: float | None = None  # last heartbeat
     steps: int = 0
-    median: float | None = None  # the median of its plain steps' durations (the round's healthy pace)
+    healthy: float | None = None  # its plain steps' mean without its stalls (the round's healthy step)
     save: tuple[int, float] | None = None  # the newest save: (step, seconds since the epoch)
     kept: bool = False  # the workers run under elastic.inprocess: a fault's survivors keep their steps
 
@@ -49,8 +50,8 @@ def round_details(marks: RoundMarks, *, outcome: str, group_rank: int, now_wall:
         "steps": marks.steps,
         "step": marks.save[0] if marks.save is not None else -1,
     }
-    if marks.median is not None:
-        details["median_step"] = round(marks.median, 6)
+    if marks.healthy is not None:
+        details["healthy_step"] = round(marks.healthy, 6)
     if marks.first is not None:
         details["first_step"] = _s(max(marks.first - marks.started, 0.0))
     if marks.last is not None:

@@ -117,14 +117,14 @@ class HangWatch:
         return max((w.beat.count for w in self._watches if w.beat is not None), default=0)
 
     def progress(self) -> tuple[float | None, float | None, int, float | None]:
-        """(first, last, beats, median): when every local worker that beat had beaten once
+        """(first, last, beats, healthy): when every local worker that beat had beaten once
         (monotonic), its last heartbeat, the most heartbeats one beat -- read now (``most_beats``) --
-        and the median of their plain steps' durations."""
+        and their plain steps' healthy step (``StepTimes.healthy``)."""
         beats = self.most_beats()
         firsts = [w.first for w in self._watches if w.first is not None]
         lasts = [w.beat.last for w in self._watches if w.beat is not None]
-        median = StepTimes.merged(w.times for w in self._watches)
-        return (max(firsts) if firsts else None), (max(lasts) if lasts else None), beats, median
+        healthy = StepTimes.combined(w.times for w in self._watches).healthy()
+        return (max(firsts) if firsts else None), (max(lasts) if lasts else None), beats, healthy
 
     def reports(self, now: float | None = None) -> list[RankReport]:
         now = self._clock() if now is None else now

@@ -174,13 +174,13 @@ def test_drag_is_laid_on_the_pieces_by_how_slow_each_was():
     assert sum(drags) == pytest.approx(10.0)  # the larger of 10 % of 100 s and half of 20 s
     assert drags[1] / 20.0 == pytest.approx(5 * drags[0] / 40.0, rel=0.01)  # a second there lost 0.5, elsewhere 0.1
     assert lay(0.0, 10.0, 0.0, []) == [(0.0, 10.0, 0.0)]
-    # rounds recorded without a median step: dragged only when more than 10 % slower than the fastest
+    # rounds recorded without a healthy step: dragged only when more than 10 % slower than the fastest
     old = {1: Pace(2, 100, 1.0), 2: Pace(2, 100, 2.0), 3: Pace(3, 0, None), 4: Pace(2, 100, 1.05)}
     assert rate_shares(old) == {1: 0.0, 2: 0.5, 3: 0.0, 4: 0.0}
 
 
 def test_every_step_slower_than_the_job_s_healthy_pace_is_drag():
-    # the job's healthy pace: the rounds' median steps weighted by their steps (1.0 s: round 1's, not the
+    # the job's healthy pace: the rounds' healthy steps weighted by their steps (1.0 s: round 1's, not the
     # fastest round's 0.98 s -- one lucky round does not make the rest slow)
     paces = {
         1: Pace(2, 500, 1.04, 1.0),
@@ -194,28 +194,29 @@ def test_every_step_slower_than_the_job_s_healthy_pace_is_drag():
     assert shares[4] == pytest.approx(1 - 0.7 / 0.8)  # each world size against its own pace
 
 
-def test_a_round_s_median_step_is_read_from_its_record_and_a_bad_one_is_not_believed():
-    def drag(median: object) -> float:
+def test_a_round_s_healthy_step_is_read_from_its_record_and_a_bad_one_is_not_believed():
+    def drag(pace: object, key: str = "healthy_step") -> float:
         events = [
             frozen(0.0, 1, 0.0),
-            # 101 steps in 100 s: 1 s a step on average, half of them 0.8 s
-            ended(102.0, 1, "succeeded", ran=101.5, first_step=1.0, last_step=101.0, steps=101, median_step=median),
+            # 101 steps in 100 s: 1 s a step on average, its healthy step 0.8 s
+            ended(102.0, 1, "succeeded", ran=101.5, first_step=1.0, last_step=101.0, steps=101, **{key: pace}),
             closed(102.0, 1),
         ]
         return account_of(events).lost.get(Cause.STRAGGLER, 0.0)
 
     assert drag(0.8) == pytest.approx(20.0, abs=0.01)  # 0.2 s lost of each 1 s step
-    assert drag("0.8") == drag(-1.0) == drag(True) == drag(float("nan")) == 0.0  # as with no median
+    assert drag(0.8, "median_step") == pytest.approx(20.0, abs=0.01)  # an older agent's record: its median
+    assert drag("0.8") == drag(-1.0) == drag(True) == drag(float("nan")) == 0.0  # as with none
 
 
 def test_slow_steps_with_no_straggler_named_are_an_incident_of_their_own_not_the_round_end_s():
     events = [
         frozen(0.0, 1, 0.0),
         # 101 steps in 100 s (1 s each on average, half of them 0.8 s), then a worker killed
-        ended(102.0, 1, "failed", ran=101.5, first_step=1.0, last_step=101.0, steps=101, median_step=0.8),
+        ended(102.0, 1, "failed", ran=101.5, first_step=1.0, last_step=101.0, steps=101, healthy_step=0.8),
         Event(T0 + 101.5, 1, "b", "worker_failed", {"rank": 1, "signal": "SIGKILL", "exit_code": None}),
         frozen(102.5, 2, 0.1),
-        ended(204.0, 2, "succeeded", ran=101.0, first_step=1.0, last_step=101.0, steps=126, median_step=0.8),
+        ended(204.0, 2, "succeeded", ran=101.0, first_step=1.0, last_step=101.0, steps=126, healthy_step=0.8),
         closed(204.0, 2),
     ]
     incidents = {i.what: i for i in account_of(events).incidents}
@@ -235,9 +236,9 @@ def test_a_named_straggler_s_incident_holds_the_drag_from_when_it_was_slow_and_n
     events = [
         frozen(0.0, 1, 0.0),
         Event(T0 + 90.0, 1, "b", "straggler", {"rank": 1, "score": 0.5, "slow_for": 10.0}),
-        ended(101.0, 1, "replaced", ran=100.5, first_step=0.5, last_step=100.0, steps=91, median_step=1.0, kept=True),
+        ended(101.0, 1, "replaced", ran=100.5, first_step=0.5, last_step=100.0, steps=91, healthy_step=1.0, kept=True),
         frozen(101.5, 2, 0.1),
-        ended(302.0, 2, "succeeded", ran=200.0, first_step=0.5, last_step=200.0, steps=200, median_step=1.0),
+        ended(302.0, 2, "succeeded", ran=200.0, first_step=0.5, last_step=200.0, steps=200, healthy_step=1.0),
         closed(302.0, 2),
     ]
     account = account_of(events)
@@ -252,19 +253,34 @@ def test_a_named_straggler_s_incident_holds_the_drag_from_when_it_was_slow_and_n
     assert slow.seconds == pytest.approx(before, abs=0.01)
 
 
-def test_step_times_give_their_median_within_a_twentieth_of_a_percent():
+def test_step_times_give_their_median_and_healthy_step_within_a_twentieth_of_a_percent():
     times = StepTimes()
     for step in (0.061, 0.0605, 0.062, 5.0, 0.0615):
         times.add(step)
     times.add(0.06, 2)  # a read that found two new heartbeats
     assert times.count == 7 and times.median() == pytest.approx(0.061, rel=0.0005)
+    assert times.healthy() == pytest.approx((0.061 + 0.0605 + 0.062 + 0.0615 + 0.12) / 6, rel=0.0005)  # 5 s: a stall
     other = StepTimes()
     other.add(0.2, 10)
-    assert StepTimes.merged([times, other]) == pytest.approx(0.2, rel=0.0005)  # the steps of two workers
+    both = StepTimes.combined([times, other])  # the steps of two workers
+    assert both.count == 17 and both.median() == pytest.approx(0.2, rel=0.0005)
     for bad in (0.0, -1.0, float("inf"), float("nan")):
         times.add(bad)
     times.add(1.0, 0)
-    assert times.count == 7 and StepTimes().median() is None
+    assert times.count == 7 and StepTimes().median() is None and StepTimes().healthy() is None
+
+
+def test_a_jittery_round_s_healthy_step_is_its_mean_and_its_stalls_are_not_in_it():
+    times = StepTimes()
+    times.add(0.050, 60)  # a healthy job's steps: most at 50 ms, some at 70 (jitter, not loss)
+    times.add(0.070, 40)
+    assert times.median() == pytest.approx(0.050, rel=0.0005)
+    assert times.healthy() == pytest.approx(0.058, rel=0.0005)  # its rate: a median would call 14 % lost
+    times.add(0.074, 2)  # up to STALL times the median: still jitter
+    times.add(0.100, 3)  # a half-speed stretch, and a fault's pause: stalls, left to the drag
+    times.add(3.0)
+    assert times.median() == pytest.approx(0.050, rel=0.0005)
+    assert times.healthy() == pytest.approx((3.0 + 2.8 + 0.148) / 102, rel=0.0005)
 
 
 def test_a_round_whose_record_is_missing_is_unknown_not_rendezvous():
@@ -299,7 +315,7 @@ def test_windows_give_each_stretch_its_goodput():
 
 
 def test_the_round_record_s_details_are_offsets_from_the_workers_start():
-    marks = RoundMarks(100.0, 130.0, 130.4, first=102.0, last=129.5, steps=77, median=0.3571234, save=(70, 5125.0))
+    marks = RoundMarks(100.0, 130.0, 130.4, first=102.0, last=129.5, steps=77, healthy=0.3571234, save=(70, 5125.0))
     # the same instant: monotonic 131.0 is 5131.0 on the wall clock: the workers started at 5100.0
     details = round_details(marks, outcome="failed", group_rank=0, now_wall=5131.0, now=131.0)
     assert details == {
@@ -311,14 +327,14 @@ def test_the_round_record_s_details_are_offsets_from_the_workers_start():
         "step": 70,
         "first_step": 2.0,
         "last_step": 29.5,
-        "median_step": 0.357123,
+        "healthy_step": 0.357123,
         "saved": 25.0,
     }
     old = round_details(
         RoundMarks(100.0, 130.0, 130.4, save=(10, 5000.0)), outcome="failed", group_rank=1, now_wall=5131.0, now=131.0
     )
     assert old["step"] == 10 and "saved" not in old and "first_step" not in old  # a save of an earlier round
-    assert "median_step" not in old
+    assert "healthy_step" not in old
 
 
 def test_the_page_has_a_mark_for_every_record_a_segment_for_every_stretch_and_nothing_fetched():

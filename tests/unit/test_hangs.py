@@ -15,6 +15,7 @@ import pytest
 from launcher.hangs import beatfile as beats
 from launcher.hangs.beatfile import Beat, BeatReader
 from launcher.hangs.hangrules import FACTOR, FLOOR, IDLE, HangTimeouts, RankWatch
+from launcher.hangs.hangwatch import HangWatch, WatchedWorker
 from launcher.hangs.procstat import (
     LISTEN_AFTER,
     LISTEN_EVERY,
@@ -87,6 +88,29 @@ def test_the_plain_steps_durations_are_kept_for_the_goodput_account():
     watch.feed(_beat(33.0, 9))  # one read finds three new heartbeats: three steps of their mean
     assert watch.times.count == 7
     assert watch.times.median() == pytest.approx(0.2, rel=0.001)  # the one slow step does not move it
+    assert watch.times.healthy() == pytest.approx(1.0 / 6, rel=0.001)  # nor the healthy step: a stall
+
+
+def test_a_round_s_progress_holds_its_workers_healthy_step_with_their_jitter_and_without_their_stalls(tmp_path):
+    paths = [str(tmp_path / f"{rank}.beat") for rank in (0, 1)]
+    for path in paths:
+        beats.create(path)
+    workers = [WatchedWorker(rank, rank, path, 0.0) for rank, path in enumerate(paths)]
+    watch = HangWatch(workers, HangTimeouts(), lambda: None, node="n", nodes=1, judge_first=False)
+    now, count = 1.0, 0
+    for step in [0.05] * 60 + [0.07] * 40 + [0.5]:  # a healthy job's steps, one of them a stall
+        now, count = now + step, count + 1
+        for path in paths:  # each step of both workers read on its own, as the agent's ticks do
+            with open(path, "r+b") as record:
+                record.write(beats.HEADER.pack(beats.MAGIC, 0))
+                record.seek(beats.BEAT_AT)
+                record.write(beats.BEAT.pack(now, count))
+        watch.most_beats()
+    first, last, beaten, healthy = watch.progress()
+    assert (first, last, beaten) == (1.05, now, 101)
+    # the steps after the first two beats (the first interval is not a step): 58 of 50 ms and 40 of 70 --
+    # the jitter's mean, not their 50 ms median, and not the stall
+    assert healthy == pytest.approx((58 * 0.05 + 40 * 0.07) / 98, rel=0.001)
 
 
 def test_once_the_job_is_finishing_the_timeout_grows_from_what_was_learned_never_to_the_first_one():
