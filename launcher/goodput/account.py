@@ -9,9 +9,9 @@ until their first heartbeat (checks first, when a pre-flight check ran), then tr
 when the round ended in a fault, the steps since the newest ``elastic.checkpoint`` save (redone
 after the restart; none under ``elastic.inprocess``, whose survivors keep their steps) and a hung
 rank's silence until the verdict. Straggler drag is training time
-lost to slow steps: a round's steps slower than the job's healthy pace (``launcher.goodput.drag``),
-or the share a straggler's score says from the moment it was slow (``slow_for`` before it was
-named), whichever is more.
+lost to slow steps: a named straggler's slow stretch (from ``slow_for`` before it was named) loses
+the share its score says, and a round's steps slower than the job's healthy pace beyond that are
+lost where no verdict explains them (``launcher.goodput.drag``).
 
 What cannot be told is said in ``notes``, never guessed: a job whose workers call no
 ``elastic.heartbeat()`` has no first step (start counts as training), one that saves no

@@ -66,28 +66,29 @@ def _healthy(paces: list[Pace]) -> float | None:
 
 
 def lay(start: float, end: float, share: float, named: list[Stretch]) -> list[tuple[float, float, float]]:
-    """(start, end, seconds lost) of the pieces of a training stretch: its drag -- the round's rate
-    ``share`` of it, or a named straggler's share of the stretch it was slow, whichever is more --
-    laid on the pieces by how slow each was."""
-    total = (end - start) * share
-    for since, until, fraction in named:
-        overlap = min(end, until or end) - max(start, since)
-        total = max(total, overlap * fraction) if overlap > 0 else total
+    """(start, end, seconds lost) of the pieces of a training stretch, cut where a named straggler's
+    slow stretch begins and ends: a piece in a slow stretch loses that stretch's share of it (the job
+    stepped at the straggler's pace), and what the round's rate ``share`` lost beyond those -- its slow
+    steps that no verdict explains -- is laid on the other pieces by their length (on every piece
+    where none is outside a slow stretch)."""
     inner = {t for since, until, _ in named for t in (since, until) if t is not None and start < t < end}
     cuts = sorted({start, end, *inner})
     pieces = list(zip(cuts, cuts[1:]))
-    weights = [_weight(lo, hi, share, named) for lo, hi in pieces]
-    whole, total = sum(weights), min(total, end - start)
-    return [(lo, hi, round(total * w / whole, 3) if whole > 0 else 0.0) for (lo, hi), w in zip(pieces, weights)]
+    explained = [(hi - lo) * _named_share(lo, hi, named) for lo, hi in pieces]
+    rest = max(0.0, min(share, 1.0) * (end - start) - sum(explained))
+    room = [hi - lo if loss == 0.0 else 0.0 for (lo, hi), loss in zip(pieces, explained)]
+    if sum(room) == 0.0:
+        room = [hi - lo for lo, hi in pieces]
+    whole = sum(room)
+    return [
+        (lo, hi, round(min(hi - lo, loss + (rest * r / whole if whole > 0 else 0.0)), 3))
+        for (lo, hi), loss, r in zip(pieces, explained, room)
+    ]
 
 
-def _weight(lo: float, hi: float, share: float, named: list[Stretch]) -> float:
-    """How slow the piece [lo, hi) was: its rate share, or that of a slow stretch it lies in."""
-    weight = (hi - lo) * share
-    for stretch in named:
-        if inside(lo, hi, stretch):
-            weight = max(weight, (hi - lo) * stretch[2])
-    return weight
+def _named_share(lo: float, hi: float, named: list[Stretch]) -> float:
+    """The share of its speed the piece [lo, hi) lost to the named stragglers' stretches it lies in."""
+    return min(1.0, max((stretch[2] for stretch in named if inside(lo, hi, stretch)), default=0.0))
 
 
 def inside(lo: float, hi: float, stretch: Stretch) -> bool:

@@ -43,7 +43,7 @@ class Straggler:
     score: float
     pace: float  # seconds of own work a step (its median)
     fastest: float  # the job's fastest rank's
-    slow_for: float = 0.0  # seconds it had been slow when named (its newest slow samples in a row)
+    slow_for: float = 0.0  # seconds it had been slow when named (``RankPace.slow_for``)
 
     def line(self) -> str:
         if self.change == Change.RECOVERED:
@@ -120,15 +120,15 @@ class PaceWatch:
         fastest = min([p for _, p in timed] + [o.fastest for o in others])
         if len(timed) + len(others) < 2:
             return []  # nobody to compare with
-        return [change for change in (self._judge(w, p, fastest) for w, p in timed) if change is not None]
+        return [change for change in (self._judge(w, p, fastest, now) for w, p in timed) if change is not None]
 
-    def _judge(self, worker: PacedWorker, pace: float, fastest: float) -> Straggler | None:
+    def _judge(self, worker: PacedWorker, pace: float, fastest: float, now: float) -> Straggler | None:
         value = score(fastest, pace)
         self._gauge(worker.local_rank, value)
         change = self._rules[self._workers.index(worker)].judge(value)
         if change is None:
             return None
-        slow_for = self._paces[self._workers.index(worker)].slow_for(fastest)
+        slow_for = self._paces[self._workers.index(worker)].slow_for(fastest, now)
         verdict = Straggler(change, self._node, worker.rank, worker.local_rank, value, pace, fastest, slow_for)
         if change == Change.STRAGGLING:
             self._verdicts[worker.local_rank] = verdict

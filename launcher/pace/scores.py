@@ -48,6 +48,7 @@ class RankPace:
 
     def __init__(self) -> None:
         self._samples: deque[float] = deque(maxlen=WINDOW)
+        self._began: deque[float] = deque(maxlen=WINDOW)  # when each sample began
         self._since: tuple[float, float, int] | None = None  # (time, work, spans) the open sample began at
 
     def feed(self, now: float, work: float, spans: int) -> None:
@@ -58,17 +59,20 @@ class RankPace:
         began, work0, spans0 = self._since
         if now - began >= SAMPLE and spans > spans0:
             self._samples.append((work - work0) / (spans - spans0))
+            self._began.append(began)
             self._since = (now, work, spans)
 
-    def slow_for(self, fastest: float) -> float:
-        """Seconds of the window (its newest samples in a row) slow against ``fastest``: how long this
-        rank has been slow before a verdict named it (the goodput account's straggler drag)."""
-        run = 0
-        for sample in reversed(self._samples):
-            if score(fastest, sample) >= THRESHOLD:
+    def slow_for(self, fastest: float, now: float) -> float:
+        """Seconds to ``now`` since the newest samples in a row that score below ``RECOVERED`` against
+        ``fastest`` began: how long this rank has been slow when a verdict names it (the goodput
+        account's straggler drag). The sample a slowdown began in is partly slow and scores between
+        the two thresholds: it is counted, to within a sample's length."""
+        since = None
+        for sample, began in zip(reversed(self._samples), reversed(self._began)):
+            if score(fastest, sample) >= RECOVERED:
                 break
-            run += 1
-        return run * SAMPLE
+            since = began
+        return 0.0 if since is None else max(0.0, now - since)
 
     def pace(self) -> float | None:
         """The median span length over the window; None until ``MIN_SAMPLES`` samples."""
