@@ -1,9 +1,10 @@
 """A round's step times, kept small (pure): how long the steps between two heartbeats took, counted
 in buckets a tenth of a percent wide, so that a round of millions of steps costs a few hundred
 counters and its *healthy step* is read to within 0.05 %: the mean of its steps no longer than
-``STALL`` times their median. A healthy job's steps jitter (on a 2-core machine a 56 ms median
-step had a 56.5 ms mean), and that jitter is the job's healthy rate, not time lost: a median would
-count every step slower than it as partly lost, and a job with no fault at all would read 99 %. A
+``STALL`` times their median. A healthy job's steps jitter (on a 2-core machine a 56.0 ms median
+step had a 56.6 ms mean without its stalls), and that jitter is the job's healthy rate, not time
+lost: a median would count every step slower than it as partly lost, and a job with no fault at all
+would read 99.0 % there at best. A
 stall (a fault's slow steps, a straggler's at half speed) is left out, so it does not move the
 healthy step either. The goodput account measures straggler drag against it: a round's steps slower
 than the job's healthy step are its lost time (``launcher.goodput.drag``).
