@@ -206,7 +206,13 @@ def _with_a_hot_spare(cluster, agents, out: str, seconds: float, slow: float, co
         return agents(cluster.endpoints, rid, "2:3", out, seconds, conf, worker=worker, options=opts)
 
     a, b, c = start(0.0), start(0.0), start(slow)
-    wait_for(lambda: len(workers(out)) == 3, 30, what="3 workers")
+
+    def story() -> str:
+        seen = [(w["pid"], w["world_size"], w["restart"]) for w in workers(out)]
+        said = "\n".join(f"agent {name}: {agent.output()[-1500:]}" for name, agent in zip("abc", (a, b, c)))
+        return f"worker records (pid, world size, restart): {seen}\n{said}"
+
+    wait_for(lambda: len(workers(out)) == 3, 30, what="3 workers", story=story)
     spare = start(0.0)
     wait_for(lambda: "waiting for a place" in spare.output(), 15, what="the spare to wait for a place")
     first = workers(out)
