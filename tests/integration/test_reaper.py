@@ -122,7 +122,8 @@ def test_a_reaper_stopped_past_its_deadline_kills_the_workers_as_soon_as_it_is_c
         os.kill(reaper.pid, signal.SIGCONT)
         took = _gone_within(worker, 3)
         print(f"\nreaper continued 1.2 s past its deadline: the worker died {took * 1000:.0f} ms after SIGCONT")
-        assert took is not None and took <= 0.25, took
+        # well under the 2.8 s its select() had left; 1 s, not 0.25: a loaded machine took 0.37 s (CI 50)
+        assert took is not None and took <= 1.0, took
         assert reaper.stdout.readline().startswith(b"F")
     finally:
         worker.kill()

@@ -79,18 +79,19 @@ def test_a_running_job_with_heartbeating_workers_writes_nothing_to_etcd(tmp_path
 
 def test_a_finished_jobs_keys_vanish_after_its_retention_and_prune_removes_one_kept_forever(tmp_path):
     with EtcdServer() as etcd, EtcdClient(etcd.endpoints) as client:
-        short = [_agent(etcd.endpoints, "short", "--seconds", "1", conf="retention=3") for _ in range(2)]
+        # a retention of 10 s: with 3, a loaded machine's elastic-ctl list started after it had passed (CI 50)
+        short = [_agent(etcd.endpoints, "short", "--seconds", "1", conf="retention=10") for _ in range(2)]
         kept = [_agent(etcd.endpoints, "kept", "--seconds", "1", conf="retention=0") for _ in range(2)]
         assert _finish(short + kept, 60) == [0, 0, 0, 0], [a.output for a in short + kept]
         jobs = {job.run_id: job for job in list_jobs(client, "/elastic")}
         assert jobs["short"].state.status.value == "closed" and jobs["short"].keys >= 2, jobs
-        assert jobs["short"].expires_in is not None and 0 < jobs["short"].expires_in <= 3, jobs
+        assert jobs["short"].expires_in is not None and 0 < jobs["short"].expires_in <= 10, jobs
         assert jobs["kept"].expires_in is None, jobs
         listed = run(["list", "--rdzv-endpoint", etcd.endpoints], tool_name="elastic-ctl")
         assert listed.returncode == 0 and "short" in listed.stdout and "never" in listed.stdout, listed.stdout
         print("\n" + listed.stdout)
         root = JobKeys("/elastic", "short").root
-        wait_for(lambda: client.count_prefix(root) == 0, 10, interval=0.2, what="the short job's keys to expire")
+        wait_for(lambda: client.count_prefix(root) == 0, 20, interval=0.2, what="the short job's keys to expire")
         assert client.count_prefix(JobKeys("/elastic", "kept").root) > 0
         pruned = run(["prune", "--rdzv-endpoint", etcd.endpoints, "--older-than", "0s"], tool_name="elastic-ctl")
         assert pruned.returncode == 0 and "pruned 1 finished job: kept" in pruned.stdout, pruned.stdout
