@@ -4,10 +4,10 @@ counters and its *healthy step* is read to within 0.05 %: the mean of its steps 
 ``STALL`` times their median. A healthy job's steps jitter (on a 2-core machine a 56.0 ms median
 step had a 56.6 ms mean without its stalls), and that jitter is the job's healthy rate, not time
 lost: a median would count every step slower than it as partly lost, and a job with no fault at all
-would read 99.0 % there at best. A
-stall (a fault's slow steps, a straggler's at half speed) is left out, so it does not move the
-healthy step either. The goodput account measures straggler drag against it: a round's steps slower
-than the job's healthy step are its lost time (``launcher.goodput.drag``).
+would read 99.0 % there at best. A stall (a fault's slow steps, a straggler's at half speed) is left
+out, so it does not move the healthy step either. The goodput account measures straggler drag
+against it: a round's steps slower than the job's healthy step are its lost time
+(``launcher.goodput.drag``).
 """
 
 from __future__ import annotations

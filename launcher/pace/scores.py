@@ -47,8 +47,7 @@ class RankPace:
     """One rank's samples, fed the cumulative own-work figures of its heartbeat record."""
 
     def __init__(self) -> None:
-        self._samples: deque[float] = deque(maxlen=WINDOW)
-        self._began: deque[float] = deque(maxlen=WINDOW)  # when each sample began
+        self._samples: deque[tuple[float, float]] = deque(maxlen=WINDOW)  # (when it began, mean span)
         self._since: tuple[float, float, int] | None = None  # (time, work, spans) the open sample began at
 
     def feed(self, now: float, work: float, spans: int) -> None:
@@ -58,8 +57,7 @@ class RankPace:
             return
         began, work0, spans0 = self._since
         if now - began >= SAMPLE and spans > spans0:
-            self._samples.append((work - work0) / (spans - spans0))
-            self._began.append(began)
+            self._samples.append((began, (work - work0) / (spans - spans0)))
             self._since = (now, work, spans)
 
     def slow_for(self, fastest: float, now: float) -> float:
@@ -68,7 +66,7 @@ class RankPace:
         account's straggler drag). The sample a slowdown began in is partly slow and scores between
         the two thresholds: it is counted, to within a sample's length."""
         since = None
-        for sample, began in zip(reversed(self._samples), reversed(self._began)):
+        for began, sample in reversed(self._samples):
             if score(fastest, sample) >= RECOVERED:
                 break
             since = began
@@ -78,7 +76,7 @@ class RankPace:
         """The median span length over the window; None until ``MIN_SAMPLES`` samples."""
         if len(self._samples) < MIN_SAMPLES:
             return None
-        return statistics.median(self._samples)
+        return statistics.median(sample for _, sample in self._samples)
 
 
 def score(fastest: float, pace: float) -> float:

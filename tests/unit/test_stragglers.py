@@ -73,17 +73,23 @@ def test_a_low_score_names_a_straggler_at_once_and_recovery_takes_confirm_high_o
 
 
 def test_how_long_a_rank_was_slow_counts_from_the_sample_its_slowdown_began_in_to_the_verdict():
-    pace, now, work, spans = RankPace(), 0.0, 0.0, 0
-    pace.feed(now, work, spans)
-    # healthy samples of 4 spans of 50 ms, one slowed in its last span (62.5 ms: it scores 0.8, below
-    # RECOVERED), then 3 at 100 ms
-    for spans_of_sample in [[0.05] * 4] * WINDOW + [[0.05, 0.05, 0.05, 0.1]] + [[0.1] * 4] * 3:
-        if spans_of_sample[-1] == 0.1 and spans_of_sample[0] == 0.05:
-            began = now
-        now, work, spans = now + SAMPLE, work + sum(spans_of_sample), spans + 4
-        pace.feed(now, work, spans)
-        if spans_of_sample == [0.05] * 4:
-            assert pace.slow_for(0.05, now) == 0.0
+    pace, clock = RankPace(), {"now": 0.0, "work": 0.0, "spans": 0}
+    pace.feed(0.0, 0.0, 0)
+
+    def sample(spans: list[float]) -> float:
+        """One sample of these spans; when it began."""
+        began = clock["now"]
+        clock["now"], clock["work"], clock["spans"] = began + SAMPLE, clock["work"] + sum(spans), clock["spans"] + 4
+        pace.feed(clock["now"], clock["work"], clock["spans"])
+        return began
+
+    for _ in range(WINDOW):  # healthy samples of 4 spans of 50 ms
+        sample([0.05] * 4)
+        assert pace.slow_for(0.05, clock["now"]) == 0.0
+    began = sample([0.05, 0.05, 0.05, 0.1])  # slowed in its last span: 62.5 ms, it scores 0.8, below RECOVERED
+    for _ in range(3):  # then 3 samples at 100 ms
+        sample([0.1] * 4)
+    now = clock["now"]
     assert pace.slow_for(0.05, now + 0.2) == pytest.approx(now + 0.2 - began)  # to the verdict: the open sample too
     assert pace.slow_for(0.0625, now) == pytest.approx(3 * SAMPLE)  # against a slower fastest: only the slow ones
 
