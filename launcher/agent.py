@@ -177,9 +177,9 @@ class Agent:
         while True:
             self._gate.before_round()
             self.info = self._rendezvous()
-            if self._rounds.fenced():
+            if self._rounds.fenced() or not self._lease_ahead():
                 self._after_fence()
-                continue  # etcd went away right after the round: rejoin before starting anything
+                continue  # etcd went away right after the round, or renews no more: rejoin before starting anything
             result = self._run_round()
             if result.outcome is RoundOutcome.SUCCEEDED:
                 self._departure = _Departure("finished: its workers succeeded")
@@ -358,6 +358,13 @@ class Agent:
                 self._told.add(line)
                 self.say(line)
         return info
+
+    def _lease_ahead(self) -> bool:
+        """Workers start under a renew deadline ahead of them (``LeaseStatus.wait_ahead``): a quarter
+        of it, less than a healthy keep-alive ever leaves; waited for up to the whole deadline."""
+        limit = self.handler.settings.fence_after
+        waiting = lambda silent: self.say(restart.renewal_line(self.info.round, silent, limit))  # noqa: E731
+        return self.handler.lease.wait_ahead(limit / 4, limit, waiting)
 
     def _after_fence(self) -> None:
         peers = (self._peers.missed, self._peers.timing.fence_after) if self._peers is not None else (None, 0.0)

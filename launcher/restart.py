@@ -46,6 +46,7 @@ __all__ = [
     "change_line",
     "loss_line",
     "fence_reason",
+    "renewal_line",
     "failure_records",
     "rejoin_after_finish",
 ]
@@ -87,6 +88,14 @@ def fence_reason(
             f"peers' deadline {peers_deadline:g} s"
         )
     return f"no lease renewal from etcd for {lease_silent:.1f} s", f"renew deadline {renew_deadline:g} s"
+
+
+def renewal_line(round_: int, silent: float, renew_deadline: float) -> str:
+    """What a node says when a round formed before etcd renewed its lease (just back from an outage)."""
+    return (
+        f"round {round_}: this node's lease was last renewed {silent:.1f} s ago: its workers start once "
+        f"etcd renews it (waiting up to the renew deadline, {renew_deadline:g} s)"
+    )
 
 
 def crash_loop_reason(what: str, streak: Streak, limit: int) -> str:

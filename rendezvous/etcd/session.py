@@ -114,6 +114,7 @@ class Session:
         self.lost = threading.Event()
         self._missed = False  # a renewal was acknowledged only after the deadline had passed
         self._handled: float | None = None  # the missed deadline the last fence dealt with
+        self._moved = threading.Condition()  # notified when an acknowledged renewal moves the deadline
         sent = clock()
         self.lease_id = client.grant_lease(self.ttl)
         self._wait = AnswerWait(self.renew_deadline)
@@ -140,10 +141,21 @@ class Session:
         """Seconds since the last acknowledged renewal was sent."""
         return self._clock() - (self.deadline - self.renew_deadline)
 
+    def wait_ahead(self, seconds: float, timeout: float) -> bool:
+        """Whether the renew deadline is at least ``seconds`` ahead, waiting up to ``timeout`` for
+        renewals to move it there (False at once when the lease is gone or closed)."""
+        with self._moved:
+            return (
+                self._moved.wait_for(lambda: not self.alive or self.deadline - self._clock() >= seconds, timeout)
+                and self.alive
+            )
+
     def _acknowledged(self, sent: float) -> None:
         if self._clock() >= self.deadline and self.deadline != self._handled:
             self._missed = True
-        self.deadline = max(self.deadline, sent + self.renew_deadline)
+        with self._moved:
+            self.deadline = max(self.deadline, sent + self.renew_deadline)
+            self._moved.notify_all()
         self._notify()
 
     def _notify(self) -> None:
@@ -169,6 +181,8 @@ class Session:
                 stream = (call, endpoint)
                 if response.TTL <= 0:
                     self.lost.set()
+                    with self._moved:
+                        self._moved.notify_all()
                     return
                 self._wait.answered(self._clock() - sent, in_time=in_time)
                 self._client.channels.answered(endpoint)

@@ -52,6 +52,16 @@ class LeaseStatus:
         """Seconds since the last acknowledged renewal was sent."""
         return self._session.silent_for() if self._session is not None else 0.0
 
+    def wait_ahead(self, seconds: float, timeout: float, waiting: Callable[[float], None]) -> bool:
+        """Whether the renew deadline is at least ``seconds`` ahead, waiting up to ``timeout`` for a
+        renewal to move it there; ``waiting(silent_for)`` is told once when it has to wait. Workers
+        start only so: a round can form just after etcd came back, before the keep-alive has
+        renewed the lease (its last deadline past, and handled by the fence that stopped the workers)."""
+        if self._session is None or self._session.wait_ahead(seconds, 0.0):
+            return True
+        waiting(self.silent_for())
+        return self._session.wait_ahead(seconds, timeout)
+
     @property
     def lease_id(self) -> int:
         """The lease this node's keys live on (0 before the first round)."""

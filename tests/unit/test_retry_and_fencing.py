@@ -5,6 +5,7 @@ the fencing settings."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 import pytest
@@ -195,6 +196,7 @@ def _session(clock: _Clock):
     session = Session.__new__(Session)  # the deadline bookkeeping only: no etcd, no keep-alive task
     session.renew_deadline, session._clock, session._on_renew = 4.0, clock, None
     session._missed, session._handled = False, None
+    session.done, session.lost, session._moved = threading.Event(), threading.Event(), threading.Condition()
     session.deadline = clock() + 4.0
     return session
 
@@ -229,6 +231,30 @@ def test_a_renewal_acknowledged_after_an_unhandled_deadline_still_fences():
     session._acknowledged(sent + 3.0)
     clock.now += 0.1
     assert session.deadline > clock.now and session.overdue()
+
+
+def test_workers_wait_for_a_renewal_that_puts_the_deadline_ahead_of_them_after_a_handled_fence():
+    from rendezvous.rounds.member import LeaseStatus
+
+    clock = _Clock()
+    session = _session(clock)
+    lease, told = LeaseStatus(session), []
+    assert lease.wait_ahead(1.0, 5.0, told.append) and not told, "a live lease: no wait, nothing said"
+    clock.now += 10.0  # etcd was away: the deadline passed, and the fence dealt with it
+    session.clear_overdue()
+    assert not session.overdue()
+    began = time.monotonic()
+    assert not lease.wait_ahead(1.0, 0.2, told.append), "no renewal: not ahead, after the timeout"
+    assert time.monotonic() - began >= 0.2 and told == [pytest.approx(10.0)]
+    threading.Timer(0.1, session._acknowledged, (clock.now - 3.5,)).start()  # 0.5 s left: not enough
+    threading.Timer(0.2, session._acknowledged, (clock.now,)).start()
+    began = time.monotonic()
+    assert lease.wait_ahead(1.0, 5.0, told.append) and time.monotonic() - began < 1.0
+    assert session.deadline == clock.now + 4.0 and not session.overdue()
+    clock.now += 20.0
+    session.lost.set()  # etcd said the lease is gone: no renewal can come
+    began = time.monotonic()
+    assert not session.wait_ahead(1.0, 5.0) and time.monotonic() - began < 0.5
 
 
 def _hear_while_busy(busy: float, answer_at: float | None, last: float = 5.0) -> tuple[bool, float]:
