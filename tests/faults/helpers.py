@@ -40,6 +40,7 @@ __all__ = [
     "run_id",
     "round_of",
     "signal_member",
+    "stuck_story",
     "wait_for",
     "workers",
 ]
@@ -93,8 +94,11 @@ class Agent:
         if conf:
             args += ["--rdzv-conf", conf]
         args += [*options, *(worker or (LIFE, out, str(seconds)))]
+        env = {**os.environ, "PYTHONFAULTHANDLER": "1"}  # a worker sent SIGABRT prints its stacks (``stuck_story``)
         with open(log, "wb") as handle:
-            self.process = subprocess.Popen(args, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            self.process = subprocess.Popen(
+                args, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env
+            )
 
     @property
     def pid(self) -> int:
@@ -116,6 +120,18 @@ class Agent:
             thaw([self.process.pid, *children(self.process.pid)])  # a frozen node must be able to die
             self.process.kill()
             self.process.wait(10)
+
+
+def stuck_story(out: str, started: Sequence[Agent]) -> str:
+    """What a DDP job that stopped getting anywhere was doing, for a wait that timed out: each worker's
+    last timeline event; then its Python stacks, asked for by SIGABRT (the agents' workers run with
+    PYTHONFAULTHANDLER: they print every thread's stack and end); then each agent's last lines."""
+    last = {event["pid"]: event for event in timeline(out)}
+    lines = [f"worker {pid}: rank {e['rank']} of {e['world']}, last {e['event']!r}" for pid, e in last.items()]
+    for pid in [pid for pid in last if alive(pid)]:
+        os.kill(pid, signal.SIGABRT)
+    time.sleep(2.0)  # the stacks pass through the agent's output pump
+    return "\n".join(lines + [f"agent {i}'s last lines:\n{agent.output()[-6000:]}" for i, agent in enumerate(started)])
 
 
 def workers(out: str) -> list[dict]:

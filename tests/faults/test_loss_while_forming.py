@@ -18,7 +18,7 @@ import pytest
 
 from tests.e2e.cli_helpers import tool
 
-from .helpers import children, freeze, run_id, thaw, timeline, wait_for
+from .helpers import children, freeze, run_id, stuck_story, thaw, timeline, wait_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DDP = os.path.join(ROOT, "examples", "ddp_steps.py")
@@ -53,6 +53,13 @@ def _lose(lost, fault: str) -> list[int]:
     return tree
 
 
+def _two_train(out: str, started: list) -> None:
+    """The round of 2 took 30 steps (CI once saw both workers stop before their first step for 90 s:
+    the story then holds their stacks)."""
+    two = lambda: sum(e["event"] == "step" and e["world"] == 2 for e in timeline(out)) >= 30  # noqa: E731
+    wait_for(two, 90, what="2 ranks", story=lambda: stuck_story(out, started))
+
+
 @pytest.mark.parametrize("fault", ["killed", "frozen"])
 def test_a_two_node_job_finds_its_lost_node_in_seconds_with_nobody_joining(cluster, agents, tmp_path, fault):
     """Each node is the other's only watcher: the survivor cannot tell "my peer is gone" from "I am
@@ -60,7 +67,7 @@ def test_a_two_node_job_finds_its_lost_node_in_seconds_with_nobody_joining(clust
     probes of the lost node go on after that, end the lost node's lease, and its round of 1 trains."""
     out, rid = str(tmp_path), run_id()
     survivor, lost = [_start(agents, cluster.endpoints, rid, out, nnodes="1:3") for _ in range(2)]
-    wait_for(lambda: sum(e["event"] == "step" and e["world"] == 2 for e in timeline(out)) >= 30, 90, what="2 ranks")
+    _two_train(out, [survivor, lost])
     tree = _lose(lost, fault)
     at = time.time()
     try:
@@ -80,7 +87,7 @@ def test_a_two_node_job_finds_its_lost_node_in_seconds_with_nobody_joining(clust
 def test_a_node_lost_just_as_a_new_node_joins_costs_seconds_not_its_lease(cluster, agents, tmp_path, fault):
     out, rid = str(tmp_path), run_id()
     first = [_start(agents, cluster.endpoints, rid, out) for _ in range(2)]
-    wait_for(lambda: sum(e["event"] == "step" and e["world"] == 2 for e in timeline(out)) >= 30, 90, what="2 ranks")
+    _two_train(out, first)
     survivor, lost = first
     tree = _lose(lost, fault)
     at = time.time()

@@ -22,7 +22,7 @@ import time
 from rendezvous.etcd.ports import free_port
 from tests.e2e.cli_helpers import tool
 
-from .helpers import children, death_watch, freeze, run_id, thaw, timeline, wait_for
+from .helpers import children, death_watch, freeze, run_id, stuck_story, thaw, timeline, wait_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DDP = os.path.join(ROOT, "examples", "ddp_steps.py")
@@ -87,7 +87,7 @@ def _worker_of(out: str, agent) -> int:
 def _three(agents, endpoints: str, rid: str, out: str, lost_endpoints: str = "", conf: str = "") -> list:
     started = [_start(agents, endpoints, rid, out) for _ in range(2)]
     started.append(_start(agents, lost_endpoints or endpoints, rid, out, conf))
-    wait_for(lambda: len(_steps(out, 3)) >= 30, 90, what="3 ranks training")
+    wait_for(lambda: len(_steps(out, 3)) >= 30, 90, what="3 ranks training", story=lambda: stuck_story(out, started))
     return started
 
 
