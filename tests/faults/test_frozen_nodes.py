@@ -139,7 +139,7 @@ def test_a_node_frozen_until_the_job_finished_without_it_exits_0_when_it_wakes(c
 @pytest.mark.parametrize("lead", [0.05, 0.08], ids=["50 ms", "80 ms"])
 def test_a_node_woken_as_the_job_ends_leaves_with_the_others(cluster, agents, tmp_path, lead):
     """The node frozen whole past its lease is woken ``lead`` before the job ends (its stale worker,
-    stopped by nothing yet, sees the end too): every agent is out within 2 s of the end. Its agent,
+    stopped by nothing yet, sees the end too): every agent is out within 3.5 s of the end. Its agent,
     closing the round's watches as it woke, used to wait 5 s in one: the watch's prober gave up on the
     stream (silent for the whole freeze) in the same turn as the close, which was taken for the
     prober's and swallowed -- and the stream went on reconnecting (2 of 5 such trials, here)."""
@@ -160,7 +160,9 @@ def test_a_node_woken_as_the_job_ends_leaves_with_the_others(cluster, agents, tm
     shown = sorted(round(t, 2) for t in left.values())
     print(f"\nwoken {lead * 1000:.0f} ms before the job's end: agents out {shown} s after it")
     assert [a.process.poll() for a in procs] == [0, 0, 0], [a.output() for a in procs]
-    assert max(left.values()) < 2.0, f"an agent left {max(left.values()):.1f} s after the job's end: {victim.output()}"
+    # the fault held an agent 5 s; a loaded machine (CI 54, 4 xdist workers on 2 cores) took the
+    # untouched agents 1.5-2.2 s to leave
+    assert max(left.values()) < 3.5, f"an agent left {max(left.values()):.1f} s after the job's end: {victim.output()}"
 
 
 def test_a_newcomer_as_the_last_workers_end_does_not_keep_the_job_open(cluster, agents, tmp_path):
