@@ -150,6 +150,13 @@ class Session:
                 and self.alive
             )
 
+    def lose(self) -> None:
+        """The lease is gone (etcd said so, to the keep-alive or to a write on it): no renewal can
+        come, and a ``wait_ahead`` hears it at once."""
+        self.lost.set()
+        with self._moved:
+            self._moved.notify_all()
+
     def _acknowledged(self, sent: float) -> None:
         if self._clock() >= self.deadline and self.deadline != self._handled:
             self._missed = True
@@ -180,9 +187,7 @@ class Session:
                 (call, endpoint, response), sent, in_time = await self._renew(request, stream)
                 stream = (call, endpoint)
                 if response.TTL <= 0:
-                    self.lost.set()
-                    with self._moved:
-                        self._moved.notify_all()
+                    self.lose()
                     return
                 self._wait.answered(self._clock() - sent, in_time=in_time)
                 self._client.channels.answered(endpoint)

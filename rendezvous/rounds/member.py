@@ -131,7 +131,7 @@ class Member:
         """etcd answered that this node's lease is gone (it expired while this node could not renew
         it): this node is no longer a member; its next announcement takes a new lease."""
         if self._session is not None:
-            self._session.lost.set()
+            self._session.lose()
 
     def claim(self) -> tuple[str, int] | None:
         """Who becomes the coordinator if nobody is: this node, on its lease (None: no live lease)."""
@@ -179,7 +179,7 @@ class Member:
         try:
             return read_round(self._client, self._keys, all_nodes=False, put=put, claim=self.claim())
         except LeaseNotFoundError:
-            self._session.lost.set()
+            self._session.lose()
             return self.announce(round_, finished=finished)
 
     def leave(self) -> None:

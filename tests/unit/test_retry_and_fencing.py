@@ -252,7 +252,7 @@ def test_workers_wait_for_a_renewal_that_puts_the_deadline_ahead_of_them_after_a
     assert lease.wait_ahead(1.0, 5.0, told.append) and time.monotonic() - began < 1.0
     assert session.deadline == clock.now + 4.0 and not session.overdue()
     clock.now += 20.0
-    session.lost.set()  # etcd said the lease is gone: no renewal can come
+    session.lose()  # etcd said the lease is gone: no renewal can come
     began = time.monotonic()
     assert not session.wait_ahead(1.0, 5.0) and time.monotonic() - began < 0.5
 
