@@ -8,10 +8,11 @@ The checks, each a reason in one line when it fails (None: healthy):
 
 - the directories the job writes (the log directory, ``--checkpoint-dir``) can be made, written,
   and have ``MIN_FREE_BYTES`` free;
-- on a node with NVIDIA devices (``/dev/nvidia0``), every visible device runs a small matmul and
-  synchronizes within ``GPU_TIMEOUT`` seconds, in a child interpreter (the agent never imports torch),
-  which first reads NVML's counters where ``pynvml`` is installed: a device with uncorrected ECC
-  errors or retired pages pending fails;
+- on a node with NVIDIA devices (``/dev/nvidia0``), ``gpuprobe.py`` in a child interpreter (the
+  agent never imports NVML or torch), within ``GPU_TIMEOUT`` seconds: NVML's counters where
+  ``pynvml`` is installed (a device lost, a recovery action asked for, uncorrected ECC errors,
+  remapped rows or retired pages waiting for a reset), then a matmul on every visible device -- but
+  after the node's own workers failed, while the job waits, the counters alone where NVML answers;
 - ``--health-check CMD``: run by the shell with the workers' environment; exit 0 is healthy, else
   the last line it printed is the reason; at most ``CMD_TIMEOUT`` seconds.
 """
@@ -46,33 +47,7 @@ CMD_TIMEOUT = 60.0  # seconds --health-check may take
 GPU_TIMEOUT = 60.0  # seconds every device has for its matmul
 BACKOFF = (5.0, 10.0, 20.0, 40.0, 60.0)  # seconds between the checks of an unhealthy node
 
-_GPU_PROBE = (
-    "import sys\n"
-    "try:\n"  # NVML's counters, where pynvml is installed: uncorrected ECC errors, retired pages pending
-    "    import pynvml\n"
-    "    pynvml.nvmlInit()\n"
-    "except Exception:\n"
-    "    pynvml = None\n"
-    "for i in range(pynvml.nvmlDeviceGetCount() if pynvml else 0):\n"
-    "    h = pynvml.nvmlDeviceGetHandleByIndex(i)\n"
-    "    try:\n"
-    "        kind = pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED\n"
-    "        ecc = pynvml.nvmlDeviceGetTotalEccErrors(h, kind, pynvml.NVML_VOLATILE_ECC)\n"
-    "    except pynvml.NVMLError:\n"
-    "        ecc = 0\n"
-    "    try:\n"
-    "        pending = pynvml.nvmlDeviceGetRetiredPagesPendingStatus(h)\n"
-    "    except pynvml.NVMLError:\n"
-    "        pending = 0\n"
-    "    if ecc or pending:\n"
-    "        sys.exit(f'GPU {i}: {ecc} uncorrected ECC errors, retired pages pending: {bool(pending)}')\n"
-    "import torch\n"
-    "for i in range(torch.cuda.device_count()):\n"
-    "    with torch.cuda.device(i):\n"
-    "        a = torch.randn(1024, 1024, device='cuda')\n"
-    "        (a @ a).sum().item()\n"
-    "        torch.cuda.synchronize()\n"
-)
+_GPU_PROBE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpuprobe.py")  # run by path
 
 
 def backoff(attempt: int) -> float:
@@ -114,17 +89,22 @@ class NodeChecks:
         """These checks on this node: the directories the job writes, and its GPUs when it has any."""
         return replace(self, dirs=tuple(d for d in dirs if d), gpus=os.path.exists("/dev/nvidia0"))
 
-    def run(self, environ: Mapping[str, str]) -> str | None:
-        """The first failing check's reason (None: every check passed)."""
-        return check_dirs(self.dirs) or (self._gpus(environ) if self.gpus else None) or self._command(environ)
+    def run(self, environ: Mapping[str, str], *, after_failure: bool = False) -> str | None:
+        """The first failing check's reason (None: every check passed). ``after_failure``: this node's
+        workers just failed, and the job waits for this check: the GPUs' NVML counters alone where
+        NVML answers (milliseconds; the matmul costs a CUDA context and torch's import)."""
+        return check_dirs(self.dirs) or self._gpus(environ, after_failure) or self._command(environ)
 
     def _command(self, environ: Mapping[str, str]) -> str | None:
         if not self.command:
             return None
         return _run(["/bin/sh", "-c", self.command], environ, CMD_TIMEOUT, "--health-check")
 
-    def _gpus(self, environ: Mapping[str, str]) -> str | None:
-        return _run([sys.executable, "-c", _GPU_PROBE], environ, GPU_TIMEOUT, "the GPU check (a matmul on each device)")
+    def _gpus(self, environ: Mapping[str, str], counters_only: bool) -> str | None:
+        if not self.gpus:
+            return None
+        argv = [sys.executable, _GPU_PROBE, *(["--counters"] if counters_only else [])]
+        return _run(argv, environ, GPU_TIMEOUT, "the GPU check")
 
 
 def _run(argv: list[str], environ: Mapping[str, str], timeout: float, what: str) -> str | None:
@@ -204,7 +184,7 @@ class HealthGate:
     def after_failure(self, what: str) -> bool:
         """This node's workers failed (``what``): True when its checks fail too and it stepped out
         (the failure uses no restart), False to restart as usual."""
-        reason = self._checks.run(self._environ)
+        reason = self._checks.run(self._environ, after_failure=True)
         if reason is not None:
             self._out(reason, f"{what}; ")
         return reason is not None

@@ -7,8 +7,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("rendezvous", "launcher", "elastic")
-# Programs run as processes (``python -m``), not imported: they export nothing.
-PROGRAMS = ("launcher.workers.fn_worker", "launcher.reaper.reaper")
+# Programs run as processes (``python -m`` or by path), not imported: they export nothing.
+PROGRAMS = ("launcher.workers.fn_worker", "launcher.reaper.reaper", "launcher.gpuprobe")
 TORCH_MODULES = ("rendezvous.torchrun.plugin",)  # imports torch: checked where torch is installed
 
 
@@ -91,8 +91,8 @@ def test_every_module_is_checked():
 def test_only_the_torch_plugin_imports_torch():
     """And launcher/output/torch_specs.py, inside the function that builds a torch LogsSpecs named by
     --logs-specs (such a class is torch's), and elastic/checkpoint.py inside the worker's save and
-    load (torch.save's format), and launcher/nodecheck.py's GPU check (a program a child interpreter
-    runs); the agent never imports either otherwise."""
+    load (torch.save's format), and launcher/gpuprobe.py, the health gate's GPU check (a program a child
+    interpreter runs); the agent never imports either otherwise."""
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
@@ -101,7 +101,7 @@ def test_only_the_torch_plugin_imports_torch():
             if path.relative_to(root).as_posix() == "rendezvous/torchrun/plugin.py":
                 continue
             text = path.read_text()
-            if path.name in ("torch_specs.py", "checkpoint.py", "nodecheck.py", "pace.py", "probe.py"):
+            if path.name in ("torch_specs.py", "checkpoint.py", "gpuprobe.py", "pace.py", "probe.py"):
                 assert not any(line.startswith(("import torch", "from torch")) for line in text.splitlines()), path
                 continue
             assert "import torch" not in text and "from torch" not in text, path

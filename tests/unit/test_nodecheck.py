@@ -42,8 +42,8 @@ class _Script:
         script = self
 
         class Checks(NodeChecks):
-            def run(self, environ):
-                script.did.append(("check",))
+            def run(self, environ, *, after_failure=False):
+                script.did.append(("check", "after a failure") if after_failure else ("check",))
                 if script.failures:
                     script.failures -= 1
                     return "--health-check failed: sick"
@@ -102,6 +102,7 @@ def test_a_failure_of_its_own_workers_checks_again_and_an_unhealthy_node_uses_no
     gate = script.gate()
     gate.before_round()
     assert gate.after_failure("rank 1 failed") is False  # healthy: restart as usual
+    assert script.did[-1] == ("check", "after a failure")  # the quick check: the job waits for it
     script.failures = 1
     assert gate.after_failure("rank 1 failed") is True
     assert ("say", "rank 1 failed; this node is unhealthy: --health-check failed: sick; it takes no rank "
@@ -161,37 +162,86 @@ def test_a_node_unhealthy_past_its_join_timeout_gives_up_worth_a_retry_elsewhere
     assert [d[1] for d in script.did if d[0] == "sleep"] == [5.0, 10.0, 15.0]  # the last pause ends at the timeout
 
 
-def test_the_gpu_probe_fails_a_device_whose_nvml_counters_show_uncorrected_errors_or_pages_pending(tmp_path):
-    """NVML cannot run here (no GPU): a stand-in ``pynvml`` with NVML's names, first on the path of the
-    probe's child interpreter, reports 3 uncorrected ECC errors on device 1; the probe stops there,
-    before torch, with that reason. With clean counters it goes on (to torch: not run here)."""
+# A stand-in for pynvml with NVML's names and errors, and one for torch: NVML and CUDA cannot run here
+# (no GPU; tests/gpu runs the probe on a real one). What each device reports comes from STANDIN.
+_STANDINS = {
+    "pynvml.py": """
+import json, os
+spec = json.loads(os.environ["STANDIN"])
+class NVMLError(Exception):
+    def __init__(self, value):
+        self.value = value
+    def __str__(self):
+        return {3: "Not Supported", 15: "GPU is lost", 12: "NVML Shared Library Not Found"}[self.value]
+NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_GPU_IS_LOST = 3, 15
+NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC = 1, 0
+def _answer(i, query, default):
+    value = spec.get(str(i), {}).get(query, default)
+    if value in ("unsupported", "lost"):
+        raise NVMLError(3 if value == "unsupported" else 15)
+    return value
+def nvmlInit():
+    if spec.get("no_library"):
+        raise NVMLError(12)
+def nvmlDeviceGetCount(): return 2
+def nvmlDeviceGetHandleByIndex(i): return _answer(i, "handle", i)
+class _Value: pass
+class _Field: pass
+def nvmlDeviceGetFieldValues(h, fields):
+    assert fields == [230], fields
+    field, field.value = _Field(), _Value()
+    field.nvmlReturn, field.value.uiVal = 0, _answer(h, "action", 0)
+    return [field]
+def nvmlDeviceGetTotalEccErrors(h, kind, counter): return _answer(h, "ecc", 0)
+def nvmlDeviceGetRemappedRows(h): return _answer(h, "remapped", [0, 0, 0, 0])
+def nvmlDeviceGetRetiredPagesPendingStatus(h): return _answer(h, "retired", 0)
+""",
+    "torch.py": """
+class cuda:
+    @staticmethod
+    def device_count(): return 0
+""",
+}
+
+
+def _probe(tmp_path, spec: dict, *args: str):
+    import json
     import subprocess
     import sys
-    import textwrap
 
     from launcher.nodecheck import _GPU_PROBE
 
-    def probe(ecc_on_1: int, pending_on_0: int) -> subprocess.CompletedProcess:
-        (tmp_path / "pynvml.py").write_text(
-            textwrap.dedent(
-                f"""
-                class NVMLError(Exception): pass
-                NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC = 1, 0
-                def nvmlInit(): pass
-                def nvmlDeviceGetCount(): return 2
-                def nvmlDeviceGetHandleByIndex(i): return i
-                def nvmlDeviceGetTotalEccErrors(h, kind, counter): return {ecc_on_1} if h == 1 else 0
-                def nvmlDeviceGetRetiredPagesPendingStatus(h): return {pending_on_0} if h == 0 else 0
-                """
-            )
-        )
-        code = _GPU_PROBE.split("import torch")[0] + "print('counters clean')\n"
-        env = {**os.environ, "PYTHONPATH": str(tmp_path)}
-        return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=30)
+    for name, text in _STANDINS.items():
+        (tmp_path / name).write_text(text)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "STANDIN": json.dumps(spec)}
+    done = subprocess.run([sys.executable, _GPU_PROBE, *args], env=env, capture_output=True, text=True, timeout=30)
+    return done.returncode, (done.stderr.strip() if done.returncode else done.stdout.strip())
 
-    bad = probe(3, 0)
-    assert bad.returncode == 1 and bad.stderr.strip() == "GPU 1: 3 uncorrected ECC errors, retired pages pending: False"
-    pending = probe(0, 1)
-    assert pending.returncode == 1 and "GPU 0: 0 uncorrected ECC errors, retired pages pending: True" in pending.stderr
-    clean = probe(0, 0)
-    assert clean.returncode == 0 and clean.stdout.strip() == "counters clean"
+
+@pytest.mark.parametrize(
+    "spec, said",
+    [
+        ({"1": {"ecc": 3}}, "GPU 1: 3 uncorrected ECC errors since the driver loaded"),
+        ({"0": {"action": 1}}, "GPU 0: the driver asks for a GPU reset"),
+        ({"1": {"action": 2}}, "GPU 1: the driver asks for a node reboot"),
+        ({"1": {"remapped": [0, 1, 1, 0]}}, "GPU 1: remapped rows wait for a GPU reset"),
+        ({"0": {"remapped": [0, 1, 0, 1]}}, "GPU 0: a row remapping failed"),
+        ({"0": {"retired": 1}}, "GPU 0: retired pages wait for a GPU reset"),
+        ({"1": {"handle": "lost"}}, "GPU 1: NVML cannot reach it (GPU is lost)"),
+        ({"0": {"ecc": "lost"}}, "GPU 0: NVML cannot reach it (GPU is lost)"),
+    ],
+)
+def test_the_gpu_probe_fails_a_device_by_what_nvml_says_before_any_matmul(tmp_path, spec, said):
+    assert _probe(tmp_path, spec) == (1, said)
+    assert _probe(tmp_path, spec, "--counters") == (1, said)  # the quick check after a failure too
+
+
+def test_the_gpu_probe_skips_what_a_gpu_does_not_support_and_after_a_failure_runs_no_matmul_where_nvml_answers(
+    tmp_path,
+):
+    unsupported = {"ecc": "unsupported", "remapped": "unsupported", "retired": "unsupported"}
+    spec = {"0": unsupported, "1": {**unsupported, "action": 0}}
+    assert _probe(tmp_path, spec) == (0, "NVML: clean; a matmul ran on 0 devices")
+    assert _probe(tmp_path, spec, "--counters") == (0, "NVML: 2 devices clean")
+    # no NVML library (a container without it): the matmul decides, after a failure too
+    assert _probe(tmp_path, {"no_library": True}, "--counters") == (0, "NVML: not here; a matmul ran on 0 devices")
