@@ -264,7 +264,7 @@ class Agent:
             # so a job's history does not grow by one record a node at its end.
             ended = state is not None and state.status is JobStatus.CLOSED
             self.history.record("node_left", self.info.round, store=not ended, reason=self._departure.reason)
-        for helper in (self._pump, self._warm, self._inprocess):  # the warm interpreter: None where none runs
+        for helper in (self._pump, self._warm, self._inprocess, self._gate):  # no warm interpreter: None
             if helper is not None:
                 helper.close()
         shutil.rmtree(self._beats_dir, ignore_errors=True)
@@ -283,6 +283,8 @@ class Agent:
 
         def ending(outcome: RoundOutcome) -> None:
             self.state = AgentState.SUCCEEDED if outcome is RoundOutcome.SUCCEEDED else AgentState.RESTARTING
+            if outcome in (RoundOutcome.FAILED, RoundOutcome.HUNG):  # the GPU check runs while the workers stop
+                self._gate.round_failing()
 
         return self._rounds.run(self.info, self.attempt, layout, ending)
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -33,6 +34,7 @@ from rendezvous.job.state import JobStatus
 
 __all__ = [
     "NodeChecks",
+    "Started",
     "HealthGate",
     "MIN_FREE_BYTES",
     "CMD_TIMEOUT",
@@ -89,11 +91,25 @@ class NodeChecks:
         """These checks on this node: the directories the job writes, and its GPUs when it has any."""
         return replace(self, dirs=tuple(d for d in dirs if d), gpus=os.path.exists("/dev/nvidia0"))
 
-    def run(self, environ: Mapping[str, str], *, after_failure: bool = False) -> str | None:
+    def run(
+        self, environ: Mapping[str, str], *, after_failure: bool = False, started: Started | None = None
+    ) -> str | None:
         """The first failing check's reason (None: every check passed). ``after_failure``: this node's
         workers just failed, and the job waits for this check: the GPUs' NVML counters alone where
-        NVML answers (milliseconds; the matmul costs a CUDA context and torch's import)."""
+        NVML answers (a tenth of a second; the matmul costs a CUDA context and torch's import).
+        ``started``: that GPU check, begun earlier by ``start_gpus``: its answer is awaited here."""
+        if started is not None:  # running already: its answer first, whatever the others say
+            gpus = started.reason()
+            return check_dirs(self.dirs) or gpus or self._command(environ)
         return check_dirs(self.dirs) or self._gpus(environ, after_failure) or self._command(environ)
+
+    def start_gpus(self, environ: Mapping[str, str]) -> Started | None:
+        """The GPU check after a failure, started now in a child process (None: no GPU to check): the
+        agent starts it as its round ends, and it runs while the workers stop. The directories and
+        --health-check wait for the workers' end: a command may look at what they held."""
+        if not self.gpus:
+            return None
+        return Started([sys.executable, _GPU_PROBE, "--counters"], environ, GPU_TIMEOUT, "the GPU check")
 
     def _command(self, environ: Mapping[str, str]) -> str | None:
         if not self.command:
@@ -108,23 +124,51 @@ class NodeChecks:
 
 
 def _run(argv: list[str], environ: Mapping[str, str], timeout: float, what: str) -> str | None:
-    try:
-        done = subprocess.run(
-            argv,
-            env=dict(environ),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            timeout=timeout,
-            start_new_session=True,
-        )
-    except subprocess.TimeoutExpired:
-        return f"{what} did not end within {timeout:g} s"
-    except OSError as exc:
-        return f"{what} could not start ({exc.strerror or exc})"
-    if done.returncode == 0:
-        return None
-    return reason_of(what, done.returncode, done.stdout.decode("utf-8", "replace"))
+    return Started(argv, environ, timeout, what).reason()
+
+
+class Started:
+    """A check running in a child process (its own session), from its start to its reason."""
+
+    def __init__(self, argv: list[str], environ: Mapping[str, str], timeout: float, what: str) -> None:
+        self.what, self._deadline = what, time.monotonic() + timeout
+        self._timeout, self._failed = timeout, None
+        try:
+            self._process: subprocess.Popen | None = subprocess.Popen(
+                argv,
+                env=dict(environ),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            self._process, self._failed = None, f"{what} could not start ({exc.strerror or exc})"
+
+    def reason(self) -> str | None:
+        """Wait for it (until its timeout, counted from its start): why it failed, or None."""
+        if self._process is None:
+            return self._failed
+        try:
+            output, _ = self._process.communicate(timeout=max(0.0, self._deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            self.drop()
+            return f"{self.what} did not end within {self._timeout:g} s"
+        if self._process.returncode == 0:
+            return None
+        return reason_of(self.what, self._process.returncode, output.decode("utf-8", "replace"))
+
+    def drop(self) -> None:
+        """No answer needed any more: the child's process group is killed, the child reaped."""
+        if self._process is None:
+            return
+        if self._process.poll() is None:
+            try:
+                os.killpg(self._process.pid, signal.SIGKILL)  # its own session: what it started too
+            except ProcessLookupError:
+                pass
+        self._process.wait()
+        self._process.stdout.close()
 
 
 class HealthGate:
@@ -154,6 +198,7 @@ class HealthGate:
         self._reason: str | None = None  # why this node stepped out (None: it is in)
         self._checked = False  # the first round's check passed
         self._unrecorded: str | None = None  # a reason said but not yet in the job's history (no job yet)
+        self._ahead: Started | None = None  # the check after a failure, started as the round ended
 
     @classmethod
     def for_agent(cls, checks, environ, say, record, handler, telemetry) -> "HealthGate":
@@ -181,16 +226,34 @@ class HealthGate:
             patience=handler.settings.join_timeout,
         )
 
+    def round_failing(self) -> None:
+        """This node's round ends on a failure or a hang: the GPU check that may follow (``after_failure``)
+        starts now, while the workers stop. Dropped unless ``after_failure`` follows before the next
+        round (another node's worker failed, or a peer was lost: no check)."""
+        self._drop_ahead()
+        self._ahead = self._checks.start_gpus(self._environ)
+
+    def _drop_ahead(self) -> None:
+        if self._ahead is not None:
+            self._ahead.drop()
+        self._ahead = None
+
+    def close(self) -> None:
+        """The agent ends: a check still running is not waited for."""
+        self._drop_ahead()
+
     def after_failure(self, what: str) -> bool:
         """This node's workers failed (``what``): True when its checks fail too and it stepped out
         (the failure uses no restart), False to restart as usual."""
-        reason = self._checks.run(self._environ, after_failure=True)
+        started, self._ahead = self._ahead, None
+        reason = self._checks.run(self._environ, after_failure=True, started=started)
         if reason is not None:
             self._out(reason, f"{what}; ")
         return reason is not None
 
     def before_round(self) -> None:
         """Return once this node may take a rank: at once, or when its checks pass again."""
+        self._drop_ahead()
         if self._checked and self._reason is None:
             return
         if self._reason is None:

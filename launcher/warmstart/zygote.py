@@ -32,7 +32,7 @@ import sys
 import tempfile
 import threading
 
-__all__ = ["main", "serve"]
+__all__ = ["die_with", "main", "serve"]
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_NAME = 15
@@ -191,8 +191,10 @@ def serve(sock: socket.socket, output: tuple[bytes, bytes]) -> None:
                     os.close(fd)
                 continue
             gc.freeze()  # all this process made (the imports, this request): a worker collects only its own
+            zygote = os.getpid()
             pid = os.fork()
             if pid == 0:
+                die_with(zygote)
                 _become_worker(request, fds, output, (sock.fileno(), wake_r, wake_w))
                 _run(request.argv)  # never returns
             for fd in fds:
@@ -200,13 +202,18 @@ def serve(sock: socket.socket, output: tuple[bytes, bytes]) -> None:
             _send(sock, wire.Forked(pid))
 
 
+def die_with(zygote: int) -> None:
+    """In the forked child, first: SIGKILL when this interpreter dies (it dies with its agent), and an
+    exit now if it died already. ``zygote`` is its pid read before the fork: read in the child, the
+    parent could already be init, and a worker forked as its agent was killed would run on alone."""
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != zygote:
+        os._exit(128 + signal.SIGKILL)  # as a plain worker of a dead agent would end
+
+
 def _become_worker(request, fds: list[int], output: tuple[bytes, bytes], ours: tuple[int, ...]) -> None:
     """In the forked child: everything a plain start would have given the worker."""
-    parent = os.getppid()
     os.setsid()
-    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent:
-        os._exit(128 + signal.SIGKILL)  # this process died while forking: so would a plain worker
     signal.set_wakeup_fd(-1)
     for signum in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2):
         signal.signal(signum, signal.SIG_DFL)

@@ -42,7 +42,7 @@ class _Script:
         script = self
 
         class Checks(NodeChecks):
-            def run(self, environ, *, after_failure=False):
+            def run(self, environ, *, after_failure=False, started=None):
                 script.did.append(("check", "after a failure") if after_failure else ("check",))
                 if script.failures:
                     script.failures -= 1
@@ -181,6 +181,11 @@ def _answer(i, query, default):
         raise NVMLError(3 if value == "unsupported" else 15)
     return value
 def nvmlInit():
+    if spec.get("runs"):  # each probe that reaches NVML writes its pid
+        with open(spec["runs"], "a") as runs:
+            runs.write(f"{os.getpid()}\\n")
+    if spec.get("slow_counters") and "--counters" in __import__("sys").argv:
+        __import__("time").sleep(spec["slow_counters"])
     if spec.get("no_library"):
         raise NVMLError(12)
 def nvmlDeviceGetCount(): return 2
@@ -204,16 +209,21 @@ class cuda:
 }
 
 
-def _probe(tmp_path, spec: dict, *args: str):
+def _standin_env(tmp_path, spec: dict) -> dict:
     import json
+
+    for name, text in _STANDINS.items():
+        (tmp_path / name).write_text(text)
+    return {**os.environ, "PYTHONPATH": str(tmp_path), "STANDIN": json.dumps(spec)}
+
+
+def _probe(tmp_path, spec: dict, *args: str):
     import subprocess
     import sys
 
     from launcher.nodecheck import _GPU_PROBE
 
-    for name, text in _STANDINS.items():
-        (tmp_path / name).write_text(text)
-    env = {**os.environ, "PYTHONPATH": str(tmp_path), "STANDIN": json.dumps(spec)}
+    env = _standin_env(tmp_path, spec)
     done = subprocess.run([sys.executable, _GPU_PROBE, *args], env=env, capture_output=True, text=True, timeout=30)
     return done.returncode, (done.stderr.strip() if done.returncode else done.stdout.strip())
 
@@ -245,3 +255,65 @@ def test_the_gpu_probe_skips_what_a_gpu_does_not_support_and_after_a_failure_run
     assert _probe(tmp_path, spec, "--counters") == (0, "NVML: 2 devices clean")
     # no NVML library (a container without it): the matmul decides, after a failure too
     assert _probe(tmp_path, {"no_library": True}, "--counters") == (0, "NVML: not here; a matmul ran on 0 devices")
+
+
+def _gpu_gate(tmp_path, spec: dict) -> tuple[HealthGate, list[str]]:
+    said: list[str] = []
+    gate = HealthGate(
+        NodeChecks(gpus=True),  # as on a node with /dev/nvidia0
+        _standin_env(tmp_path, spec),
+        say=said.append,
+        record=lambda kind, **details: None,
+        step_out=lambda why: None,
+        closed=lambda: True,
+        healthy=lambda ok: None,
+        sleep=lambda seconds: None,
+    )
+    return gate, said
+
+
+def _pids(path) -> list[int]:
+    return [int(line) for line in path.read_text().split()] if path.exists() else []
+
+
+def test_the_gpu_check_after_a_failure_starts_as_the_round_ends_and_its_answer_is_awaited_not_asked_again(tmp_path):
+    """The agent starts it when its round ends on a failure (the workers still stopping); the
+    check after the failure waits for that one's answer -- one probe, not a second."""
+    import time
+
+    runs = tmp_path / "runs"
+    gate, said = _gpu_gate(tmp_path, {"1": {"ecc": 2}, "runs": str(runs)})
+    gate.round_failing()
+    deadline = time.monotonic() + 20
+    while not _pids(runs) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert len(_pids(runs)) == 1  # running before anyone asked for its answer
+    assert gate.after_failure("rank 3 failed") is True  # unhealthy: the failure uses no restart
+    assert said == [
+        "rank 3 failed; this node is unhealthy: the GPU check failed: GPU 1: 2 uncorrected ECC errors since the "
+        "driver loaded; it takes no rank (no restart used) and checks again in 5 s"
+    ]
+    assert len(_pids(runs)) == 1
+    runs.unlink()  # a healthy node: restarted as usual, after one probe too
+    healthy, _ = _gpu_gate(tmp_path, {"runs": str(runs)})
+    healthy.round_failing()
+    assert healthy.after_failure("rank 0 failed") is False and len(_pids(runs)) == 1
+
+
+def test_a_gpu_check_started_for_a_failure_that_needs_none_is_killed_before_the_next_round(tmp_path):
+    """A peer's worker failed, or a peer was lost: no check follows, and the one started as the
+    round ended is killed (with what it started) before this node joins the next round."""
+    import time
+
+    import psutil
+
+    runs = tmp_path / "runs"
+    gate, _ = _gpu_gate(tmp_path, {"runs": str(runs), "slow_counters": 60})
+    gate.round_failing()
+    deadline = time.monotonic() + 20
+    while not _pids(runs) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    (pid,) = _pids(runs)
+    started = time.monotonic()
+    gate.before_round()  # its first check (the full one) passes at once; the slow one is dropped
+    assert time.monotonic() - started < 10 and not psutil.pid_exists(pid)

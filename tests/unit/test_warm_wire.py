@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 import pytest
 
@@ -65,3 +66,41 @@ def test_a_forked_workers_end_is_told_as_it_was(tmp_path, code, expected):
         assert worker.wait(timeout=20) == expected, (tmp_path / "err").read_text()
     finally:
         starter.close()
+
+
+def test_a_worker_forked_as_its_warm_interpreter_dies_ends_at_once_instead_of_running_alone(tmp_path):
+    """The agent killed (the warm interpreter dies with it) just as a worker is forked: the child
+    gets going only after its parent is gone (here it waits for that), so a parent read in the child
+    would already be init, and the parent-death signal, set too late, never comes. ``die_with`` is
+    given the interpreter's pid read before the fork: the orphan ends at once, as the worker of a
+    dead agent would. A child whose parent lives goes on."""
+    import subprocess
+    import textwrap
+
+    from launcher.warmstart import zygote
+
+    script = textwrap.dedent(
+        f"""
+        import os, sys, time
+        sys.path.insert(0, {os.path.dirname(zygote.__file__)!r})
+        import zygote
+        parent = os.getpid()
+        if os.fork() == 0:
+            deadline = time.monotonic() + 10
+            while sys.argv[2] == "orphan" and os.getppid() == parent and time.monotonic() < deadline:
+                time.sleep(0.01)  # the parent dies before this child's first step
+            zygote.die_with(parent)
+            open(sys.argv[1], "w").write("ran on")
+            os._exit(0)
+        if sys.argv[2] == "orphan":
+            os._exit(0)
+        os.wait()
+        """
+    )
+    for case in ("orphan", "parent lives"):
+        marker = tmp_path / case
+        subprocess.run([sys.executable, "-c", script, str(marker), case], timeout=30, check=True)
+        deadline = time.monotonic() + 3
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert marker.exists() is (case == "parent lives"), case
