@@ -4,13 +4,17 @@ helpers of the project's programs (the bundled etcd, the reaper, the warm interp
 the Lighthouse replica), kept out of the etcd client.
 
 ``subprocess``'s ``preexec_fn`` is unsafe in a process that runs gRPC threads, so the parent-death
-signal is set by ``setpriv --pdeathsig`` (util-linux), which then execs the real program in place:
-same pid, no Python in between. The signal is tied to the *thread* that forked the child, so start
-long-lived children from a thread that lives as long as the process (the main thread).
+signal is set by ``setpriv --pdeathsig`` (util-linux), which then execs a one-line ``sh`` that
+execs the real program in place: same pid, no Python in between. The signal is tied to the
+*thread* that forked the child, so start long-lived children from a thread that lives as long as
+the process (the main thread). It comes only for a death after it was set: a parent killed between
+the fork and setpriv's ``prctl`` would leave the child running alone, so the ``sh`` first compares
+its parent with the pid of the process that built the command, and ends itself if they differ.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import subprocess
@@ -29,7 +33,8 @@ def die_with_parent(argv: Sequence[str], signal_name: str = "KILL") -> list[str]
     setpriv = shutil.which("setpriv") if sys.platform.startswith("linux") else None
     if setpriv is None:
         return list(argv)
-    return [setpriv, "--pdeathsig", signal_name, "--", *argv]
+    still_ours = f'[ "$PPID" = "$0" ] || {{ kill -s {signal_name} $$; exit 1; }}; exec "$@"'  # $0: our pid
+    return [setpriv, "--pdeathsig", signal_name, "--", "/bin/sh", "-c", still_ours, str(os.getpid()), *argv]
 
 
 def ended_by(returncode: int) -> str:
