@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -129,9 +130,26 @@ def stuck_story(out: str, started: Sequence[Agent]) -> str:
     last = {event["pid"]: event for event in timeline(out)}
     lines = [f"worker {pid}: rank {e['rank']} of {e['world']}, last {e['event']!r}" for pid, e in last.items()]
     for pid in [pid for pid in last if alive(pid)]:
+        lines.append(native_stacks(pid))
         os.kill(pid, signal.SIGABRT)
     time.sleep(2.0)  # the stacks pass through the agent's output pump
     return "\n".join(lines + [f"agent {i}'s last lines:\n{agent.output()[-6000:]}" for i, agent in enumerate(started)])
+
+
+def native_stacks(pid: int) -> str:
+    """Every thread's native stack (gdb, where installed: .ci/run installs it), its top 12 frames:
+    where a worker stuck in a library's code waits (its Python stack ends at the call)."""
+    gdb = shutil.which("gdb")
+    if gdb is None:
+        return f"worker {pid}: no gdb here for its native stacks"
+    try:
+        shown = subprocess.run(
+            [gdb, "-p", str(pid), "-batch", "-ex", "thread apply all bt 12"], capture_output=True, text=True, timeout=60
+        )
+    except subprocess.TimeoutExpired:
+        return f"worker {pid}: gdb did not answer within 60 s"
+    kept = [line for line in shown.stdout.splitlines() if line.startswith(("Thread ", "#"))]
+    return f"worker {pid}'s native stacks:\n" + "\n".join(line[:200] for line in kept)
 
 
 def workers(out: str) -> list[dict]:
