@@ -103,13 +103,14 @@ class NodeChecks:
             return check_dirs(self.dirs) or gpus or self._command(environ)
         return check_dirs(self.dirs) or self._gpus(environ, after_failure) or self._command(environ)
 
-    def start_gpus(self, environ: Mapping[str, str]) -> Started | None:
-        """The GPU check after a failure, started now in a child process (None: no GPU to check): the
-        agent starts it as its round ends, and it runs while the workers stop. The directories and
-        --health-check wait for the workers' end: a command may look at what they held."""
+    def start_gpus(self, environ: Mapping[str, str], counters_only: bool = True) -> Started | None:
+        """The GPU check, started now in a child process (None: no GPU to check); by default the one
+        after a failure, which the agent starts as its round ends, while the workers stop. The
+        directories and --health-check wait for the workers' end: a command may look at what they held."""
         if not self.gpus:
             return None
-        return Started([sys.executable, _GPU_PROBE, "--counters"], environ, GPU_TIMEOUT, "the GPU check")
+        argv = [sys.executable, _GPU_PROBE, *(["--counters"] if counters_only else [])]
+        return Started(argv, environ, GPU_TIMEOUT, "the GPU check")
 
     def _command(self, environ: Mapping[str, str]) -> str | None:
         if not self.command:
@@ -117,10 +118,8 @@ class NodeChecks:
         return _run(["/bin/sh", "-c", self.command], environ, CMD_TIMEOUT, "--health-check")
 
     def _gpus(self, environ: Mapping[str, str], counters_only: bool) -> str | None:
-        if not self.gpus:
-            return None
-        argv = [sys.executable, _GPU_PROBE, *(["--counters"] if counters_only else [])]
-        return _run(argv, environ, GPU_TIMEOUT, "the GPU check")
+        started = self.start_gpus(environ, counters_only)
+        return started.reason() if started is not None else None
 
 
 def _run(argv: list[str], environ: Mapping[str, str], timeout: float, what: str) -> str | None:

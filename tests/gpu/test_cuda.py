@@ -26,12 +26,11 @@ def _steps(out: str, attempt: int, rank: int) -> list[tuple[int, float, float]]:
         return [(int(s), float(t), float(c)) for s, t, c in (line.split() for line in handle if line.strip())]
 
 
-def _gpu_pids() -> set[int]:
-    shown = subprocess.run(
-        ["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"], capture_output=True, text=True, timeout=30
-    )
+def _smi(query: str) -> list[str]:
+    """One nvidia-smi query (``--query-gpu=index``, ``--query-compute-apps=pid``): a value a line."""
+    shown = subprocess.run(["nvidia-smi", query, "--format=csv,noheader"], capture_output=True, text=True, timeout=30)
     assert shown.returncode == 0, shown.stderr
-    return {int(line) for line in shown.stdout.split() if line.strip().isdigit()}
+    return shown.stdout.split()
 
 
 def test_warm_forked_workers_train_on_the_gpu_and_a_killed_ones_state_comes_back_on_the_gpu(tmp_path):
@@ -56,7 +55,8 @@ def test_warm_forked_workers_train_on_the_gpu_and_a_killed_ones_state_comes_back
         killed = float(handle.read())
     print(f"\na killed worker cost {_steps(str(out), 1, 1)[0][1] - killed:.2f} s to its next step on the GPU")
     pids = {r["pid"] for r in seen.values()}
-    assert not any(psutil.pid_exists(p) for p in pids) and not pids & _gpu_pids()
+    on_gpu = {int(p) for p in _smi("--query-compute-apps=pid") if p.isdigit()}
+    assert not any(psutil.pid_exists(p) for p in pids) and not pids & on_gpu
 
 
 def test_a_rank_whose_gpu_work_is_slow_is_named_a_straggler_by_its_cuda_events(etcd_endpoints, tmp_path):
@@ -95,7 +95,7 @@ def test_the_health_gates_gpu_check_passes_a_healthy_gpu_with_the_real_nvml_and_
         took[after_failure] = time.monotonic() - started
     said = {args: _said(args) for args in ((), ("--counters",))}
     print(f"\nthe GPU check took {took[False]:.2f} s, after a failure {took[True]:.2f} s: {said}")
-    devices = len(_gpu_indices())
+    devices = len(_smi("--query-gpu=index"))
     assert said[()] == f"NVML: clean; a matmul ran on {devices} devices", said
     assert said[("--counters",)] == f"NVML: {devices} devices clean", said
 
@@ -104,8 +104,3 @@ def _said(args: tuple[str, ...]) -> str:
     done = subprocess.run([sys.executable, _GPU_PROBE, *args], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
-
-
-def _gpu_indices() -> list[str]:
-    shown = subprocess.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"], capture_output=True, text=True)
-    return shown.stdout.split()
