@@ -64,7 +64,8 @@ def decide(findings: list[Finding], nodes: int, min_nodes: int) -> tuple[int, ..
 def _figures(raw: dict) -> dict:
     """The result file's figures with integer ranks (JSON keys are strings)."""
     return {
-        name: {int(rank): value for rank, value in raw.get(name, {}).items()} for name in ("matmul", "first", "second")
+        name: {int(rank): value for rank, value in raw.get(name, {}).items()}
+        for name in ("matmul", "first", "second", "third")
     }
 
 

@@ -8,7 +8,10 @@ node left over pairs with the first node of the pass in a slot of its own, after
 whose pair test failed in both passes is *faulty*; one whose pair took more than ``SLOW`` times the
 median of the pass in both passes (with two different partners), or whose matmul took more than
 ``SLOW`` times the median matmul, is *slow* -- the median of the faster half of the times, so that
-up to half the nodes can be slow and still be told apart.
+up to half the nodes can be slow and still be told apart. A node slow in both passes meets a third
+partner, one of the nodes found fast, in a confirming pass (``confirm_pass``), and is named only if
+it is slow there too: a node leaves the job for good on the finding, and a stall of a fraction of a
+second (another process's burst on its cores) can cover both passes, not a third one after them.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-__all__ = ["SLOW", "ENV", "Pair", "first_pass", "second_pass", "Finding", "judge"]
+__all__ = ["SLOW", "ENV", "Pair", "first_pass", "second_pass", "confirm_pass", "Finding", "judge"]
 
 SLOW = 2.0  # times the median: slower is a straggler
 FLOOR = 0.001  # seconds a matmul must also exceed the median by: below it, clock noise
@@ -76,20 +79,47 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1000:.0f} ms"
 
 
+def _slow_pairs(first: Mapping[int, float | None], second: Mapping[int, float | None]) -> list[int]:
+    """The nodes whose all-reduce took more than ``SLOW`` times the median in both passes."""
+    m1, m2 = _median(list(first.values())), _median(list(second.values()))
+    if not m1 or not m2:
+        return []
+    slow = [n for n in sorted(set(first) & set(second)) if first[n] is not None and second[n] is not None]
+    return [n for n in slow if first[n] > SLOW * m1 and second[n] > SLOW * m2]
+
+
+def confirm_pass(first: Mapping[int, float | None], second: Mapping[int, float | None]) -> list[list[Pair]]:
+    """The confirming pass's one slot: each node slow in both passes with a node found fast (the
+    fastest of pass 2 first, each partner once); none when no node was slow. A slow node left without
+    a fast partner is named on the two passes alone."""
+    suspects = _slow_pairs(first, second)
+    if not suspects:
+        return []
+    fast = [n for n in second if n not in suspects and second[n] is not None and first.get(n) is not None]
+    fast.sort(key=lambda n: (second[n], n))
+    return [sorted(tuple(sorted(pair)) for pair in zip(suspects, fast))]
+
+
 def judge(
-    first: Mapping[int, float | None], second: Mapping[int, float | None], matmul: Mapping[int, float | None]
+    first: Mapping[int, float | None],
+    second: Mapping[int, float | None],
+    matmul: Mapping[int, float | None],
+    third: Mapping[int, float | None] | None = None,
 ) -> list[Finding]:
-    """The nodes the figures name (by group rank): faulty first, then slow."""
+    """The nodes the figures name (by group rank): faulty first, then slow. ``third``: the confirming
+    pass's times; a node slow in both passes that was fast with its third partner is not named."""
     found = []
     nodes = sorted(set(first) | set(second) | set(matmul))
     m1, m2, mm = _median(list(first.values())), _median(list(second.values())), _median(list(matmul.values()))
+    slow = _slow_pairs(first, second)
     for node in nodes:
         t1, t2, own = first.get(node), second.get(node), matmul.get(node)
+        t3 = (third or {}).get(node)
         if t1 is None and t2 is None:
             found.append(Finding(node, "faulty", "its all-reduce failed with two different partners"))
-        elif m1 and m2 and t1 is not None and t2 is not None and t1 > SLOW * m1 and t2 > SLOW * m2:
+        elif node in slow and not (t3 is not None and m2 and t3 <= SLOW * m2):
             why = f"its all-reduce took {_ms(t1)} and {_ms(t2)} against medians of {_ms(m1)} and {_ms(m2)}"
-            found.append(Finding(node, "slow", why))
+            found.append(Finding(node, "slow", why + (f", then {_ms(t3)} with a third partner" if t3 else "")))
         elif mm and own is not None and own > SLOW * mm and own - mm > FLOOR:
             found.append(Finding(node, "slow", f"its matmul took {_ms(own)} against a median of {_ms(mm)}"))
     return sorted(found, key=lambda f: (f.kind != "faulty", f.node))

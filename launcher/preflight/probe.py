@@ -17,7 +17,7 @@ import sys
 import time
 from datetime import timedelta
 
-from launcher.preflight.pairs import ENV, first_pass, judge, second_pass
+from launcher.preflight.pairs import ENV, confirm_pass, first_pass, judge, second_pass
 
 __all__ = ["main"]
 
@@ -50,7 +50,7 @@ def _pair_group(dist, store, rank: int, device):
 
 
 def _pair_time(dist, torch, store, key: str, me: int, pair: tuple[int, int], mib: int, device):
-    """Seconds of one all-reduce of ``mib`` MiB with the partner (the best of three after a warm-up); None: failed."""
+    """Seconds of one all-reduce of ``mib`` MiB with the partner (the best of five after a warm-up); None: failed."""
     try:
         prefixed = dist.PrefixStore(key, store)
         prefixed.set_timeout(timedelta(seconds=PAIR_TIMEOUT))
@@ -58,7 +58,7 @@ def _pair_time(dist, torch, store, key: str, me: int, pair: tuple[int, int], mib
         tensor = torch.ones(mib * 2**20 // 4, device=device)
         group.allreduce([tensor]).wait()
         best = None
-        for _ in range(3):
+        for _ in range(5):
             started = time.perf_counter()
             group.allreduce([tensor]).wait()
             tensor[0].item()
@@ -119,11 +119,18 @@ def main() -> None:
     )
     second_slots = second_pass(first)
     second = _share(store, settings, "t2", _run_pass(dist, torch, store, settings, 2, second_slots, device))
-    findings = judge(first, second, matmul)
+    confirming = confirm_pass(first, second)  # the same slots on every node: all share the same figures
+    third = (
+        _share(store, settings, "t3", _run_pass(dist, torch, store, settings, 3, confirming, device))
+        if confirming
+        else {}
+    )
+    findings = judge(first, second, matmul, third)
     result = {
         "matmul": matmul,
         "first": first,
         "second": second,
+        "third": third,
         "findings": [{"rank": f.node, "kind": f.kind, "why": f.why} for f in findings],
         "seconds": round(time.monotonic() - started, 3),
     }

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from tests.faults.helpers import Agent, children, freeze, run_id, timeline, wait_for
+from tests.faults.helpers import Agent, children, freeze, run_id, stuck_story, timeline, wait_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(ROOT, "examples", "ddp_inprocess.py")
@@ -52,6 +52,13 @@ def _agents(etcd_endpoints, tmp_path, count: int, nnodes: str, steps: int, conf:
     ]
 
 
+def _stepping(out: str, started: list[Agent], steps: int, timeout: float) -> None:
+    """Until the job's workers took ``steps`` steps in all; else the stuck start's story (CI 62: two
+    warm-forked workers joined and never stepped), native stacks included."""
+    stepped = lambda: len([e for e in timeline(out) if e["event"] == "step"]) >= steps  # noqa: E731
+    wait_for(stepped, timeout, what="steps", story=lambda: stuck_story(out, started))
+
+
 def _worker_of(out: str, agent: Agent) -> int:
     tree = set(children(agent.pid))
     return next(e["pid"] for e in timeline(out) if e["event"] == "joined" and e["pid"] in tree)
@@ -76,7 +83,7 @@ def _finish(started: list[Agent]) -> None:
 def test_a_worker_sigkilled_costs_the_survivors_no_process(job, tmp_path):
     started = job(2, "2", 450)
     out = str(tmp_path / "tl")
-    wait_for(lambda: len([e for e in timeline(out) if e["event"] == "step"]) >= 100, 60, what="steps")
+    _stepping(out, started, 100, 60)
     survivor, victim = _worker_of(out, started[0]), _worker_of(out, started[1])
     os.kill(victim, signal.SIGKILL)
     killed = time.time()
@@ -104,7 +111,7 @@ def test_a_worker_sigkilled_costs_the_survivors_no_process(job, tmp_path):
 def test_a_node_s_death_costs_the_survivors_no_process(job, tmp_path):
     started = job(3, "2:3", 450)
     out = str(tmp_path / "tl")
-    wait_for(lambda: len([e for e in timeline(out) if e["event"] == "step"]) >= 150, 60, what="steps")
+    _stepping(out, started, 150, 60)
     survivors = {_worker_of(out, a) for a in started[:2]}
     dead = started[2]
     for pid in [dead.pid, *children(dead.pid)]:
@@ -123,7 +130,7 @@ def test_a_frozen_node_costs_the_survivors_no_process(job, tmp_path):
     their process groups are aborted when the round ends (its peers end its lease)."""
     started = job(3, "2:3", 450)
     out = str(tmp_path / "tl")
-    wait_for(lambda: len([e for e in timeline(out) if e["event"] == "step"]) >= 150, 60, what="steps")
+    _stepping(out, started, 150, 60)
     survivors = {_worker_of(out, a) for a in started[:2]}
     frozen = started[2]
     freeze([frozen.pid, *children(frozen.pid)])
@@ -140,7 +147,7 @@ def test_a_frozen_node_costs_the_survivors_no_process(job, tmp_path):
 def test_a_hang_elsewhere_costs_the_survivors_no_process(job, tmp_path):
     started = job(2, "2", 400)
     out = str(tmp_path / "tl")
-    wait_for(lambda: len([e for e in timeline(out) if e["event"] == "step"]) >= 200, 60, what="steps")
+    _stepping(out, started, 200, 60)
     survivor, hung = _worker_of(out, started[0]), _worker_of(out, started[1])
     os.kill(hung, signal.SIGSTOP)
     stopped = time.time()
@@ -154,7 +161,7 @@ def test_a_hang_elsewhere_costs_the_survivors_no_process(job, tmp_path):
 def test_a_compiled_model_is_compiled_once_in_a_kept_process_and_again_in_a_new_one(job, tmp_path):
     started = job(2, "2", 350, more=("--compile",))
     out = str(tmp_path / "tl")
-    wait_for(lambda: len([e for e in timeline(out) if e["event"] == "step"]) >= 100, 90, what="steps")
+    _stepping(out, started, 100, 90)
     survivor, victim = _worker_of(out, started[0]), _worker_of(out, started[1])
     os.kill(victim, signal.SIGKILL)
     _finish(started)

@@ -181,8 +181,11 @@ def test_with_replace_stragglers_a_spare_takes_the_slow_nodes_place_and_the_job_
 
 def test_watch_ddp_times_each_forward_to_its_gradients_and_no_evaluation(tmp_path):
     """The hooks alone, in one process (any module trained with backward; DDP adds its all-reduce):
-    three training steps of 30 ms in the forward make three spans of about 30 ms; a forward under
-    no_grad (an evaluation) makes none; outside elastic-run nothing is registered."""
+    three training steps whose forward computes for 30 ms of CPU make three spans of about 30 ms; a
+    forward under no_grad (an evaluation) makes none; outside elastic-run nothing is registered. The
+    forward spins rather than sleeps: a span is its wall time less its wait for a CPU, at least its
+    CPU time on any machine, while a sleep's share of the kernel's wait figure is not (CI once read
+    65 ms for three 30 ms sleeps on a loaded VM)."""
     import subprocess
     import sys
     import textwrap
@@ -201,7 +204,9 @@ def test_watch_ddp_times_each_forward_to_its_gradients_and_no_evaluation(tmp_pat
                 self.layer = torch.nn.Linear(8, 8)
 
             def forward(self, x):
-                time.sleep(0.03)
+                until = time.thread_time() + 0.03
+                while time.thread_time() < until:
+                    pass
                 return self.layer(x)
 
         model = elastic.watch_ddp(Slow())

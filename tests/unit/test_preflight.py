@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from launcher.preflight.gate import Preflight, Verdict, decide
-from launcher.preflight.pairs import Finding, first_pass, judge, second_pass
+from launcher.preflight.pairs import Finding, confirm_pass, first_pass, judge, second_pass
 from rendezvous.job.state import Cause, JobState, JobStatus
 
 
@@ -40,6 +40,33 @@ def test_a_node_slow_with_both_partners_or_in_its_matmul_is_slow_and_one_slow_pa
     found = judge(dict.fromkeys(range(4), 0.1), dict.fromkeys(range(4), 0.1), {0: 0.01, 1: 0.01, 2: 0.01, 3: 0.05})
     assert [(f.node, f.kind) for f in found] == [(3, "slow")] and "matmul took 50 ms" in found[0].why
     assert judge(dict.fromkeys(range(4), 0.1), dict.fromkeys(range(4), 0.12), dict.fromkeys(range(4), 0.01)) == []
+
+
+def test_a_node_slow_in_both_passes_meets_the_fastest_node_again_and_is_named_only_if_slow_there_too():
+    first = {0: 0.1, 1: 0.1, 2: 0.5, 3: 0.5}
+    second = {0: 0.09, 1: 0.1, 2: 0.1, 3: 0.5}
+    matmul = dict.fromkeys(range(4), 0.01)
+    assert confirm_pass(first, second) == [[(0, 3)]]  # the suspect with pass 2's fastest
+    assert confirm_pass(dict.fromkeys(range(4), 0.1), dict.fromkeys(range(4), 0.1)) == []  # nobody slow: no pass
+    stalled = judge(first, second, matmul, {0: 0.11, 1: None, 2: None, 3: 0.11})  # fast now: a passing stall
+    assert stalled == []
+    slow = judge(first, second, matmul, {0: 0.6, 1: None, 2: None, 3: 0.6})
+    assert [(f.node, f.kind) for f in slow] == [(3, "slow")] and slow[0].why.endswith(
+        "then 600 ms with a third partner"
+    )
+    failed = judge(first, second, matmul, dict.fromkeys(range(4)))  # the third pair failed: still slow
+    assert [(f.node, f.kind) for f in failed] == [(3, "slow")]
+
+
+def test_two_slow_nodes_take_two_fast_partners_and_one_without_a_partner_is_named_on_two_passes():
+    first = {0: 0.1, 1: 0.5, 2: 0.1, 3: 0.5, 4: 0.1, 5: 0.1}
+    second = {0: 0.1, 1: 0.5, 2: 0.12, 3: 0.5, 4: 0.11, 5: 0.1}
+    assert confirm_pass(first, second) == [[(0, 1), (3, 5)]]  # by pass 2's time, then group rank
+    first = {0: 0.1, 1: 0.5, 2: None, 3: 0.5, 4: 0.1}  # 2 and 4 each failed once: no partner to confirm with
+    second = {0: 0.1, 1: 0.5, 2: 0.1, 3: 0.5, 4: None}
+    assert confirm_pass(first, second) == [[(0, 1)]]
+    found = judge(first, second, dict.fromkeys(range(5), 0.01), {0: 0.1, 1: 0.1, 2: None, 3: None, 4: None})
+    assert [(f.node, f.kind) for f in found] == [(3, "slow")]
 
 
 def test_the_named_nodes_leave_only_when_the_job_keeps_its_minimum_without_them():
