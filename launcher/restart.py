@@ -239,7 +239,8 @@ def rejoin_after_finish(state: JobState | None) -> str | None:
         return None
     cause = state.cause
     if cause.failures:
-        return f"{cause.failures[0]} after this node's workers finished: the job restarts; rejoining"
+        used = f" ({state.restarts + 1}/{state.max_restarts})" if state.restarts < state.max_restarts else ""
+        return f"{cause.failures[0]} after this node's workers finished: the job restarts{used}; rejoining"
     if cause.waiting and not cause.lost:
         names = ", ".join(cause.joining) or f"{cause.waiting} node(s)"
         return f"{names} came to join before every node's workers finished: the job goes on with them; rejoining"

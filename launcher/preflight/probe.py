@@ -50,7 +50,7 @@ def _pair_group(dist, store, rank: int, device):
 
 
 def _pair_time(dist, torch, store, key: str, me: int, pair: tuple[int, int], mib: int, device):
-    """Seconds of one all-reduce of ``mib`` MiB with the partner (the best of five after a warm-up); None: failed."""
+    """Seconds of one all-reduce of ``mib`` MiB with the partner (the best of three after a warm-up); None: failed."""
     try:
         prefixed = dist.PrefixStore(key, store)
         prefixed.set_timeout(timedelta(seconds=PAIR_TIMEOUT))
@@ -58,7 +58,7 @@ def _pair_time(dist, torch, store, key: str, me: int, pair: tuple[int, int], mib
         tensor = torch.ones(mib * 2**20 // 4, device=device)
         group.allreduce([tensor]).wait()
         best = None
-        for _ in range(5):
+        for _ in range(3):
             started = time.perf_counter()
             group.allreduce([tensor]).wait()
             tensor[0].item()

@@ -149,7 +149,24 @@ def native_stacks(pid: int) -> str:
     except subprocess.TimeoutExpired:
         return f"worker {pid}: gdb did not answer within 60 s"
     kept = [line for line in shown.stdout.splitlines() if line.startswith(("Thread ", "#"))]
-    return f"worker {pid}'s native stacks:\n" + "\n".join(line[:200] for line in kept)
+    return f"worker {pid} ({_sched_state(pid)})'s native stacks:\n" + "\n".join(line[:200] for line in kept)
+
+
+def _sched_state(pid: int) -> str:
+    """The kernel's view of each of the process's threads: its state letter (R running, S sleeping, D
+    in the kernel, T stopped) and where it sleeps -- a stopped worker and a waiting one look alike in
+    a stack."""
+    found = []
+    for tid in sorted(os.listdir(f"/proc/{pid}/task"), key=int) if os.path.isdir(f"/proc/{pid}/task") else []:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as handle:
+                state = handle.read().rsplit(")", 1)[1].split()[0]
+            with open(f"/proc/{pid}/task/{tid}/wchan") as handle:
+                wchan = handle.read().strip()
+        except OSError:
+            continue
+        found.append(f"{tid}:{state}" + (f":{wchan}" if wchan not in ("", "0") else ""))
+    return "threads " + " ".join(found) if found else "gone"
 
 
 def workers(out: str) -> list[dict]:

@@ -308,7 +308,9 @@ def test_a_rank_that_stops_after_its_peer_finished_is_found_from_what_was_learne
 
 def test_elastic_ctl_status_shows_each_nodes_oldest_heartbeat_while_the_job_runs(etcd_endpoints, tmp_path):
     out, rdzv_id = str(tmp_path), run_id()
-    agents = _two_agents(etcd_endpoints, rdzv_id, *steps_args(out, "--steps", "40"))
+    # 20 s of steps: the status is asked three times, each a new process (on a slow machine, seconds);
+    # at 8 s, CI once saw node 0 finished by the third
+    agents = _two_agents(etcd_endpoints, rdzv_id, *steps_args(out, "--steps", "100"))
     try:
 
         def status() -> dict:

@@ -1,26 +1,21 @@
 """The pre-flight check end to end (real agents, real etcd, gloo on CPU): four healthy nodes pass
 it in under 3 s before their workers start; a node whose gloo cannot start (its
 GLOO_SOCKET_IFNAME names no interface: its workers would fail the same way) is found faulty with
-both its partners, leaves the job with exit 200 before any worker starts, and the other three train;
-a node whose check runs at a fifth of its speed is slow with three partners (the third in the pass
-that confirms a finding) and leaves the same way."""
+both its partners, leaves the job with exit 200 before any worker starts, and the other three train."""
 
 from __future__ import annotations
 
 import os
-import threading
 import time
 
 from tests.e2e.cli_helpers import agent_args, finish, run, run_id, start, wait_for
-from tests.faults.helpers import children, freeze, thaw
 
 from .test_stragglers import history, workers
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "workers", "paced.py")
 
 
-def _job(endpoints: str, out: str, envs: list[dict], slow=None) -> tuple[list[tuple[int, str]], list[dict], str]:
-    """A job of ``envs`` nodes; ``slow(agents)``, called once all started, may slow one of them."""
+def _job(endpoints: str, out: str, envs: list[dict]) -> tuple[list[tuple[int, str]], list[dict], str]:
     rdzv_id = run_id()
     args = agent_args(endpoints, rdzv_id, "3:4", nproc=1, conf="last_call_timeout=2") + ["--preflight"]
     agents = []
@@ -28,8 +23,6 @@ def _job(endpoints: str, out: str, envs: list[dict], slow=None) -> tuple[list[tu
         for env in envs:
             agents.append(start([*args, WORKER, out], env=env))
             time.sleep(0.3)
-        if slow is not None:
-            slow(agents)
         wait_for(lambda: len([w for w in workers(out) if len(w["steps"]) > 20]) >= 3, 120, what="3 workers stepping")
         open(os.path.join(out, "stop"), "w").close()
         results = [finish(agent, 60) for agent in agents]
@@ -67,43 +60,3 @@ def test_a_node_whose_gloo_cannot_start_is_found_faulty_and_leaves_before_any_wo
     assert [e for e in history if e["kind"] == "group_restarted"] == []  # its leaving used no restart
     shown = run(["status", "--rdzv-endpoint", etcd_endpoints, "--rdzv-id", rdzv_id], tool_name="elastic-ctl")
     assert "pre-flight check of round 1: group rank" in shown.stdout and "is faulty" in shown.stdout, shown.stdout
-
-
-def _throttle_probe(agent, seconds: float) -> threading.Thread:
-    """For ``seconds``, the pre-flight program under ``agent`` stopped 40 ms of every 48 (SIGSTOP,
-    SIGCONT): a node whose every all-reduce of the check takes four times as long, with any partner."""
-
-    def probe(pid: int) -> bool:
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as handle:
-                return b"launcher.preflight.probe" in handle.read()
-        except OSError:
-            return False
-
-    def cycle() -> None:
-        until = time.monotonic() + seconds
-        while time.monotonic() < until and agent.poll() is None:
-            pids = [pid for pid in children(agent.pid) if probe(pid)]
-            freeze(pids)
-            time.sleep(0.04)
-            thaw(pids)
-            time.sleep(0.008)
-
-    thread = threading.Thread(target=cycle, daemon=True)
-    thread.start()
-    return thread
-
-
-def test_a_node_slow_with_three_partners_is_named_slow_and_leaves_and_the_others_train(etcd_endpoints, tmp_path):
-    """The confirming pass on real gloo: the last node's check program runs a fifth of the time, so its
-    all-reduce is slow with each of its three partners, the third in the pass that confirms it."""
-    throttles = []
-    slow = lambda agents: throttles.append(_throttle_probe(agents[3], 40.0))  # noqa: E731
-    results, history, _ = _job(etcd_endpoints, str(tmp_path), [{}] * 4, slow=slow)
-    outputs = [text for _, text in results]
-    assert [code for code, _ in results] == [0, 0, 0, 200], outputs
-    assert "this node leaves the job: the pre-flight check found group rank" in outputs[3], outputs[3]
-    assert "is slow: its all-reduce took" in outputs[3] and "with a third partner" in outputs[3], outputs[3]
-    checks = [e for e in history if e["kind"] == "preflight"]
-    assert len(checks[0]["excluded"]) == 1 and "with a third partner" in checks[0]["findings"][0], checks
-    assert {w["world"] for w in workers(str(tmp_path))} == {3}

@@ -91,6 +91,12 @@ def test_a_finished_node_rejoins_for_a_failure_or_a_newcomer_and_not_for_a_loss(
         failed
         == "rank 1 on node n1 failed (exit code 1) after this node's workers finished: the job restarts; rejoining"
     )
+    counted = rejoin_after_finish(
+        replace(forming(Cause(failures=("rank 1 failed",), waiting=1)), restarts=1, max_restarts=2)
+    )
+    assert (
+        counted == "rank 1 failed after this node's workers finished: the job restarts (2/2); rejoining"
+    )  # as the others
     newcomer = rejoin_after_finish(forming(Cause(joining=("n2",), waiting=1)))
     assert newcomer == "n2 came to join before every node's workers finished: the job goes on with them; rejoining"
     assert rejoin_after_finish(forming(Cause(lost=("n1",), waiting=1))) is None
