@@ -301,7 +301,8 @@ def test_a_rank_that_stops_after_its_peer_finished_is_found_from_what_was_learne
     bound = 5 * timeout + COLLECT + 1.0
     assert 5 * timeout <= at - stopped <= bound, f"found {at - stopped:.1f} s after its last beat (bound {bound} s)"
     assert culprit.count(r"line \d+ in <module>") >= 1, culprit.output
-    assert finished.count(r"rank 1 on node \S+ hung after this node's workers finished: the job restarts; rejoining")
+    rejoined = r"rank 1 on node \S+ hung after this node's workers finished: the job restarts \(1/1\); rejoining"
+    assert finished.count(rejoined), finished.output
     assert done(out) == {(0, 0), (0, 1), (1, 1)}, [a.output for a in agents]
     print(f"\n{line}\n  {at - stopped:.2f} s after rank 1's last heartbeat; its peer finished first")
 

@@ -17,13 +17,21 @@ from rendezvous import (
     EtcdServer,
     RendezvousConnectionError,
 )
-from rendezvous.etcd.server import ServerTLS, free_port
+from rendezvous.etcd.server import ServerTLS
 from rendezvous.etcd.session import Session
 from rendezvous.etcd.watch import EventType, Watch
 
+_HELD: list[socket.socket] = []
+
 
 def _dead_endpoint() -> str:
-    return f"127.0.0.1:{free_port()}"
+    """A loopback port bound here and never listened on: a connection to it is refused, and no other
+    process can take it while this test process holds it (a port merely free when picked was once, in
+    CI, taken by an etcd another test started during a 9 s wait)."""
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    _HELD.append(held)
+    return f"127.0.0.1:{held.getsockname()[1]}"
 
 
 def test_unreachable_etcd_is_retried_for_the_whole_timeout_and_the_error_says_how_long():
@@ -43,7 +51,7 @@ def test_unreachable_etcd_is_retried_for_the_whole_timeout_and_the_error_says_ho
 
 def test_waiting_for_etcd_says_so_every_5_s_and_the_last_lines_figures_add_up():
     said: list[tuple[float, str]] = []
-    client = EtcdClient(f"127.0.0.1:{free_port()}", timeout=1)
+    client = EtcdClient(_dead_endpoint(), timeout=1)
     started = time.monotonic()
     try:
         with pytest.raises(RendezvousConnectionError) as info:

@@ -168,9 +168,13 @@ def test_a_compiled_model_is_compiled_once_in_a_kept_process_and_again_in_a_new_
     events = timeline(out)
     again = next(e for e in events if e["event"] == "joined" and e["pid"] == survivor and e["restart"] == 1)
     ends = {e["pid"]: e["graphs"] for e in events if e["event"] == "compiled"}
-    new = next(e["pid"] for e in events if e["event"] == "joined" and e["restart"] == 1 and e["pid"] != survivor)
-    assert again["graphs"] > 0 and ends[survivor] == again["graphs"], (again, ends)  # dynamo compiled nothing more
-    assert ends[new] > 0 and next(e for e in events if e["pid"] == new and e["event"] == "joined")["graphs"] == 0
+    story = [e for e in events if e["event"] != "step"]
+    # the replaced rank's process that ended the job (CI once saw a first replacement that never did:
+    # on a slow machine the round formed again before it compiled anything)
+    new = next((pid for pid in ends if pid != survivor), None)
+    assert again["graphs"] > 0 and ends.get(survivor) == again["graphs"], story  # dynamo compiled nothing more
+    first = next(e for e in events if e["pid"] == new and e["event"] == "joined")
+    assert ends[new] > 0 and first["graphs"] == 0 and first["restart"] >= 1, story
     print(
         f"\ncompiled: {again['graphs']} graph(s) in the kept process, none again after the restart; "
         f"the replaced rank's new process compiled {ends[new]}"

@@ -18,6 +18,7 @@ import pytest
 
 from launcher.goodput.steptimes import STALL
 from tests.e2e.cli_helpers import agent_args, finish, run, run_id, start, wait_for
+from tests.faults.helpers import alive, native_stacks
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 STEPS = os.path.join(ROOT, "examples", "ddp_steps.py")
@@ -78,7 +79,12 @@ def reported(etcd_endpoints, tmp_path_factory):
             ]
             return late[0]["pid"] if late else None
 
-        pid = wait_for(victim, 120, interval=0.01, what=f"rank 1 at step {KILL_AT}")
+        def story() -> str:  # a stuck start (CI once waited here past the test's timeout): where each worker is
+            last = {r["pid"]: r for r in _timeline(str(steps_dir))}
+            lines = [f"worker {p}: rank {r['rank']}, last {r['event']} {r.get('step')}" for p, r in last.items()]
+            return "\n".join(lines + [native_stacks(p) for p in last if alive(p)])
+
+        pid = wait_for(victim, 80, interval=0.01, what=f"rank 1 at step {KILL_AT}", story=story)
         os.kill(pid, signal.SIGKILL)
         killed = time.time()
         results = [finish(agent, 120) for agent in agents]
