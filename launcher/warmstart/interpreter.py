@@ -82,8 +82,12 @@ def _program_file(argv: Sequence[str]) -> str | None:
     return rest[0] if rest else None
 
 
+_USES_TORCH = {"checkpoint"}  # parts of this project's ``elastic`` that load torch when called
+
+
 def _imports(path: str | None) -> set[str]:
-    """The top-level package of every import statement in ``path``'s source (none if unreadable)."""
+    """The top-level package of every import statement in ``path``'s source (none if unreadable);
+    "torch" too where it uses ``elastic.checkpoint``, which saves and loads with torch."""
     import ast
 
     try:
@@ -97,7 +101,22 @@ def _imports(path: str | None) -> set[str]:
             names.update(alias.name.split(".")[0] for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             names.add(node.module.split(".")[0])
+        if _uses_torch_of_elastic(node):
+            names.add("torch")
     return names
+
+
+def _uses_torch_of_elastic(node) -> bool:
+    """``elastic.checkpoint`` (an attribute or ``import elastic.checkpoint``) or ``from elastic import checkpoint``."""
+    import ast
+
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+        return node.value.id == "elastic" and node.attr in _USES_TORCH
+    if isinstance(node, ast.Import):
+        return any(alias.name.split(".")[:2] in (["elastic", part] for part in _USES_TORCH) for alias in node.names)
+    if isinstance(node, ast.ImportFrom) and node.module == "elastic" and not node.level:
+        return any(alias.name in _USES_TORCH for alias in node.names)
+    return False
 
 
 class WarmProcess:
