@@ -113,7 +113,9 @@ def _uses_torch_of_elastic(node) -> bool:
     if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
         return node.value.id == "elastic" and node.attr in _USES_TORCH
     if isinstance(node, ast.Import):
-        return any(alias.name.split(".")[:2] in (["elastic", part] for part in _USES_TORCH) for alias in node.names)
+        return any(
+            alias.name.startswith("elastic.") and alias.name.split(".")[1] in _USES_TORCH for alias in node.names
+        )
     if isinstance(node, ast.ImportFrom) and node.module == "elastic" and not node.level:
         return any(alias.name in _USES_TORCH for alias in node.names)
     return False

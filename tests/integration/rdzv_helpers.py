@@ -1,12 +1,26 @@
-"""Run several rendezvous handlers at once, each with its own etcd client, with bounded waits."""
+"""Helpers of the integration tests: several rendezvous handlers at once, each with its own etcd
+client, with bounded waits; an endpoint where no etcd answers."""
 
 from __future__ import annotations
 
+import socket
 import threading
 
 from rendezvous import EtcdClient
 from rendezvous.rounds.handler import RendezvousHandler
 from rendezvous.settings import RendezvousSettings
+
+_HELD: list[socket.socket] = []
+
+
+def dead_endpoint() -> str:
+    """A loopback port bound here and never listened on: a connection to it is refused, and no other
+    process can take it while this test process holds it (a port merely free when picked was once, in
+    CI, taken by an etcd another test started during a 9 s wait)."""
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    _HELD.append(held)
+    return f"127.0.0.1:{held.getsockname()[1]}"
 
 
 class Nodes:

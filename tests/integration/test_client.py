@@ -20,22 +20,11 @@ from rendezvous import (
 from rendezvous.etcd.server import ServerTLS
 from rendezvous.etcd.session import Session
 from rendezvous.etcd.watch import EventType, Watch
-
-_HELD: list[socket.socket] = []
-
-
-def _dead_endpoint() -> str:
-    """A loopback port bound here and never listened on: a connection to it is refused, and no other
-    process can take it while this test process holds it (a port merely free when picked was once, in
-    CI, taken by an etcd another test started during a 9 s wait)."""
-    held = socket.socket()
-    held.bind(("127.0.0.1", 0))
-    _HELD.append(held)
-    return f"127.0.0.1:{held.getsockname()[1]}"
+from tests.integration.rdzv_helpers import dead_endpoint
 
 
 def test_unreachable_etcd_is_retried_for_the_whole_timeout_and_the_error_says_how_long():
-    endpoint = _dead_endpoint()
+    endpoint = dead_endpoint()
     client = EtcdClient(endpoint, timeout=1.0)
     started = time.monotonic()
     with pytest.raises(RendezvousConnectionError) as info:
@@ -51,7 +40,7 @@ def test_unreachable_etcd_is_retried_for_the_whole_timeout_and_the_error_says_ho
 
 def test_waiting_for_etcd_says_so_every_5_s_and_the_last_lines_figures_add_up():
     said: list[tuple[float, str]] = []
-    client = EtcdClient(_dead_endpoint(), timeout=1)
+    client = EtcdClient(dead_endpoint(), timeout=1)
     started = time.monotonic()
     try:
         with pytest.raises(RendezvousConnectionError) as info:
@@ -85,7 +74,7 @@ def test_black_holed_etcd_raises_connection_error_within_the_timeout():
 
 
 def test_connection_error_names_every_endpoint_tried():
-    dead = [_dead_endpoint(), _dead_endpoint()]
+    dead = [dead_endpoint(), dead_endpoint()]
     with pytest.raises(RendezvousConnectionError) as info:
         EtcdClient(",".join(dead), timeout=1.0).get("k")
     for endpoint in dead:
@@ -93,7 +82,7 @@ def test_connection_error_names_every_endpoint_tried():
 
 
 def test_client_fails_over_when_the_first_endpoint_is_dead(etcd_endpoints, key_prefix):
-    client = EtcdClient(f"{_dead_endpoint()},{etcd_endpoints}", timeout=3.0)
+    client = EtcdClient(f"{dead_endpoint()},{etcd_endpoints}", timeout=3.0)
     try:
         backend = EtcdRendezvousBackend(client, "job", key_prefix=key_prefix)
         _, token, written = backend.set_state(b"x")

@@ -5,11 +5,11 @@ from __future__ import annotations
 import time
 
 from rendezvous import EtcdClient
-from rendezvous.etcd.server import free_port
 from rendezvous.etcd.txn import op_put
 from rendezvous.job.history import Event, HistoryWriter, read_history
 from rendezvous.job.keys import frame_state
 from rendezvous.job.state import JobState, JobStatus, Keep
+from tests.integration.rdzv_helpers import dead_endpoint
 
 
 def _job(client: EtcdClient, root: str, lease: int = 0) -> str:
@@ -63,7 +63,7 @@ def test_a_record_goes_on_the_jobs_lease_and_none_is_written_for_a_job_that_is_g
 
 def test_recording_never_blocks_and_a_failed_write_is_said_once():
     said: list[str] = []
-    client = EtcdClient(f"127.0.0.1:{free_port()}", timeout=0.5)
+    client = EtcdClient(dead_endpoint(), timeout=0.5)
     writer = HistoryWriter(client, "/elastic/job/", "n1", report=said.append)
     started = time.monotonic()
     for i in range(3):
