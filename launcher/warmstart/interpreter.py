@@ -218,7 +218,7 @@ class WarmStarter:
         return not why
 
     def _broken(self) -> str:
-        if self._dead:
+        if self._dead or self._process.poll() is not None:  # exited: its reader may not have seen EOF yet
             return f"the warm interpreter exited ({self._last_line() or 'no output'})"
         if self._ready is None:
             return f"the warm interpreter's imports took more than {READY_WITHIN:.0f} s"
