@@ -18,7 +18,8 @@ steps but not its teardown, which in a forked child can wait forever (see ``_exi
 
 Nothing here may leave a thread running, initialize an accelerator or run a tensor operation: a fork
 copies only the thread that forks, and CUDA cannot be used in a child forked after it was initialized
-(the imports run on a thread of their own, ended before the first fork: ``_preload_aside``).
+(the imports run on a thread of their own, ended -- gone from the kernel, not merely joined --
+before the first fork: ``_preload_aside``).
 """
 
 import ctypes
@@ -31,6 +32,7 @@ import socket
 import sys
 import tempfile
 import threading
+import time
 
 __all__ = ["die_with", "main", "serve"]
 
@@ -93,11 +95,12 @@ def _preload(names: list[str]) -> tuple[list[str], dict[str, str], bytes, bytes]
     return loaded, failed, output[0], output[1]
 
 
-def _preload_aside(names: list[str], sock: socket.socket) -> tuple[list[str], dict[str, str], bytes, bytes]:
+def _preload_aside(names: list[str], sock: socket.socket) -> tuple[list[str], dict[str, str], bytes, bytes, int]:
     """``_preload`` on a thread of its own, while this (main) thread takes the agent's Priority
     messages for it: a hot spare's agent lowers the imports' CPU priority (Linux keeps one per
     thread), so that on a shared machine a spare's imports never slow the nodes that train -- and
-    the workers, forked from this thread once the imports are done, start at this process's own."""
+    the workers, forked from this thread once the imports are done, start at this process's own.
+    Last of what it returns: the importing thread's id (``_unsafe`` checks that it is gone)."""
     done: list[tuple[list[str], dict[str, str], bytes, bytes]] = []
     ended_r, ended_w = os.pipe()  # written when the imports end: the wait below wakes at once
 
@@ -114,11 +117,22 @@ def _preload_aside(names: list[str], sock: socket.socket) -> tuple[list[str], di
         if ended_r in ready or not _take_priority(sock, thread.native_id):
             break  # the imports ended, or not a Priority (the agent is gone, or asks for a worker): ``serve``'s
     thread.join()
+    _until_gone(thread.native_id)
     os.close(ended_r)  # neither end may reach a forked worker
     os.close(ended_w)
     if not done:  # an import raised past Exception (SystemExit, KeyboardInterrupt) and ended the thread
-        return [], dict.fromkeys(names, "the import ended its thread"), b"", b""
-    return done[0]
+        return [], dict.fromkeys(names, "the import ended its thread"), b"", b"", thread.native_id
+    return (*done[0], thread.native_id)
+
+
+def _until_gone(thread: int, within: float = 10.0) -> None:
+    """Until the thread ``thread`` has left the kernel (or ``within`` seconds, then ``_unsafe`` says so).
+    ``Thread.join`` returns once the thread's Python state is gone, before the C library runs its
+    thread-local destructors: MKL's frees the thread's buffers under a spinlock, and a worker forked
+    in that window inherits the lock held and spins on it forever in its first matrix multiply."""
+    deadline = time.monotonic() + within
+    while os.path.exists(f"/proc/self/task/{thread}") and time.monotonic() < deadline:
+        time.sleep(0.001)
 
 
 def _take_priority(sock: socket.socket, thread: int) -> bool:
@@ -143,11 +157,13 @@ def _group_nice(nice: int) -> None:
         group.write(str(nice))
 
 
-def _unsafe() -> str:
+def _unsafe(importer: int) -> str:
     """Why forking here would not give a sound worker ("" when it would)."""
     others = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
     if others:
         return f"the preloaded modules started Python threads ({', '.join(others)})"
+    if os.path.exists(f"/proc/self/task/{importer}"):
+        return "the thread that ran the imports has not exited"
     torch = sys.modules.get("torch")
     if torch is not None and getattr(torch, "cuda", None) is not None and torch.cuda.is_initialized():
         return "the preloaded modules initialized CUDA"
@@ -381,10 +397,10 @@ def _print_exception() -> None:
 def main() -> None:
     sys.path.pop(0)  # run by path: this directory must not shadow the workers' imports
     sock = socket.socket(fileno=int(sys.argv[1]))
-    loaded, failed, out, err = _preload_aside([name for name in sys.argv[2].split(",") if name], sock)
+    loaded, failed, out, err, importer = _preload_aside([name for name in sys.argv[2].split(",") if name], sock)
     if _setproctitle is not None:  # its own name, and the room its workers' names take, set up now
         _setproctitle.setproctitle(f"elastic-run warm interpreter ({', '.join(loaded) or 'nothing preloaded'})")
-    _send(sock, wire.Ready(loaded, failed, _unsafe()))
+    _send(sock, wire.Ready(loaded, failed, _unsafe(importer)))
     serve(sock, (out, err))
 
 
