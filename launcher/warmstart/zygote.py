@@ -18,8 +18,7 @@ steps but not its teardown, which in a forked child can wait forever (see ``_exi
 
 Nothing here may leave a thread running, initialize an accelerator or run a tensor operation: a fork
 copies only the thread that forks, and CUDA cannot be used in a child forked after it was initialized
-(the imports run on a thread of their own, ended -- gone from the kernel, not merely joined --
-before the first fork: ``_preload_aside``).
+(the imports run on a thread of their own, idle from their end on: ``_preload_aside``).
 """
 
 import ctypes
@@ -32,7 +31,6 @@ import socket
 import sys
 import tempfile
 import threading
-import time
 
 __all__ = ["die_with", "main", "serve"]
 
@@ -100,39 +98,36 @@ def _preload_aside(names: list[str], sock: socket.socket) -> tuple[list[str], di
     messages for it: a hot spare's agent lowers the imports' CPU priority (Linux keeps one per
     thread), so that on a shared machine a spare's imports never slow the nodes that train -- and
     the workers, forked from this thread once the imports are done, start at this process's own.
-    Last of what it returns: the importing thread's id (``_unsafe`` checks that it is gone)."""
+
+    The importing thread never ends: it waits, idle, for good. A thread that ends runs the C
+    library's thread-local destructors after ``Thread.join`` has returned, and so do the OpenMP
+    threads it started (a preloaded module's tensor operation starts them), which end with it: MKL's
+    destructor frees a thread's buffers under a spinlock, and a worker forked meanwhile inherits the
+    lock held and spins on it forever in its first matrix multiply. Idle threads hold no lock.
+    Last of what it returns: the importing thread's id (``_unsafe`` leaves it out)."""
     done: list[tuple[list[str], dict[str, str], bytes, bytes]] = []
-    ended_r, ended_w = os.pipe()  # written when the imports end: the wait below wakes at once
+    ended_r, ended_w = os.pipe()  # written when the imports end: the waits below wake at once
+    idle = threading.Event()  # never set
 
     def imports() -> None:
         try:
             done.append(_preload(names))
         finally:
             os.write(ended_w, b"x")
+            idle.wait()
 
-    thread = threading.Thread(target=imports, name="elastic-preload")
+    thread = threading.Thread(target=imports, name="elastic-preload", daemon=True)
     thread.start()
     while True:
         ready = select.select([sock, ended_r], [], [])[0]
         if ended_r in ready or not _take_priority(sock, thread.native_id):
             break  # the imports ended, or not a Priority (the agent is gone, or asks for a worker): ``serve``'s
-    thread.join()
-    _until_gone(thread.native_id)
+    os.read(ended_r, 1)  # the imports' end, if a request came first
     os.close(ended_r)  # neither end may reach a forked worker
     os.close(ended_w)
-    if not done:  # an import raised past Exception (SystemExit, KeyboardInterrupt) and ended the thread
+    if not done:  # an import raised past Exception (SystemExit, KeyboardInterrupt)
         return [], dict.fromkeys(names, "the import ended its thread"), b"", b"", thread.native_id
     return (*done[0], thread.native_id)
-
-
-def _until_gone(thread: int, within: float = 10.0) -> None:
-    """Until the thread ``thread`` has left the kernel (or ``within`` seconds, then ``_unsafe`` says so).
-    ``Thread.join`` returns once the thread's Python state is gone, before the C library runs its
-    thread-local destructors: MKL's frees the thread's buffers under a spinlock, and a worker forked
-    in that window inherits the lock held and spins on it forever in its first matrix multiply."""
-    deadline = time.monotonic() + within
-    while os.path.exists(f"/proc/self/task/{thread}") and time.monotonic() < deadline:
-        time.sleep(0.001)
 
 
 def _take_priority(sock: socket.socket, thread: int) -> bool:
@@ -159,11 +154,9 @@ def _group_nice(nice: int) -> None:
 
 def _unsafe(importer: int) -> str:
     """Why forking here would not give a sound worker ("" when it would)."""
-    others = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
+    others = [t.name for t in threading.enumerate() if t is not threading.main_thread() and t.native_id != importer]
     if others:
         return f"the preloaded modules started Python threads ({', '.join(others)})"
-    if os.path.exists(f"/proc/self/task/{importer}"):
-        return "the thread that ran the imports has not exited"
     torch = sys.modules.get("torch")
     if torch is not None and getattr(torch, "cuda", None) is not None and torch.cuda.is_initialized():
         return "the preloaded modules initialized CUDA"
