@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -307,24 +308,33 @@ def test_a_rank_that_stops_after_its_peer_finished_is_found_from_what_was_learne
     print(f"\n{line}\n  {at - stopped:.2f} s after rank 1's last heartbeat; its peer finished first")
 
 
+def _status_story(seen: list[str], agents: list[Agent]) -> str:
+    return "\n".join(["last status: " + ("".join(seen) or "none")] + [f"agent:\n{a.output[-3000:]}" for a in agents])
+
+
 def test_elastic_ctl_status_shows_each_nodes_oldest_heartbeat_while_the_job_runs(etcd_endpoints, tmp_path):
     out, rdzv_id = str(tmp_path), run_id()
     # 20 s of steps: the status is asked three times, each a new process (on a slow machine, seconds);
     # at 8 s, CI once saw node 0 finished by the third
     agents = _two_agents(etcd_endpoints, rdzv_id, *steps_args(out, "--steps", "100"))
+    seen: list[str] = []
     try:
 
         def status() -> dict:
             shown = run(
                 ["status", "--rdzv-endpoint", etcd_endpoints, "--rdzv-id", rdzv_id, "--json"], tool_name="elastic-ctl"
             )
+            seen[:] = [f"exit {shown.returncode} at {time.strftime('%T')}: {shown.stdout} {shown.stderr}".strip()]
             return json.loads(shown.stdout) if shown.returncode == 0 else {}
 
+        # 20 s was not enough once under CI load (seen without a story: now the last answer and the
+        # agents' lines); the job's 20 s of steps follow its start, whenever that comes
         wait_for(
             lambda: len([n for n in status().get("nodes", []) if n["heartbeat_age"] is not None]) == 2,
-            20,
+            45,
             interval=0.5,
             what="both nodes' heartbeat ages in elastic-ctl status",
+            story=lambda: _status_story(seen, agents),
         )
         nodes = status()["nodes"]
         assert all(0 <= n["heartbeat_age"] < 7 and n["heartbeat_rank"] in (0, 1) for n in nodes), nodes
