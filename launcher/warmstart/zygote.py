@@ -16,7 +16,7 @@ and ``__main__``, and named as it (``/proc/PID/cmdline``, with setproctitle). It
 program does (an uncaught exception: its traceback and exit 1), through the interpreter's own exit
 steps but not its teardown, which in a forked child can wait forever (see ``_exit``).
 
-Nothing here may leave a thread running, initialize an accelerator or run a tensor operation: a fork
+Nothing here may leave a thread at work, initialize an accelerator or run a tensor operation: a fork
 copies only the thread that forks, and CUDA cannot be used in a child forked after it was initialized
 (the imports run on a thread of their own, idle from their end on: ``_preload_aside``).
 """
