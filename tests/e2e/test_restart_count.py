@@ -71,7 +71,11 @@ def test_after_rank_0_fails_every_rank_of_the_next_round_sees_restart_count_1(et
     print(f"\nTORCHELASTIC_RESTART_COUNT each rank saw, by round: {table}")
     assert table == {0: {0: 1, 1: 1}, 1: {0: 1, 1: 1}}
     for _, output in results:  # every node says what happened, not only the failing one
-        assert "rank 0 on node " in output and "failed (exit code 1); restarting the workers (1/2)" in output, output
+        # a node whose worker finished before rank 0's failure reached it (0.5 s of work: CI load) says so
+        said = "failed (exit code 1); restarting the workers (1/2)" in output or (
+            "failed (exit code 1) after this node's workers finished: the job restarts (1/2); rejoining" in output
+        )
+        assert "rank 0 on node " in output and said, output
         assert "waiting to join" not in output
     assert all(r["max_restarts"] == 2 for r in _seen(out))
 
