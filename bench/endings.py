@@ -59,6 +59,7 @@ class Trial:
     codes: list[int | str] = field(default_factory=list)  # per agent; "running" if it did not end
     leftovers: list[str] = field(default_factory=list)
     lag: float | None = None  # last worker process gone -> last agent exit
+    starved: float = 0.0  # of the lag: seconds the last agent's main thread waited for a CPU (a busy machine's share)
     victim: int = -1  # the index of the agent of the node the fault hit
 
     def ok(self, fault: str) -> bool:
@@ -84,6 +85,15 @@ def _tree(pid: int) -> set[int]:
         return {pid, *(c.pid for c in psutil.Process(pid).children(recursive=True))}
     except psutil.NoSuchProcess:
         return set()
+
+
+def _run_delay(pid: int) -> float | None:
+    """Seconds the process's main thread has waited on a run queue for a CPU (``schedstat``)."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/schedstat") as handle:
+            return int(handle.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def _alive(pid: int) -> bool:
@@ -137,13 +147,19 @@ def trial(fault: str, mode: str, endpoint: str, end: float) -> Trial:
         result.victim = inject(fault, work, agents)
         exits: dict[int, float] = {}
         gone: dict[int, float] = {}  # worker pid -> when it was seen gone
+        waited: dict[int, float] = {}  # agent index -> its main thread's run-queue wait, the newest read
+        waited_at_gone: dict[int, float] = {}  # the same when the last worker was seen gone
         deadline = time.monotonic() + end
         while len(exits) < 3 and time.monotonic() < deadline:
             seen.update(*(_tree(a.pid) for a in agents if a.poll() is None))
             now = time.time()
+            for index, agent in enumerate(agents):
+                delay = _run_delay(agent.pid) if agent.poll() is None else None
+                if delay is not None:
+                    waited[index] = delay
             for pid in {e["pid"] for e in events(work)} - set(gone):
                 if not _alive(pid):
-                    gone[pid] = now
+                    gone[pid], waited_at_gone = now, dict(waited)
             for index, agent in enumerate(agents):
                 if index not in exits and agent.poll() is not None:
                     exits[index] = now
@@ -151,6 +167,8 @@ def trial(fault: str, mode: str, endpoint: str, end: float) -> Trial:
         result.codes = [a.returncode if a.poll() is not None else "running" for a in agents]
         if len(exits) == 3 and gone:
             result.lag = max(exits.values()) - max(gone.values())
+            last = max(exits, key=exits.get)
+            result.starved = max(0.0, waited.get(last, 0.0) - waited_at_gone.get(last, waited.get(last, 0.0)))
         time.sleep(0.5)  # what a SIGKILLed agent's reaper kills is gone within this
         seen |= {e["pid"] for e in events(work)}
         result.leftovers = [" ".join(psutil.Process(p).cmdline())[:90] for p in sorted(seen) if _alive(p)]

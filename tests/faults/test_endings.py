@@ -1,7 +1,9 @@
 """Every run ends: the short version of ``bench/endings.py`` -- one trial of two of its cells
 (fault x start mode). Each must end on every surviving agent with exit code 0, leave no process of
 its own behind (agents, reapers, warm interpreters, workers forked or not), and the last agent must
-exit within 2 s of the last worker process (the exit barrier and the close-down)."""
+exit within 2 s of the last worker process (the exit barrier and the close-down), not counting the
+time its main thread waited for a CPU (``schedstat``): on a machine busy with other tests, a few
+tenths of a second of work can take seconds, and a wait is what this looks for."""
 
 from __future__ import annotations
 
@@ -33,4 +35,8 @@ def test_the_job_ends_on_every_surviving_agent_and_leaves_nothing_behind(etcd, f
     pytest.importorskip("torch")
     trial = endings.trial(fault, mode, etcd.endpoints, end=90.0)
     assert trial.ok(fault), f"exit codes {trial.codes} (the fault's node: {trial.victim}), left: {trial.leftovers}"
-    assert trial.lag is not None and trial.lag < 2.0, f"the last agent exited {trial.lag} s after the last worker"
+    assert trial.lag is not None, f"no exit lag measured: {trial}"
+    waited = trial.lag - trial.starved
+    assert waited < 2.0, (
+        f"the last agent exited {trial.lag:.2f} s after the last worker, {trial.starved:.2f} s of it waiting for a CPU"
+    )
