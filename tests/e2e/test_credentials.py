@@ -4,6 +4,7 @@ not in ps, not in the workers' environment, not in an error line."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 
 import pytest
@@ -73,7 +74,10 @@ def test_a_prefix_only_role_runs_a_job_and_elastic_ctl_with_credentials_from_the
             if agent.poll() is None:
                 agent.kill()
     assert [code for code, _ in results] == [0, 0], results
-    assert status.returncode == 0 and f"job {rdzv_id}: running" in status.stdout, status.stderr
+    # The job's state read with the role's credentials: "running", or "succeeded" where a busy machine
+    # took longer to start elastic-ctl than the workers' 3 s (local CI saw it once).
+    assert status.returncode == 0, status.stderr
+    assert re.search(rf"^job {rdzv_id}: (running|succeeded), round 1, world size 2", status.stdout, re.M), status.stdout
     assert PASSWORD not in shown, "the password shows in ps"
     for record in records(str(out), 0).values():
         assert not [name for name in record["env"] if name.startswith("ELASTIC_ETCD_")], "credentials reached a worker"
