@@ -197,8 +197,19 @@ RETURNS = {"all at once": (0.0, ""), "one member 3 s before the others": (3.0, "
 def test_a_whole_cluster_outage_longer_than_the_renew_deadline_fences_and_the_job_resumes(
     cluster, agents, tmp_path, returns
 ):
-    out = str(tmp_path)
     stagger, more = RETURNS[returns]
+    for attempt in range(2):
+        waited = _whole_outage(cluster, agents, str(tmp_path / f"try{attempt}"), returns, stagger, more)
+        if waited or not stagger:
+            return
+    # The staggered case is about the round that forms before any renewal; twice in a row, the
+    # renewals came first (a loaded machine can slow the round past the next renewal).
+    pytest.fail("twice, every agent's lease was renewed before the round formed: no agent had to wait for one")
+
+
+def _whole_outage(cluster, agents, out: str, returns: str, stagger: float, more: str) -> int:
+    """One job through a whole-cluster outage of 7 s; how many agents waited for a renewal."""
+    os.makedirs(out)
     conf = "last_call_timeout=1,lease_ttl=5" + more  # renew deadline 4 s
     started = _start_job(cluster, agents, out, seconds=14, conf=conf)
     first = {w["pid"] for w in workers(out)}
@@ -219,11 +230,10 @@ def test_a_whole_cluster_outage_longer_than_the_renew_deadline_fences_and_the_jo
     second = [w for w in workers(out) if w["pid"] not in first]
     assert len(second) == 3 and {w["restart"] for w in second} == {0}, (second, outputs)
     waited = sum("its workers start once etcd renews it" in text for text in outputs)
-    if stagger:
-        assert waited, outputs  # the round formed before any renewal: somebody waited for one
     resumed = min(w["created"] for w in second) - down
     print(
         f"\nwhole cluster down 7 s ({returns}): workers stopped {fenced_after:.1f} s after (deadline 4 s), "
         f"job resumed {resumed:.1f} s after the outage began, no restart used, "
         f"{waited} of 3 agents waited for a renewal before starting their workers"
     )
+    return waited
