@@ -111,10 +111,12 @@ class Agent:
         stores: StoreHost | None = None,
         peers: PeerProbes | None = None,
         paces: PaceBoard | None = None,
+        warm: WarmStarter | None = None,
     ) -> None:
         """``history``, ``reaper``, ``stores`` (the c10d store's sockets; None: rank 0's worker hosts it),
         ``peers`` are the handler's too; whoever made them closes them after ``run``. ``hangs``, ``paces``:
-        etcd's side of hang detection and straggler scores (None: no hang watch; ranks compared locally)."""
+        etcd's side of hang detection and straggler scores (None: no hang watch; ranks compared locally);
+        ``warm``: one started early (``launcher.cli.early``)."""
         self.config = config
         self.handler = handler
         self.history = history
@@ -124,7 +126,7 @@ class Agent:
         self.telemetry = telemetry or Telemetry()
         self.telemetry.lease_age(lambda: handler.lease.silent_for())
         self._group: WorkerGroup | None = None
-        self._warm: WarmStarter | None = None
+        self._warm: WarmStarter | None = warm
         self._rounds: RoundRunner | None = None
         self.state = AgentState.INIT
         self.attempt = 0
@@ -218,7 +220,7 @@ class Agent:
     def _open(self) -> None:
         """The agent's own helpers: the log pump and the worker group."""
         self._pump = LogPump()
-        self._warm = warm_starter(self.config, self.environ, self.say)
+        self._warm = warm_starter(self.config, self.environ, self.say, early=self._warm)
         self._departure = _Departure()
         self._beats_dir = memory_dir("elastic-beats-")
         self._reaper.remove_at_exit(self._beats_dir)

@@ -34,6 +34,7 @@ from .signals import PASSED_SIGNALS, STOP_SIGNALS, pass_to_workers, stop_on_sign
 from .slurm.allocation import allocation_member
 from .slurm.job import AllocationEtcd
 from .torchft_lighthouse import Beside, lighthouse_beside
+from .warmstart.interpreter import WarmStarter
 
 if TYPE_CHECKING:
     from rendezvous.etcd.server import EtcdCluster
@@ -75,12 +76,18 @@ class LaunchOutcome:
 
 
 def launch(
-    plan: LaunchPlan, *, early_etcd: EtcdCluster | None = None, report: Callable[[str], None] = say
+    plan: LaunchPlan,
+    *,
+    early_etcd: EtcdCluster | None = None,
+    early_warm: WarmStarter | None = None,
+    report: Callable[[str], None] = say,
 ) -> LaunchOutcome:
     """Run the plan's agent to the end: the outcome when the job succeeded, else a LauncherError is raised.
 
     ``early_etcd`` is a local etcd already starting (``launcher.cli.main`` starts it before the heavy
-    imports); it is used for a standalone plan, and stopped at the end either way.
+    imports); it is used for a standalone plan, and stopped at the end either way. ``early_warm``:
+    the workers' warm interpreter, started by ``launcher.cli.early`` as early; the agent adopts it or
+    stops it, and it is stopped at the end either way.
     """
     for line in plan.notes:
         report(line)
@@ -97,10 +104,12 @@ def launch(
                 client = EtcdClient(target)
                 try:
                     with lighthouse_beside(plan.lighthouse, target, plan.settings.key_prefix, report):
-                        return _run_agent(plan, client, report, _temporary(plan, server))
+                        return _run_agent(plan, client, report, _temporary(plan, server), early_warm)
                 finally:
                     client.close()
     finally:
+        if early_warm is not None:
+            early_warm.close()  # the agent's, closed already; or never adopted
         for unused in (early_etcd, server):
             if unused is not None:
                 unused.stop()
@@ -116,7 +125,11 @@ def _temporary(plan: LaunchPlan, server: EtcdCluster | None) -> tuple[str, ...]:
 
 
 def _run_agent(
-    plan: LaunchPlan, client: EtcdClient, report: Callable[[str], None], temporary: tuple[str, ...] = ()
+    plan: LaunchPlan,
+    client: EtcdClient,
+    report: Callable[[str], None],
+    temporary: tuple[str, ...] = (),
+    warm: WarmStarter | None = None,
 ) -> LaunchOutcome:
     """The agent and its collaborators: the job's history, the reaper, the rendezvous handler."""
     keys = JobKeys(plan.settings.key_prefix, plan.settings.run_id)
@@ -130,18 +143,7 @@ def _run_agent(
         reaper.configure(client.target, reaper_sys_path(), history={"prefix": keys.root, "node": plan.node_id})
         for path in temporary:
             reaper.remove_at_exit(path)
-        handler = RendezvousHandler(
-            client,
-            plan.settings,
-            local_addr=plan.local_addr,
-            local_world_size=plan.config.nproc_per_node,
-            node_id=plan.node_id,
-            max_restarts=plan.config.max_restarts,
-            history=history,
-            on_renew=reaper.arm,
-            master_port=stores.port if stores is not None else None,
-            probe=peers.endpoint if peers is not None else "",
-        )
+        handler = _handler(plan, client, history, reaper, stores, peers)
         telemetry = _telemetry(plan, client, history)
         paces = PaceBoard(client, keys, plan.node_id)  # followed from the first round with timed work on
         agent = Agent(
@@ -155,6 +157,7 @@ def _run_agent(
             telemetry=telemetry,
             stores=stores,
             peers=peers,
+            warm=warm,
         )
         return _run(plan, agent, telemetry, report)
     finally:
@@ -163,6 +166,29 @@ def _run_agent(
                 helper.close()
         history.close()
         reaper.close()
+
+
+def _handler(
+    plan: LaunchPlan,
+    client: EtcdClient,
+    history: HistoryWriter,
+    reaper: ReaperProcess,
+    stores: StoreHost | None,
+    peers: PeerProbes | None,
+) -> RendezvousHandler:
+    """This node's rendezvous handler: its lease renewals arm the reaper's fence."""
+    return RendezvousHandler(
+        client,
+        plan.settings,
+        local_addr=plan.local_addr,
+        local_world_size=plan.config.nproc_per_node,
+        node_id=plan.node_id,
+        max_restarts=plan.config.max_restarts,
+        history=history,
+        on_renew=reaper.arm,
+        master_port=stores.port if stores is not None else None,
+        probe=peers.endpoint if peers is not None else "",
+    )
 
 
 def _run(plan: LaunchPlan, agent: Agent, telemetry: Telemetry, report: Callable[[str], None]) -> LaunchOutcome:

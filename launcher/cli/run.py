@@ -51,7 +51,9 @@ def elastic_run(early: _Early | None, log_format: str, **opts: Any) -> int:
     ctx = click.get_current_context()
     given = frozenset(name for name in opts if ctx.get_parameter_source(name) not in (None, ParameterSource.DEFAULT))
     plan = plan_from(RunOptions(**opts, given=given))
-    return launch(plan, early_etcd=early.take() if early is not None else None).exit_code
+    if early is None:
+        return launch(plan).exit_code
+    return launch(plan, early_etcd=early.take(), early_warm=early.take_warm()).exit_code
 
 
 # -- entry points: one line per error, distinct exit codes, never a traceback ----------------------
@@ -114,23 +116,31 @@ def _error(prog: str, line: str) -> None:
 
 
 class _Early:
-    """An etcd that ``launcher.cli.main`` started before the heavy imports, for --standalone: the
-    launch takes it, or it is stopped when the command ends without one (bad input, not standalone)."""
+    """What ``launcher.cli.main`` started before the heavy imports: an etcd for --standalone, the
+    workers' warm interpreter (``launcher.cli.early``). The launch takes them, or they are stopped
+    when the command ends without one (bad input, not standalone)."""
 
-    def __init__(self, etcd: Any) -> None:
+    def __init__(self, etcd: Any, warm: Any = None) -> None:
         self._etcd = etcd
+        self._warm = warm
 
     def take(self) -> Any:
         etcd, self._etcd = self._etcd, None
         return etcd
 
+    def take_warm(self) -> Any:
+        warm, self._warm = self._warm, None
+        return warm
+
     def stop(self) -> None:
         if self._etcd is not None:
             self.take().stop()
+        if self._warm is not None:
+            self.take_warm().close()
 
 
-def run_main(argv: Sequence[str] | None = None, early_etcd: Any = None) -> NoReturn:
-    early = _Early(early_etcd)
+def run_main(argv: Sequence[str] | None = None, early_etcd: Any = None, early_warm: Any = None) -> NoReturn:
+    early = _Early(early_etcd, early_warm)
     try:
         entry(elastic_run, "elastic-run", argv, obj=early)
     finally:

@@ -39,7 +39,15 @@ class WarmSettings(Protocol):
     nproc_per_node: int
 
 
-__all__ = ["WarmStarter", "WarmProcess", "default_preload", "preload_for", "warm_able", "warm_starter"]
+__all__ = [
+    "WarmStarter",
+    "WarmProcess",
+    "default_preload",
+    "early_warm_starter",
+    "preload_for",
+    "warm_able",
+    "warm_starter",
+]
 
 SPARE_NICE = 19  # a hot spare's imports: the lowest CPU priority (only while they run; see ``background``)
 READY_WITHIN = 120.0  # seconds a worker start waits for the warm interpreter's imports, then starts plainly
@@ -150,6 +158,7 @@ class WarmStarter:
 
     def __init__(self, preload: Sequence[str], environ: Mapping[str, str], say: Callable[[str], None]) -> None:
         self.preload = tuple(preload)
+        self._environ = dict(environ)
         self._say = say
         self._changes = threading.Condition()
         self._exits: dict[int, int] = {}
@@ -178,6 +187,17 @@ class WarmStarter:
     @property
     def pid(self) -> int:
         return self._process.pid
+
+    def started_for(self, preload: Sequence[str], environ: Mapping[str, str]) -> bool:
+        """Whether it imports ``preload`` in ``environ``, but for the launcher's own TORCHELASTIC_*
+        variables: set for the workers, each of which gets its whole environment at its fork."""
+        ours = {k: v for k, v in self._environ.items() if not k.startswith("TORCHELASTIC_")}
+        theirs = {k: v for k, v in environ.items() if not k.startswith("TORCHELASTIC_")}
+        return self.preload == tuple(preload) and ours == theirs
+
+    def adopt(self, say: Callable[[str], None]) -> None:
+        """An agent takes over an interpreter started before it (``launcher.cli.early``)."""
+        self._say = say
 
     def _read(self) -> None:
         while True:
@@ -312,16 +332,43 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def warm_starter(config: WarmSettings, environ: Mapping[str, str], say: Callable[[str], None]) -> WarmStarter | None:
+def warm_starter(
+    config: WarmSettings, environ: Mapping[str, str], say: Callable[[str], None], early: WarmStarter | None = None
+) -> WarmStarter | None:
     """The warm interpreter an agent's workers are forked from, started now so that its imports
     overlap the rendezvous (None: --no-warm-start, workers that are not Python programs, or nothing
-    to preload: neither torch nor numpy imported by the program, nor --preload)."""
-    if not config.warm_start or not warm_able(config.argv, wrapped=bool(config.cpu_binding)):
+    to preload: neither torch nor numpy imported by the program, nor --preload). ``early``: one the
+    command started before the agent existed, adopted when it imports the same in the same
+    environment, else stopped."""
+    wanted = None
+    if config.warm_start and warm_able(config.argv, wrapped=bool(config.cpu_binding)):
+        wanted = _wanted(config.argv, config.preload, config.nproc_per_node > 1, environ)
+    if early is not None:
+        if wanted is not None and early.started_for(*wanted):
+            early.adopt(say)
+            return early
+        early.close()
+    return WarmStarter(*wanted, say) if wanted is not None else None
+
+
+def early_warm_starter(
+    argv: Sequence[str], preload: Sequence[str], many: bool, environ: Mapping[str, str]
+) -> WarmStarter | None:
+    """The interpreter for workers running ``argv``, started before the agent (``launcher.cli.early``;
+    ``many``: more than one worker a node). Silent until an agent adopts it."""
+    wanted = _wanted(argv, preload, many, environ) if warm_able(argv, wrapped=False) else None
+    return WarmStarter(*wanted, lambda line: None) if wanted is not None else None
+
+
+def _wanted(
+    argv: Sequence[str], preload: Sequence[str], many: bool, environ: Mapping[str, str]
+) -> tuple[tuple[str, ...], dict[str, str]] | None:
+    """What the interpreter imports and the environment it runs in (None: nothing heavy to spare, a
+    fresh interpreter starts in a few ms)."""
+    modules = (*default_preload(argv), *preload)
+    if not modules:
         return None
-    preload = (*default_preload(config.argv), *config.preload)
-    if not preload:
-        return None  # nothing heavy to spare: a fresh interpreter starts in a few ms
     environ = dict(environ)
-    if config.nproc_per_node > 1:
+    if many:
         environ.setdefault("OMP_NUM_THREADS", "1")  # what the workers get: libraries read it at import
-    return WarmStarter(preload, environ, say)
+    return modules, environ

@@ -173,6 +173,47 @@ def test_a_forked_worker_and_its_interpreter_die_with_the_agent(tmp_path):
             agent.kill()
 
 
+def _children(pid: int) -> dict[int, tuple[float, str]]:
+    """The process's children now: pid -> (when it started, its command line)."""
+    found = {}
+    try:
+        for child in psutil.Process(pid).children():
+            try:
+                found[child.pid] = (child.create_time(), " ".join(child.cmdline()))
+            except psutil.Error:
+                continue
+    except psutil.Error:
+        pass
+    return found
+
+
+def test_the_warm_interpreter_starts_before_the_agent_s_own_helpers_and_is_the_only_one(tmp_path):
+    """Started from the command line as typed (launcher.cli.early), before the agent's imports and its
+    reaper; the agent adopts it: one warm interpreter over the whole run, and the workers forked from it."""
+    agent = subprocess.Popen(
+        [tool("elastic-run"), "--standalone", "--nproc-per-node", "2", "--max-restarts", "1", "--preload", "decimal"]
+        + [PROBE, str(tmp_path), "--fail-first"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
+    )
+    seen: dict[int, tuple[float, str]] = {}
+    try:
+        deadline = time.monotonic() + 60
+        while agent.poll() is None and time.monotonic() < deadline:
+            seen.update(_children(agent.pid))
+            time.sleep(0.01)
+        assert agent.wait(30) == 0
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+    warm = {pid: at for pid, (at, line) in seen.items() if "zygote.py" in line or "warm interpreter" in line}
+    reapers = [at for at, line in seen.values() if "reaper" in line]
+    assert len(warm) == 1, f"warm interpreters started: {sorted(seen.values())}"
+    assert reapers and min(warm.values()) < min(reapers), sorted(seen.values())
+    assert all(r["preloaded"]["decimal"] for r in records(str(tmp_path), 1).values()), "the restart was not forked warm"
+
+
 def test_a_torch_program_gets_torch_preloaded_without_cuda_and_each_worker_its_own_seed(tmp_path):
     """No --preload: the program imports torch, so its workers are forked with torch and
     torch._dynamo imported (a restart's first line finds them), CUDA untouched, seeds their own."""

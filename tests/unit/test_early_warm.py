@@ -1,0 +1,112 @@
+"""The warm interpreter started from the command line as typed (``launcher.cli.early``): which lines
+start one, what it imports and in which environment, and the agent's adoption of it -- the same
+imports in the same environment, else it is stopped and another started."""
+
+from __future__ import annotations
+
+import os
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from launcher.cli.early import _scan, start_early_warm
+from launcher.warmstart.interpreter import warm_starter
+
+
+@pytest.fixture
+def script(tmp_path):
+    path = tmp_path / "train.py"
+    path.write_text("import json\n")  # imports nothing heavy: only --preload makes a warm interpreter
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--nproc-per-node", "2", "s.py", "--lr", "1"], ({"nproc_per_node": "2"}, "s.py", ["--lr", "1"])),
+        (["--nproc_per_node=2", "--no-warm-start", "s.py"], ({"nproc_per_node": "2", "warm_start": False}, "s.py", [])),
+        (["-m", "--preload", "a,b", "pkg.main"], ({"module": True, "preload": "a,b"}, "pkg.main", [])),
+        (["--standalone", "--", "s.py", "-x"], ({"standalone": True}, "s.py", ["-x"])),
+        (["--nproc", "2", "s.py"], None),  # an abbreviation: argparse's rules are the parser's, not read here
+        (["--no-such-option", "s.py"], None),
+        (["--nproc-per-node"], None),  # no value, no script
+        (["--standalone"], None),
+        (["--standalone=1", "s.py"], None),  # a flag does not take a value
+    ],
+)
+def test_the_line_is_read_with_the_option_table_alone(argv, expected):
+    assert _scan(argv) == expected
+
+
+def test_a_plain_line_starts_the_interpreter_with_what_the_agent_will_ask_for(script):
+    environ = {"PATH": os.environ["PATH"], "KEEP": "1"}
+    early = start_early_warm(["--nproc-per-node", "2", "--preload", "decimal", script, "--epochs", "3"], environ)
+    try:
+        assert early is not None and early.preload == ("decimal",)
+        config = SimpleNamespace(
+            warm_start=True,
+            argv=[sys.executable, "-u", script, "--epochs", "3"],
+            cpu_binding={},
+            preload=("decimal",),
+            nproc_per_node=2,
+        )
+        # The agent's environment holds what the launcher exports to the workers: no difference.
+        exported = {**environ, "TORCHELASTIC_SIGNALS_TO_HANDLE": "SIGTERM"}
+        said: list[str] = []
+        assert warm_starter(config, exported, said.append, early=early) is early
+        assert early.can_start() and not said
+    finally:
+        if early is not None:
+            early.close()
+
+
+@pytest.mark.parametrize(
+    "change",
+    ["preload", "one worker", "environment"],
+)
+def test_an_interpreter_started_for_something_else_is_stopped_and_another_started(script, change):
+    environ = {"PATH": os.environ["PATH"]}
+    early = start_early_warm(["--nproc-per-node", "2", "--preload", "decimal", script], environ)
+    assert early is not None
+    config = SimpleNamespace(
+        warm_start=True,
+        argv=[sys.executable, "-u", script],
+        cpu_binding={},
+        preload=("fractions",) if change == "preload" else ("decimal",),
+        nproc_per_node=1 if change == "one worker" else 2,  # no OMP_NUM_THREADS=1 for a lone worker
+    )
+    agents = {**environ, "CUDA_VISIBLE_DEVICES": "1"} if change == "environment" else environ
+    started = warm_starter(config, agents, lambda line: None, early=early)
+    try:
+        assert started is not None and started is not early
+        early._process.wait(timeout=10)  # stopped, not left to import on
+        assert started.can_start()
+    finally:
+        started.close()
+
+
+def test_no_early_start_where_the_agent_would_start_none_or_could_not_tell(script, tmp_path):
+    env = {"PATH": os.environ["PATH"]}
+    lines = [
+        ["--no-warm-start", "--preload", "decimal", script],
+        ["--no-python", "--preload", "decimal", script],
+        ["--run-path", "--preload", "decimal", script],
+        ["--numa-binding", "node", "--preload", "decimal", script],
+        ["--preload", "decimal", str(tmp_path / "missing.py")],
+        [script],  # nothing heavy imported, nothing preloaded: a fresh interpreter is as quick
+    ]
+    for argv in lines:
+        assert start_early_warm(argv, env) is None, argv
+    assert start_early_warm(["--preload", "decimal", script], {**env, "PET_WARM_START": "0"}) is None
+    assert start_early_warm(["--preload", "decimal", script], {**env, "PET_NO_PYTHON": "1"}) is None
+
+
+def test_an_agent_with_warm_starts_off_stops_the_early_interpreter(script):
+    early = start_early_warm(["--preload", "decimal", script], {"PATH": os.environ["PATH"]})
+    assert early is not None
+    config = SimpleNamespace(
+        warm_start=False, argv=[sys.executable, "-u", script], cpu_binding={}, preload=(), nproc_per_node=1
+    )
+    assert warm_starter(config, {"PATH": os.environ["PATH"]}, lambda line: None, early=early) is None
+    assert early._process.wait(timeout=10) is not None
