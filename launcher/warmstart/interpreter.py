@@ -355,9 +355,16 @@ def early_warm_starter(
     argv: Sequence[str], preload: Sequence[str], many: bool, environ: Mapping[str, str]
 ) -> WarmStarter | None:
     """The interpreter for workers running ``argv``, started before the agent (``launcher.cli.early``;
-    ``many``: more than one worker a node). Silent until an agent adopts it."""
+    ``many``: more than one worker a node). Silent until an agent adopts it. Its imports run at the
+    lowest priority until the agent starts workers (``can_start``): on a machine of its own that
+    costs nothing, and where agents share one (a spare beside the nodes that train, a test) the
+    agents' own start and the rendezvous come first, as when the interpreter started after them."""
     wanted = _wanted(argv, preload, many, environ) if warm_able(argv, wrapped=False) else None
-    return WarmStarter(*wanted, lambda line: None) if wanted is not None else None
+    if wanted is None:
+        return None
+    starter = WarmStarter(*wanted, lambda line: None)
+    starter.background()
+    return starter
 
 
 def _wanted(

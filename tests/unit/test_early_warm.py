@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -110,3 +111,30 @@ def test_an_agent_with_warm_starts_off_stops_the_early_interpreter(script):
     )
     assert warm_starter(config, {"PATH": os.environ["PATH"]}, lambda line: None, early=early) is None
     assert early._process.wait(timeout=10) is not None
+
+
+def _nices(pid: int) -> set[int]:
+    """The nice value of each of the process's threads (/proc's stat, field 19)."""
+    found = set()
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as handle:
+                found.add(int(handle.read().rsplit(")", 1)[1].split()[16]))
+        except (OSError, IndexError, ValueError):
+            continue
+    return found
+
+
+def test_its_imports_run_at_the_lowest_priority_until_workers_are_asked_for(script, tmp_path):
+    """Where agents share a machine, their own start and the rendezvous come first."""
+    (tmp_path / "slowimport.py").write_text("import time\nend = time.time() + 3\nwhile time.time() < end:\n    pass\n")
+    environ = {"PATH": os.environ["PATH"], "PYTHONPATH": str(tmp_path)}
+    early = start_early_warm(["--preload", "slowimport", script], environ)
+    assert early is not None
+    try:
+        deadline = time.monotonic() + 2.5
+        while 19 not in _nices(early.pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert 19 in _nices(early.pid), _nices(early.pid)
+    finally:
+        early.close()
