@@ -61,6 +61,7 @@ class LaunchPlan:
     allocation: AllocationEtcd | None = None  # under SLURM with no --rdzv-endpoint: the allocation's etcd
     lighthouse: Beside | None = None  # --lighthouse: a torchft Lighthouse replica beside the agent
     scratch: tuple[str, ...] = ()  # the caller's temporary directories: removed by the reaper if this process dies
+    started: float | None = None  # when the agent started (epoch s; elastic-run: its process), for the goodput account
 
     @property
     def standalone(self) -> bool:
@@ -134,7 +135,7 @@ def _run_agent(
     """The agent and its collaborators: the job's history, the reaper, the rendezvous handler."""
     keys = JobKeys(plan.settings.key_prefix, plan.settings.run_id)
     echo = console_event if plan.config.event_log_handler == "console" else None
-    history = HistoryWriter(client, keys.root, plan.node_id, report=report, echo=echo)
+    history = HistoryWriter(client, keys.root, plan.node_id, report=report, echo=echo, started=plan.started)
     reaper = ReaperProcess()
     stores = StoreHost(plan.config.store_port, say=report) if plan.config.agent_store else None
     peers = paces = None

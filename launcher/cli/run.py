@@ -6,9 +6,12 @@ line on stderr naming what was wrong and exit code 2; see launcher/errors.py for
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
+import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, NoReturn
 
 import click
@@ -50,10 +53,22 @@ def elastic_run(early: _Early | None, log_format: str, **opts: Any) -> int:
     set_log_format(log_format)
     ctx = click.get_current_context()
     given = frozenset(name for name in opts if ctx.get_parameter_source(name) not in (None, ParameterSource.DEFAULT))
-    plan = plan_from(RunOptions(**opts, given=given))
+    plan = replace(plan_from(RunOptions(**opts, given=given)), started=_process_started())
     if early is None:
         return launch(plan).exit_code
     return launch(plan, early_etcd=early.take(), early_warm=early.take_warm()).exit_code
+
+
+def _process_started() -> float:
+    """When this process started (epoch s): its age from the kernel's clock since boot, in ticks
+    (/proc; psutil's start time rounds the boot time to a second); where there is none, now."""
+    try:
+        with open("/proc/self/stat") as stat, open("/proc/uptime") as uptime:
+            ticks = int(stat.read().rsplit(")", 1)[1].split()[19])
+            age = float(uptime.read().split()[0]) - ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return time.time()
+    return time.time() - max(age, 0.0)
 
 
 # -- entry points: one line per error, distinct exit codes, never a traceback ----------------------

@@ -1,14 +1,15 @@
-"""A job's account (pure): its wall time, from the first node's arrival to its close, cut into
+"""A job's account (pure): its wall time, from its first agent's start to its close, cut into
 segments that tile it -- training, and time lost by cause -- from the job's history records.
 
-Per round: the coordinator's ``round_frozen`` (when it formed, and how long forming took) and the
-``round_ended`` record of its lowest group rank (``launcher.goodput.marks``). Between two rounds the
-time goes to stopping the workers and forming the next round (waiting for nodes before the first
-one, fenced when the round before ended for want of a lease); in a round, to starting the workers
-until their first heartbeat (checks first, when a pre-flight check ran), then training -- except,
-when the round ended in a fault, the steps since the newest ``elastic.checkpoint`` save (redone
-after the restart; none under ``elastic.inprocess``, whose survivors keep their steps) and a hung
-rank's silence until the verdict. Straggler drag is training time
+Per round: the coordinator's ``round_frozen`` (when it formed, how long forming took, and how long
+its agent had run: the job's first agent started no later) and the ``round_ended`` record of its
+lowest group rank (``launcher.goodput.marks``). Between two rounds the time goes to stopping the
+workers and forming the next round (before the first one, the agents' own start until the first
+node's arrival, then waiting for nodes; fenced when the round before ended for want of a lease); in
+a round, to starting the workers until their first heartbeat (checks first, when a pre-flight check
+ran), then training -- except, when the round ended in a fault, the steps since the newest
+``elastic.checkpoint`` save (redone after the restart; none under ``elastic.inprocess``, whose
+survivors keep their steps) and a hung rank's silence until the verdict. Straggler drag is training time
 lost to slow steps: a named straggler's slow stretch (from ``slow_for`` before it was named) loses
 the share its score says, and a round's steps slower than the job's healthy pace beyond that are
 lost where no verdict explains them (``launcher.goodput.drag``).
@@ -97,6 +98,7 @@ class Account:
     rounds: int
     notes: tuple[str, ...] = ()
     closed: bool = True
+    from_start: bool = False  # begins at its first agent's start (its records say when), not its first arrival
 
     @property
     def wall(self) -> float:
@@ -179,10 +181,12 @@ def account_of(events: Iterable[Event], *, now: float | None = None) -> Account:
     if not closes and rounds and rounds[-1].ended is None and rounds[-1].formed is not None:
         end = min(end, rounds[-1].formed)  # a running job: counted to the start of its current round
     firsts = [r.formed - r.formed_in for r in rounds if r.formed is not None]
-    start = min([events[0].time, *firsts])
+    arrival = min([events[0].time, *firsts])
+    start = min([arrival, *(e.time - up for e in events if (up := _up(e)) is not None)])
     saves = any(int(r.ended.details.get("step", -1)) >= 0 for r in rounds if r.ended is not None)
     beats = any("first_step" in r.ended.details for r in rounds if r.ended is not None)
     cutter = _Cutter(start)
+    cutter.add(arrival, Cause.START, rounds[0].number if rounds else 0)  # the agents' own start
     for index, r in enumerate(rounds):
         after = rounds[index + 1] if index + 1 < len(rounds) else None
         until = after.formed - after.formed_in if after is not None and after.formed is not None else end
@@ -194,9 +198,17 @@ def account_of(events: Iterable[Event], *, now: float | None = None) -> Account:
         notes.append("the workers call no elastic.heartbeat(): process start counts as training")
     if beats and not saves:
         notes.append("the workers save no elastic.checkpoint: steps redone after a fault count as training")
+    incidents = _incidents(segments, rounds)
     return Account(
-        start, end, segments, _incidents(segments, rounds), tuple(events), len(rounds), tuple(notes), bool(closes)
+        start, end, segments, incidents, tuple(events), len(rounds), tuple(notes), bool(closes), start < arrival
     )
+
+
+def _up(e: Event) -> float | None:
+    """How long the agent that froze a round had run then (an older agent's record has no ``up``)."""
+    up = e.details.get("up") if e.kind == "round_frozen" else None
+    valid = isinstance(up, (int, float)) and not isinstance(up, bool) and 0.0 <= up < 86400.0 * 365
+    return float(up) if valid else None
 
 
 class _Cutter:

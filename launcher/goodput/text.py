@@ -23,7 +23,7 @@ def describe_seconds(seconds: float) -> str:
 def report_lines(account: Account, run_id: str, *, top: int = 10) -> list[str]:
     state = "closed" if account.closed else "running (counted to the start of its current round)"
     lines = [
-        f"job {run_id}: {describe_seconds(account.wall)} from the first node's arrival, {account.rounds} "
+        f"job {run_id}: {describe_seconds(account.wall)} from {_began(account)}, {account.rounds} "
         f"round{'s' if account.rounds != 1 else ''}, {state}",
         f"goodput {account.goodput * 100:.1f} % ({describe_seconds(account.productive)} of training)",
         "",
@@ -52,3 +52,7 @@ def _table(rows: list[tuple[str, ...]]) -> list[str]:
         "  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths)))
         for row in rows
     ]
+
+
+def _began(account: Account) -> str:
+    return "its first agent's start" if account.from_start else "the first node's arrival"

@@ -14,7 +14,7 @@ write has a short budget, and a failed write is reported once (``report``) and d
 Kinds and their details::
 
     round_frozen   world_size, nodes (a count), joined, left (up to NAMES names each, and
-                   joined_count, left_count), formed_in (s)
+                   joined_count, left_count), formed_in (s), up (s since the freezing agent's process started)
     node_left      reason                                worker_failed rank, host, exit_code | signal, message
     group_restarted restart_count, max_restarts          job_closed    reason, failed, by
     round_requested reason (an operator's new round)
@@ -136,7 +136,11 @@ class HistoryWriter:
         report: Callable[[str], None] | None = None,
         clock: Callable[[], float] = time.time,
         echo: Callable[[Event], None] | None = None,
+        started: float | None = None,
     ) -> None:
+        """``started``: when this node's agent started (epoch seconds; the CLI's process start),
+        said in each ``round_frozen`` it writes (``up``): the goodput account's start of the job."""
+        self.started = started
         self._client = client
         self._job_prefix = job_prefix
         self._prefix = history_prefix(job_prefix)
@@ -155,6 +159,10 @@ class HistoryWriter:
     def read(self) -> list[Event]:
         """Every record of the job now, oldest first (a RendezvousError when etcd cannot be read)."""
         return read_history(self._client, self._job_prefix)[0]
+
+    def uptime(self) -> float | None:
+        """Seconds since this node's agent started (None: not known, see ``started``)."""
+        return max(self._clock() - self.started, 0.0) if self.started is not None else None
 
     def record(self, kind: str, round_: int, *, node: str | None = None, store: bool = True, **details: Any) -> None:
         """Queue a record about ``node`` (default: this writer's node); details that are None are left out.
@@ -244,9 +252,12 @@ def _delete_through(prefix: str, last: bytes) -> Any:
     return op
 
 
-def freeze_details(before: JobState | None, frozen: JobState, *, formed_in: float) -> dict[str, Any]:
+def freeze_details(
+    before: JobState | None, frozen: JobState, *, formed_in: float, up: float | None = None
+) -> dict[str, Any]:
     """A ``round_frozen`` record's details: what changed since the round before, in a size that does
-    not grow with the job (the counts, and the first ``NAMES`` names of those that joined or left)."""
+    not grow with the job (the counts, and the first ``NAMES`` names of those that joined or left);
+    ``up``: how long the freezing agent's process had run (the account's start of the job: its own start too)."""
     previous = {p.node for p in before.participants} if before is not None else set()
     now = {p.node for p in frozen.participants}
     joined, left = sorted(now - previous), sorted(previous - now)
@@ -258,6 +269,7 @@ def freeze_details(before: JobState | None, frozen: JobState, *, formed_in: floa
         "left": left[:NAMES],
         "left_count": len(left),
         "formed_in": round(formed_in, 3),
+        **({"up": round(up, 3)} if up is not None else {}),
     }
 
 
@@ -295,6 +307,7 @@ def gray_failures(events: Iterable[Event]) -> tuple[str, ...]:
 
 def record_freeze(history: HistoryWriter, before: JobState | None, frozen: JobState, *, formed_in: float) -> None:
     """The coordinator's records of a round it froze: a group restart, and the round (who joined and left)."""
+    up = history.uptime()
     if before is not None and frozen.restarts > before.restarts:
         history.record("group_restarted", frozen.round, restart_count=frozen.restarts, max_restarts=frozen.max_restarts)
-    history.record("round_frozen", frozen.round, **freeze_details(before, frozen, formed_in=formed_in))
+    history.record("round_frozen", frozen.round, **freeze_details(before, frozen, formed_in=formed_in, up=up))

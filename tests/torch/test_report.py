@@ -70,6 +70,7 @@ def reported(etcd_endpoints, tmp_path_factory):
     args = agent_args(etcd_endpoints, rdzv_id, "2", nproc=1, conf="last_call_timeout=1") + ["--max-restarts", "2"]
     worker = [STEPS, "--steps", str(TOTAL), "--in-memory", "--memory-every", str(SAVE_EVERY)]
     worker += ["--step-time", str(STEP_TIME), "--timeline", str(steps_dir)]
+    launched = time.time()
     agents = [start(args + worker) for _ in range(2)]
     try:
 
@@ -99,7 +100,7 @@ def reported(etcd_endpoints, tmp_path_factory):
     account = json.loads(_ctl("report", "--rdzv-id", rdzv_id, *common, "--json", "--no-html").stdout)
     history = json.loads(_ctl("history", "--rdzv-id", rdzv_id, *common, "--json", "--all").stdout)
     return {"text": text, "account": account, "page": page, "history": history, "killed": killed,
-            "steps": _timeline(str(steps_dir)), "tmp": tmp}  # fmt: skip
+            "steps": _timeline(str(steps_dir)), "tmp": tmp, "launched": launched}  # fmt: skip
 
 
 def test_the_account_tiles_the_job_and_agrees_with_the_workers_own_step_times(reported):
@@ -114,6 +115,8 @@ def test_the_account_tiles_the_job_and_agrees_with_the_workers_own_step_times(re
     # the account's redone stretch ends where the agent saw the worker die, the test's where it killed it:
     # on a loaded machine that look comes later (0.43 s once at -n 4)
     assert account["lost"]["redone"] == pytest.approx(killed - saved, abs=0.6), account["lost"]
+    # the job began when its agents' processes did (the freezing agent's ``up``), not at their arrival in etcd
+    assert reported["launched"] - 0.05 <= account["start"] <= reported["launched"] + 0.5, account["start"]
     for cause in ("start", "rendezvous", "stopping"):
         assert account["lost"].get(cause, 0) > 0, (cause, account["lost"])
     # the first start: from the workers' first line (before their imports) to their first step, at least

@@ -9,6 +9,7 @@ from launcher.goodput.account import Cause, account_of
 from launcher.goodput.drag import Pace, lay, rate_shares
 from launcher.goodput.marks import RoundMarks, round_details
 from launcher.goodput.steptimes import StepTimes
+from launcher.goodput.text import report_lines
 from rendezvous.job.history import Event
 
 T0 = 1_800_000_000.0
@@ -63,6 +64,38 @@ def test_a_job_that_ran_through_is_training_but_its_wait_start_and_stop():
     }
     assert sum(s.seconds for s in account.segments) == pytest.approx(account.wall)  # the segments tile the wall time
     assert account.goodput == pytest.approx(97.9 / 103.2)
+
+
+def test_the_job_begins_at_its_first_agent_s_start_and_the_agents_own_start_is_the_job_s_start_cost():
+    # The freezing agent had run 3.2 s when it froze the first round: the job began at -1.2, 1.2 s
+    # before the first node's arrival (0.0: the freeze at 2.0 less its 2.0 s of forming).
+    first = frozen(2.0, 1, 2.0)
+    first.details["up"] = 3.2
+    later = frozen(60.0, 2, 0.5)
+    later.details["up"] = 1.0  # a new node's agent: it started long after the job
+    events = [
+        first,
+        ended(30.0, 1, "failed", ran=27.5, stop=0.5, first_step=2.0, last_step=27.0, steps=100, step=90),
+        later,
+        ended(100.0, 2, "succeeded", ran=39.5, stop=0.5, first_step=1.0, last_step=39.0, steps=150, step=240),
+        closed(100.0, 2),
+    ]
+    account = account_of(events)
+    assert account.start == pytest.approx(T0 - 1.2) and account.wall == pytest.approx(101.2)
+    assert account.from_start and report_lines(account, "j")[0].startswith(
+        "job j: 1 min 41 s from its first agent's start"
+    )
+    assert account.segments[0].cause is Cause.START and account.segments[0].seconds == pytest.approx(1.2)
+    assert sum(s.seconds for s in account.segments) == pytest.approx(account.wall)
+    (start,) = [i for i in account.incidents if "the job's start" in i.what]
+    assert dict(start.parts)[Cause.START] == pytest.approx(1.2 + 2.0)  # its own, then to the first step
+    assert dict(start.parts)[Cause.WAITING] == pytest.approx(2.0)
+    without = account_of([frozen(2.0, 1, 2.0), *events[1:]])  # an older agent's records: no "up"
+    assert without.start == pytest.approx(T0) and without.wall == pytest.approx(100.0) and not without.from_start
+    for bad in (-1.0, True, "3", float("inf")):
+        odd = frozen(2.0, 1, 2.0)
+        odd.details["up"] = bad
+        assert account_of([odd, *events[1:]]).start == pytest.approx(T0), bad
 
 
 def test_a_failure_costs_the_steps_since_the_last_save_the_stop_the_rendezvous_and_the_next_start():
