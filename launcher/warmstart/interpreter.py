@@ -266,10 +266,15 @@ class WarmStarter:
             self._prioritize(os.getpriority(os.PRIO_PROCESS, 0))  # this process's, which it was started at
 
     def _prioritize(self, nice: int) -> bool:
-        """The imports at ``nice`` (the interpreter's importing thread only), if they still run."""
+        """The imports at ``nice`` (the interpreter's importing thread only), if they still run: set
+        from here at once, and said on the wire for a thread not started yet. From here, because the
+        interpreter's main thread cannot take the message while the lowered importing thread holds
+        the GIL and gets no CPU: under load a spare called into a round, or a node whose interpreter
+        started early, waited 50 s for its imports to go on."""
         with self._changes:
             if self._ready is not None or self._dead:
                 return False
+            _renice(self._process.pid, nice)
             try:
                 self._sock.send(wire.encode(wire.Priority(nice)))
             except OSError:  # the interpreter is gone: its reader says so
@@ -310,6 +315,26 @@ class WarmStarter:
         self._reader.join(timeout=2.0)
         self._sock.close()
         self._log.close()
+
+
+def _renice(pid: int, nice: int) -> None:
+    """Every thread of the interpreter but its main one (the importing thread, and any it started) at
+    ``nice``, and its session's scheduling group (autogroup); what the system refuses (a higher
+    priority without CAP_SYS_NICE) is left as it is."""
+    try:
+        threads = [int(tid) for tid in os.listdir(f"/proc/{pid}/task") if int(tid) != pid]
+    except OSError:
+        threads = []
+    for tid in threads:
+        try:
+            os.setpriority(os.PRIO_PROCESS, tid, nice)
+        except OSError:
+            pass
+    try:
+        with open(f"/proc/{pid}/autogroup", "w") as group:  # its own session's: started with start_new_session
+            group.write(str(nice))
+    except OSError:
+        pass
 
 
 def warm_able(argv: Sequence[str], wrapped: bool) -> bool:

@@ -174,12 +174,14 @@ def test_a_forked_worker_and_its_interpreter_die_with_the_agent(tmp_path):
 
 
 def _children(pid: int) -> dict[int, tuple[float, str]]:
-    """The process's children now: pid -> (when it started, its command line)."""
+    """The process's children now that have a command line: pid -> (when it started, that line)."""
     found = {}
     try:
         for child in psutil.Process(pid).children():
             try:
-                found[child.pid] = (child.create_time(), " ".join(child.cmdline()))
+                line = " ".join(child.cmdline())
+                if line:  # none while it execs, or once it has ended (a zombie until reaped)
+                    found[child.pid] = (child.create_time(), line)
             except psutil.Error:
                 continue
     except psutil.Error:
@@ -193,25 +195,28 @@ def test_the_warm_interpreter_starts_before_the_agent_s_own_helpers_and_is_the_o
     agent = subprocess.Popen(
         [tool("elastic-run"), "--standalone", "--nproc-per-node", "2", "--max-restarts", "1", "--preload", "decimal"]
         + [PROBE, str(tmp_path), "--fail-first"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stdout=(log := open(tmp_path / "agent.log", "w")),
+        stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
     )
+    said = lambda: (tmp_path / "agent.log").read_text()  # noqa: E731
     seen: dict[int, tuple[float, str]] = {}
     try:
         deadline = time.monotonic() + 60
         while agent.poll() is None and time.monotonic() < deadline:
             seen.update(_children(agent.pid))
             time.sleep(0.01)
-        assert agent.wait(30) == 0
+        assert agent.wait(30) == 0, said()
     finally:
         if agent.poll() is None:
             agent.kill()
+        log.close()
     warm = {pid: at for pid, (at, line) in seen.items() if "zygote.py" in line or "warm interpreter" in line}
     reapers = [at for at, line in seen.values() if "reaper" in line]
-    assert len(warm) == 1, f"warm interpreters started: {sorted(seen.values())}"
-    assert reapers and min(warm.values()) < min(reapers), sorted(seen.values())
-    assert all(r["preloaded"]["decimal"] for r in records(str(tmp_path), 1).values()), "the restart was not forked warm"
+    assert len(warm) == 1, f"warm interpreters started: {sorted(seen.values())}\n{said()}"
+    assert reapers and min(warm.values()) < min(reapers), f"{sorted(seen.values())}\n{said()}"
+    restarted = records(str(tmp_path), 1)
+    assert restarted and all(r["preloaded"]["decimal"] for r in restarted.values()), f"not forked warm: {said()}"
 
 
 def test_a_torch_program_gets_torch_preloaded_without_cuda_and_each_worker_its_own_seed(tmp_path):

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from launcher.cli.early import _scan, start_early_warm
-from launcher.warmstart.interpreter import warm_starter
+from launcher.warmstart.interpreter import WarmStarter, warm_starter
 
 
 @pytest.fixture
@@ -138,3 +138,24 @@ def test_its_imports_run_at_the_lowest_priority_until_workers_are_asked_for(scri
         assert 19 in _nices(early.pid), _nices(early.pid)
     finally:
         early.close()
+
+
+def test_the_priority_is_changed_from_the_agent_even_while_the_imports_hold_the_interpreter(tmp_path):
+    """A lowered importing thread that holds the GIL (here: a regular expression's long match, which
+    never lets it go) keeps the interpreter's main thread from taking a Priority message; under load
+    that left a spare called into a round, or an early interpreter, importing at nice 19 for 50 s.
+    The agent sets the importing thread's priority itself."""
+    (tmp_path / "gilheld.py").write_text("import re\nre.match(r'(a+)+$', 'a' * 27 + 'b')\n")
+    environ = {"PATH": os.environ["PATH"], "PYTHONPATH": str(tmp_path)}
+    starter = WarmStarter(("gilheld",), environ, lambda line: None)
+    try:
+        deadline = time.monotonic() + 5
+        while len(os.listdir(f"/proc/{starter.pid}/task")) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)  # the importing thread started
+        time.sleep(0.3)  # and inside the match
+        for wanted, change in ((19, starter.background), (0, starter.foreground)):
+            change()
+            time.sleep(0.2)
+            assert _nices(starter.pid) == {0, wanted}, (wanted, _nices(starter.pid))
+    finally:
+        starter.close()
