@@ -46,6 +46,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from recovery import events  # noqa: E402 -- the timeline reader of bench/recovery.py, one for both
 
+from launcher.hangs.procstat import run_delay  # noqa: E402 -- its main thread's wait for a CPU
 from rendezvous import EtcdServer  # noqa: E402
 
 BIN = os.path.dirname(sys.executable)
@@ -85,15 +86,6 @@ def _tree(pid: int) -> set[int]:
         return {pid, *(c.pid for c in psutil.Process(pid).children(recursive=True))}
     except psutil.NoSuchProcess:
         return set()
-
-
-def _run_delay(pid: int) -> float | None:
-    """Seconds the process's main thread has waited on a run queue for a CPU (``schedstat``)."""
-    try:
-        with open(f"/proc/{pid}/task/{pid}/schedstat") as handle:
-            return int(handle.read().split()[1]) / 1e9
-    except (OSError, IndexError, ValueError):
-        return None
 
 
 def _alive(pid: int) -> bool:
@@ -154,7 +146,7 @@ def trial(fault: str, mode: str, endpoint: str, end: float) -> Trial:
             seen.update(*(_tree(a.pid) for a in agents if a.poll() is None))
             now = time.time()
             for index, agent in enumerate(agents):
-                delay = _run_delay(agent.pid) if agent.poll() is None else None
+                delay = run_delay(agent.pid) if agent.poll() is None else None
                 if delay is not None:
                     waited[index] = delay
             for pid in {e["pid"] for e in events(work)} - set(gone):

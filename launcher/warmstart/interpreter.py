@@ -253,8 +253,8 @@ class WarmStarter:
         """This node waits as a hot spare: the imports, while they still run, at the lowest CPU
         priority, so that on a machine it shares they never slow the nodes that train. Only the
         importing thread is lowered (``zygote._preload_aside``): the workers are forked from the
-        interpreter's main thread, at its own priority. A message, not a system call from here: it
-        waits in the socket if the importing thread has not started yet."""
+        interpreter's main thread, at its own priority. Set from here, and said on the wire for an
+        importing thread not started yet (``_prioritize``)."""
         self._lowered = self._prioritize(SPARE_NICE) or self._lowered
 
     def foreground(self) -> None:
