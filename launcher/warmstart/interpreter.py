@@ -263,7 +263,9 @@ class WarmStarter:
         elsewhere they finish at the low one."""
         if self._lowered:
             self._lowered = False
-            self._prioritize(os.getpriority(os.PRIO_PROCESS, 0))  # this process's, which it was started at
+            nice = os.getpriority(os.PRIO_PROCESS, 0)  # this process's, which it was started at
+            if not self._prioritize(nice):  # the imports ended lowered: its group, which forks the workers, too
+                _renice(self._process.pid, nice)
 
     def _prioritize(self, nice: int) -> bool:
         """The imports at ``nice`` (the interpreter's importing thread only), if they still run: set

@@ -22,6 +22,7 @@ copies only the thread that forks, and CUDA cannot be used in a child forked aft
 """
 
 import ctypes
+import errno
 import gc
 import importlib.util
 import os
@@ -31,6 +32,7 @@ import socket
 import sys
 import tempfile
 import threading
+import time
 
 __all__ = ["die_with", "main", "serve"]
 
@@ -123,6 +125,7 @@ def _preload_aside(names: list[str], sock: socket.socket) -> tuple[list[str], di
         if ended_r in ready or not _take_priority(sock, thread.native_id):
             break  # the imports ended, or not a Priority (the agent is gone, or asks for a worker): ``serve``'s
     os.read(ended_r, 1)  # the imports' end, if a request came first
+    _restore_group()
     os.close(ended_r)  # neither end may reach a forked worker
     os.close(ended_w)
     if not done:  # an import raised past Exception (SystemExit, KeyboardInterrupt)
@@ -150,6 +153,26 @@ def _take_priority(sock: socket.socket, thread: int) -> bool:
 def _group_nice(nice: int) -> None:
     with open("/proc/self/autogroup", "w") as group:  # absent without autogroup; ignored in a cgroup
         group.write(str(nice))
+
+
+def _restore_group() -> None:
+    """The imports' end: a scheduling group a spare's agent lowered goes back to a new session's nice
+    0. The low priority is the imports'; this process's main thread forks the workers, and each fork
+    in a lowered group waited a second or more for a CPU on a loaded machine. The kernel lets an
+    unprivileged process change a group once in 0.1 s (EAGAIN before): tried for up to a second."""
+    if os.getsid(0) != os.getpid():  # not a session of its own: the group is not this process's
+        return
+    for _ in range(10):
+        try:
+            with open("/proc/self/autogroup") as group:
+                if int(group.read().split()[-1]) == 0:
+                    return
+            _group_nice(0)
+            return
+        except (OSError, ValueError, IndexError) as exc:
+            if getattr(exc, "errno", None) != errno.EAGAIN:
+                return  # no autogroup here, or not this process's to change
+            time.sleep(0.1)
 
 
 def _unsafe(importer: int) -> str:

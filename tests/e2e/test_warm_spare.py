@@ -99,6 +99,28 @@ def test_called_into_a_round_a_spare_s_imports_go_back_to_the_interpreter_s_prio
         warm.close()
 
 
+def test_a_spare_whose_imports_ended_lowered_forks_its_workers_from_a_group_at_its_own_priority(tmp_path):
+    """The low priority is the imports': a spare that finished them waiting puts its session's group
+    back (the interpreter, at its imports' end), and so does its agent when workers are asked for (a
+    group lowered as the imports ended). In a lowered group each fork waited a second or more for a
+    CPU on a loaded machine."""
+    env, until = slow_env(tmp_path)
+    warm = WarmStarter(["slow_import"], env, say=lambda line: None)
+    try:
+        wait_for(lambda: importing(warm.pid), 30, what="the preload thread")
+        warm.background()
+        wait_for(lambda: autogroup_nice(warm.pid) in (None, SPARE_NICE), 10, what="its session's group lowered")
+        open(until, "w").close()
+        wait_for(lambda: autogroup_nice(warm.pid) in (None, 0), 30, what="its group back at its imports' end")
+        if autogroup_nice(warm.pid) is not None:  # lowered again as the imports ended: the agent's turn
+            with open(f"/proc/{warm.pid}/autogroup", "w") as group:
+                group.write(str(SPARE_NICE))
+        assert warm.can_start()
+        assert autogroup_nice(warm.pid) in (None, 0), "workers are forked from a lowered group"
+    finally:
+        warm.close()
+
+
 def test_an_agent_waiting_as_a_spare_lowers_its_interpreter_s_imports(etcd_endpoints, tmp_path):
     env, until = slow_env(tmp_path)
     job = run_id()
