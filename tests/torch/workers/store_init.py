@@ -9,6 +9,7 @@ import datetime
 import json
 import os
 import sys
+import threading
 import time
 
 import torch.distributed as dist
@@ -19,9 +20,17 @@ linger, linger_world = (float(sys.argv[4]), int(sys.argv[5])) if len(sys.argv) >
 rank, attempt = int(os.environ["RANK"]), int(os.environ["TORCHELASTIC_RESTART_COUNT"])
 if rank == 0:
     time.sleep(delay)
-start = time.time()
+
+
+def waited() -> float:
+    """Seconds this thread has waited for a CPU while runnable (/proc's schedstat, field 2)."""
+    with open(f"/proc/self/task/{threading.get_native_id()}/schedstat") as handle:
+        return int(handle.read().split()[1]) / 1e9
+
+
+start, waited_before = time.time(), waited()
 dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
-end = time.time()
+end, starved = time.time(), waited() - waited_before
 store = dist.distributed_c10d._get_default_store()
 earlier = [a for a in range(attempt) if store.check([f"attempt-{a}-rank-{rank}"])]
 store.set(f"attempt-{attempt}-rank-{rank}", "here")
@@ -31,6 +40,7 @@ record = {
     "attempt": attempt,
     "start": start,
     "end": end,
+    "starved": starved,
     "earlier_keys": earlier,
     "agent_store": os.environ["TORCHELASTIC_USE_AGENT_STORE"],
     "master": f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}",
