@@ -97,7 +97,7 @@ def test_a_node_lost_just_as_a_new_node_joins_costs_seconds_not_its_lease(cluste
         stepped = lambda: [  # noqa: E731
             e for e in timeline(out) if e["event"] == "step" and e["t"] > at and e["world"] == 2 and e["pid"] in ours()
         ]
-        wait_for(lambda: len({e["rank"] for e in stepped()}) == 2, 30, what="the survivor and the newcomer to train")
+        wait_for(lambda: len({e["rank"] for e in stepped()}) == 2, 60, what="the survivor and the newcomer to train")
         took = min(e["t"] for e in stepped()) - at
     finally:
         if fault == "frozen":
@@ -108,7 +108,8 @@ def test_a_node_lost_just_as_a_new_node_joins_costs_seconds_not_its_lease(cluste
     # The round's freeze is what the lost lease would hold up (15 s; with the peers' watch off it froze
     # after 15.1 s). The first step also waits for the newcomer's own start (its interpreter, its agent,
     # torch in its warm interpreter): seconds of CPU on a loaded machine -- 11.4 s once at -n 3, 15.7 s
-    # once at -n 4 with the round frozen after 1.75 s -- so it is only required to come (within 30 s).
+    # once at -n 4 with the round frozen after 1.75 s, 15.3-16.3 s beside six busy loops, more than 30 s
+    # once in CI -- so it is only required to come (within 60 s).
     assert formed < FORMED, f"the new round froze {formed:.1f} s after the fault (its first step after {took:.1f} s)"
     assert survivor.process.poll() is None and newcomer.process.poll() is None
     ended = [r for r in history if r["kind"] in ("node_lost", "node_left")]
