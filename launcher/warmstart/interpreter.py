@@ -27,6 +27,7 @@ from typing import Protocol
 from rendezvous.processes import die_with_parent
 
 from . import wire
+from .priority import SPARE_NICE, may_raise, renice
 
 
 class WarmSettings(Protocol):
@@ -49,7 +50,6 @@ __all__ = [
     "warm_starter",
 ]
 
-SPARE_NICE = 19  # a hot spare's imports: the lowest CPU priority (only while they run; see ``background``)
 READY_WITHIN = 120.0  # seconds a worker start waits for the warm interpreter's imports, then starts plainly
 
 ZYGOTE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "zygote.py")
@@ -265,7 +265,7 @@ class WarmStarter:
             self._lowered = False
             nice = os.getpriority(os.PRIO_PROCESS, 0)  # this process's, which it was started at
             if not self._prioritize(nice):  # the imports ended lowered: its group, which forks the workers, too
-                _renice(self._process.pid, nice)
+                renice(self._process.pid, nice)
 
     def _prioritize(self, nice: int) -> bool:
         """The imports at ``nice`` (the interpreter's importing thread only), if they still run: set
@@ -276,7 +276,7 @@ class WarmStarter:
         with self._changes:
             if self._ready is not None or self._dead:
                 return False
-            _renice(self._process.pid, nice)
+            renice(self._process.pid, nice)
             try:
                 self._sock.send(wire.encode(wire.Priority(nice)))
             except OSError:  # the interpreter is gone: its reader says so
@@ -317,26 +317,6 @@ class WarmStarter:
         self._reader.join(timeout=2.0)
         self._sock.close()
         self._log.close()
-
-
-def _renice(pid: int, nice: int) -> None:
-    """Every thread of the interpreter but its main one (the importing thread, and any it started) at
-    ``nice``, and its session's scheduling group (autogroup); what the system refuses (a higher
-    priority without CAP_SYS_NICE) is left as it is."""
-    try:
-        threads = [int(tid) for tid in os.listdir(f"/proc/{pid}/task") if int(tid) != pid]
-    except OSError:
-        threads = []
-    for tid in threads:
-        try:
-            os.setpriority(os.PRIO_PROCESS, tid, nice)
-        except OSError:
-            pass
-    try:
-        with open(f"/proc/{pid}/autogroup", "w") as group:  # its own session's: started with start_new_session
-            group.write(str(nice))
-    except OSError:
-        pass
 
 
 def warm_able(argv: Sequence[str], wrapped: bool) -> bool:
@@ -385,12 +365,16 @@ def early_warm_starter(
     ``many``: more than one worker a node). Silent until an agent adopts it. Its imports run at the
     lowest priority until the agent starts workers (``can_start``): on a machine of its own that
     costs nothing, and where agents share one (a spare beside the nodes that train, a test) the
-    agents' own start and the rendezvous come first, as when the interpreter started after them."""
+    agents' own start and the rendezvous come first, as when the interpreter started after them.
+    Only where this process may raise them again (``priority.may_raise``): elsewhere (not root, or
+    root in a container without CAP_SYS_NICE) the node's first workers would wait on imports left at
+    the lowest priority, and they run at the interpreter's own from the start."""
     wanted = _wanted(argv, preload, many, environ) if warm_able(argv, wrapped=False) else None
     if wanted is None:
         return None
     starter = WarmStarter(*wanted, lambda line: None)
-    starter.background()
+    if may_raise():
+        starter.background()
     return starter
 
 

@@ -9,7 +9,8 @@ import sys
 
 import psutil
 
-from launcher.warmstart.interpreter import SPARE_NICE, WarmStarter
+from launcher.warmstart.interpreter import WarmStarter
+from launcher.warmstart.priority import SPARE_NICE
 
 from .cli_helpers import agent_args, finish, run, run_id, start, wait_for
 

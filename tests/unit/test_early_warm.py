@@ -5,6 +5,8 @@ imports in the same environment, else it is stopped and another started."""
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import sys
 import time
 from types import SimpleNamespace
@@ -13,6 +15,7 @@ import pytest
 
 from launcher.cli.early import _scan, start_early_warm
 from launcher.warmstart.interpreter import WarmStarter, warm_starter
+from launcher.warmstart.priority import raisable
 
 
 @pytest.fixture
@@ -161,3 +164,82 @@ def test_the_priority_is_changed_from_the_agent_even_while_the_imports_hold_the_
             assert _nices(starter.pid) == {0, wanted}, (wanted, _nices(starter.pid))
     finally:
         starter.close()
+
+
+_WITHOUT_SYS_NICE = ["setpriv", "--inh-caps=-sys_nice", "--bounding-set=-sys_nice"]  # util-linux's
+_EARLY_CHILD = """
+import os, sys
+from launcher.cli.early import start_early_warm
+environ = {"PATH": os.environ["PATH"], "PYTHONPATH": sys.argv[2]}
+early = start_early_warm(["--preload", "slowimport", sys.argv[1]], environ)
+print(early.pid, flush=True)
+sys.stdin.read()  # until the test has looked
+early.close()
+"""
+
+
+def _may_raise_in(prefix: list[str]) -> bool:
+    code = "from launcher.warmstart.priority import may_raise; print(may_raise())"
+    done = subprocess.run(
+        [*prefix, sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=_ROOTED
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip() == "True"
+
+
+_ROOTED = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))}
+
+
+@pytest.fixture
+def capless():
+    """A command prefix that drops CAP_SYS_NICE (root can; setpriv is util-linux's)."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("dropping CAP_SYS_NICE takes root and util-linux's setpriv")
+    return _WITHOUT_SYS_NICE
+
+
+def test_a_process_may_raise_a_priority_again_only_with_cap_sys_nice(capless):
+    assert _may_raise_in([]) is True  # root, with its capabilities
+    assert _may_raise_in(capless) is False
+
+
+@pytest.mark.parametrize(
+    ("capabilities", "limit", "nice", "expected"),
+    [
+        (1 << 23, 0, 0, True),  # CAP_SYS_NICE
+        ((1 << 40) - 1 - (1 << 23), 0, 0, False),  # every capability but it (root in a container)
+        (0, 0, 0, False),  # a user's default: no raise at all
+        (0, 20, 0, True),  # RLIMIT_NICE 20: down to nice 0
+        (0, 15, 0, False),  # down to 5 only
+        (0, 15, 5, True),  # a process started at nice 5
+        (0, None, 0, True),  # unlimited
+    ],
+)
+def test_raising_a_priority_again_takes_cap_sys_nice_or_an_rlimit_that_reaches_the_process_s_own(
+    capabilities, limit, nice, expected
+):
+    assert raisable(capabilities, limit, nice) is expected
+
+
+def test_where_priorities_cannot_be_raised_again_the_early_interpreter_imports_at_its_own(capless, script, tmp_path):
+    """Lowered there, a node's first workers would wait on imports at nice 19 for good."""
+    slow = "import time\nend = time.thread_time() + 3\nwhile time.thread_time() < end:\n    pass\n"
+    (tmp_path / "slowimport.py").write_text(slow)
+    child = subprocess.Popen(
+        [*capless, sys.executable, "-c", _EARLY_CHILD, script, str(tmp_path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=_ROOTED,
+    )
+    try:
+        pid = int(child.stdout.readline())
+        deadline = time.monotonic() + 30  # the interpreter's own start first
+        while len(os.listdir(f"/proc/{pid}/task")) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.5)  # a Priority message, had one been sent, is taken by now
+        assert len(os.listdir(f"/proc/{pid}/task")) >= 2, "the importing thread did not start"
+        assert _nices(pid) == {0}, _nices(pid)
+    finally:
+        child.stdin.close()
+        child.wait(timeout=30)
