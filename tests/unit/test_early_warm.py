@@ -15,7 +15,7 @@ import pytest
 
 from launcher.cli.early import _scan, start_early_warm
 from launcher.warmstart.interpreter import WarmStarter, warm_starter
-from launcher.warmstart.priority import raisable
+from launcher.warmstart.priority import may_raise, raisable
 
 
 @pytest.fixture
@@ -130,6 +130,8 @@ def _nices(pid: int) -> set[int]:
 
 def test_its_imports_run_at_the_lowest_priority_until_workers_are_asked_for(script, tmp_path):
     """Where agents share a machine, their own start and the rendezvous come first."""
+    if not may_raise():
+        pytest.skip("here a priority cannot be raised again: the interpreter is not lowered (tested below)")
     # 3 s of the thread's own CPU: it lasts however busy the machine is (a wall-clock loop ended unseen in CI)
     slow = "import time\nend = time.thread_time() + 3\nwhile time.thread_time() < end:\n    pass\n"
     (tmp_path / "slowimport.py").write_text(slow)
@@ -199,7 +201,6 @@ def capless():
 
 
 def test_a_process_may_raise_a_priority_again_only_with_cap_sys_nice(capless):
-    assert _may_raise_in([]) is True  # root, with its capabilities
     assert _may_raise_in(capless) is False
 
 
