@@ -1,7 +1,8 @@
 """The warm interpreter an agent forks its Python workers from (``launcher.warmstart.interpreter`` drives it).
 
 Run by path (``python -u zygote.py FD MODULES``) so that nothing of the project is imported here
-but its wire (``wire.py``, loaded by its path: the standard library only): it imports MODULES
+but its wire and what a worker runs (``wire.py``, ``program.py``, loaded by their paths: the
+standard library only): it imports MODULES
 (torch and the parts torch imports on first use, and any the user names), says whether it can fork
 safely (Ready), then serves one request at a time on the SOCK_SEQPACKET socket FD: a Request (with
 the worker's stdout and stderr as two descriptors) is answered with the forked worker's pid
@@ -11,10 +12,10 @@ A forked worker becomes what a plain start makes: a session of its own, SIGKILL 
 dies (which dies with the agent), stdin on /dev/null, its stdout and stderr, the agent's cwd, its
 environment, default signal handlers, reseeded generators (numpy's global one and torch's; Python's
 ``random`` reseeds itself), the import-time output of the modules it was spared, and then its
-program as ``python -u`` runs it: ``SCRIPT``, ``-m MODULE`` or ``-c CODE``, with its argv, sys.path
-and ``__main__``, and named as it (``/proc/PID/cmdline``, with setproctitle). It exits as that
-program does (an uncaught exception: its traceback and exit 1), through the interpreter's own exit
-steps but not its teardown, which in a forked child can wait forever (see ``_exit``).
+program as ``python -u`` runs it (``program.run``): ``SCRIPT``, ``-m MODULE`` or ``-c CODE``, with
+its argv, sys.path and ``__main__``, and named as it (``/proc/PID/cmdline``, with setproctitle). It
+exits as that program does (an uncaught exception: its traceback and exit 1), through the
+interpreter's own exit steps but not its teardown, which in a forked child can wait forever.
 
 Nothing here may leave a thread at work, initialize an accelerator or run a tensor operation: a fork
 copies only the thread that forks, and CUDA cannot be used in a child forked after it was initialized
@@ -37,26 +38,26 @@ import time
 __all__ = ["die_with", "main", "serve"]
 
 _PR_SET_PDEATHSIG = 1
-_PR_SET_NAME = 15
 _MAX_MESSAGE = 1 << 20
-EXIT_GRACE = 10.0  # seconds a forked worker's exit steps may take after its program ended
 
 
-def _load_wire():
-    """``wire.py`` beside this file, by its path (a name no program of the user's takes)."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "wire.py")
-    spec = importlib.util.spec_from_file_location("_elastic_warm_wire", path)
+def _load(name: str):
+    """``NAME.py`` beside this file, by its path, as ``_elastic_warm_NAME`` (a name no program of the
+    user's takes)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"_elastic_warm_{name}", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
 
-wire = _load_wire()
+wire = _load("wire")
+program = _load("program")  # what a forked worker runs
 
-try:  # names a forked worker as its program (a C extension: imported before any fork)
+try:  # names this interpreter (a C extension: imported before any fork)
     import setproctitle as _setproctitle
-except ImportError:  # the workers keep the interpreter's command line
+except ImportError:  # it keeps its command line
     _setproctitle = None
 
 
@@ -228,7 +229,7 @@ def serve(sock: socket.socket, output: tuple[bytes, bytes]) -> None:
             if pid == 0:
                 die_with(zygote)
                 _become_worker(request, fds, output, (sock.fileno(), wake_r, wake_w))
-                _run(request.argv)  # never returns
+                program.run(request.argv)  # never returns
             for fd in fds:
                 os.close(fd)
             _send(sock, wire.Forked(pid))
@@ -274,140 +275,6 @@ def _reseed() -> None:
     torch = sys.modules.get("torch")
     if torch is not None:
         torch.seed()
-
-
-def _run(argv: list[str]) -> None:
-    """``argv[1:]`` as ``python -u`` runs it: ``-m MODULE args``, ``-c CODE args`` or ``SCRIPT args``;
-    then the process ends as the interpreter would end it (see ``_exit``). Never returns."""
-    code = _program(argv)
-    os._exit(_exit(code))
-
-
-def _program(argv: list[str]) -> int:
-    """Run the program; its exit status as the interpreter computes it (SystemExit's code, 1 and a
-    traceback for an uncaught exception)."""
-    import runpy
-
-    sys.orig_argv = list(argv)
-    rest = argv[2:]  # after the interpreter and -u
-    _name_as(argv)
-    try:
-        if rest[0] == "-m":
-            sys.argv = [rest[1], *rest[2:]]
-            sys.path.insert(0, os.getcwd())
-            runpy.run_module(rest[1], run_name="__main__", alter_sys=True)
-        elif rest[0] == "-c":
-            sys.argv = ["-c", *rest[2:]]
-            sys.path.insert(0, "")
-            exec(compile(rest[1], "<string>", "exec"), _main_module().__dict__)
-        else:
-            sys.argv = list(rest)
-            sys.path.insert(0, os.path.dirname(os.path.abspath(rest[0])))
-            runpy.run_path(rest[0], run_name="__main__")
-    except SystemExit as exc:
-        return _exit_status(exc.code)
-    except KeyboardInterrupt:
-        _print_exception()
-        _exit(1)
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGINT)  # as the interpreter ends on an uncaught Ctrl-C
-        return 128 + signal.SIGINT
-    except BaseException:  # noqa: BLE001 -- the program's own error: shown and exit 1, as python does
-        _print_exception()
-        return 1
-    return 0
-
-
-def _exit_status(code: object) -> int:
-    """SystemExit's code as the interpreter turns it into a status: None 0, an int itself, anything
-    else printed to stderr and 1."""
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code & 0xFF
-    sys.stderr.write(f"{code}\n")
-    return 1
-
-
-def _exit(code: int) -> int:
-    """The interpreter's own exit steps, in its order -- its non-daemon threads joined, the atexit
-    handlers run, every open file flushed -- and then ``os._exit``, as multiprocessing's forked
-    children end. The teardown of modules and of C++ objects that a plain interpreter runs after
-    that is left out: in a forked child it can wait for a thread of the warm interpreter that the
-    fork did not copy, forever. A step that does not end within EXIT_GRACE seconds is given up
-    (said on stderr): the program has ended, and its process must not hold the job."""
-    import atexit
-    import threading
-
-    threading.Thread(target=_give_up, args=(code,), name="exit-grace", daemon=True).start()
-    for step in (threading._shutdown, atexit._run_exitfuncs, _flush_files):  # noqa: SLF001 -- Py_FinalizeEx's order
-        try:
-            step()
-        except Exception:  # noqa: BLE001 -- as the interpreter: said, and the exit status stands
-            sys.excepthook(*sys.exc_info())
-    return code
-
-
-def _give_up(code: int) -> None:
-    import threading
-    import time
-
-    time.sleep(EXIT_GRACE)
-    waiting = [t.name for t in threading.enumerate() if t is not threading.current_thread() and t.is_alive()]
-    os.write(
-        2,
-        f"elastic-run: the program ended (exit code {code}) but its process had not exited "
-        f"{EXIT_GRACE:g} s later (threads still running: {', '.join(waiting) or 'none'}); "
-        "ending it\n".encode(),
-    )
-    _flush_files()
-    os._exit(code)
-
-
-def _flush_files() -> None:
-    """Flush every open Python file (module teardown would have closed them). Objects are told
-    apart by their type, not ``isinstance`` (a dead weak proxy raises on that); a file that cannot
-    be flushed is skipped: the program has ended, and its exit status stands. The warm interpreter's
-    frozen objects are looked at too (its ``sys.stdout`` is the worker's)."""
-    import io
-
-    gc.unfreeze()
-    for obj in gc.get_objects():
-        if not issubclass(type(obj), io.IOBase):
-            continue
-        try:
-            if not obj.closed and obj.writable():
-                obj.flush()
-        except Exception:  # noqa: BLE001 -- a broken or half-built file: nothing to save
-            pass
-
-
-def _name_as(argv: list[str]) -> None:
-    """``/proc/PID/cmdline`` (what ps, top and pgrep -f show) as the plain start's command line."""
-    if _setproctitle is not None:
-        _setproctitle.setproctitle(" ".join(argv))
-    name = os.path.basename(argv[0]).encode()[:15]  # the process name exec gives: the interpreter's file name
-    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_NAME, ctypes.c_char_p(name), 0, 0, 0)
-
-
-def _main_module():
-    import types
-
-    module = types.ModuleType("__main__")
-    module.__dict__["__builtins__"] = __builtins__
-    sys.modules["__main__"] = module
-    return module
-
-
-def _print_exception() -> None:
-    """The traceback as ``python`` shows it: the program's frames, not this module's or runpy's."""
-    kind, value, tb = sys.exc_info()
-    import runpy
-
-    ours = (__file__, runpy.__file__, "<frozen runpy>")
-    while tb is not None and tb.tb_frame.f_code.co_filename in ours:
-        tb = tb.tb_next
-    sys.excepthook(kind, value.with_traceback(tb), tb)  # the hook prints the exception's own traceback
 
 
 def main() -> None:

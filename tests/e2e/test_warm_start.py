@@ -90,7 +90,8 @@ def test_a_forked_worker_ends_with_its_own_exit_code_and_its_own_traceback(tmp_p
     assert raised.returncode == 1
     assert "ValueError: the probe was told to raise" in raised.stderr + raised.stdout
     assert 'warm_probe.py", line' in raised.stderr + raised.stdout
-    assert "zygote.py" not in raised.stderr + raised.stdout and "runpy" not in raised.stderr + raised.stdout
+    shown = raised.stderr + raised.stdout
+    assert "zygote.py" not in shown and "program.py" not in shown and "runpy" not in shown, shown
     killed = _job(tmp_path, "--preload", "decimal", flags=("--fail-first", "--signal", "SIGTERM"))
     assert killed.returncode == 1 and all(r["preloaded"]["decimal"] for r in records(str(tmp_path), 1).values())
     assert "  killed by SIGTERM at " in killed.stderr and "exit code -" not in killed.stderr, killed.stderr[-2000:]
