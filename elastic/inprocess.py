@@ -149,13 +149,22 @@ def _shut_connections(keep: set[str]) -> None:
 
 
 def _tear_down() -> None:
-    """The process group goes before ``train`` is called again: it belongs to the round that ended."""
+    """The process group goes before ``train`` is called again: it belongs to the round that ended.
+    An ``init_process_group`` the round's end interrupted (in its rendezvous: the store of a round
+    gone) had counted its group already, and the next one would be named "1" where a new process's
+    is "0": the ranks' gloo keys would never meet. The count goes back to 0, as destroying the
+    group sets it."""
     dist = sys.modules.get("torch.distributed")
-    if dist is not None and dist.is_available() and dist.is_initialized():
+    if dist is None or not dist.is_available():
+        return
+    if dist.is_initialized():
         try:
             dist.destroy_process_group()
         except Exception:  # noqa: BLE001 -- aborted already: its objects are released either way
             pass
+    world = getattr(dist.distributed_c10d, "_world", None)
+    if world is not None and not dist.is_initialized() and hasattr(world, "group_count"):
+        world.group_count = 0
 
 
 def inprocess(train: Callable[..., T], *args: Any, **kwargs: Any) -> T:

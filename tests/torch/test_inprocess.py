@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -179,3 +181,32 @@ def test_a_compiled_model_is_compiled_once_in_a_kept_process_and_again_in_a_new_
         f"\ncompiled: {again['graphs']} graph(s) in the kept process, none again after the restart; "
         f"the replaced rank's new process compiled {ends[new]}"
     )
+
+
+def test_a_process_whose_init_was_interrupted_meets_a_new_process_in_the_next_round(tmp_path):
+    """A kept process whose init_process_group failed in its rendezvous (its round ended under it: a
+    node joined as the round began) and a new process form the next world: without the count reset
+    by ``_tear_down`` its group was "1" and the new one's "0", and gloo waited for keys that never came."""
+    from rendezvous.etcd.server import free_port
+
+    port, dead = free_port(), free_port()
+    worker = os.path.join(ROOT, "tests", "torch", "workers", "interrupted_init.py")
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    ranks = [
+        subprocess.Popen(
+            [sys.executable, worker, str(rank), str(port), str(dead), *extra],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+        )
+        for rank, extra in ((0, ["--interrupted"]), (1, []))
+    ]
+    outputs = []
+    for process in ranks:
+        try:
+            outputs.append(process.communicate(timeout=90)[0])
+        finally:
+            process.kill()
+    assert [p.returncode for p in ranks] == [0, 0], outputs
+    assert "the first init failed" in outputs[0] and "rank 0: 2" in outputs[0] and "rank 1: 2" in outputs[1], outputs
