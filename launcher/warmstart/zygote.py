@@ -2,11 +2,10 @@
 
 Run by path (``python -u zygote.py FD MODULES``) so that nothing of the project is imported here
 but its wire and what a worker runs (``wire.py``, ``program.py``, loaded by their paths: the
-standard library only): it imports MODULES
-(torch and the parts torch imports on first use, and any the user names), says whether it can fork
-safely (Ready), then serves one request at a time on the SOCK_SEQPACKET socket FD: a Request (with
-the worker's stdout and stderr as two descriptors) is answered with the forked worker's pid
-(Forked), and each worker's end is told as it comes (Exited).
+standard library only): it imports MODULES (torch and the parts torch imports on first use, and any
+the user names), says whether it can fork safely (Ready), then serves one request at a time on the
+SOCK_SEQPACKET socket FD: a Request (with the worker's stdout and stderr as two descriptors) is
+answered with the forked worker's pid (Forked), and each worker's end is told as it comes (Exited).
 
 A forked worker becomes what a plain start makes: a session of its own, SIGKILL when this process
 dies (which dies with the agent), stdin on /dev/null, its stdout and stderr, the agent's cwd, its
