@@ -131,7 +131,7 @@ def test_scancel_stops_every_worker_within_the_grace_period_and_leaves_no_proces
     assert slurm.run(["scancel", job]).returncode == 0
     _until(lambda: not any(psutil.pid_exists(pid) for pid, _ in workers.values()), 3 + 5, "every worker gone")
     gone = time.monotonic() - started
-    left = _until(lambda: not _of_job(job) and "none", 15, f"no process of job {job} left")
+    left = _until(lambda: not _of_job(job) and "none", 15, f"no process of job {job} left", story=lambda: _left(job))
     print(f"\nscancel: every worker gone {gone:.2f} s later, no process of the job left ({left}); {_show(slurm, job)}")
     assert _done(slurm, job, 30) == "CANCELLED"
     said = [Path(p).read_text() for p in glob.glob(str(out / "agent-*.log"))]
@@ -199,6 +199,17 @@ def _in_world(out: Path, size: int) -> list[int]:
         for p in glob.glob(str(out / "*.*.*"))
         if Path(p).read_text() == str(size)
     ]
+
+
+def _left(job: str) -> str:
+    """The job's processes still there: pid, parent, state and command line (a wait's story)."""
+    lines = []
+    for process in _of_job(job):
+        try:
+            lines.append(f"{process.pid} (parent {process.ppid()}, {process.status()}): {' '.join(process.cmdline())}")
+        except psutil.Error:
+            continue
+    return "\n".join(lines) or "none by now"
 
 
 def _of_job(job: str) -> list[psutil.Process]:
