@@ -89,8 +89,11 @@ def section() -> Iterator[None]:
 
 
 def _own(started: float, waited: float) -> float:
-    """Seconds since ``started`` less this thread's wait for a CPU since it read ``waited``."""
-    return max(0.0, time.monotonic() - started - (_cpu_wait() - waited))
+    """Seconds since ``started`` less this thread's wait for a CPU since it read ``waited``. The wait
+    is read before the clock, as the clock before the wait at the start: a wait that falls between
+    two reads is in the span's length and not taken off (never taken off a length that lacks it)."""
+    wait = _cpu_wait() - waited
+    return max(0.0, time.monotonic() - started - wait)
 
 
 class _DdpPace:
