@@ -9,10 +9,11 @@ import datetime
 import json
 import os
 import sys
-import threading
 import time
 
 import torch.distributed as dist
+
+from launcher.hangs.procstat import run_delay
 
 out, delay = sys.argv[1], float(sys.argv[2])
 fail_rank = int(sys.argv[3]) if len(sys.argv) > 3 else -1
@@ -23,9 +24,8 @@ if rank == 0:
 
 
 def waited() -> float:
-    """Seconds this thread has waited for a CPU while runnable (/proc's schedstat, field 2)."""
-    with open(f"/proc/self/task/{threading.get_native_id()}/schedstat") as handle:
-        return int(handle.read().split()[1]) / 1e9
+    """Seconds this (main) thread has waited for a CPU while runnable."""
+    return run_delay(os.getpid()) or 0.0
 
 
 start, waited_before = time.time(), waited()
