@@ -11,7 +11,27 @@ trap 'rm -rf "$WORK"' EXIT
 # the wheel misses).
 mkdir "$WORK/src"
 git ls-files -z --cached --others --exclude-standard | xargs -0 cp --parents -t "$WORK/src"
-.venv/bin/pip wheel --quiet --disable-pip-version-check --no-deps -w "$WORK/dist" "$WORK/src"
+# As a packager builds it: the source distribution, then the wheel built from that (a file the sdist
+# misses is missing from the wheel too).
+.venv/bin/python -m build --quiet --outdir "$WORK/dist" "$WORK/src" >"$WORK/build.log" 2>&1 || { cat "$WORK/build.log"; exit 1; }
+if grep -q -i "deprecat" "$WORK/build.log"; then
+    grep -i -A3 "deprecat" "$WORK/build.log"
+    echo "CI: the build warns of something deprecated (above)"
+    exit 1
+fi
+.venv/bin/python - "$WORK"/dist/*.tar.gz "$WORK"/dist/*.whl <<'PY'
+import sys, tarfile, zipfile
+
+sdist, wheel = sys.argv[1], sys.argv[2]
+names = {name.split("/", 1)[1] for name in tarfile.open(sdist).getnames() if "/" in name}
+needed = ["README.md", "pyproject.toml", "tests/conftest.py", "docs/index.md", "examples/hello.py", "bench/recovery.py", ".ci/run"]
+lacking = [name for name in needed if name not in names]
+assert not lacking, f"the sdist lacks {lacking}: a packager could not run the tests from it"
+shipped = {name.split("/")[0] for name in zipfile.ZipFile(wheel).namelist()}
+extra = sorted(top for top in shipped if top not in ("rendezvous", "launcher", "elastic", "lighthouse") and ".dist-info" not in top)
+assert not extra, f"the wheel ships {extra} besides the four packages"
+print(f"CI: the sdist carries the tests and docs ({len(names)} files); the wheel built from it only the packages")
+PY
 python3 -m venv "$WORK/venv"
 "$WORK/venv/bin/pip" install --quiet --disable-pip-version-check "$WORK"/dist/*.whl
 cp examples/hello.py "$WORK/hello.py"
