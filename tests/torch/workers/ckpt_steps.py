@@ -34,10 +34,24 @@ with open(os.path.join(out, f"{attempt}-{rank}.json"), "w") as f:
     json.dump(record, f)
 first = 0 if state is None else state["step"] + 1
 owner = 0 if replicated else rank
+
+
+def others_saved() -> bool:
+    """Whether every other rank of this attempt has saved once (under load a rank can start a tenth
+    of a second after another: the dying rank waits for them, so each has a save to come back to)."""
+    marks = [os.path.join(out, f"saved-{attempt}-{r}") for r in range(int(os.environ["WORLD_SIZE"])) if r != rank]
+    return all(os.path.exists(mark) for mark in marks)
+
+
 for step in range(first, steps):
     weights = torch.full((1024,), float(step * 100 + owner))
     ckpt.save({"weights": weights, "step": step, "note": f"rank {owner}"}, step=step)
+    if step == first:
+        open(os.path.join(out, f"saved-{attempt}-{rank}"), "w").close()
     if attempt == 0 and rank == die_rank and step == die_at:
+        deadline = time.monotonic() + 60
+        while not others_saved() and time.monotonic() < deadline:
+            time.sleep(0.01)
         os.kill(os.getpid(), signal.SIGKILL)
     time.sleep(0.02)
 if replicated:
