@@ -5,6 +5,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -114,10 +115,34 @@ def finish(process: subprocess.Popen, timeout: float = 30) -> tuple[int, str]:
     try:
         output, _ = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
+        stacks = python_stacks(process.pid)  # where it was, before it is killed
         process.kill()
         try:
             output, _ = process.communicate(timeout=10)
         except subprocess.TimeoutExpired:  # orphans still hold the pipe: that is a finding too
             output = "(its output pipe is still held open by processes it left behind)"
-        raise AssertionError(f"agent did not exit within {timeout}s:\n{output}") from None
+        raise AssertionError(f"agent did not exit within {timeout}s:\n{output}\n{stacks}") from None
     return process.returncode, output
+
+
+def python_stacks(pid: int) -> str:
+    """Every thread's Python stack in a live process and in each process under it, with the thread's
+    scheduler state (py-spy, which the [test] extra installs): where an agent that would not exit was."""
+    import psutil
+
+    spy = shutil.which(tool("py-spy"))
+    if spy is None:
+        return f"(no py-spy here for the stacks of process {pid})"
+    try:
+        tree = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return f"(process {pid} ended before its stacks were taken)"
+    shown = []
+    for process in tree:
+        try:
+            dump = subprocess.run([spy, "dump", "--pid", str(process.pid)], capture_output=True, text=True, timeout=20)
+            shown.append(f"--- {process.pid} ({process.status()}): {' '.join(process.cmdline())[:160]}")
+            shown.append((dump.stdout or dump.stderr).strip()[-4000:])
+        except (psutil.NoSuchProcess, subprocess.TimeoutExpired) as exc:
+            shown.append(f"--- {process.pid}: no stacks ({type(exc).__name__})")
+    return "\n".join(shown)

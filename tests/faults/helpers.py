@@ -17,7 +17,7 @@ import psutil
 
 from rendezvous import EtcdClient
 from rendezvous.etcd.server import EtcdCluster
-from tests.e2e.cli_helpers import json_records, wait_for
+from tests.e2e.cli_helpers import json_records, python_stacks, wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LIFE = os.path.join(HERE, "workers", "life.py")
@@ -113,8 +113,9 @@ class Agent:
         try:
             return self.process.wait(timeout)
         except subprocess.TimeoutExpired:
+            stacks = python_stacks(self.process.pid)  # where it was, before it is killed
             self.kill()
-            raise AssertionError(f"agent did not exit within {timeout}s:\n{self.output()}") from None
+            raise AssertionError(f"agent did not exit within {timeout}s:\n{self.output()}\n{stacks}") from None
 
     def kill(self) -> None:
         if self.process.poll() is None:
