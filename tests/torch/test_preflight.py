@@ -39,9 +39,10 @@ def test_four_healthy_nodes_pass_the_preflight_check_in_under_3_s_before_their_w
     assert [code for code, _ in results] == [0, 0, 0, 0], outputs
     checks = [e for e in history if e["kind"] == "preflight"]
     assert len(checks) == 1 and checks[0]["findings"] == [] and checks[0]["nodes"] == 4, checks
-    seconds, slowest = checks[0]["seconds"], checks[0]["slowest_pair_ms"]
+    # a record without a slowest pair: no pair of the first pass met (each waits 5 s), which fails the time too
+    seconds, slowest = checks[0]["seconds"], checks[0].get("slowest_pair_ms")
     print(f"\npre-flight check of 4 nodes: {seconds:.2f} s (slowest pair {slowest} ms)")
-    assert checks[0]["seconds"] < 3.0
+    assert seconds < 3.0 and slowest is not None, (checks[0], outputs)
     assert all("pre-flight check passed in" in text for text in outputs), outputs
     assert {w["world"] for w in workers(str(tmp_path))} == {4}
 
