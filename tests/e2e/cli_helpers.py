@@ -126,8 +126,8 @@ def finish(process: subprocess.Popen, timeout: float = 30) -> tuple[int, str]:
 
 
 def python_stacks(pid: int) -> str:
-    """Every thread's Python stack in a live process and in each process under it, with the thread's
-    scheduler state (py-spy, which the [test] extra installs): where an agent that would not exit was."""
+    """Every thread's Python stack in a live process and in each process under it, with each process's
+    state (py-spy, which the [test] extra installs): where an agent that would not exit was."""
     import psutil
 
     spy = shutil.which(tool("py-spy"))
