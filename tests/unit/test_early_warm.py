@@ -128,13 +128,27 @@ def _nices(pid: int) -> set[int]:
     return found
 
 
+def _slow_import(directory) -> None:
+    """``slowimport``, a module whose import takes 3 s of its thread's own CPU: it lasts however busy
+    the machine is (a wall-clock loop ended unseen in CI)."""
+    slow = "import time\nend = time.thread_time() + 3\nwhile time.thread_time() < end:\n    pass\n"
+    (directory / "slowimport.py").write_text(slow)
+
+
+def _importing_thread_started(pid: int) -> None:
+    """Wait (30 s at most: the interpreter's own start first, seconds on a busy machine) until the
+    interpreter ``pid`` has a second thread, its importing one."""
+    deadline = time.monotonic() + 30
+    while len(os.listdir(f"/proc/{pid}/task")) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert len(os.listdir(f"/proc/{pid}/task")) >= 2, "the importing thread did not start"
+
+
 def test_its_imports_run_at_the_lowest_priority_until_workers_are_asked_for(script, tmp_path):
     """Where agents share a machine, their own start and the rendezvous come first."""
     if not may_raise():
         pytest.skip("here a priority cannot be raised again: the interpreter is not lowered (tested below)")
-    # 3 s of the thread's own CPU: it lasts however busy the machine is (a wall-clock loop ended unseen in CI)
-    slow = "import time\nend = time.thread_time() + 3\nwhile time.thread_time() < end:\n    pass\n"
-    (tmp_path / "slowimport.py").write_text(slow)
+    _slow_import(tmp_path)
     environ = {"PATH": os.environ["PATH"], "PYTHONPATH": str(tmp_path)}
     early = start_early_warm(["--preload", "slowimport", script], environ)
     assert early is not None
@@ -156,9 +170,7 @@ def test_the_priority_is_changed_from_the_agent_even_while_the_imports_hold_the_
     environ = {"PATH": os.environ["PATH"], "PYTHONPATH": str(tmp_path)}
     starter = WarmStarter(("gilheld",), environ, lambda line: None)
     try:
-        deadline = time.monotonic() + 30  # the interpreter's own start first (seconds, on a busy machine)
-        while len(os.listdir(f"/proc/{starter.pid}/task")) < 2 and time.monotonic() < deadline:
-            time.sleep(0.02)  # the importing thread started
+        _importing_thread_started(starter.pid)
         time.sleep(0.3)  # and inside the match
         for wanted, change in ((19, starter.background), (0, starter.foreground)):
             change()
@@ -180,6 +192,9 @@ early.close()
 """
 
 
+_ROOTED = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))}
+
+
 def _may_raise_in(prefix: list[str]) -> bool:
     code = "from launcher.warmstart.priority import may_raise; print(may_raise())"
     done = subprocess.run(
@@ -187,9 +202,6 @@ def _may_raise_in(prefix: list[str]) -> bool:
     )
     assert done.returncode == 0, done.stderr
     return done.stdout.strip() == "True"
-
-
-_ROOTED = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))}
 
 
 @pytest.fixture
@@ -224,8 +236,7 @@ def test_raising_a_priority_again_takes_cap_sys_nice_or_an_rlimit_that_reaches_t
 
 def test_where_priorities_cannot_be_raised_again_the_early_interpreter_imports_at_its_own(capless, script, tmp_path):
     """Lowered there, a node's first workers would wait on imports at nice 19 for good."""
-    slow = "import time\nend = time.thread_time() + 3\nwhile time.thread_time() < end:\n    pass\n"
-    (tmp_path / "slowimport.py").write_text(slow)
+    _slow_import(tmp_path)
     child = subprocess.Popen(
         [*capless, sys.executable, "-c", _EARLY_CHILD, script, str(tmp_path)],
         stdin=subprocess.PIPE,
@@ -235,11 +246,8 @@ def test_where_priorities_cannot_be_raised_again_the_early_interpreter_imports_a
     )
     try:
         pid = int(child.stdout.readline())
-        deadline = time.monotonic() + 30  # the interpreter's own start first
-        while len(os.listdir(f"/proc/{pid}/task")) < 2 and time.monotonic() < deadline:
-            time.sleep(0.02)
+        _importing_thread_started(pid)
         time.sleep(0.5)  # a Priority message, had one been sent, is taken by now
-        assert len(os.listdir(f"/proc/{pid}/task")) >= 2, "the importing thread did not start"
         assert _nices(pid) == {0}, _nices(pid)
     finally:
         child.stdin.close()
