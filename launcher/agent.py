@@ -1,20 +1,14 @@
 """The agent: RENDEZVOUS -> RUNNING -> SUCCEEDED | FAILED | RESTARTING -> RENDEZVOUS.
 
-- A worker failure stops the group and, while restarts remain, joins a new round and starts the
-  workers again (TORCHELASTIC_RESTART_COUNT counts these).
-- A membership change -- a participant's agent or machine is gone (a worker failure that comes with
-  it included: ``launcher.peers``), a node waits to join, or another node started a new round --
-  stops the group and re-rendezvouses without using a restart.
-- An etcd outage shorter than the renew deadline does not touch running workers; past it, or past
-  the peers' deadline, the workers are stopped (fenced: the others may form a round without this
-  node) and the agent rejoins when etcd answers, without using a restart. The reaper enforces the
-  same deadlines, so a frozen or hung agent's workers are stopped too.
-- When every local worker succeeded the agent says so in its node key and waits (up to the exit
-  barrier timeout) for the other nodes; when all have, the job is marked closed.
-- A worker that calls elastic.heartbeat() and then stays silent past its timeout is hung; the nodes
-  agree on the rank to blame (launcher/hangs/), its stacks are dumped, and it counts as a failure.
-- the signals of --signals-to-handle (SIGTERM, SIGINT, SIGHUP, SIGQUIT) stop the workers with the same
-  signal and leave the job open for the others.
+- A worker failure (or an agreed hang, ``launcher/hangs/``) stops the group and, while restarts
+  remain, joins a new round and starts the workers again (TORCHELASTIC_RESTART_COUNT counts these).
+- A membership change -- a participant's agent or machine is gone (``launcher.peers``), a node waits
+  to join, another node started a new round -- re-rendezvouses without using a restart.
+- etcd out of reach past the renew deadline (or the peers') fences the workers: stopped, then the
+  agent rejoins without using a restart. The reaper enforces the same deadlines.
+- When every local worker succeeded the agent says so in its node key and waits (the exit barrier,
+  bounded) for the other nodes; when all have, the job is marked closed.
+- the signals of --signals-to-handle stop the workers with the same signal; the job stays open.
 """
 
 from __future__ import annotations
@@ -47,7 +41,7 @@ from rendezvous.job.hangboard import HangChannel
 from rendezvous.job.history import HistoryWriter
 from rendezvous.job.paceboard import PaceBoard
 from rendezvous.job.progress import RoundProgress, tripped
-from rendezvous.job.state import CLOSED_BY_CRASH_LOOP, CLOSED_BY_OPERATOR, JobOutcome, JobState, JobStatus
+from rendezvous.job.state import CLOSED_BY_CRASH_LOOP, CLOSED_BY_OPERATOR, JobState, JobStatus
 from rendezvous.rounds.handler import RendezvousHandler
 from rendezvous.rounds.join import RendezvousInfo
 
@@ -117,10 +111,7 @@ class Agent:
         ``peers`` are the handler's too; whoever made them closes them after ``run``. ``hangs``, ``paces``:
         etcd's side of hang detection and straggler scores (None: no hang watch; ranks compared locally);
         ``warm``: one started early (``launcher.cli.early``)."""
-        self.config = config
-        self.handler = handler
-        self.history = history
-        self._reaper = reaper
+        self.config, self.handler, self.history, self._reaper = config, handler, history, reaper
         self.say = report or say
         self.environ = dict(os.environ if environ is None else environ)
         self.telemetry = telemetry or Telemetry()
@@ -128,14 +119,10 @@ class Agent:
         self._group: WorkerGroup | None = None
         self._warm: WarmStarter | None = warm
         self._rounds: RoundRunner | None = None
-        self.state = AgentState.INIT
-        self.attempt = 0
+        self.state, self.attempt = AgentState.INIT, 0
         self._told: set[str] = set()  # the lines about options that differ from the job's, said once
         self.info: RendezvousInfo | None = None
-        self._hang_channel = hangs
-        self._stores = stores
-        self._peers = peers
-        self._paces = paces
+        self._hang_channel, self._stores, self._peers, self._paces = hangs, stores, peers, paces
 
     @property
     def state(self) -> AgentState:
@@ -314,16 +301,13 @@ class Agent:
 
     def _finished_without_this_node(self, exc: RendezvousClosedError) -> bool:
         """The job succeeded while this node waited for a place in it (a hot spare never needed), or
-        while it was out of it (fenced, coming back): its part is done too. Said before the agent
-        leaves; its history record says the same."""
+        while it was out of it (fenced, coming back): its part is done too (``restart.finished_without``)."""
         away = self.info is not None  # it had ranks, lost them (fenced), and was coming back
-        state = self._job_state() if exc.while_waiting or away else None
-        if state is None or state.outcome(live_nodes=0) is not JobOutcome.SUCCEEDED:
-            return False
-        self.state, where = AgentState.SUCCEEDED, "was out of it" if away else "waited for a place"
-        self._departure = _Departure(f"the job finished while this node {where} ({state.reason})")
-        self.say(f"the job finished while this node {where} ({state.reason}): nothing left to run")
-        return True
+        line = restart.finished_without(self._job_state() if exc.while_waiting or away else None, away)
+        if line is not None:
+            self.state, self._departure = AgentState.SUCCEEDED, _Departure(line)
+            self.say(f"{line}: nothing left to run")
+        return line is not None
 
     def _closed_error(self, exc: RendezvousClosedError) -> LauncherError:
         """The job was closed under this node: by a failure elsewhere, by an operator, or before it joined."""
@@ -386,17 +370,22 @@ class Agent:
 
     def _exit_barrier(self) -> bool:
         """Say this node finished; when every participant has, close the job. False when, meanwhile,
-        the job restarts or goes on with a newcomer (``restart.rejoin_after_finish``): it rejoins."""
+        the job restarts or goes on with a newcomer (``restart.rejoin_after_finish``): it rejoins.
+        Past ``exit_barrier_timeout`` it says which nodes still run and leaves (as torch's agent)."""
         try:
             self.handler.finish()
             if self.handler.all_finished(timeout=self.config.exit_barrier_timeout):
                 self._close("the job finished")
                 return True
-            state = self.handler.job_state()
+            state, monitor = self.handler.job_state(), self.handler.round_monitor()
+            line = restart.rejoin_after_finish(state)
+            if line is None and monitor is not None and not monitor.moved_on:  # the barrier timed out
+                line = restart.barrier_line(monitor.unfinished() or (), self.config.exit_barrier_timeout)
+                self.say(line)
+                return True
         except RendezvousError as exc:
             self.say(f"workers succeeded; could not record it in etcd ({exc})")
             return True
-        line = restart.rejoin_after_finish(state)
         if line is not None:
             self.say(line)
         return line is None

@@ -45,6 +45,8 @@ _OPTION_FIELDS = (
     "first_heartbeat_timeout",
     "crash_loop_restarts",
     "progress_window",
+    "exit_barrier_timeout",
+    "exit_stuck_timeout",
 )
 START_METHODS = ("spawn", "fork", "forkserver")
 
@@ -90,6 +92,9 @@ class LaunchConfig:
     health_check: str = ""
     replace_stragglers: bool = False
     preflight: bool = False
+    # and the endings' bounds (docs "Every run ends"): --exit-barrier-timeout, --exit-stuck-timeout
+    exit_barrier_timeout: float = 300.0
+    exit_stuck_timeout: float = 60.0
 
     def __post_init__(self) -> None:
         if self.rdzv_timeout != -1:
@@ -240,6 +245,8 @@ def _agent_config(config: LaunchConfig, argv: tuple[str, ...]) -> AgentConfig:
         checkpoint_dir=config.checkpoint_dir or None,
         checkpoint_every=config.checkpoint_every,
         crash_loop=CrashLoop(config.crash_loop_restarts, float(config.progress_window)),
+        exit_barrier_timeout=float(config.exit_barrier_timeout),
+        exit_stuck_timeout=float(config.exit_stuck_timeout),
         checks=NodeChecks(command=config.health_check),
         replace_stragglers=bool(config.replace_stragglers),
         preflight=bool(config.preflight),

@@ -41,7 +41,8 @@ class AgentConfig:
     cpu_binding: Mapping[int, tuple[str, ...]] = field(
         default_factory=dict
     )  # command before a local rank's (--numa-binding)
-    exit_barrier_timeout: float = 300.0  # how long a finished node waits for the others
+    exit_barrier_timeout: float = 300.0  # how long a finished node waits for the others (--exit-barrier-timeout)
+    exit_stuck_timeout: float = 60.0  # a worker doing nothing this long after the others exited 0 is ended (0: never)
     hang_timeouts: HangTimeouts = field(default_factory=HangTimeouts)  # --heartbeat-timeout, --first-heartbeat-timeout
     history_command: str = ""  # the pasteable elastic-ctl history of the job ("": its etcd ends with the agent)
     warm_start: bool = True  # fork Python workers from a warm interpreter (--no-warm-start: fresh processes)

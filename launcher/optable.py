@@ -1,7 +1,7 @@
 """elastic-run's options, in one table: each option's spellings, type, default, help line, help
 group, torchrun's spelling, whether it takes effect here, and the longer words of the docs.
 
-From this table are made: the click options of ``elastic-run`` (``click_options``), ``--help``'s
+From this table are made: the click options of ``elastic-run`` (``launcher.cli.clickopts``), ``--help``'s
 groups and its list of options accepted with no effect (``launcher.cli.helpfmt``), the checks of
 ``LaunchConfig``'s fields that are options too (``check_field``), and the options table of
 docs/getting-started.md (``launcher.cli.helpfmt.markdown``; ``tests/unit/test_readme.py`` keeps the two equal).
@@ -10,11 +10,8 @@ docs/getting-started.md (``launcher.cli.helpfmt.markdown``; ``tests/unit/test_re
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
-
-import click
 
 from launcher.workers.numa import MODES as NUMA_MODES
 
@@ -22,7 +19,6 @@ __all__ = [
     "Option",
     "OPTIONS",
     "GROUP_ORDER",
-    "click_options",
     "check_field",
     "env_name",
     "moot",
@@ -49,9 +45,6 @@ class Whole:
     minimum: int
     maximum: int | None = None
 
-    def click_type(self) -> click.ParamType:
-        return _Whole(self)
-
     def problem(self, value: Any) -> str | None:
         if isinstance(value, bool) or not isinstance(value, int) or value < self.minimum:
             return f"an integer >= {self.minimum}"
@@ -66,9 +59,6 @@ class Seconds:
 
     positive: bool = True
 
-    def click_type(self) -> click.ParamType:
-        return _SecondsType(self)
-
     def problem(self, value: Any) -> str | None:
         ok = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
         if not ok or value < 0 or (self.positive and value == 0):
@@ -80,47 +70,8 @@ class Seconds:
 class Choice:
     values: tuple[str, ...]
 
-    def click_type(self) -> click.ParamType:
-        return click.Choice(list(self.values))
-
     def problem(self, value: Any) -> str | None:
         return None if value in self.values else f"one of {', '.join(self.values)}"
-
-
-class _Whole(click.IntRange):
-    """click's IntRange, without the range appended to the help line (the help says it), and a
-    value out of range said as the table says it ("-1 is not an integer >= 0")."""
-
-    def __init__(self, check: Whole) -> None:
-        super().__init__(check.minimum, check.maximum)
-        self.check = check
-
-    def _describe_range(self) -> str:
-        return ""
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
-        number = click.INT.convert(value, param, ctx)  # "'x' is not a valid integer."
-        why = self.check.problem(number)
-        if why:
-            self.fail(f"{number} is not {why}", param, ctx)
-        return number
-
-
-class _SecondsType(click.ParamType):
-    name = "seconds"
-
-    def __init__(self, check: Seconds) -> None:
-        self.check = check
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
-        try:
-            seconds = float(value)
-        except (TypeError, ValueError):
-            seconds = math.nan
-        why = self.check.problem(seconds)
-        if why:
-            self.fail(f"{value!r} is not {why}", param, ctx)
-        return seconds
 
 
 @dataclass(frozen=True)
@@ -291,6 +242,17 @@ OPTIONS: tuple[Option, ...] = (
          shown_default="$TORCH_ELASTIC_SHUTDOWN_TIMEOUT or 30",
          doc="seconds between the stop signal and SIGKILL when stopping workers (`--stop-grace`: this project's "
          "older name)"),
+    _opt("--exit-barrier-timeout", help="Seconds a finished node waits for the others.", group=_STOP,
+         default=300.0, check=Seconds(), metavar="SECONDS", shown_default="300", torchrun=None,
+         field="exit_barrier_timeout",
+         doc="seconds a node whose workers all exited 0 waits for the other nodes' (torch's agent's "
+         "`exit_barrier_timeout`); past it the node says which nodes still run and exits 0"),
+    _opt("--exit-stuck-timeout", help="Seconds a worker does nothing after the others exited.", group=_STOP,
+         default=60.0, check=Seconds(positive=False), metavar="SECONDS", shown_default="60", torchrun=None,
+         field="exit_stuck_timeout",
+         doc="a worker still alive this long after every other rank of its round exited 0, with no CPU and no "
+         "I/O in that time, is stuck at exit (a teardown deadlock): named with its native stack and ended, "
+         "and the round succeeds (0: never; see Every run ends)"),
     _opt("--monitor-interval", help="Seconds between checks of the workers.", group=_STOP, default=0.1,
          check=Seconds(), metavar="SECONDS", shown_default="0.1", field="monitor_interval",
          doc="seconds between checks of the workers"),
@@ -349,35 +311,6 @@ def env_name(option: Option) -> str | None:
     if option.env is None:
         return None
     return option.env or "PET_" + option.name[2:].replace("-", "_").upper()
-
-
-def _click_option(option: Option) -> Callable:
-    spellings = list(option.spellings)
-    if option.off:
-        spellings = [f"{spellings[0]}/{option.off}", *spellings[1:]]
-    shown = f"  [default: {option.shown_default}]" if option.shown_default else ""
-    kwargs: dict[str, Any] = {"help": option.help + shown, "show_envvar": False, "envvar": env_name(option)}
-    if option.flag and not option.off:
-        kwargs["is_flag"] = True
-    else:
-        kwargs["default"] = option.default
-    if option.check is not None:
-        kwargs["type"] = option.check.click_type()
-    if option.metavar:
-        kwargs["metavar"] = option.metavar
-    args = [*spellings, option.dest] if option.dest else spellings
-    return click.option(*args, **kwargs)
-
-
-def click_options(options: Sequence[Option] = OPTIONS) -> Callable:
-    """A decorator that gives a click command every option of the table."""
-
-    def decorate(command: Callable) -> Callable:
-        for option in reversed(options):
-            command = _click_option(option)(command)
-        return command
-
-    return decorate
 
 
 def grouped() -> tuple[tuple[str, tuple[str, ...]], ...]:

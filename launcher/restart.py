@@ -23,13 +23,13 @@ Everything here is pure formatting and decisions; the agent does the I/O.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from launcher.hangs.verdict import Verdict
 from launcher.workers.group import GroupStatus
 from rendezvous.job.progress import Streak
-from rendezvous.job.state import Cause, FailureKind, JobState, JobStatus
+from rendezvous.job.state import Cause, FailureKind, JobOutcome, JobState, JobStatus
 from rendezvous.rounds.join import RendezvousInfo
 from rendezvous.rounds.monitor import JobMonitor
 
@@ -49,6 +49,8 @@ __all__ = [
     "renewal_line",
     "failure_records",
     "rejoin_after_finish",
+    "finished_without",
+    "barrier_line",
 ]
 
 
@@ -226,6 +228,25 @@ def change_line(
     if joining:
         return f"node{'s' if len(joining) > 1 else ''} {', '.join(joining)} joined: re-rendezvous"
     return "another node started a new round: re-rendezvous"
+
+
+def finished_without(state: JobState | None, away: bool) -> str | None:
+    """The job succeeded without this node (None: it did not): while it was out of the job (``away``:
+    fenced, coming back) or waited for a place in it (a hot spare never needed). Said before the
+    agent leaves; its history record says the same."""
+    if state is None or state.outcome(live_nodes=0) is not JobOutcome.SUCCEEDED:
+        return None
+    where = "was out of it" if away else "waited for a place"
+    return f"the job finished while this node {where} ({state.reason})"
+
+
+def barrier_line(unfinished: Sequence[str], timeout: float) -> str:
+    """The exit barrier timed out: which nodes still ran their workers, and that this one leaves."""
+    names = ", ".join(unfinished) or "none that etcd names"
+    return (
+        f"the exit barrier timed out after {timeout:g} s: nodes still running their workers: {names}; "
+        "this node's workers succeeded, and it exits (--exit-barrier-timeout)"
+    )
 
 
 def rejoin_after_finish(state: JobState | None) -> str | None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from launcher.c10dstore import StoreHost
 from launcher.goodput.live import publish_account
 from launcher.goodput.marks import WRITERS, RoundMarks, round_details
+from launcher.hangs.exitstuck import ExitWatch, others_done
 from launcher.hangs.hangwatch import HangWatch, watch_round
 from launcher.hangs.verdict import Verdict
 from launcher.pace import Change, PacedWorker, PaceWatch
@@ -24,7 +25,7 @@ from launcher.preflight.gate import check_round
 from launcher.reaper.handle import ReaperProcess
 from launcher.telemetry.metrics import RestartCause, Telemetry
 from launcher.workers.checkpoints import ENV_MEMORY, newest_save
-from launcher.workers.env import WorkerSpec
+from launcher.workers.env import round_specs
 from launcher.workers.group import GroupState, GroupStatus, WorkerGroup
 from rendezvous.errors import RendezvousError
 from rendezvous.job.hangboard import HangChannel
@@ -130,6 +131,7 @@ class RoundRunner:
         self._board = paces
         self._preflight = preflight
         self._pace: PaceWatch | None = None
+        self._exits: ExitWatch | None = None
         self._spares = SpareLook(handler)
         self._beats_used = False  # this node's workers called elastic.heartbeat() in an earlier round
         self._status = GroupStatus(GroupState.RUNNING)  # the workers' last poll
@@ -190,7 +192,9 @@ class RoundRunner:
         """The round's workers started, with its store, its probes and its hang watch."""
         self._reaper.clear()
         self._reaper.note_round(info.round)
-        specs = self._specs(info, attempt, layout)
+        beats_at = lambda local_rank: os.path.join(self._beats_dir, f"{attempt}-{local_rank}.beat")  # noqa: E731
+        errors_at = lambda local_rank: layout.ranks[local_rank].error_file  # noqa: E731
+        specs = round_specs(info, self.config, errors_at, beats_at, agent_store=self._stores is not None)
         for spec in specs:
             beats.create(spec.heartbeat_file)
         if self._peers is not None:
@@ -212,6 +216,9 @@ class RoundRunner:
             pid_of=self._group.pid_of,
             interval=self.config.monitor_interval,
         )
+        bound, ranks = self.config.exit_stuck_timeout, [s.local_rank for s in specs]
+        done = others_done(self.handler.round_monitor, self.handler.node_id)
+        self._exits = ExitWatch(ranks, self._group.pid_of, bound, done)
         paced = [PacedWorker(s.local_rank, s.rank, s.heartbeat_file) for s in specs]
         node, lease = self.handler.node_id, lambda: self.handler.lease.lease_id
         gauge = self._telemetry.straggler_score
@@ -289,30 +296,6 @@ class RoundRunner:
         lost = self._peers.lost_with_failure(spent=self.info.restart_count >= self.info.max_restarts)
         return replace(result, lost=lost) if lost else result
 
-    def _specs(self, info: RendezvousInfo, attempt: int, layout: Layout) -> list[WorkerSpec]:
-        n = self.config.nproc_per_node
-        return [
-            WorkerSpec(
-                local_rank=i,
-                local_world_size=n,
-                base_global_rank=info.base_global_rank,
-                world_size=info.world_size,
-                group_rank=info.group_rank,
-                group_world_size=info.group_world_size,
-                master_addr=info.master_addr,
-                master_port=info.master_port,
-                run_id=info.run_id,
-                restart_count=info.restart_count,
-                max_restarts=info.max_restarts,
-                role=self.config.role,
-                error_file=layout.ranks[i].error_file,
-                virtual_local_rank=self.config.virtual_local_rank,
-                heartbeat_file=os.path.join(self._beats_dir, f"{attempt}-{i}.beat"),
-                agent_store=self._stores is not None,
-            )
-            for i in range(n)
-        ]
-
     def _watch(self) -> RoundResult:
         """Until the workers end, the membership changes, the lease lapses or a hang is agreed on.
 
@@ -326,8 +309,9 @@ class RoundRunner:
             if result is not None:
                 return result
             verdict = self._hangs.tick(self._status.exited, self._peer_finished) if self._hangs is not None else None
-            if verdict is not None:
+            if verdict is not None and not self._past_hangs(verdict):
                 return RoundResult(RoundOutcome.HUNG, verdict=verdict)
+            self._end_stuck()
             replaced = self._stragglers()
             if replaced is not None:
                 return replaced
@@ -359,6 +343,22 @@ class RoundRunner:
         if status.state is GroupState.FAILED:
             return RoundResult(RoundOutcome.FAILED, status)
         return None
+
+    def _past_hangs(self, verdict: Verdict) -> bool:
+        """The verdict names a local rank whose peers all exited 0: past the job's last collective,
+        it is the exit watch's to judge (stuck at exit), never a restart."""
+        local = verdict.culprit.rank - self.info.base_global_rank
+        mine = verdict.culprit.node == self.handler.node_id
+        return mine and self._exits is not None and self._exits.covers(local, self._status.exited)
+
+    def _end_stuck(self) -> None:
+        """Workers stuck at exit (``launcher.hangs.exitstuck``): each said with what it is blocked in,
+        recorded, and ended -- it then counts as exited 0, and the round succeeds."""
+        ending = bool(self._status.exited) or self._peer_finished()
+        for stuck in self._exits.stuck(self._status.exited, ending, self.info.base_global_rank):
+            self._say(stuck.line(self.info.round))
+            self._history.record("worker_stuck_at_exit", self.info.round, node=self.handler.node_id, **stuck.details())
+            self._group.end_stuck(stuck.local_rank)
 
     def _peer_finished(self) -> bool:
         try:

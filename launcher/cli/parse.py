@@ -121,6 +121,8 @@ def agent_config(opts: RunOptions, argv: tuple[str, ...], nproc: int) -> AgentCo
         store_port=opts.master_port or None,
         checkpoint_dir=opts.checkpoint_dir or None,
         crash_loop=CrashLoop(opts.crash_loop_restarts, opts.progress_window),
+        exit_barrier_timeout=opts.exit_barrier_timeout,
+        exit_stuck_timeout=opts.exit_stuck_timeout,
         checks=NodeChecks(command=opts.health_check),
         max_restarts=opts.max_restarts,
         monitor_interval=opts.monitor_interval,

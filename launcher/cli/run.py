@@ -19,10 +19,10 @@ from click.core import ParameterSource
 
 from launcher.errors import EXIT_SIGNAL_BASE, EXIT_USAGE, LauncherError, UsageError, describe_code, rendezvous_failure
 from launcher.launch import launch
-from launcher.optable import click_options
 from launcher.output.console import console_closed, say, set_log_format
 from rendezvous.errors import RendezvousError, RendezvousSettingsError
 
+from .clickopts import click_options
 from .helpfmt import GroupedCommand, rdzv_conf_help
 from .options import (
     expand_abbreviations,

@@ -10,7 +10,10 @@
 - ``hangwatch``: the agent's watch over one round, ticked from the round's monitor loop;
 - ``cases``: the protocol by which the nodes agree on one verdict (keys: ``rendezvous.job.hangboard``);
 - ``stacks``: taking the ranks' stacks when a hang is suspected; the console lines and the
-  ``worker_hung`` record once it is decided.
+  ``worker_hung`` record once it is decided;
+- ``procstat``: what the kernel says of a worker's processes (CPU, I/O, waits for a CPU);
+- ``exitstuck``: a worker stuck at exit (alive and doing nothing after every other rank exited 0),
+  named with its native stack and ended: the round succeeds.
 
 The agent then handles a hang as a failure: ``launcher.restart``. Kept light: every worker imports
 ``beatfile`` through ``elastic.heartbeat``.

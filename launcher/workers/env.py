@@ -4,14 +4,15 @@ agent's own variables that its workers inherit, set for as long as they run."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from launcher.hangs.beatfile import ENV as HEARTBEAT_ENV
 from rendezvous.etcd.credentials import without_credentials
 
-__all__ = ["WorkerSpec", "worker_env", "virtual_device", "exported", "EXPORTED", "OMP_WARNING"]
+__all__ = ["WorkerSpec", "round_specs", "worker_env", "virtual_device", "exported", "EXPORTED", "OMP_WARNING"]
 
 EXPORTED = (
     "RANK",
@@ -66,6 +67,48 @@ class WorkerSpec:
     @property
     def rank(self) -> int:
         return self.base_global_rank + self.local_rank
+
+
+class SpecSettings(Protocol):
+    """What ``round_specs`` needs of the agent's settings (``launcher.config.AgentConfig``)."""
+
+    nproc_per_node: int
+    role: str
+    virtual_local_rank: bool
+
+
+def round_specs(
+    info: Any,
+    config: SpecSettings,
+    error_file: Callable[[int], str],
+    heartbeat_file: Callable[[int], str],
+    *,
+    agent_store: bool,
+) -> list[WorkerSpec]:
+    """One spec per local rank of a round (``info``: its ``RendezvousInfo``); ``error_file`` and
+    ``heartbeat_file`` give each local rank's paths."""
+    n = config.nproc_per_node
+    return [
+        WorkerSpec(
+            local_rank=i,
+            local_world_size=n,
+            base_global_rank=info.base_global_rank,
+            world_size=info.world_size,
+            group_rank=info.group_rank,
+            group_world_size=info.group_world_size,
+            master_addr=info.master_addr,
+            master_port=info.master_port,
+            run_id=info.run_id,
+            restart_count=info.restart_count,
+            max_restarts=info.max_restarts,
+            role=config.role,
+            error_file=error_file(i),
+            virtual_local_rank=config.virtual_local_rank,
+            heartbeat_file=heartbeat_file(i),
+            agent_store=agent_store,
+        )
+        for i in range(n)
+    ]
 
 
 def virtual_device(local_rank: int, visible: str | None) -> str:

@@ -125,6 +125,7 @@ class WorkerGroup:
         self.in_place = False  # the last round parked under elastic.inprocess: its survivors go on in place
         self._host = socket.gethostname()
         self._duplicates: list[BinaryIO] = []
+        self._stuck: set[int] = set()  # local ranks ended stuck at exit this round: they count as exited 0
 
     @property
     def pids(self) -> list[int]:
@@ -159,6 +160,7 @@ class WorkerGroup:
         of a local rank's (CPU binding). Must be called from the main thread (parent-death signals)."""
         if self._workers:
             raise RuntimeError("the worker group is already running")
+        self._stuck = set()
         self._close_duplicates()
         duplicates = {
             which: open(path, "ab")
@@ -239,7 +241,7 @@ class WorkerGroup:
                 continue
             if worker.exited_at is None:
                 worker.exited_at = now
-            if code == 0:
+            if code == 0 or worker.spec.local_rank in self._stuck:
                 exited.add(worker.spec.local_rank)
             else:
                 failures.append(
@@ -256,6 +258,14 @@ class WorkerGroup:
         if failures:
             return GroupStatus(GroupState.FAILED, tuple(failures), frozenset(exited))
         return GroupStatus(GroupState.RUNNING if running else GroupState.SUCCEEDED, exited=frozenset(exited))
+
+    def end_stuck(self, local_rank: int) -> None:
+        """End a worker stuck at exit (``launcher.hangs.exitstuck``): SIGKILL to its process group at
+        once (a deadlocked interpreter runs no handler); from now on it counts as exited 0."""
+        worker = next((w for w in self._workers if w.spec.local_rank == local_rank), None)
+        if worker is not None:
+            self._stuck.add(local_rank)
+            self._end([worker], 0.0, signal.SIGKILL)
 
     def stop(self, grace: float = 30.0, signum: int = signal.SIGTERM, *, kept: bool = True) -> None:
         """``signum`` (SIGTERM) and SIGCONT to every worker's process group, wait up to ``grace`` s,

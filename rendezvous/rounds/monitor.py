@@ -281,9 +281,6 @@ class JobMonitor:
         """The job left this round: another round is forming or running, or it closed, or was reset."""
         return self._mine() is None
 
-    def _closed_finished(self) -> bool:
-        return closed_finished(self._view.state, self._round)
-
     @property
     @_locked
     def finished(self) -> bool:
@@ -291,7 +288,7 @@ class JobMonitor:
         the keeper: the keeper's node saw that and closed the job)."""
         state = self._mine()
         if state is None or not self.keeper:
-            return self._closed_finished()
+            return closed_finished(self._view.state, self._round)
         nodes = self._by_node()
         for participant in state.participants:
             node = nodes.get(participant.node)
@@ -299,13 +296,27 @@ class JobMonitor:
                 return False
         return True
 
+    def unfinished(self) -> tuple[str, ...] | None:
+        """The participants of this round whose workers have not all succeeded (a participant whose
+        key is gone included), sorted; None when the job left the round. The keeper answers from
+        what it watches; another node reads every node's key once (a look taken only while the job
+        ends: ``launcher.hangs.exitstuck``, and the exit barrier's last word)."""
+        with self._changes:
+            state, nodes = self._mine(), self._view.nodes if self.keeper else None
+        if state is None:
+            return None
+        if nodes is None:
+            nodes = read_round(self._client, self._keys, all_nodes=True).nodes
+        finished = {n.info.node for n in nodes if n.info.finished_round(self._round)}
+        return tuple(sorted(p.node for p in state.participants if p.node not in finished))
+
     @property
     @_locked
     def some_finished(self) -> bool:
         """A participant of this round said its workers all succeeded: the job is ending."""
         state = self._mine()
         if state is None:
-            return self._closed_finished()
+            return closed_finished(self._view.state, self._round)
         if state.finishing or not self.keeper:
             return state.finishing
         nodes = self._by_node()

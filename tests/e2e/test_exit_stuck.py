@@ -1,0 +1,111 @@
+"""Every run ends, even when a worker deadlocks as its script ends (PyTorch's own teardown deadlock,
+simulated deterministically: ``workers/tutorial_ddp.py --stuck-rank``, a DDP script shaped like the
+tutorial whose kept object locks a mutex twice with the GIL held as ``main()`` returns).
+
+Real agents, real etcd, real torch: the stuck rank is named with its native stack, recorded in the
+history and ended, and every agent exits 0; a rank that works on after the others left (a large
+save) is never judged stuck; the exit barrier of a node whose peer never finishes is bounded."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import psutil
+import pytest
+
+from .cli_helpers import HERE, agent_args, finish, run, run_id, start, wait_joined
+
+TUTORIAL = os.path.join(HERE, "workers", "tutorial_ddp.py")
+STUCK_LINE = "is stuck at exit: alive"
+
+pytestmark = pytest.mark.torch
+
+
+@pytest.fixture(autouse=True)
+def _torch():
+    pytest.importorskip("torch")
+
+
+def _history(endpoints: str, rdzv_id: str) -> list[dict]:
+    shown = run(["history", "--rdzv-endpoint", endpoints, "--rdzv-id", rdzv_id, "--json"], tool_name="elastic-ctl")
+    assert shown.returncode == 0, shown.stderr
+    return json.loads(shown.stdout)
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def test_a_rank_deadlocked_as_main_returns_is_named_with_its_stack_ended_and_the_job_succeeds(etcd_endpoints, tmp_path):
+    rdzv_id = run_id()
+    args = [*agent_args(etcd_endpoints, rdzv_id, "1", nproc=2), "--exit-stuck-timeout", "3"]
+    began = time.monotonic()
+    code, output = finish(start([*args, TUTORIAL, "--stuck-rank", "1", "--out", str(tmp_path)]), 90)
+    took = time.monotonic() - began
+    assert code == 0, output[-3000:]
+    line = next((x for x in output.splitlines() if STUCK_LINE in x), "")
+    assert line.startswith("elastic-run: rank 1 is stuck at exit"), output[-3000:]
+    assert "pthread_mutex_lock" in line and "Deadlock.__del__" in line, line  # its native and Python frames
+    assert "[rank 1] training done" in output and "[rank 0] training done" in output, output[-3000:]
+    stuck = [r for r in _history(etcd_endpoints, rdzv_id) if r["kind"] == "worker_stuck_at_exit"]
+    assert len(stuck) == 1 and stuck[0]["rank"] == 1 and stuck[0]["quiet"] >= 3, stuck
+    assert "pthread_mutex_lock" in stuck[0]["stack"], stuck[0]
+    assert _gone(stuck[0]["pid"]), f"the stuck worker {stuck[0]['pid']} outlived its agent"
+    assert took < 60, f"the job took {took:.1f} s to end"
+
+
+@pytest.mark.parametrize("stuck_rank", [0, 1], ids=["on the first node", "on the second node"])
+def test_on_two_nodes_a_rank_stuck_at_exit_is_ended_and_both_agents_exit_0(etcd_endpoints, tmp_path, stuck_rank):
+    """The first node keeps the round (it knows the others finished from its watch); the second
+    asks etcd once."""
+    rdzv_id = run_id()
+    args = [*agent_args(etcd_endpoints, rdzv_id, "2", nproc=1), "--exit-stuck-timeout", "3"]
+    worker = [TUTORIAL, "--stuck-rank", str(stuck_rank), "--out", str(tmp_path)]
+    first = start([*args, *worker])
+    wait_joined(etcd_endpoints, rdzv_id, 1)  # the first node takes group rank 0: global rank 0
+    agents = [first, start([*args, *worker])]
+    results = [finish(agent, 120) for agent in agents]
+    outputs = [text for _, text in results]
+    assert [code for code, _ in results] == [0, 0], [text[-3000:] for text in outputs]
+    named = [i for i, text in enumerate(outputs) if f"rank {stuck_rank} {STUCK_LINE}" in text]
+    assert named == [stuck_rank], [text[-2000:] for text in outputs]
+    kinds = [r["kind"] for r in _history(etcd_endpoints, rdzv_id)]
+    assert kinds.count("worker_stuck_at_exit") == 1 and "job_closed" in kinds, kinds
+
+
+def test_a_rank_that_saves_after_the_others_left_is_never_judged_stuck(etcd_endpoints, tmp_path):
+    rdzv_id = run_id()
+    args = [*agent_args(etcd_endpoints, rdzv_id, "1", nproc=2), "--exit-stuck-timeout", "1"]
+    worker = [TUTORIAL, "--save-seconds", "5", "--out", str(tmp_path)]
+    code, output = finish(start([*args, *worker]), 90)
+    assert code == 0, output[-3000:]
+    assert STUCK_LINE not in output, output[-3000:]
+    assert os.path.exists(tmp_path / "0-0.json"), "rank 0 did not end its save"  # written after the save
+    assert os.path.getsize(tmp_path / "final.bin") > 1 << 20
+
+
+def test_the_exit_barrier_is_bounded_and_names_the_nodes_still_running(etcd_endpoints, tmp_path):
+    """A node whose workers succeeded waits --exit-barrier-timeout for a node whose rank never ends
+    (here judging stuck ranks is off: --exit-stuck-timeout 0), says which node still runs, exits 0."""
+    rdzv_id = run_id()
+    args = [*agent_args(etcd_endpoints, rdzv_id, "2", nproc=1), "--exit-barrier-timeout", "4"]
+    worker = [TUTORIAL, "--stuck-rank", "1", "--out", str(tmp_path)]
+    first = start([*args, *worker])
+    wait_joined(etcd_endpoints, rdzv_id, 1)
+    second = start([*args, "--exit-stuck-timeout", "0", "--shutdown-timeout", "2", *worker])
+    try:
+        code, output = finish(first, 90)
+        assert code == 0, output[-3000:]
+        line = next((x for x in output.splitlines() if "exit barrier timed out" in x), "")
+        assert "after 4 s: nodes still running their workers: " in line, output[-3000:]
+        assert "none that etcd names" not in line, line
+        time.sleep(2)
+        assert second.poll() is None, "the node with the deadlocked rank ended, with judging stuck ranks off"
+    finally:
+        second.terminate()
+        finish(second, 60)
