@@ -3,10 +3,12 @@ like the common tutorials, checking that the job ends on every surviving agent w
 exit code and leaves no process behind.
 
     python bench/endings.py [--trials 10] [--faults worker,agent,node,hang] [--modes plain,warm,inprocess]
+                            [--busy 1] [--exit-stuck-timeout 10]
 
 A trial runs 3 agents (``--nnodes 2:3 --nproc-per-node 1 --max-restarts 3``, one local etcd) on
-examples/ddp_epochs.py (a DataLoader with pin_memory=True, a snapshot by rank 0 every epoch,
-destroy_process_group at the end, elastic.heartbeat() each step) -- or, in mode ``inprocess``, on
+examples/ddp_epochs.py (a DataLoader with pin_memory=True, a snapshot by rank 0 every epoch, the
+trainer and its DDP model kept to the end of main(), destroy_process_group before main() returns, as
+in PyTorch's tutorial; elastic.heartbeat() each step) -- or, in mode ``inprocess``, on
 examples/ddp_inprocess.py under ``elastic.inprocess``. Once the job has taken some steps, the fault
 hits the node of rank 1:
 
@@ -21,7 +23,10 @@ fault, exits with another code, or when any process the trial started (agents, r
 interpreters, workers forked or not) is alive after the agents are gone. Per cell it prints the
 trials that ended as expected, the leftovers, and the exit lag: seconds from the last worker
 process's exit to the last agent's exit (median and max; what the exit barrier and the agents'
-close-down cost).
+close-down cost), and the trials in which an agent found a worker stuck at exit (PyTorch's teardown
+deadlock: ended after ``--exit-stuck-timeout`` seconds of doing nothing; their lag is that long).
+``--busy N`` runs N CPU-bound processes beside the job all along (a busy machine: the deadlock is
+met more often there).
 """
 
 from __future__ import annotations
@@ -62,14 +67,19 @@ class Trial:
     lag: float | None = None  # last worker process gone -> last agent exit
     starved: float = 0.0  # of the lag: seconds the last agent's main thread waited for a CPU (a busy machine's share)
     victim: int = -1  # the index of the agent of the node the fault hit
+    stuck: int = 0  # workers an agent found stuck at exit (and ended)
 
     def ok(self, fault: str) -> bool:
         checked = [c for i, c in enumerate(self.codes) if fault not in KILLS_THE_AGENT or i != self.victim]
         return bool(checked) and all(code == 0 for code in checked) and not self.leftovers
 
 
-def command(mode: str, endpoint: str, run_id: str, work: str) -> list[str]:
+STUCK_LINE = "is stuck at exit"
+
+
+def command(mode: str, endpoint: str, run_id: str, work: str, stuck_after: float = 10.0) -> list[str]:
     args = ["--nnodes", "2:3", "--nproc-per-node", "1", "--max-restarts", "3", "--rdzv-endpoint", endpoint]
+    args += ["--exit-stuck-timeout", f"{stuck_after:g}"]
     args += ["--rdzv-id", run_id, "--rdzv-conf", "last_call_timeout=1", "--local-addr", "127.0.0.1"]
     if mode == "plain":
         args.append("--no-warm-start")
@@ -120,9 +130,15 @@ def inject(fault: str, work: str, agents: list[subprocess.Popen]) -> int:
     return index
 
 
-def trial(fault: str, mode: str, endpoint: str, end: float) -> Trial:
+def busy(count: int) -> list[subprocess.Popen]:
+    """``count`` CPU-bound processes (a machine busy with something else); the caller kills them."""
+    loop = "while True: pass"
+    return [subprocess.Popen([sys.executable, "-c", loop]) for _ in range(count)]
+
+
+def trial(fault: str, mode: str, endpoint: str, end: float, stuck_after: float = 10.0) -> Trial:
     work = tempfile.mkdtemp(prefix="bench-endings-")
-    argv = command(mode, endpoint, f"endings-{uuid.uuid4().hex[:8]}", work)
+    argv = command(mode, endpoint, f"endings-{uuid.uuid4().hex[:8]}", work, stuck_after)
     logs = [open(os.path.join(work, f"agent{i}.log"), "w") for i in range(3)]
     agents = [subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=work) for log in logs]
     seen: set[int] = set()  # every process of the trial, looked for as it runs (orphans are in no tree later)
@@ -162,6 +178,10 @@ def trial(fault: str, mode: str, endpoint: str, end: float) -> Trial:
             last = max(exits, key=exits.get)
             result.starved = max(0.0, waited.get(last, 0.0) - waited_at_gone.get(last, waited.get(last, 0.0)))
         time.sleep(0.5)  # what a SIGKILLed agent's reaper kills is gone within this
+        for log in logs:
+            log.flush()
+            with open(log.name) as text:
+                result.stuck += text.read().count(STUCK_LINE)
         seen |= {e["pid"] for e in events(work)}
         result.leftovers = [" ".join(psutil.Process(p).cmdline())[:90] for p in sorted(seen) if _alive(p)]
         return result
@@ -186,7 +206,8 @@ def cell(trials: list[Trial], fault: str) -> str:
     left = sum(len(t.leftovers) for t in trials)
     lags = [t.lag for t in trials if t.lag is not None]
     lag = f"{statistics.median(lags):5.2f} / {max(lags):5.2f}" if lags else "    - /     -"
-    return f"{ended:>3}/{len(trials):<3} {left:>9} {lag:>15}"
+    stuck = sum(t.stuck > 0 for t in trials)
+    return f"{ended:>3}/{len(trials):<3} {left:>9} {lag:>15} {stuck:>5}"
 
 
 def main() -> None:
@@ -195,14 +216,25 @@ def main() -> None:
     parser.add_argument("--faults", default="worker,agent,node,hang")
     parser.add_argument("--modes", default="plain,warm,inprocess")
     parser.add_argument("--end", type=float, default=90.0, help="seconds after the fault for every agent to exit")
+    parser.add_argument("--busy", type=int, default=1, help="CPU-bound processes beside the job")
+    parser.add_argument("--exit-stuck-timeout", type=float, default=10.0, help="elastic-run's option of that name")
     args = parser.parse_args()
-    print(f"3 agents x 1 worker, gloo; {args.trials} trials a cell; exit lag: last worker gone -> last agent exit")
-    print(f"{'fault':<8} {'mode':<10} {'ended':>7} {'leftovers':>9} {'lag med / max s':>15}", flush=True)
-    with EtcdServer() as etcd:
-        for fault in args.faults.split(","):
-            for mode in args.modes.split(","):
-                trials = [trial(fault, mode, etcd.endpoints, args.end) for _ in range(args.trials)]
-                print(f"{fault:<8} {mode:<10} {cell(trials, fault)}", flush=True)
+    print(f"3 agents x 1 worker, gloo; {args.trials} trials a cell; {args.busy} busy process(es) beside the job")
+    print("exit lag: last worker gone -> last agent exit; stuck: trials in which a worker was stuck at exit")
+    print(f"{'fault':<8} {'mode':<10} {'ended':>7} {'leftovers':>9} {'lag med / max s':>15} {'stuck':>5}", flush=True)
+    loops = busy(args.busy)
+    try:
+        with EtcdServer() as etcd:
+            for fault in args.faults.split(","):
+                for mode in args.modes.split(","):
+                    runs = [
+                        trial(fault, mode, etcd.endpoints, args.end, args.exit_stuck_timeout)
+                        for _ in range(args.trials)
+                    ]
+                    print(f"{fault:<8} {mode:<10} {cell(runs, fault)}", flush=True)
+    finally:
+        for loop in loops:
+            loop.kill()
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Epoch-based DDP training shaped like the common tutorial scripts: a synthetic dataset behind a
 ``DataLoader`` (``pin_memory=True``, a ``DistributedSampler``), a snapshot written by rank 0 after
-every epoch and loaded at start, ``destroy_process_group`` at the end -- on gloo (CPU).
+every epoch and loaded at start, the trainer (and its DDP model) kept to the end of ``main()``,
+``destroy_process_group`` before ``main()`` returns -- on gloo (CPU).
 
     elastic-run --nnodes 2:3 --nproc-per-node 1 ... examples/ddp_epochs.py --epochs 6
 
@@ -111,8 +112,9 @@ def main() -> None:
     loader = DataLoader(
         dataset, batch_size=args.batch_size, pin_memory=True, shuffle=False, sampler=DistributedSampler(dataset)
     )
-    Trainer(loader, args.snapshot, args.epoch_seconds, timeline, args.heartbeat).train(args.epochs)
-    destroy_process_group()
+    trainer = Trainer(loader, args.snapshot, args.epoch_seconds, timeline, args.heartbeat)
+    trainer.train(args.epochs)
+    destroy_process_group()  # the trainer and its DDP model live on to the end of main(), as in the tutorial
     timeline("done")
     print(f"[rank {os.environ['RANK']}] training done", flush=True)
 
