@@ -40,7 +40,7 @@ from rendezvous.errors import (
 from rendezvous.job.hangboard import HangChannel
 from rendezvous.job.history import HistoryWriter
 from rendezvous.job.paceboard import PaceBoard
-from rendezvous.job.progress import RoundProgress, tripped
+from rendezvous.job.progress import tripped
 from rendezvous.job.state import CLOSED_BY_CRASH_LOOP, CLOSED_BY_OPERATOR, JobState, JobStatus
 from rendezvous.rounds.handler import RendezvousHandler
 from rendezvous.rounds.join import RendezvousInfo
@@ -281,7 +281,7 @@ class Agent:
         """Ask the job for a restart while its budget lasts and it is not a crash loop (``result``:
         how far the workers got), else print the summary and close it failed."""
         long = result.ran >= self.config.crash_loop.window
-        progress = RoundProgress(beats=result.beats, checkpoint=self._checkpoints.newest_step(), long=long)
+        progress = failure.progress(result.beats, self._checkpoints.newest_step(), long, result.ran)
         count, budget = self.info.restart_count, self.info.max_restarts
         limit = self.config.crash_loop.restarts
         if count < budget and tripped(self.info.streak, progress, limit):

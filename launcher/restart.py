@@ -22,13 +22,15 @@ Everything here is pure formatting and decisions; the agent does the I/O.
 
 from __future__ import annotations
 
+import os
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from launcher.hangs.verdict import Verdict
 from launcher.workers.group import GroupStatus
-from rendezvous.job.progress import Streak
+from rendezvous.job.progress import RoundProgress, Streak
 from rendezvous.job.state import Cause, FailureKind, JobOutcome, JobState, JobStatus
 from rendezvous.rounds.join import RendezvousInfo
 from rendezvous.rounds.monitor import JobMonitor
@@ -48,6 +50,7 @@ __all__ = [
     "fence_reason",
     "renewal_line",
     "failure_records",
+    "raise_site",
     "rejoin_after_finish",
     "finished_without",
     "barrier_line",
@@ -62,6 +65,13 @@ class Failure:
     summary: Callable[[], str]  # the whole summary, printed when no restart is left
     failures: tuple = ()  # this node's worker failures (for the error the agent raises)
     kind: FailureKind = FailureKind.WORKER
+    how: str = ""  # how the first failed worker ended: "exit 1", "SIGKILL", "hang"
+    rank: int = -1  # its global rank
+    site: str = ""  # where it raised (its error file's innermost frame), "" when unknown
+
+    def progress(self, beats: int, checkpoint: int, long: bool, ran: float) -> RoundProgress:
+        """How far the round got and what failed, as the crash-loop breaker weighs it."""
+        return RoundProgress(beats, checkpoint, long, self.how, self.rank, self.site, round(ran, 2))
 
 
 def restart_line(what: str, restarts: int, budget: int, in_place: bool = False) -> str:
@@ -126,11 +136,22 @@ def spent_reason(what: str, restarts: int, budget: int) -> str:
 def failure_of(status: GroupStatus, node: str, info: RendezvousInfo) -> Failure:
     first = status.first_failure
     what = f"rank {first.rank} on node {node} failed ({first.describe()})"
-    return Failure(
-        what,
-        lambda: failure_summary(status, info.run_id, info.restart_count, info.max_restarts),
-        status.failures,
-    )
+    how = first.signal_name or f"exit {first.exitcode}"
+    site = raise_site(first.error.traceback) if first.error else ""
+    summary = lambda: failure_summary(status, info.run_id, info.restart_count, info.max_restarts)  # noqa: E731
+    return Failure(what, summary, status.failures, how=how, rank=first.rank, site=site)
+
+
+_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
+
+
+def raise_site(traceback: str) -> str:
+    """The innermost frame of a traceback, ``train.py:42 in step`` ("" when it names none)."""
+    frames = _FRAME.findall(traceback)
+    if not frames:
+        return ""
+    path, line, function = frames[-1]
+    return f"{os.path.basename(path)}:{line} in {function}"[:300]
 
 
 def hang_of(verdict: Verdict, info: RendezvousInfo, history_command: str = "") -> Failure:
@@ -140,6 +161,8 @@ def hang_of(verdict: Verdict, info: RendezvousInfo, history_command: str = "") -
         verdict.what(),
         lambda: hang_summary(line, info.run_id, info.restart_count, info.max_restarts, history_command),
         kind=FailureKind.HANG,
+        how="hang",
+        rank=verdict.culprit.rank,
     )
 
 

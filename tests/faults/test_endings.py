@@ -21,7 +21,8 @@ _spec = importlib.util.spec_from_file_location("bench_endings", os.path.join(ROO
 endings = sys.modules["bench_endings"] = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(endings)
 
-CELLS = [("worker", "warm"), ("node", "inprocess"), ("hang", "warm")]  # the rest: python bench/endings.py (docs/benchmarks.md)
+# the rest: python bench/endings.py (docs/benchmarks.md)
+CELLS = [("worker", "warm"), ("node", "inprocess"), ("hang", "warm")]
 
 
 STUCK_AFTER = 5.0  # --exit-stuck-timeout

@@ -3,11 +3,13 @@ is counted when a restart is, when a failure trips it, and the record's trip thr
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from launcher.restart import crash_loop_reason, crash_loop_summary
 from rendezvous.errors import RendezvousStateError
-from rendezvous.job.progress import SHOWN_FAILURES, RoundProgress, Streak, counted, progressed, tripped
+from rendezvous.job.progress import SHOWN_FAILURES, RoundProgress, Streak, alike, counted, progressed, tripped
 from rendezvous.job.state import JobState, JobStatus, NodeInfo
 from rendezvous.rounds.decide import LiveNode, streak_after
 
@@ -62,6 +64,48 @@ def test_the_streak_counts_once_per_restart_whatever_the_nodes_said_and_keeps_th
     assert len(counted(many, [("new", RoundProgress())]).failures) == SHOWN_FAILURES
 
 
+def _killed(rank: int, ran: float) -> RoundProgress:
+    return RoundProgress(how="SIGKILL", rank=rank, ran=ran)
+
+
+def test_workers_sigkilled_from_outside_at_other_ranks_or_times_never_make_a_crash_loop():
+    """The fault soak's kills: a random worker of 8, every few seconds -- no two in a row alike."""
+    kills = [_killed(3, 7.0), _killed(5, 6.5), _killed(0, 12.0), _killed(0, 3.1), _killed(6, 3.0), _killed(6, 9.5)]
+    assert _cycles(kills) == 0
+    times = [4.0, 9.5, 3.2, 15.0, 7.7, 12.1, 5.5, 20.0]
+    assert _cycles([_killed(2, t) for t in times]) == 0  # the same rank, at times that differ
+
+
+def test_the_same_exception_at_the_same_step_and_the_same_oom_after_start_are_still_loops():
+    raised = RoundProgress(how="exit 1", rank=1, site="train.py:42 in step", ran=3.0)
+    again = [raised, replace(raised, ran=3.3), replace(raised, rank=0, ran=2.8), raised]  # whichever rank came first
+    assert _cycles(again) == 3
+    oom = [_killed(0, 1.2), _killed(0, 1.5), _killed(0, 1.1)]  # the kernel picks the same process each time
+    assert _cycles(oom) == 3
+    cold_then_warm = [replace(raised, ran=9.0), *[replace(raised, ran=2.1)] * 4]  # the first start imports
+    assert _cycles(cold_then_warm) == 4
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        RoundProgress(how="exit 2", rank=1, site="train.py:42 in step", ran=3.0),
+        RoundProgress(how="exit 1", rank=1, site="data.py:7 in load", ran=3.0),
+        RoundProgress(how="exit 1", rank=1, site="train.py:42 in step", ran=30.0),
+        RoundProgress(how="SIGKILL", rank=1, ran=3.0),
+    ],
+    ids=["another exit code", "another site", "a much longer run", "a signal"],
+)
+def test_a_failure_unlike_the_streaks_starts_a_streak_of_its_own(other):
+    raised = RoundProgress(how="exit 1", rank=1, site="train.py:42 in step", ran=3.0)
+    assert alike(raised, replace(raised, rank=4, ran=3.5)) and not alike(raised, other)
+    streak = counted(counted(Streak(), [("a", raised)]), [("a", raised)])
+    assert streak.stalled == 2 and not tripped(streak, other, 3) and tripped(streak, raised, 3)
+    assert counted(streak, [("b", other)]).stalled == 1
+    assert alike(RoundProgress(), other), "a record that says nothing of its failure (an older agent's) goes on"
+    assert not alike(_killed(1, 3.0), _killed(2, 3.0))
+
+
 def _node(name: str, round_: int, failed_round: int = 0, progress: RoundProgress | None = None) -> LiveNode:
     info = NodeInfo(name, round_, "h", 1, 1, failed_round=failed_round, failure=f"{name} failed", progress=progress)
     return LiveNode(info, 1)
@@ -70,7 +114,7 @@ def _node(name: str, round_: int, failed_round: int = 0, progress: RoundProgress
 def test_the_coordinator_counts_the_streak_only_with_a_restart():
     state = JobState("j", 3, JobStatus.RUNNING, 1, 2, restarts=1, streak=Streak(stalled=1, beats=5))
     failing = [_node("a", 4, failed_round=3, progress=DIES_AT_STEP_5), _node("b", 4)]
-    assert streak_after(state, failing, 4) == Streak(stalled=2, beats=5, failures=("a failed",))
+    assert streak_after(state, failing, 4) == Streak(stalled=2, beats=5, failures=("a failed",), last=(DIES_AT_STEP_5,))
     assert streak_after(state, failing, 4, peers_lost=True) == state.streak  # a peer's death: no restart
     assert streak_after(state, [_node("a", 4), _node("b", 4)], 4) == state.streak  # a membership change
     assert streak_after(None, [_node("a", 1)], 1) == Streak()
@@ -83,11 +127,15 @@ def test_the_record_survives_etcd_and_a_malformed_one_is_refused():
     assert b"streak" not in JobState("j", 3, JobStatus.RUNNING, 1, 2).encode()  # nothing written until needed
     info = NodeInfo("a", 2, "h", 1, 1, failed_round=1, progress=RoundProgress(3, 9, True))
     assert NodeInfo.decode(info.encode()) == info
+    marked = RoundProgress(3, 9, False, "SIGKILL", 4, "train.py:1 in f", 2.5)
+    streak = Streak(stalled=1, failures=("x",), last=(marked,))
+    assert Streak.decode(streak.encode(), "job state") == streak
+    assert RoundProgress.decode(marked.encode(), "node record") == marked
     assert b"progress" not in NodeInfo("a", 2, "h", 1, 1).encode()
     for bad in ({"stalled": -1}, {"beats": "5"}, {"failures": [1]}, []):
         with pytest.raises(RendezvousStateError, match="malformed"):
             Streak.decode(bad, "job state")
-    for bad in ({"beats": -2}, {"long": 1}, "x"):
+    for bad in ({"beats": -2}, {"long": 1}, "x", {"ran": -3}, {"rank": "1"}, {"how": 5}, {"site": "x" * 301}):
         with pytest.raises(RendezvousStateError, match="malformed"):
             RoundProgress.decode(bad, "node record")
 
