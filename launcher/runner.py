@@ -135,6 +135,7 @@ class RoundRunner:
         self._spares = SpareLook(handler)
         self._beats_used = False  # this node's workers called elastic.heartbeat() in an earlier round
         self._status = GroupStatus(GroupState.RUNNING)  # the workers' last poll
+        self._first_exit: float | None = None  # when a worker of the round first exited 0 here
         self.turned = time.monotonic()  # the watch loop's last turn (liveness)
         self.info: RendezvousInfo | None = None
 
@@ -183,7 +184,8 @@ class RoundRunner:
         if self._peers is not None:
             self._peers.end_round()  # after the workers: the peers' deadline guards them until then
         self._telemetry.workers(0)
-        self._record_round(info, result, RoundMarks(started, ended, time.monotonic(), *progress, kept=kept))
+        marks = RoundMarks(started, ended, time.monotonic(), *progress, kept=kept, exited=self._first_exit)
+        self._record_round(info, result, marks)
         if result.outcome is RoundOutcome.REPLACED:  # it rejoins once the spare's round runs, as a spare
             wait_replaced(self.handler, info.round, min(self.handler.settings.join_timeout, 30.0))
         return result
@@ -241,7 +243,7 @@ class RoundRunner:
     def _open(self, info: RendezvousInfo) -> RoundResult | None:
         """The round's store served (group rank 0), then the pre-flight check when it is due: a
         result when no worker is to start in this round."""
-        self.info = info
+        self.info, self._first_exit = info, None
         if self._stores is not None:
             self._stores.serve(info.master_port if info.group_rank == 0 else None)
         checked = self._check_round(info)
@@ -336,6 +338,8 @@ class RoundRunner:
         if self.fenced():
             return RoundResult(RoundOutcome.FENCED)
         status = self._status = self._group.poll()
+        if status.exited and self._first_exit is None:
+            self._first_exit = time.monotonic()
         if status.state is GroupState.FAILED and self.fenced(settle=0.1):
             return RoundResult(RoundOutcome.FENCED)
         if status.state is GroupState.SUCCEEDED:

@@ -85,7 +85,7 @@ def render(view: JobView, heartbeats: bool = True) -> str:
     ]
     if view.reason:
         lines.append(f"reason: {view.reason}")
-    if view.stalled_restarts:
+    if view.stalled_restarts and view.outcome != "succeeded":  # nothing to warn of once the job succeeded
         lines.append(f"restarts in a row with no progress: {view.stalled_restarts} (crash-loop breaker)")
     lines += [f"unhealthy, out of the rounds: {node} ({why})" for node, why in view.unhealthy]
     lines += list(view.gray)

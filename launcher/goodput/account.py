@@ -15,7 +15,8 @@ the share its score says, and a round's steps slower than the job's healthy pace
 lost where no verdict explains them (``launcher.goodput.drag``).
 
 What cannot be told is said in ``notes``, never guessed: a job whose workers call no
-``elastic.heartbeat()`` has no first step (start counts as training), one that saves no
+``elastic.heartbeat()`` has no first or last step (a worker's life is training, from its process's
+start to the first worker's exit 0; the stop from there to the last exit), one that saves no
 ``elastic.checkpoint`` has no last save (nothing counts as redone).
 """
 
@@ -28,6 +29,7 @@ from dataclasses import dataclass, field
 from rendezvous.job.history import Event
 
 from .drag import Pace, Stretch, inside, lay, rate_shares
+from .ends import describe_end
 
 __all__ = ["Cause", "TITLES", "Segment", "Incident", "Account", "account_of", "MIN_RATE_STEPS"]
 
@@ -195,7 +197,10 @@ def account_of(events: Iterable[Event], *, now: float | None = None) -> Account:
     segments = _with_drag(cutter.segments, rounds)
     notes = []
     if not beats:
-        notes.append("the workers call no elastic.heartbeat(): process start counts as training")
+        notes.append(
+            "the workers call no elastic.heartbeat(): their imports and set-up count as training (a worker's life "
+            "is training until the first one exits; the stop is from there to the last one's exit)"
+        )
     if beats and not saves:
         notes.append("the workers save no elastic.checkpoint: steps redone after a fault count as training")
     incidents = _incidents(segments, rounds)
@@ -263,8 +268,29 @@ def _cut_round(cut: _Cutter, r: _Round, before: _Round | None, until: float, *, 
         cut.add(min(kept or cut.cursor, train_until or cut.cursor), Cause.TRAINING, r.number)
         cut.add(train_until, Cause.REDONE, r.number)
         cut.add(ended, Cause.HANG if r.outcome == "hung" else Cause.REDONE, r.number)
-    cut.add(r.at("last_step") if r.outcome == "succeeded" else ended, Cause.TRAINING, r.number)
+    cut.add(_trained_until(r, ended), Cause.TRAINING, r.number)
     cut.add(r.stopped_at, Cause.STOPPING, r.number)  # a finished round's last step to its workers' exit too
+
+
+def _trained_until(r: _Round, ended: float | None) -> float | None:
+    """Where a round's training ends: at its fault; in a round that succeeded, at its last heartbeat,
+    or -- workers that call no ``elastic.heartbeat()`` -- at the first worker's exit 0 that its
+    nodes recorded (the stop is from there to the last one's), else at the round's end."""
+    if r.outcome != "succeeded":
+        return ended
+    last = r.at("last_step")
+    if last is not None:
+        return last
+    exits = [
+        e.time - float(e.details.get("stop", 0.0)) - float(e.details.get("ran", 0.0)) + float(e.details["first_exit"])
+        for e in r.events
+        if e.kind == "round_ended" and _number(e.details.get("first_exit"))
+    ]
+    return min(exits) if exits else ended
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0.0 <= value < float("inf")
 
 
 def _pace(r: _Round) -> Pace:
@@ -353,40 +379,9 @@ def _incidents(segments: Sequence[Segment], rounds: list[_Round]) -> tuple[Incid
         total = sum(parts.values())
         if total > 0:
             what = (
-                describe_end(by_round[number])
+                describe_end(number, by_round[number].outcome, by_round[number].events)
                 if number in by_round
                 else "the job's start: the first round's nodes and workers"
             )
             incidents.append(Incident(number, what, round(total, 3), tuple(sorted(parts.items(), key=lambda p: -p[1]))))
     return tuple(sorted(incidents, key=lambda i: -i.seconds))
-
-
-def describe_end(r: _Round) -> str:
-    """What ended a round, from its records: a failed or hung rank, a node lost or gone, a straggler."""
-    kinds = ("worker_hung", "worker_failed", "node_lost", "node_left", "straggler", "round_requested", "job_closed")
-    for kind in kinds:
-        found = [e for e in r.events if e.kind == kind]
-        if found:
-            return f"round {r.number}: " + _what(found[0])
-    outcome = r.outcome or "its nodes' records are missing"
-    if outcome == "succeeded":
-        return f"round {r.number}: the job's end"
-    return f"round {r.number}: {outcome}"
-
-
-def _what(e: Event) -> str:
-    d = e.details
-    if e.kind == "worker_failed":
-        how = f"signal {d['signal']}" if d.get("signal") else f"exit code {d.get('exit_code')}"
-        return f"rank {d.get('rank')} on {e.node} failed ({how})"
-    if e.kind == "worker_hung":
-        return f"rank {d.get('rank')} on {e.node} hung"
-    if e.kind == "node_lost":
-        return f"node {d.get('node', e.node)} lost ({d.get('reason', '')})"
-    if e.kind == "node_left":
-        return f"node {e.node} left ({d.get('reason', '')})"
-    if e.kind == "straggler":
-        return f"rank {d.get('rank')} on {e.node} straggled (score {d.get('score')})"
-    if e.kind == "job_closed":
-        return f"the job's end ({d.get('reason', '')})"
-    return f"an operator asked for a new round ({d.get('reason', '')})"

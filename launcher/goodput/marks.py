@@ -5,6 +5,8 @@ round's workers are stopped.
 
 Times are seconds from the workers' start (the record's own time is when it was written, once the
 workers were stopped): ``ran`` to the round's end, ``stop`` from there to the workers gone,
+``first_exit`` when the first local worker exited 0 (a round that ended with its workers' success;
+the account's end of training for workers that call no ``elastic.heartbeat()``),
 ``first_step``/``last_step`` the first and last heartbeat (every local worker had beaten once by the
 first), ``steps`` the most heartbeats a local worker beat, ``healthy_step`` the mean of their steps
 without its stalls (``launcher.goodput.steptimes``; absent before a third heartbeat; an older
@@ -36,6 +38,7 @@ class RoundMarks:
     healthy: float | None = None  # its plain steps' mean without its stalls (the round's healthy step)
     save: tuple[int, float] | None = None  # the newest save: (step, seconds since the epoch)
     kept: bool = False  # the workers run under elastic.inprocess: a fault's survivors keep their steps
+    exited: float | None = None  # the first local worker's exit 0 (None: none exited 0)
 
 
 def round_details(marks: RoundMarks, *, outcome: str, group_rank: int, now_wall: float, now: float) -> dict:
@@ -60,6 +63,8 @@ def round_details(marks: RoundMarks, *, outcome: str, group_rank: int, now_wall:
         details["saved"] = _s(marks.save[1] - started_wall)
     if marks.kept:
         details["kept"] = True
+    if marks.exited is not None:
+        details["first_exit"] = _s(max(marks.exited - marks.started, 0.0))
     return details
 
 

@@ -147,6 +147,40 @@ def test_a_job_that_saves_nothing_says_so_and_counts_no_redone_steps():
     assert any("save no elastic.checkpoint" in note for note in account.notes), account.notes
 
 
+def test_a_job_without_heartbeats_trains_from_its_workers_start_to_the_first_exit_and_says_so():
+    # workers start at 2.5; the first exits 0 at 100.5 (node b, rank 1's record), the last at 102.5, gone at 103
+    events = [
+        frozen(2.0, 1, 2.0),
+        ended(103.0, 1, "succeeded", ran=100.0, stop=0.5, first_exit=99.0),
+        ended(103.1, 1, "succeeded", ran=100.1, stop=0.5, rank=1, first_exit=98.0),
+        closed(103.2, 1),
+    ]
+    account = account_of(events)
+    assert totals(account) == {
+        Cause.TRAINING: 98.0,  # the workers' start (2.5) to the first exit seen (100.5)
+        Cause.WAITING: 2.0,
+        Cause.STOPPING: 2.7,  # the first exit to the last (102.5), the workers gone (103), the close (103.2)
+        Cause.START: 0.5,  # the freeze to the workers' start
+    }
+    assert account.goodput == pytest.approx(98.0 / 103.2)
+    assert any("call no elastic.heartbeat()" in note and "until the first one exits" in note for note in account.notes)
+
+
+def test_a_job_without_heartbeats_that_lost_a_worker_trains_until_the_fault_and_after_the_restart():
+    events = [
+        frozen(0.0, 1, 0.0),
+        ended(30.5, 1, "failed", ran=30.0),  # killed at 30: no heartbeat, no save -- nothing known redone
+        Event(T0 + 30.0, 1, "b", "worker_failed", {"rank": 1, "signal": "SIGKILL", "exit_code": None}),
+        frozen(31.0, 2, 0.2),
+        ended(62.0, 2, "succeeded", ran=30.6, stop=0.3, first_exit=30.0),
+        closed(62.0, 2),
+    ]
+    lost = totals(account_of(events))
+    assert lost[Cause.TRAINING] == pytest.approx(30.0 + 30.0)
+    assert lost[Cause.STOPPING] == pytest.approx(0.5 + 0.6 + 0.3)  # each stop, and the first exit to the last
+    assert lost[Cause.STOPPING] < 0.05 * lost[Cause.TRAINING]
+
+
 def test_a_round_slower_than_the_fastest_of_its_size_is_straggler_drag():
     events = [
         frozen(0.0, 1, 0.0),
