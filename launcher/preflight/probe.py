@@ -22,23 +22,36 @@ from launcher.preflight.pairs import ENV, confirm_pass, first_pass, judge, secon
 __all__ = ["main"]
 
 PAIR_TIMEOUT = 5.0  # seconds a node waits for its partner to meet it (a healthy pair meets in well under 1)
+WINDOW = 0.3  # seconds each figure is measured over: several of a throttled node's periods, as a step sees them
+MOST = 400  # all-reduces a pair times at most (its partners agree on the count)
+
+
+def own_seconds() -> float:
+    """This thread's wall clock less its wait for a CPU (``/proc/thread-self/schedstat``'s run-queue
+    delay): a node stopped or throttled part of the time (a paused VM, a cgroup's CPU quota, a
+    shared host) is slow by that much; one whose cores other work shares is not."""
+    try:
+        with open("/proc/thread-self/schedstat") as stats:
+            waited = int(stats.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        waited = 0.0
+    return time.perf_counter() - waited
 
 
 def _matmul(torch, device) -> float:
-    """The best time of a square matmul after a warm-up: 1024 on a GPU (wall time, synchronized), 384
-    on CPU in one thread (its CPU time: what one of the node's cores takes, whatever else ran meanwhile)."""
+    """The mean time of square matmuls, done back to back for ``WINDOW`` seconds after a warm-up:
+    1024 on a GPU (synchronized), 384 on CPU in one thread; on the node's own clock (``own_seconds``).
+    Sustained, not a best case: a node at 30 % of its speed is fast for 30 ms at a time."""
     size = 1024 if device.type == "cuda" else 384
-    clock = time.perf_counter if device.type == "cuda" else time.thread_time
     if device.type != "cuda":
         torch.set_num_threads(1)  # no thread pool spinning in the figure
     a, b = torch.randn(size, size, device=device), torch.randn(size, size, device=device)
     (a @ b).sum().item()
-    times = []
-    for _ in range(7):
-        started = clock()
+    count, started = 0, own_seconds()
+    while count < 3 or own_seconds() - started < WINDOW:
         (a @ b).sum().item()
-        times.append(clock() - started)
-    return min(times)
+        count += 1
+    return (own_seconds() - started) / count
 
 
 def _pair_group(dist, store, rank: int, device):
@@ -50,21 +63,26 @@ def _pair_group(dist, store, rank: int, device):
 
 
 def _pair_time(dist, torch, store, key: str, me: int, pair: tuple[int, int], mib: int, device):
-    """Seconds of one all-reduce of ``mib`` MiB with the partner (the best of three after a warm-up); None: failed."""
+    """Seconds of one all-reduce of ``mib`` MiB with the partner: the mean of as many back to back as
+    fill ``WINDOW`` seconds (the partners agree on the count: the larger of their wishes, after a
+    warm-up), on the node's own clock; None: failed."""
     try:
         prefixed = dist.PrefixStore(key, store)
         prefixed.set_timeout(timedelta(seconds=PAIR_TIMEOUT))
         group = _pair_group(dist, prefixed, pair.index(me), device)
         tensor = torch.ones(mib * 2**20 // 4, device=device)
+        started = own_seconds()
         group.allreduce([tensor]).wait()
-        best = None
-        for _ in range(3):
-            started = time.perf_counter()
+        tensor[0].item()
+        wish = torch.tensor([min(MOST, max(3, int(WINDOW / max(own_seconds() - started, 1e-4)) + 1))], device=device)
+        largest = dist.AllreduceOptions()
+        largest.reduceOp = dist.ReduceOp.MAX
+        group.allreduce([wish], largest).wait()
+        count, started = int(wish.item()), own_seconds()
+        for _ in range(count):
             group.allreduce([tensor]).wait()
-            tensor[0].item()
-            took = time.perf_counter() - started
-            best = took if best is None else min(best, took)
-        return best
+        tensor[0].item()
+        return (own_seconds() - started) / count
     except Exception as exc:  # noqa: BLE001 -- any failure of the pair is the finding
         print(f"preflight: pair {pair} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return None

@@ -1,12 +1,21 @@
 """The pre-flight check end to end (real agents, real etcd, gloo on CPU): four healthy nodes pass
-it in under 3 s before their workers start; a node whose gloo cannot start (its
-GLOO_SOCKET_IFNAME names no interface: its workers would fail the same way) is found faulty with
-both its partners, leaves the job with exit 200 before any worker starts, and the other three train."""
+it in under 3 s before their workers start, and pass it beside two CPU-bound processes too (no
+false verdict on a busy machine); a node whose gloo cannot start (its GLOO_SOCKET_IFNAME names no
+interface: its workers would fail the same way) is found faulty with both its partners, and a node
+at 30 % of its speed (its whole process tree stopped 70 ms of every 100 ms, as a throttled or
+shared machine) is found slow; each leaves the job with exit 200 before any worker starts, and the
+other three train."""
 
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
+import threading
 import time
+
+import psutil
 
 from tests.e2e.cli_helpers import agent_args, finish, run, run_id, start, wait_for
 
@@ -15,18 +24,59 @@ from .test_stragglers import history, workers
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "workers", "paced.py")
 
 
-def _job(endpoints: str, out: str, envs: list[dict]) -> tuple[list[tuple[int, str]], list[dict], str]:
+class Throttle:
+    """A node at 30 % of its speed: its agent's whole process tree stopped 70 ms of every 100 ms."""
+
+    def __init__(self, pid: int) -> None:
+        self._pid, self._done = pid, threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _tree(self) -> list[int]:
+        try:
+            return [self._pid, *(c.pid for c in psutil.Process(self._pid).children(recursive=True))]
+        except psutil.NoSuchProcess:
+            return []
+
+    def _signal(self, pids: list[int], signum: int) -> None:
+        for pid in pids:
+            try:
+                os.kill(pid, signum)
+            except ProcessLookupError:
+                pass
+
+    def _run(self) -> None:
+        while not self._done.is_set():
+            tree = self._tree()
+            self._signal(tree, signal.SIGSTOP)
+            time.sleep(0.07)
+            self._signal(tree, signal.SIGCONT)
+            time.sleep(0.03)
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join(timeout=5)
+        self._signal(self._tree(), signal.SIGCONT)
+
+
+def _job(
+    endpoints: str, out: str, envs: list[dict], throttled: int = -1
+) -> tuple[list[tuple[int, str]], list[dict], str]:
     rdzv_id = run_id()
     args = agent_args(endpoints, rdzv_id, "3:4", nproc=1, conf="last_call_timeout=2") + ["--preflight"]
-    agents = []
+    agents, throttles = [], []
     try:
-        for env in envs:
+        for index, env in enumerate(envs):
             agents.append(start([*args, WORKER, out], env=env))
+            if index == throttled:
+                throttles.append(Throttle(agents[-1].pid))
             time.sleep(0.3)
         wait_for(lambda: len([w for w in workers(out) if len(w["steps"]) > 20]) >= 3, 120, what="3 workers stepping")
         open(os.path.join(out, "stop"), "w").close()
         results = [finish(agent, 60) for agent in agents]
     finally:
+        for throttle in throttles:
+            throttle.stop()
         open(os.path.join(out, "stop"), "w").close()
         for agent in agents:
             agent.kill() if agent.poll() is None else None
@@ -61,3 +111,24 @@ def test_a_node_whose_gloo_cannot_start_is_found_faulty_and_leaves_before_any_wo
     assert [e for e in history if e["kind"] == "group_restarted"] == []  # its leaving used no restart
     shown = run(["status", "--rdzv-endpoint", etcd_endpoints, "--rdzv-id", rdzv_id], tool_name="elastic-ctl")
     assert "pre-flight check of round 1: group rank" in shown.stdout and "is faulty" in shown.stdout, shown.stdout
+
+
+def test_a_node_at_30_percent_of_its_speed_is_found_slow_and_leaves_before_any_worker_starts(etcd_endpoints, tmp_path):
+    results, history, _ = _job(etcd_endpoints, str(tmp_path), [{}] * 4, throttled=2)
+    outputs = [text for _, text in results]
+    assert [code for code, _ in results] == [0, 0, 200, 0], outputs
+    checks = [e for e in history if e["kind"] == "preflight"]
+    assert len(checks[0]["excluded"]) == 1 and "is slow" in checks[0]["findings"][0], checks
+    assert {w["world"] for w in workers(str(tmp_path))} == {3}  # no worker ever ran with the slow node
+
+
+def test_healthy_nodes_beside_cpu_bound_processes_are_never_named(etcd_endpoints, tmp_path):
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        results, history, _ = _job(etcd_endpoints, str(tmp_path), [{}] * 4)
+    finally:
+        for loop in busy:
+            loop.kill()
+    assert [code for code, _ in results] == [0, 0, 0, 0], [text for _, text in results]
+    checks = [e for e in history if e["kind"] == "preflight"]
+    assert len(checks) == 1 and checks[0]["findings"] == [], checks
