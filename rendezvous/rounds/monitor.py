@@ -303,10 +303,11 @@ class JobMonitor:
         ends: ``launcher.hangs.exitstuck``, and the exit barrier's last word)."""
         with self._changes:
             state, nodes = self._mine(), self._view.nodes if self.keeper else None
-        if state is None:
+        if state is not None and nodes is None:  # a follower's state lacks the rank table: read both
+            snapshot = read_round(self._client, self._keys, all_nodes=True)
+            state, nodes = snapshot.state, snapshot.nodes
+        if state is None or state.round != self._round or state.status is not JobStatus.RUNNING:
             return None
-        if nodes is None:
-            nodes = read_round(self._client, self._keys, all_nodes=True).nodes
         finished = {n.info.node for n in nodes if n.info.finished_round(self._round)}
         return tuple(sorted(p.node for p in state.participants if p.node not in finished))
 

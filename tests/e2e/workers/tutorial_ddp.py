@@ -8,7 +8,8 @@ called before ``main()`` returns -- on gloo (CPU).
 teardown can (the main thread holds the GIL in a C call that never returns): an object kept to
 the end of ``main()`` locks a pthread mutex twice in its destructor, through ``ctypes.PyDLL`` (the
 GIL is held for the call). ``--save-seconds S``: rank 0 writes a file for S seconds after the
-others left (work after the last step: never stuck). ``--out DIR``: each rank writes
+others left (work after the last step: never stuck). ``--linger-rank R --linger S``: rank R sleeps S
+seconds after leaving the process group (idle). ``--out DIR``: each rank writes
 DIR/<rank>-<restart>.json with its steps once it left the process group.
 """
 
@@ -65,6 +66,8 @@ def main() -> None:
     parser.add_argument("--stuck-rank", type=int, default=-1)
     parser.add_argument("--save-seconds", type=float, default=0.0)
     parser.add_argument("--out", default=None)
+    parser.add_argument("--linger-rank", type=int, default=-1)
+    parser.add_argument("--linger", type=float, default=0.0)
     args = parser.parse_args()
     init_process_group(backend="gloo")
     trainer = Trainer()
@@ -79,6 +82,8 @@ def main() -> None:
                 file.write(os.urandom(1 << 16))
                 file.flush()
                 time.sleep(0.01)
+    if trainer.rank == args.linger_rank:
+        time.sleep(args.linger)  # idle after the others, as a rank waiting on a peer's save: not stuck while it works
     if args.out:
         restart = os.environ["TORCHELASTIC_RESTART_COUNT"]
         with open(os.path.join(args.out, f"{trainer.rank}-{restart}.json"), "w") as file:
