@@ -7,7 +7,9 @@ from dataclasses import replace
 
 import pytest
 
-from launcher.restart import crash_loop_reason, crash_loop_summary
+from launcher.restart import crash_loop_reason, crash_loop_summary, failure_of, raise_site
+from launcher.workers.errorfile import ErrorRecord
+from launcher.workers.group import GroupState, GroupStatus, WorkerFailure
 from rendezvous.errors import RendezvousStateError
 from rendezvous.job.progress import SHOWN_FAILURES, RoundProgress, Streak, alike, counted, progressed, tripped
 from rendezvous.job.state import JobState, JobStatus, NodeInfo
@@ -104,6 +106,19 @@ def test_a_failure_unlike_the_streaks_starts_a_streak_of_its_own(other):
     assert counted(streak, [("b", other)]).stalled == 1
     assert alike(RoundProgress(), other), "a record that says nothing of its failure (an older agent's) goes on"
     assert not alike(_killed(1, 3.0), _killed(2, 3.0))
+
+
+def test_a_nodes_request_says_how_its_first_failed_worker_ended_where_and_after_how_long():
+    traceback = 'Traceback (most recent call last):\n  File "/job/train.py", line 42, in step\n    raise ValueError\n'
+    raised = WorkerFailure(0, 3, 1, "h", 10.0, "", ErrorRecord("ValueError: bad", traceback, 10))
+    killed = WorkerFailure(1, 4, -9, "h", 11.0, "", None)
+    failure = failure_of(GroupStatus(GroupState.FAILED, (killed, raised)), "n1", None)
+    assert failure.progress(7, -1, False, 3.456) == RoundProgress(
+        7, -1, False, "exit 1", 3, "train.py:42 in step", 3.46
+    )
+    only_killed = failure_of(GroupStatus(GroupState.FAILED, (killed,)), "n1", None).progress(0, -1, False, 1.0)
+    assert (only_killed.how, only_killed.rank, only_killed.site) == ("SIGKILL", 4, "")
+    assert raise_site("no frames here") == ""
 
 
 def _node(name: str, round_: int, failed_round: int = 0, progress: RoundProgress | None = None) -> LiveNode:
