@@ -30,6 +30,7 @@ from rendezvous.rounds.view import JobView, get_state, stopped_of, view_of
 from .ctl_etcd import ctl_etcd
 from .ctl_jobs import CONF, ENDPOINT, connect, ctl_list, ctl_prune
 from .ctl_report import ctl_report
+from .ctl_torch import render_torch, torch_job
 
 __all__ = ["elastic_ctl", "render", "render_history"]
 
@@ -116,6 +117,10 @@ def ctl_status(rdzv_endpoint: str, rdzv_id: str, rdzv_conf: str, as_json: bool) 
     """Print the job's rendezvous state: status, round, restarts, and every node."""
     client, keys = _ctl_client(rdzv_endpoint, rdzv_id, rdzv_conf)
     with client:
+        torch_state = torch_job(client, keys)
+        if torch_state is not None:  # torchrun's handler's job: torch's state, read without unpickling
+            click.echo(render_torch(torch_state, rdzv_id, as_json))
+            return 0
         view = get_state(client, rdzv_id, key_prefix=keys.prefix, heartbeats=True)
     if view is None:
         raise _missing(rdzv_id, rdzv_endpoint, keys)

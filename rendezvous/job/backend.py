@@ -10,6 +10,9 @@ RendezvousStateError instead of being handed to the handler). Nothing read from 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 from rendezvous.errors import RendezvousStateError  # noqa: F401 (documented raise)
 from rendezvous.etcd.client import EtcdClient
 from rendezvous.etcd.recipes import swap
@@ -55,7 +58,7 @@ class EtcdRendezvousBackend:
         return self._decode(self._client.get(self._key))
 
     def set_state(
-        self, state: bytes, token: Token | None = None, *, lease: int = 0
+        self, state: bytes, token: Token | None = None, *, lease: int = 0, also: Sequence[Any] = ()
     ) -> tuple[bytes, Token, bool] | None:
         """Write ``state`` if nobody wrote since ``token``; returns ``(state, token, written)``.
 
@@ -65,7 +68,8 @@ class EtcdRendezvousBackend:
           the current state and its token (None when there is no state at all).
 
         Each call is a single etcd transaction. ``lease`` (not torch's): the lease the key lives on
-        (0: none, the key stays until deleted); LeaseNotFoundError when that lease is gone.
+        (0: none, the key stays until deleted); LeaseNotFoundError when that lease is gone. ``also``
+        (not torch's): etcd operations done in the same transaction when the state is written.
 
         Raises:
             RendezvousConnectionError: etcd could not be reached within the client's timeout.
@@ -73,7 +77,7 @@ class EtcdRendezvousBackend:
         """
         if not isinstance(state, (bytes, bytearray)):
             raise TypeError(f"state must be bytes, not {type(state).__name__}")
-        swapped = swap(self._client, self._key, frame_state(state), token, lease=lease)
+        swapped = swap(self._client, self._key, frame_state(state), token, lease=lease, also=also)
         if swapped.written:
             return bytes(state), swapped.revision, True
         current = self._decode(swapped.current)
@@ -82,6 +86,10 @@ class EtcdRendezvousBackend:
     def delete_state(self) -> bool:
         """Remove the stored state; True when there was one."""
         return self._client.delete(self._key) > 0
+
+    def decode(self, kv: KeyValue | None) -> tuple[bytes, Token] | None:
+        """A stored value as ``get_state`` returns it (for a caller that read the key itself)."""
+        return self._decode(kv)
 
     def _decode(self, kv: KeyValue | None) -> tuple[bytes, Token] | None:
         if kv is None:

@@ -42,9 +42,17 @@ class EtcdKVStore:
     shared by every process that opens the same (prefix, run id)."""
 
     def __init__(
-        self, client: EtcdClient, run_id: str, *, key_prefix: str = "/elastic", timeout: float = 300.0
+        self,
+        client: EtcdClient,
+        run_id: str,
+        *,
+        key_prefix: str = "/elastic",
+        timeout: float = 300.0,
+        lease: Callable[[], int] = lambda: 0,
     ) -> None:
+        """``lease()``: the lease each write puts its key on (0: none, the key stays until deleted)."""
         self.client = client
+        self.lease = lease
         keys = JobKeys(key_prefix, run_id)
         self.root = keys.store
         self.queues = keys.queues  # apart: queues are not keys (num_keys, list_keys)
@@ -55,23 +63,25 @@ class EtcdKVStore:
 
     # -- writes ------------------------------------------------------------------------------------
     def set(self, name: str, value: bytes | str) -> None:
-        self.client.put(self.key(name), _bytes(value))
+        self.client.put(self.key(name), _bytes(value), lease=self.lease())
 
     def multi_set(self, names: Sequence[str], values: Sequence[bytes | str]) -> None:
         if len(names) != len(values):
             raise ValueError(f"multi_set got {len(names)} keys and {len(values)} values")
         if names:
-            self.client.txn([], [op_put(self.key(n), _bytes(v)) for n, v in zip(names, values)])
+            lease = self.lease()
+            self.client.txn([], [op_put(self.key(n), _bytes(v), lease) for n, v in zip(names, values)])
 
     def _update(
         self, key: str, change: Callable[[bytes | None], bytes], also: Callable[[bytes], list[Any]] = lambda value: []
     ) -> bytes:
         """Replace the value at ``key`` (None when absent) by ``change(value)``, by compare-and-swap,
         with the operations ``also(new value)`` in the same transaction."""
-        current = self.client.get(key)
+        current, lease = self.client.get(key), self.lease()
         while True:
             value = change(None if current is None else current.value)
-            swapped = swap(self.client, key, value, None if current is None else current.mod_revision, also=also(value))
+            token = None if current is None else current.mod_revision
+            swapped = swap(self.client, key, value, token, lease=lease, also=also(value))
             if swapped.written:
                 return value
             current = swapped.current  # the race was lost: the value that won is read in the same trip
@@ -99,7 +109,7 @@ class EtcdKVStore:
         """
         key, expected, desired = self.key(name), _bytes(expected), _bytes(desired)
         guard = compare_created(key, 0) if not expected else compare_value(key, expected)
-        response = self.client.txn([guard], [op_put(key, desired)], [op_get(key)])
+        response = self.client.txn([guard], [op_put(key, desired, self.lease())], [op_get(key)])
         if response.succeeded:
             return desired
         kvs = response.responses[0].response_range.kvs
@@ -165,7 +175,9 @@ class EtcdKVStore:
 
         item = _bytes(value)
         self._update(
-            f"{self.queues}{name}/seq", next_seq, also=lambda seq: [op_put(f"{self._items(name)}{int(seq):020d}", item)]
+            f"{self.queues}{name}/seq",
+            next_seq,
+            also=lambda seq: [op_put(f"{self._items(name)}{int(seq):020d}", item, self.lease())],
         )
 
     def queue_len(self, name: str) -> int:

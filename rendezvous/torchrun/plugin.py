@@ -6,7 +6,9 @@ module only when torchrun asks for the backend):
 
     torchrun --rdzv-backend etcd-v3 --rdzv-endpoint HOST:PORT --rdzv-id ID ...
 
-That uses torch's own DynamicRendezvousHandler over ``EtcdRendezvousBackend`` and the store below.
+That uses torch's own DynamicRendezvousHandler over ``EtcdRendezvousBackend`` and the store below,
+their keys on a lease that ends two hours after the last write, and a finished job's id run again
+by a new launch (``lifetime``).
 Note that torch's handler pickles its own state into the backend (and unpickles it on read): that
 is torch's handler, not etcd-elastic's rounds, which keep JSON only.
 
@@ -20,7 +22,7 @@ agent must not pay for importing it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
@@ -30,9 +32,11 @@ import torch.distributed as dist
 from rendezvous import errors
 from rendezvous.etcd.client import EtcdClient
 from rendezvous.job.backend import EtcdRendezvousBackend
+from rendezvous.job.keys import JobKeys
 from rendezvous.settings import CONF_KEYS, RendezvousSettings
 
 from .kvstore import EtcdKVStore
+from .lifetime import JobLease, RerunBackend
 
 __all__ = ["EtcdStore", "TorchBackend", "torch_error", "create_handler"]
 
@@ -78,10 +82,11 @@ def _as_c10d() -> Iterator[None]:
 
 
 class TorchBackend:
-    """``EtcdRendezvousBackend`` as torch's RendezvousBackend: same contract, torch's error classes
-    (registered as a virtual subclass of torch's ABC by ``create_handler``)."""
+    """``EtcdRendezvousBackend`` (or ``lifetime.RerunBackend`` over one) as torch's
+    RendezvousBackend: same contract, torch's error classes (registered as a virtual subclass of
+    torch's ABC by ``create_handler``)."""
 
-    def __init__(self, backend: EtcdRendezvousBackend) -> None:
+    def __init__(self, backend: EtcdRendezvousBackend | RerunBackend) -> None:
         self._backend = backend
 
     @property
@@ -107,10 +112,12 @@ class EtcdStore(dist.Store):
         *,
         key_prefix: str = "/elastic",
         timeout: timedelta = timedelta(seconds=300),
+        lease: Callable[[], int] = lambda: 0,
     ) -> None:
+        """``lease()``: the lease each write puts its key on (0: none; the handler's: ``JobLease``)."""
         super().__init__()
-        self._kv = EtcdKVStore(client, run_id, key_prefix=key_prefix)
-        self._where = (client, run_id, key_prefix)
+        self._kv = EtcdKVStore(client, run_id, key_prefix=key_prefix, lease=lease)
+        self._where = (client, run_id, key_prefix, lease)
         self._clones: list[EtcdStore] = []
         self.set_timeout(timeout)
 
@@ -118,8 +125,8 @@ class EtcdStore(dist.Store):
         """A store on the same keys, for another thread (torch calls this in ``split_group``,
         ``shrink_group`` and its Python-store path). torch holds the clone as a C++ reference that
         does not keep the Python object alive, so this store does."""
-        client, run_id, key_prefix = self._where
-        twin = EtcdStore(client, run_id, key_prefix=key_prefix, timeout=self.timeout)
+        client, run_id, key_prefix, lease = self._where
+        twin = EtcdStore(client, run_id, key_prefix=key_prefix, timeout=self.timeout, lease=lease)
         self._clones.append(twin)
         return twin
 
@@ -210,8 +217,9 @@ def create_handler(params: Any) -> Any:
     ours = {k: str(v) for k, v in params.config.items() if k in CONF_KEYS and k not in _TORCHS}
     settings = RendezvousSettings.from_conf(params.run_id, params.min_nodes, params.max_nodes, ours)
     client = EtcdClient(settings.target(params.endpoint))
-    backend = TorchBackend(EtcdRendezvousBackend(client, params.run_id, settings.key_prefix))
-    store = EtcdStore(client, params.run_id, key_prefix=settings.key_prefix)
+    keys, lease = JobKeys(settings.key_prefix, params.run_id), JobLease(client)  # keys that expire, an id run again
+    backend = TorchBackend(RerunBackend(EtcdRendezvousBackend(client, params.run_id, settings.key_prefix), keys, lease))
+    store = EtcdStore(client, params.run_id, key_prefix=settings.key_prefix, lease=lease)
     return torch_create_handler(store, backend, params)
 
 
