@@ -215,13 +215,20 @@ def create_handler(params: Any) -> Any:
     RendezvousBackend.register(TorchBackend)
 
     ours = {k: str(v) for k, v in params.config.items() if k in CONF_KEYS and k not in _TORCHS}
-    settings = RendezvousSettings.from_conf(params.run_id, params.min_nodes, params.max_nodes, ours)
-    client = EtcdClient(settings.target(params.endpoint))
+    endpoint = (params.endpoint or "").strip() or DEFAULT_ENDPOINT  # as torch's etcd backends read ""
+    try:
+        settings = RendezvousSettings.from_conf(params.run_id, params.min_nodes, params.max_nodes, ours)
+        target = settings.target(endpoint)
+    except errors.RendezvousSettingsError as exc:  # torch's handlers say a bad setting with ValueError
+        raise ValueError(str(exc)) from None
+    client = EtcdClient(target)
     keys, lease = JobKeys(settings.key_prefix, params.run_id), JobLease(client)  # keys that expire, an id run again
     backend = TorchBackend(RerunBackend(EtcdRendezvousBackend(client, params.run_id, settings.key_prefix), keys, lease))
     store = EtcdStore(client, params.run_id, key_prefix=settings.key_prefix, lease=lease)
     return torch_create_handler(store, backend, params)
 
+
+DEFAULT_ENDPOINT = "localhost:2379"  # an empty --rdzv-endpoint: etcd's own client port here, as torch's etcd backends
 
 # Keys whose meaning on this path is torch's handler's (keep_alive_interval is its heartbeat period).
 _TORCHS = ("join_timeout", "last_call_timeout", "close_timeout", "keep_alive_interval")

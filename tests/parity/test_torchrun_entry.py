@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 from torch.distributed.elastic.rendezvous import RendezvousParameters
 from torch.distributed.elastic.rendezvous.registry import handler_registry
 
@@ -35,3 +36,20 @@ def test_asking_for_etcd_v3_gives_the_etcd_handler(etcd_endpoints):
         assert handler.get_backend() == "etcd-v3"
     finally:
         handler.shutdown()
+
+
+def test_an_empty_endpoint_is_etcds_default_port_and_a_bad_one_is_torchs_value_error():
+    """As torch's etcd backends: "" is localhost:2379 (nothing answers there in the tests: torch's
+    connection error names it); a malformed endpoint is a ValueError, not the project's own
+    RendezvousSettingsError."""
+    from torch.distributed.elastic.rendezvous import RendezvousConnectionError
+
+    from rendezvous.errors import RendezvousSettingsError
+    from rendezvous.torchrun.plugin import create_handler
+
+    handler = create_handler(RendezvousParameters("etcd-v3", "", "entry-test", 1, 1, read_timeout="1"))
+    with pytest.raises(RendezvousConnectionError, match="localhost:2379"):
+        handler.next_rendezvous()
+    with pytest.raises(ValueError) as raised:
+        create_handler(RendezvousParameters("etcd-v3", "host:port:what", "entry-test", 1, 1))
+    assert not isinstance(raised.value, RendezvousSettingsError) and "host:port:what" in str(raised.value)
