@@ -47,6 +47,11 @@ def test_an_empty_endpoint_is_etcds_default_port_and_a_bad_one_is_torchs_value_e
     from rendezvous.errors import RendezvousSettingsError
     from rendezvous.torchrun.plugin import create_handler
 
+    import socket
+
+    with socket.socket() as probe:
+        if probe.connect_ex(("localhost", 2379)) == 0:
+            pytest.skip("something serves localhost:2379 on this machine")
     handler = create_handler(RendezvousParameters("etcd-v3", "", "entry-test", 1, 1, read_timeout="1"))
     with pytest.raises(RendezvousConnectionError, match="localhost:2379"):
         handler.next_rendezvous()
