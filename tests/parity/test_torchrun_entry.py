@@ -42,12 +42,12 @@ def test_an_empty_endpoint_is_etcds_default_port_and_a_bad_one_is_torchs_value_e
     """As torch's etcd backends: "" is localhost:2379 (nothing answers there in the tests: torch's
     connection error names it); a malformed endpoint is a ValueError, not the project's own
     RendezvousSettingsError."""
+    import socket
+
     from torch.distributed.elastic.rendezvous import RendezvousConnectionError
 
     from rendezvous.errors import RendezvousSettingsError
     from rendezvous.torchrun.plugin import create_handler
-
-    import socket
 
     with socket.socket() as probe:
         if probe.connect_ex(("localhost", 2379)) == 0:
