@@ -380,7 +380,7 @@ class Agent:
             state, monitor = self.handler.job_state(), self.handler.round_monitor()
             line = restart.rejoin_after_finish(state)
             if line is None and monitor is not None and not monitor.moved_on:  # the barrier timed out
-                line = restart.barrier_line(monitor.unfinished() or (), self.config.exit_barrier_timeout)
+                line = restart.barrier_line(monitor.unfinished(quiet=False) or (), self.config.exit_barrier_timeout)
                 self.say(line)
                 return True
         except RendezvousError as exc:

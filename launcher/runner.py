@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from launcher.c10dstore import StoreHost
 from launcher.goodput.live import publish_account
 from launcher.goodput.marks import WRITERS, RoundMarks, round_details
-from launcher.hangs.exitstuck import ExitWatch, others_done
+from launcher.hangs.exitstuck import ExitWatch, others_done, say_quiet
 from launcher.hangs.hangwatch import HangWatch, watch_round
 from launcher.hangs.verdict import Verdict
 from launcher.pace import Change, PacedWorker, PaceWatch
@@ -219,8 +219,8 @@ class RoundRunner:
             interval=self.config.monitor_interval,
         )
         bound, ranks = self.config.exit_stuck_timeout, [s.local_rank for s in specs]
-        done = others_done(self.handler.round_monitor, self.handler.node_id)
-        self._exits = ExitWatch(ranks, self._group.pid_of, bound, done)
+        done, quiet = others_done(self.handler.round_monitor, self.handler.node_id), say_quiet(self.handler)
+        self._exits = ExitWatch(ranks, self._group.pid_of, bound, done, quiet=quiet)
         paced = [PacedWorker(s.local_rank, s.rank, s.heartbeat_file) for s in specs]
         node, lease = self.handler.node_id, lambda: self.handler.lease.lease_id
         gauge = self._telemetry.straggler_score

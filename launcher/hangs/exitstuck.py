@@ -30,7 +30,16 @@ from rendezvous.errors import RendezvousError
 
 from .procstat import Usage, quiet, tree_usage
 
-__all__ = ["EXIT_STUCK_TIMEOUT", "StuckWorker", "stuck_ranks", "ExitWatch", "others_done", "native_stack", "blocked_in"]
+__all__ = [
+    "EXIT_STUCK_TIMEOUT",
+    "StuckWorker",
+    "stuck_ranks",
+    "ExitWatch",
+    "others_done",
+    "say_quiet",
+    "native_stack",
+    "blocked_in",
+]
 
 EXIT_STUCK_TIMEOUT = 60.0  # --exit-stuck-timeout's default: seconds of doing nothing after the others exited 0
 LOOK_EVERY = 1.0  # seconds between reads of a live worker's processes once its peers are exiting
@@ -82,7 +91,10 @@ def stuck_ranks(quiet_for: Mapping[int, float], exited: Collection[int], local_r
 class ExitWatch:
     """Follows this node's live workers once the round is ending (a worker exited 0 here, or a
     peer node finished): how long each has done nothing. ``tick`` returns the local ranks to judge
-    stuck; whether every other node's ranks exited 0 is asked of ``others_done`` only then."""
+    stuck; whether every other node is done -- its workers exited 0, or those alive went quiet at
+    exit as these did -- is asked of ``others_done`` only then. ``quiet(True)`` tells the other
+    nodes that this node's live workers went quiet (once; ``quiet(False)`` if they work again), so
+    that ranks stuck on several nodes are judged too."""
 
     def __init__(
         self,
@@ -91,10 +103,11 @@ class ExitWatch:
         bound: float,
         others_done: Callable[[], bool],
         *,
+        quiet: Callable[[bool], None] = lambda going: None,
         clock: Callable[[], float] = time.monotonic,
         usage: Callable[[int | None], Usage | None] = tree_usage,
     ) -> None:
-        self._ranks = tuple(local_ranks)
+        self._ranks, self._quiet, self._said = tuple(local_ranks), quiet, False
         self._pid_of, self._bound, self._others_done = pid_of, bound, others_done
         self._clock, self._usage = clock, usage
         self._every = min(LOOK_EVERY, max(bound / 4, 0.05))
@@ -130,9 +143,17 @@ class ExitWatch:
                 self._look(local_rank, now)
         quiet_for = {r: self.quiet_for(r) for r in self._ranks}
         stuck = stuck_ranks(quiet_for, exited, self._ranks, self._bound)
+        if not stuck and self._said:  # they work again: this node is not done
+            self._said = False
+            self._quiet(False)
         if not stuck or now - self._asked < self._every:
             return ()
+        if not self._said:  # said before asking: a node whose ranks are stuck too waits for this one
+            self._said = True
+            self._quiet(True)
         self._asked, self._alone = now, self._others_done()
+        if self._alone:
+            self._said = False  # they end now: the round's end says the rest
         return stuck if self._alone else ()
 
     def covers(self, local_rank: int, exited: frozenset[int]) -> bool:
@@ -174,6 +195,19 @@ def others_done(monitor: Callable[[], Any], node: str) -> Callable[[], bool]:
         return unfinished is not None and set(unfinished) <= {node}
 
     return ask
+
+
+def say_quiet(handler: Any) -> Callable[[bool], None]:
+    """Tells the round (``handler.finish(quiet=...)``: one write of this node's key) whether its live
+    workers went quiet at exit; etcd away: nothing said (the fence deals with that)."""
+
+    def say(going: bool) -> None:
+        try:
+            handler.finish(quiet=going)
+        except RendezvousError:
+            pass
+
+    return say
 
 
 def native_stack(pid: int, timeout: float = STACK_TIMEOUT) -> tuple[str, str]:

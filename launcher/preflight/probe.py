@@ -22,7 +22,8 @@ from launcher.preflight.pairs import ENV, confirm_pass, first_pass, judge, secon
 __all__ = ["main"]
 
 PAIR_TIMEOUT = 5.0  # seconds a node waits for its partner to meet it (a healthy pair meets in well under 1)
-WINDOW = 0.3  # seconds each figure is measured over: several of a throttled node's periods, as a step sees them
+WINDOW = 0.3  # seconds the matmuls are timed over: several of a throttled node's periods, as a step sees them
+PAIR_WINDOW = 0.2  # seconds each pair's all-reduces are timed over (a pass times every pair at once)
 MOST = 400  # all-reduces a pair times at most (its partners agree on the count)
 
 
@@ -64,7 +65,7 @@ def _pair_group(dist, store, rank: int, device):
 
 def _pair_time(dist, torch, store, key: str, me: int, pair: tuple[int, int], mib: int, device):
     """Seconds of one all-reduce of ``mib`` MiB with the partner: the mean of as many back to back as
-    fill ``WINDOW`` seconds (the partners agree on the count: the larger of their wishes, after a
+    fill ``PAIR_WINDOW`` seconds (the partners agree on the count: the larger of their wishes, after a
     warm-up), on the node's own clock; None: failed."""
     try:
         prefixed = dist.PrefixStore(key, store)
@@ -74,7 +75,9 @@ def _pair_time(dist, torch, store, key: str, me: int, pair: tuple[int, int], mib
         started = own_seconds()
         group.allreduce([tensor]).wait()
         tensor[0].item()
-        wish = torch.tensor([min(MOST, max(3, int(WINDOW / max(own_seconds() - started, 1e-4)) + 1))], device=device)
+        wish = torch.tensor(
+            [min(MOST, max(3, int(PAIR_WINDOW / max(own_seconds() - started, 1e-4)) + 1))], device=device
+        )
         largest = dist.AllreduceOptions()
         largest.reduceOp = dist.ReduceOp.MAX
         group.allreduce([wish], largest).wait()

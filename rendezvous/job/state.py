@@ -283,6 +283,7 @@ class NodeInfo:
     failure_kind: FailureKind | None = None  # what that was: a worker's failure or a hang
     probe: str = ""  # host:port where its agent answers its peers' probes ("": it answers none)
     progress: RoundProgress | None = None  # with a failure: how far its workers got (crash-loop breaker)
+    quiet: bool = False  # its workers of ``round`` still alive have done nothing since the others exited 0
     schema: int = field(default=SCHEMA_VERSION)
 
     def encode(self) -> bytes:
@@ -293,6 +294,8 @@ class NodeInfo:
         if not data["probe"]:
             del data["probe"]
         del data["progress"]
+        if not data["quiet"]:
+            del data["quiet"]  # written only at a job's end, by a node whose workers may be stuck at exit
         if self.progress is not None:
             data["progress"] = self.progress.encode()
         return json.dumps(data, separators=(",", ":"), sort_keys=True).encode()
@@ -300,6 +303,11 @@ class NodeInfo:
     def finished_round(self, round_: int) -> bool:
         """Its workers of round ``round_`` all succeeded."""
         return self.finished and self.round == round_
+
+    def done_round(self, round_: int) -> bool:
+        """Its workers of round ``round_`` all succeeded, or those still alive have done nothing since
+        the others exited 0 (``launcher.hangs.exitstuck``: they may be stuck at exit)."""
+        return (self.finished or self.quiet) and self.round == round_
 
     @classmethod
     def decode(cls, raw: bytes, where: str = "node record") -> "NodeInfo":
@@ -316,6 +324,7 @@ class NodeInfo:
             failure_kind=_kind(data.get("failure_kind"), "failure_kind", where),
             probe=_endpoint(_optional(data, "probe", str, "", where), where),
             progress=RoundProgress.decode(data["progress"], where) if "progress" in data else None,
+            quiet=_optional(data, "quiet", bool, False, where),
         )
 
 

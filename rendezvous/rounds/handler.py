@@ -212,11 +212,13 @@ class RendezvousHandler:
             return True
         return monitor.wait(timeout)
 
-    def finish(self) -> None:
-        """Tell the others that this node's workers of the current round all succeeded."""
+    def finish(self, *, quiet: bool | None = None) -> None:
+        """Tell the others that this node's workers of the current round all succeeded; ``quiet``:
+        instead, that those still alive have done nothing since the others exited 0 (True), or work
+        again (False) -- ``launcher.hangs.exitstuck``."""
         if self._info is None:
             raise RendezvousError("finish() needs a completed round")
-        self._member.announce(self._info.round, finished=True)
+        self._member.announce(self._info.round, finished=quiet is None, quiet=bool(quiet))
 
     def all_finished(self, timeout: float = 0.0) -> bool:
         """True once every participant of this node's round has finished (waits up to ``timeout``),

@@ -148,7 +148,7 @@ class Member:
         """A round took this node in: a restart it asked for is counted (or was not needed)."""
         self._request = None
 
-    def announce(self, round_: int, *, finished: bool = False) -> Snapshot:
+    def announce(self, round_: int, *, finished: bool = False, quiet: bool = False) -> Snapshot:
         """Write (or rewrite) this node's key asking for ``round_``, on a live lease (a new one if
         the last ended); returns what the same transaction read: the state and the coordinator."""
         if not self.alive:
@@ -174,13 +174,14 @@ class Member:
             failure_kind=request.kind,
             probe=self.identity.probe,
             progress=request.progress,
+            quiet=quiet,
         )
         put = op_put(self._keys.node(self.node_id), info.encode(), lease=self._session.lease_id)
         try:
             return read_round(self._client, self._keys, all_nodes=False, put=put, claim=self.claim())
         except LeaseNotFoundError:
             self._session.lose()
-            return self.announce(round_, finished=finished)
+            return self.announce(round_, finished=finished, quiet=quiet)
 
     def leave(self) -> None:
         """Revoke the lease: the node key goes, and the others hear it at once."""

@@ -296,9 +296,10 @@ class JobMonitor:
                 return False
         return True
 
-    def unfinished(self) -> tuple[str, ...] | None:
-        """The participants of this round whose workers have not all succeeded (a participant whose
-        key is gone included), sorted; None when the job left the round. The keeper answers from
+    def unfinished(self, quiet: bool = True) -> tuple[str, ...] | None:
+        """The participants of this round whose workers have not all succeeded nor gone quiet at exit
+        (``NodeInfo.done_round``; not ``quiet``: whose workers have not all succeeded; a participant
+        whose key is gone included), sorted; None when the job left the round. The keeper answers from
         what it watches; another node reads every node's key once (a look taken only while the job
         ends: ``launcher.hangs.exitstuck``, and the exit barrier's last word)."""
         with self._changes:
@@ -308,8 +309,8 @@ class JobMonitor:
             state, nodes = snapshot.state, snapshot.nodes
         if state is None or state.round != self._round or state.status is not JobStatus.RUNNING:
             return None
-        finished = {n.info.node for n in nodes if n.info.finished_round(self._round)}
-        return tuple(sorted(p.node for p in state.participants if p.node not in finished))
+        done = {n.info.node for n in nodes if (n.info.done_round if quiet else n.info.finished_round)(self._round)}
+        return tuple(sorted(p.node for p in state.participants if p.node not in done))
 
     @property
     @_locked

@@ -1,6 +1,9 @@
 """Every run ends, even when a worker deadlocks as its script ends (PyTorch's own teardown deadlock,
 simulated deterministically: ``workers/tutorial_ddp.py --stuck-rank``, a DDP script shaped like the
-tutorial whose kept object locks a mutex twice with the GIL held as ``main()`` returns).
+tutorial whose kept object locks a mutex twice with the GIL held as ``main()`` returns). The script
+keeps its DDP model to the end of ``main()`` as the tutorial does, so PyTorch's real deadlock may
+strike any rank as well (on a busy machine): the tests accept such a rank named too -- its stack is
+gloo's process group's destructor -- as the launcher must.
 
 Real agents, real etcd, real torch: the stuck rank is named with its native stack, recorded in the
 history and ended, and every agent exits 0; a rank that works on after the others left (a large
@@ -18,6 +21,7 @@ import pytest
 from .cli_helpers import HERE, agent_args, finish, run, run_id, start, wait_joined
 
 TUTORIAL = os.path.join(HERE, "workers", "tutorial_ddp.py")
+LINGERING = os.path.join(HERE, "workers", "lingering.py")
 STUCK_LINE = "is stuck at exit: alive"
 
 pytestmark = pytest.mark.torch
@@ -34,6 +38,19 @@ def _history(endpoints: str, rdzv_id: str) -> list[dict]:
     return json.loads(shown.stdout)
 
 
+REAL = "ProcessGroupGloo"  # PyTorch's own teardown deadlock, in a named rank's native stack
+
+
+def _named(records: list[dict], simulated: set[int]) -> None:
+    """The ranks named stuck at exit: every simulated one, with its mutex; any other only in PyTorch's
+    own deadlock (gloo's destructor), which a busy machine may bring to any rank of this script."""
+    stuck = [r for r in records if r["kind"] == "worker_stuck_at_exit"]
+    assert simulated <= {r["rank"] for r in stuck}, stuck
+    for record in stuck:
+        mine = record["rank"] in simulated and "pthread_mutex_lock" in record["stack"]
+        assert mine or REAL in record["stack"], record
+
+
 def _gone(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
@@ -48,14 +65,14 @@ def test_a_rank_deadlocked_as_main_returns_is_named_with_its_stack_ended_and_the
     code, output = finish(start([*args, TUTORIAL, "--stuck-rank", "1", "--out", str(tmp_path)]), 90)
     took = time.monotonic() - began
     assert code == 0, output[-3000:]
-    line = next((x for x in output.splitlines() if STUCK_LINE in x), "")
+    line = next((x for x in output.splitlines() if f"rank 1 {STUCK_LINE}" in x), "")
     assert line.startswith("elastic-run: rank 1 is stuck at exit"), output[-3000:]
     assert "pthread_mutex_lock" in line and "Deadlock.__del__" in line, line  # its native and Python frames
     assert "[rank 1] training done" in output and "[rank 0] training done" in output, output[-3000:]
-    stuck = [r for r in _history(etcd_endpoints, rdzv_id) if r["kind"] == "worker_stuck_at_exit"]
-    assert len(stuck) == 1 and stuck[0]["rank"] == 1 and stuck[0]["quiet"] >= 3, stuck
-    assert "pthread_mutex_lock" in stuck[0]["stack"], stuck[0]
-    assert _gone(stuck[0]["pid"]), f"the stuck worker {stuck[0]['pid']} outlived its agent"
+    records = _history(etcd_endpoints, rdzv_id)
+    _named(records, {1})
+    stuck = next(r for r in records if r["kind"] == "worker_stuck_at_exit" and r["rank"] == 1)
+    assert stuck["quiet"] >= 3 and _gone(stuck["pid"]), f"the stuck worker {stuck} outlived its agent"
     assert took < 60, f"the job took {took:.1f} s to end"
 
 
@@ -74,8 +91,27 @@ def test_on_two_nodes_a_rank_stuck_at_exit_is_ended_and_both_agents_exit_0(etcd_
     assert [code for code, _ in results] == [0, 0], [text[-3000:] for text in outputs]
     named = [i for i, text in enumerate(outputs) if f"rank {stuck_rank} {STUCK_LINE}" in text]
     assert named == [stuck_rank], [text[-2000:] for text in outputs]
-    kinds = [r["kind"] for r in _history(etcd_endpoints, rdzv_id)]
-    assert kinds.count("worker_stuck_at_exit") == 1 and "job_closed" in kinds, kinds
+    records = _history(etcd_endpoints, rdzv_id)
+    _named(records, {stuck_rank})
+    assert "job_closed" in [r["kind"] for r in records], records
+
+
+def test_ranks_stuck_on_two_nodes_at_once_are_both_ended_and_both_agents_exit_0(etcd_endpoints, tmp_path):
+    """Neither node finishes by itself: each says its live rank went quiet at exit, and each judges
+    its own once every other node is finished or quiet."""
+    rdzv_id = run_id()
+    args = [*agent_args(etcd_endpoints, rdzv_id, "2", nproc=2), "--exit-stuck-timeout", "3"]
+    worker = [TUTORIAL, "--stuck-rank", "1,3", "--out", str(tmp_path)]
+    first = start([*args, *worker])
+    wait_joined(etcd_endpoints, rdzv_id, 1)  # ranks 0 and 1 here, 2 and 3 on the second node
+    agents = [first, start([*args, *worker])]
+    results = [finish(agent, 120) for agent in agents]
+    outputs = [text for _, text in results]
+    assert [code for code, _ in results] == [0, 0], [text[-3000:] for text in outputs]
+    assert f"rank 1 {STUCK_LINE}" in outputs[0] and f"rank 3 {STUCK_LINE}" in outputs[1], [t[-2000:] for t in outputs]
+    records = _history(etcd_endpoints, rdzv_id)
+    _named(records, {1, 3})
+    assert "job_closed" in [r["kind"] for r in records], records
 
 
 def test_a_rank_that_saves_after_the_others_left_is_never_judged_stuck(etcd_endpoints, tmp_path):
@@ -84,7 +120,7 @@ def test_a_rank_that_saves_after_the_others_left_is_never_judged_stuck(etcd_endp
     worker = [TUTORIAL, "--save-seconds", "5", "--out", str(tmp_path)]
     code, output = finish(start([*args, *worker]), 90)
     assert code == 0, output[-3000:]
-    assert STUCK_LINE not in output, output[-3000:]
+    assert f"rank 0 {STUCK_LINE}" not in output, output[-3000:]  # (rank 1 may meet PyTorch's deadlock)
     assert os.path.exists(tmp_path / "0-0.json"), "rank 0 did not end its save"  # written after the save
     assert os.path.getsize(tmp_path / "final.bin") > 1 << 20
 
@@ -106,22 +142,21 @@ def test_an_idle_rank_is_not_judged_while_a_rank_on_another_node_still_works(etc
 
 
 def test_the_exit_barrier_is_bounded_and_names_the_nodes_still_running(etcd_endpoints, tmp_path):
-    """A node whose workers succeeded waits --exit-barrier-timeout for a node whose rank never ends
-    (here judging stuck ranks is off: --exit-stuck-timeout 0), says which node still runs, exits 0."""
+    """A node whose workers succeeded waits --exit-barrier-timeout for a node whose rank works on
+    (a CPU loop: never stuck), says which node still runs, and exits 0."""
     rdzv_id = run_id()
     args = [*agent_args(etcd_endpoints, rdzv_id, "2", nproc=1), "--exit-barrier-timeout", "4"]
-    worker = [TUTORIAL, "--stuck-rank", "1", "--out", str(tmp_path)]
+    worker = [LINGERING, "1", "120"]
     first = start([*args, *worker])
     wait_joined(etcd_endpoints, rdzv_id, 1)
-    second = start([*args, "--exit-stuck-timeout", "0", "--shutdown-timeout", "2", *worker])
+    second = start([*args, "--shutdown-timeout", "2", *worker])
     try:
         code, output = finish(first, 90)
         assert code == 0, output[-3000:]
         line = next((x for x in output.splitlines() if "exit barrier timed out" in x), "")
         assert "after 4 s: nodes still running their workers: " in line, output[-3000:]
         assert "none that etcd names" not in line, line
-        time.sleep(2)
-        assert second.poll() is None, "the node with the deadlocked rank ended, with judging stuck ranks off"
+        assert second.poll() is None, "the node whose rank works on ended"
     finally:
         second.terminate()
         finish(second, 60)

@@ -2,7 +2,7 @@
 it in under 3 s before their workers start; a node whose gloo cannot start (its GLOO_SOCKET_IFNAME
 names no interface: its workers would fail the same way) is found faulty with both its partners,
 and a node at 30 % of its speed (its whole process tree stopped 70 ms of every 100 ms, as a
-throttled or shared machine) is found slow, alone, beside two CPU-bound processes (no false verdict
+throttled or shared machine) is found slow, alone, beside a CPU-bound process (no false verdict
 on a busy machine); each leaves the job with exit 200 before any worker starts, and the other three
 train."""
 
@@ -16,6 +16,7 @@ import threading
 import time
 
 import psutil
+import pytest
 
 from tests.e2e.cli_helpers import agent_args, finish, run, run_id, start, wait_for
 
@@ -113,12 +114,13 @@ def test_a_node_whose_gloo_cannot_start_is_found_faulty_and_leaves_before_any_wo
     assert "pre-flight check of round 1: group rank" in shown.stdout and "is faulty" in shown.stdout, shown.stdout
 
 
+@pytest.mark.timeout(240)  # four agents, a throttled tree and a busy loop on 2 cores
 def test_a_node_at_30_percent_of_its_speed_is_found_slow_beside_busy_cores_and_no_healthy_node_is(
     etcd_endpoints, tmp_path
 ):
-    """Two CPU-bound processes share the 2 cores with the four nodes: the healthy nodes wait for a CPU
+    """A CPU-bound process shares the 2 cores with the four nodes: the healthy nodes wait for a CPU
     and are not charged for it; the throttled node is named, alone."""
-    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"])]
     try:
         results, history, _ = _job(etcd_endpoints, str(tmp_path), [{}] * 4, throttled=2)
     finally:

@@ -82,9 +82,10 @@ def test_a_script_without_heartbeats_gets_an_account_of_its_workers_lives(etcd_e
     print(f"\ntraining {training:.2f} s by the account; by the workers' clocks {stepped:.2f} s of steps, "
           f"{lived:.2f} s of lives; stopping {stopping:.2f} s of {account['wall']:.2f} s")  # fmt: skip
     # every step is training, and the workers' start (imports, init) too: their lives, up to the first
-    # one's exit (its exit steps after its last line, and the agent's next look, 0.1 s, come on top)
+    # one's exit -- its interpreter's teardown after its last line (torch's: a second or two on a loaded
+    # machine) and the agent's next look (0.1 s) come on top
     attempts = len({r["restart"] for r in timeline})
-    assert stepped <= training and training == pytest.approx(lived, abs=0.3 + 0.5 * attempts), (training, lived)
+    assert stepped <= training and lived - 0.3 <= training <= lived + 2.0 * attempts, (training, stepped, lived)
     assert stopping < 0.1 * account["wall"], account["lost"]  # the stop: first exit to last, not the round
     assert account["goodput"] > 0.5, account
     assert any("call no elastic.heartbeat()" in note for note in account["notes"]), account["notes"]

@@ -55,12 +55,15 @@ def _usage(cpu: float = 1.0, chars: int = 10) -> Usage:
     return Usage(frozenset({7}), cpu, 0.0, chars, False)
 
 
-def _watch(usages: dict, asked: list, clock: _Clock, bound: float = 5.0, done: bool = True) -> ExitWatch:
+def _watch(
+    usages: dict, asked: list, clock: _Clock, bound: float = 5.0, done: bool = True, said: list | None = None
+) -> ExitWatch:
     def others_done() -> bool:
         asked.append(clock.now)
         return done
 
-    return ExitWatch([0, 1], lambda rank: 7, bound, others_done, clock=clock, usage=lambda pid: usages["now"])
+    quiet = (said if said is not None else []).append
+    return ExitWatch([0, 1], lambda r: 7, bound, others_done, quiet=quiet, clock=clock, usage=lambda p: usages["now"])
 
 
 def test_a_quiet_rank_is_judged_once_the_bound_passed_and_the_other_nodes_finished():
@@ -98,6 +101,25 @@ def test_nothing_is_judged_while_another_node_runs_and_nothing_before_the_job_en
         clock.now += 0.5
 
 
+def test_a_node_whose_live_ranks_went_quiet_says_so_once_and_takes_it_back_when_they_work_again():
+    clock, said, usages = _Clock(), [], {"now": _usage()}
+    watch = _watch(usages, [], clock, done=False, said=said)  # another node still runs (or is quiet too)
+    for _ in range(20):
+        watch.tick(frozenset({0}), ending=True)
+        clock.now += 0.5
+    assert said == [True], said  # one write of the node key, before the others were asked
+    usages["now"] = _usage(cpu=2.0)  # it works again
+    for _ in range(4):
+        watch.tick(frozenset({0}), ending=True)
+        clock.now += 0.5
+    assert said == [True, False], said
+    ends = _watch({"now": _usage()}, [], clock, done=True, said=(done_said := []))
+    for _ in range(12):
+        ends.tick(frozenset({0}), ending=True)
+        clock.now += 0.5
+    assert done_said == [True], done_said  # judged: the round's end says the rest, nothing taken back
+
+
 def test_a_hang_verdict_on_a_rank_whose_peers_all_exited_is_the_exit_watchs():
     clock, asked, usages = _Clock(), [], {"now": _usage()}
     watch = _watch(usages, asked, clock)
@@ -120,3 +142,11 @@ def test_the_line_names_the_innermost_native_and_python_frames():
 def test_the_exit_barriers_line_names_the_nodes_still_running():
     line = barrier_line(("n2", "n3"), 300.0)
     assert "timed out after 300 s: nodes still running their workers: n2, n3" in line
+
+
+def test_a_node_record_says_quiet_only_when_it_is_and_quiet_counts_as_done_for_its_round():
+    from rendezvous.job.state import NodeInfo
+
+    quiet = NodeInfo("a", 3, "h", 2, 1, quiet=True)
+    assert NodeInfo.decode(quiet.encode()) == quiet and b"quiet" not in NodeInfo("a", 3, "h", 2, 1).encode()
+    assert quiet.done_round(3) and not quiet.finished_round(3) and not quiet.done_round(4)

@@ -2,9 +2,9 @@
 ``Trainer`` holding the DDP model kept alive to the end of ``main()``, ``destroy_process_group()``
 called before ``main()`` returns -- on gloo (CPU).
 
-    elastic-run ... tutorial_ddp.py --epochs 3 [--stuck-rank R] [--save-seconds S] [--out DIR]
+    elastic-run ... tutorial_ddp.py --epochs 3 [--stuck-rank R[,R...]] [--save-seconds S] [--out DIR]
 
-``--stuck-rank R``: rank R deadlocks as ``main()``'s locals are freed, the way PyTorch's own
+``--stuck-rank R``: rank R (each rank named) deadlocks as ``main()``'s locals are freed, the way PyTorch's own
 teardown can (the main thread holds the GIL in a C call that never returns): an object kept to
 the end of ``main()`` locks a pthread mutex twice in its destructor, through ``ctypes.PyDLL`` (the
 GIL is held for the call). ``--save-seconds S``: rank 0 writes a file for S seconds after the
@@ -63,7 +63,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--stuck-rank", type=int, default=-1)
+    parser.add_argument("--stuck-rank", default="", help="ranks that deadlock as main() returns: R[,R...]")
     parser.add_argument("--save-seconds", type=float, default=0.0)
     parser.add_argument("--out", default=None)
     parser.add_argument("--linger-rank", type=int, default=-1)
@@ -71,7 +71,7 @@ def main() -> None:
     args = parser.parse_args()
     init_process_group(backend="gloo")
     trainer = Trainer()
-    if trainer.rank == args.stuck_rank:
+    if str(trainer.rank) in args.stuck_rank.split(","):
         trainer.teardown = Deadlock()  # freed with the trainer, as main() returns
     trainer.train(args.epochs, args.steps)
     destroy_process_group()
