@@ -22,8 +22,8 @@ from launcher.preflight.pairs import ENV, confirm_pass, first_pass, judge, secon
 __all__ = ["main"]
 
 PAIR_TIMEOUT = 5.0  # seconds a node waits for its partner to meet it (a healthy pair meets in well under 1)
-WINDOW = 0.3  # seconds the matmuls are timed over: several of a throttled node's periods, as a step sees them
-PAIR_WINDOW = 0.2  # seconds each pair's all-reduces are timed over (a pass times every pair at once)
+WINDOW = 0.2  # seconds the matmuls are timed over: two of a throttled node's 100 ms periods, as a step sees them
+PAIR_WINDOW = 0.15  # seconds each pair's all-reduces are timed over (a pass times every pair at once)
 MOST = 400  # all-reduces a pair times at most (its partners agree on the count)
 
 

@@ -76,6 +76,7 @@ def test_a_rank_deadlocked_as_main_returns_is_named_with_its_stack_ended_and_the
     assert took < 60, f"the job took {took:.1f} s to end"
 
 
+@pytest.mark.timeout(240)  # two agents' waits of 100 s: a failure shows their lines and stacks
 @pytest.mark.parametrize("stuck_rank", [0, 1], ids=["on the first node", "on the second node"])
 def test_on_two_nodes_a_rank_stuck_at_exit_is_ended_and_both_agents_exit_0(etcd_endpoints, tmp_path, stuck_rank):
     """The first node keeps the round (it knows the others finished from its watch); the second
@@ -86,7 +87,7 @@ def test_on_two_nodes_a_rank_stuck_at_exit_is_ended_and_both_agents_exit_0(etcd_
     first = start([*args, *worker])
     wait_joined(etcd_endpoints, rdzv_id, 1)  # the first node takes group rank 0: global rank 0
     agents = [first, start([*args, *worker])]
-    results = [finish(agent, 120) for agent in agents]
+    results = [finish(agent, 100) for agent in agents]
     outputs = [text for _, text in results]
     assert [code for code, _ in results] == [0, 0], [text[-3000:] for text in outputs]
     named = [i for i, text in enumerate(outputs) if f"rank {stuck_rank} {STUCK_LINE}" in text]
@@ -96,6 +97,7 @@ def test_on_two_nodes_a_rank_stuck_at_exit_is_ended_and_both_agents_exit_0(etcd_
     assert "job_closed" in [r["kind"] for r in records], records
 
 
+@pytest.mark.timeout(240)
 def test_ranks_stuck_on_two_nodes_at_once_are_both_ended_and_both_agents_exit_0(etcd_endpoints, tmp_path):
     """Neither node finishes by itself: each says its live rank went quiet at exit, and each judges
     its own once every other node is finished or quiet."""
@@ -105,7 +107,7 @@ def test_ranks_stuck_on_two_nodes_at_once_are_both_ended_and_both_agents_exit_0(
     first = start([*args, *worker])
     wait_joined(etcd_endpoints, rdzv_id, 1)  # ranks 0 and 1 here, 2 and 3 on the second node
     agents = [first, start([*args, *worker])]
-    results = [finish(agent, 120) for agent in agents]
+    results = [finish(agent, 100) for agent in agents]
     outputs = [text for _, text in results]
     assert [code for code, _ in results] == [0, 0], [text[-3000:] for text in outputs]
     assert f"rank 1 {STUCK_LINE}" in outputs[0] and f"rank 3 {STUCK_LINE}" in outputs[1], [t[-2000:] for t in outputs]
@@ -125,6 +127,7 @@ def test_a_rank_that_saves_after_the_others_left_is_never_judged_stuck(etcd_endp
     assert os.path.getsize(tmp_path / "final.bin") > 1 << 20
 
 
+@pytest.mark.timeout(240)
 def test_an_idle_rank_is_not_judged_while_a_rank_on_another_node_still_works(etcd_endpoints, tmp_path):
     """Rank 3 sits idle on the second node after its peer there exited, while rank 0 on the first
     node still saves: not every other rank has exited, so rank 3 is not stuck, however idle."""
@@ -134,7 +137,7 @@ def test_an_idle_rank_is_not_judged_while_a_rank_on_another_node_still_works(etc
     first = start([*args, *worker])
     wait_joined(etcd_endpoints, rdzv_id, 1)  # the first node: ranks 0 and 1
     agents = [first, start([*args, *worker])]
-    results = [finish(agent, 120) for agent in agents]
+    results = [finish(agent, 100) for agent in agents]
     assert [code for code, _ in results] == [0, 0], [text[-3000:] for _, text in results]
     # (PyTorch's own teardown deadlock may still strike another rank here, and be named: not rank 3)
     assert not any(f"rank 3 {STUCK_LINE}" in text for _, text in results), [text[-3000:] for _, text in results]

@@ -9,30 +9,17 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 
 import pytest
 
-from tests.e2e.cli_helpers import agent_args, finish, run, run_id, start, wait_for
+from tests.e2e.cli_helpers import agent_args, finish, run_id, start, wait_for
+
+from .test_report import _ctl, _timeline
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "workers", "plain_ddp.py")
 STEPS, STEP_TIME, KILL_AT = 200, 0.03, 80
 
 pytestmark = pytest.mark.torch
-
-
-def _timeline(directory: str) -> list[dict]:
-    lines = []
-    for name in os.listdir(directory):
-        with open(os.path.join(directory, name)) as f:
-            lines += [json.loads(line) for line in f if line.strip()]
-    return sorted(lines, key=lambda r: r["t"])
-
-
-def _ctl(*args: str) -> subprocess.CompletedProcess:
-    done = run(list(args), tool_name="elastic-ctl", timeout=60)
-    assert done.returncode == 0, done.stderr
-    return done
 
 
 def _job(endpoints: str, tmp, kill: bool) -> tuple[dict, list[dict], str]:
