@@ -315,7 +315,9 @@ class JobMonitor:
     @property
     @_locked
     def some_finished(self) -> bool:
-        """A participant of this round said its workers all succeeded: the job is ending."""
+        """A participant of this round said its workers all succeeded, or that those still alive went
+        quiet after a rank exited 0 (``NodeInfo.done_round``: a node says so only once a rank of the
+        round exited 0 somewhere): the job is ending."""
         state = self._mine()
         if state is None:
             return closed_finished(self._view.state, self._round)
@@ -323,7 +325,7 @@ class JobMonitor:
             return state.finishing
         nodes = self._by_node()
         return any(
-            (node := nodes.get(p.node)) is not None and node.info.finished_round(self._round)
+            (node := nodes.get(p.node)) is not None and node.info.done_round(self._round)
             for p in state.participants
         )
 

@@ -98,12 +98,14 @@ def test_on_two_nodes_a_rank_stuck_at_exit_is_ended_and_both_agents_exit_0(etcd_
 
 
 @pytest.mark.timeout(240)
-def test_ranks_stuck_on_two_nodes_at_once_are_both_ended_and_both_agents_exit_0(etcd_endpoints, tmp_path):
-    """Neither node finishes by itself: each says its live rank went quiet at exit, and each judges
-    its own once every other node is finished or quiet."""
+@pytest.mark.parametrize("stuck", ["1,3", "0,1,3"], ids=["one a node", "all of the first node's"])
+def test_ranks_stuck_on_two_nodes_at_once_are_both_ended_and_both_agents_exit_0(etcd_endpoints, tmp_path, stuck):
+    """Neither node finishes by itself: each says its live ranks went quiet at exit, and each judges
+    its own once every other node is finished or quiet -- also a node none of whose ranks exited (it
+    hears from the other's quiet that a rank exited 0: the job is ending)."""
     rdzv_id = run_id()
     args = [*agent_args(etcd_endpoints, rdzv_id, "2", nproc=2), "--exit-stuck-timeout", "3"]
-    worker = [TUTORIAL, "--stuck-rank", "1,3", "--out", str(tmp_path)]
+    worker = [TUTORIAL, "--stuck-rank", stuck, "--out", str(tmp_path)]
     first = start([*args, *worker])
     wait_joined(etcd_endpoints, rdzv_id, 1)  # ranks 0 and 1 here, 2 and 3 on the second node
     agents = [first, start([*args, *worker])]
@@ -112,7 +114,7 @@ def test_ranks_stuck_on_two_nodes_at_once_are_both_ended_and_both_agents_exit_0(
     assert [code for code, _ in results] == [0, 0], [text[-3000:] for text in outputs]
     assert f"rank 1 {STUCK_LINE}" in outputs[0] and f"rank 3 {STUCK_LINE}" in outputs[1], [t[-2000:] for t in outputs]
     records = _history(etcd_endpoints, rdzv_id)
-    _named(records, {1, 3})
+    _named(records, {int(r) for r in stuck.split(",")})
     assert "job_closed" in [r["kind"] for r in records], records
 
 
