@@ -325,8 +325,7 @@ class JobMonitor:
             return state.finishing
         nodes = self._by_node()
         return any(
-            (node := nodes.get(p.node)) is not None and node.info.done_round(self._round)
-            for p in state.participants
+            (node := nodes.get(p.node)) is not None and node.info.done_round(self._round) for p in state.participants
         )
 
     @property
