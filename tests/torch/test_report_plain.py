@@ -74,6 +74,6 @@ def test_a_script_without_heartbeats_gets_an_account_of_its_workers_lives(etcd_e
     attempts = len({r["restart"] for r in timeline})
     assert stepped <= training and lived - 0.3 <= training <= lived + 2.0 * attempts, (training, stepped, lived)
     assert stopping < 0.1 * account["wall"], account["lost"]  # the stop: first exit to last, not the round
-    assert account["goodput"] > 0.5, account
+    assert account["goodput"] >= (lived - 0.3) / account["wall"], account  # at least the workers' lives (was 0 %)
     assert any("call no elastic.heartbeat()" in note for note in account["notes"]), account["notes"]
     assert "crash-loop" not in status and "no progress" not in status, status
