@@ -16,6 +16,7 @@ The decision is pure (``stuck_ranks``); ``ExitWatch`` reads the processes; ``nat
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import shutil
@@ -28,7 +29,7 @@ from typing import Any
 
 from rendezvous.errors import RendezvousError
 
-from .procstat import Usage, quiet, tree_usage
+from .procstat import Idleness, Usage, tree_usage
 
 __all__ = [
     "EXIT_STUCK_TIMEOUT",
@@ -111,13 +112,13 @@ class ExitWatch:
         self._pid_of, self._bound, self._others_done = pid_of, bound, others_done
         self._clock, self._usage = clock, usage
         self._every = min(LOOK_EVERY, max(bound / 4, 0.05))
-        self._seen: dict[int, tuple[float, Usage, float]] = {}  # local rank: (quiet since, usage then, read at)
+        self._idleness = Idleness(pid_of, clock, usage)  # the hang watch's measure of doing nothing
+        self._quiet_for: dict[int, float] = {}  # local rank: seconds it has done nothing, as last read
         self._asked = -float("inf")  # when others_done was last asked ...
         self._alone = False  # ... and what it said
 
     def quiet_for(self, local_rank: int) -> float:
-        known = self._seen.get(local_rank)
-        return known[2] - known[0] if known is not None else 0.0
+        return self._quiet_for.get(local_rank, 0.0)
 
     def stuck(self, exited: frozenset[int], ending: bool, base_rank: int) -> list[StuckWorker]:
         """The workers stuck at exit now (``tick``), each with its stack read (``base_rank``: the
@@ -134,14 +135,14 @@ class ExitWatch:
     def tick(self, exited: frozenset[int], ending: bool) -> tuple[int, ...]:
         """``exited``: the local ranks that exited 0; ``ending``: a worker of the round exited 0
         somewhere. The local ranks stuck at exit now (usually none)."""
-        if self._bound <= 0 or not (ending or exited):
-            self._seen.clear()
+        watching = self._bound > 0 and (ending or bool(exited))
+        for local_rank in self._ranks:  # a rank not watched (or gone) forgets its quiet stretch
+            silent = math.inf if watching and local_rank not in exited else 0.0
+            self._quiet_for[local_rank] = self._idleness.idle_for(local_rank, silent)
+        if not watching:
             return ()
         now = self._clock()
-        for local_rank in self._ranks:
-            if local_rank not in exited:
-                self._look(local_rank, now)
-        quiet_for = {r: self.quiet_for(r) for r in self._ranks}
+        quiet_for = dict(self._quiet_for)
         stuck = stuck_ranks(quiet_for, exited, self._ranks, self._bound)
         if not stuck and self._said:  # they work again: this node is not done
             self._said = False
@@ -167,19 +168,6 @@ class ExitWatch:
         if now - self._asked >= self._every:
             self._asked, self._alone = now, self._others_done()
         return self._alone
-
-    def _look(self, local_rank: int, now: float) -> None:
-        known = self._seen.get(local_rank)
-        if known is not None and now - known[2] < self._every:
-            return
-        usage = self._usage(self._pid_of(local_rank))
-        if usage is None:
-            self._seen.pop(local_rank, None)
-            return
-        since, before = (known[0], known[1]) if known is not None else (now, usage)
-        if not quiet(before, usage, now - known[2] if known is not None else 0.0):
-            since = now
-        self._seen[local_rank] = (since, usage, now)
 
 
 def others_done(monitor: Callable[[], Any], node: str) -> Callable[[], bool]:
