@@ -51,6 +51,17 @@ def _named(records: list[dict], simulated: set[int]) -> None:
         assert mine or REAL in record["stack"], record
 
 
+def _finish_all(agents: list) -> list[tuple[int, str]]:
+    """Each agent's exit code and output (100 s each); every agent killed if one does not exit."""
+    try:
+        return [finish(agent, 100) for agent in agents]
+    finally:
+        for agent in agents:
+            if agent.poll() is None:
+                agent.kill()
+                agent.wait(timeout=30)
+
+
 def _gone(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
@@ -87,7 +98,7 @@ def test_on_two_nodes_a_rank_stuck_at_exit_is_ended_and_both_agents_exit_0(etcd_
     first = start([*args, *worker])
     wait_joined(etcd_endpoints, rdzv_id, 1)  # the first node takes group rank 0: global rank 0
     agents = [first, start([*args, *worker])]
-    results = [finish(agent, 100) for agent in agents]
+    results = _finish_all(agents)
     outputs = [text for _, text in results]
     assert [code for code, _ in results] == [0, 0], [text[-3000:] for text in outputs]
     named = [i for i, text in enumerate(outputs) if f"rank {stuck_rank} {STUCK_LINE}" in text]
@@ -109,7 +120,7 @@ def test_ranks_stuck_on_two_nodes_at_once_are_both_ended_and_both_agents_exit_0(
     first = start([*args, *worker])
     wait_joined(etcd_endpoints, rdzv_id, 1)  # ranks 0 and 1 here, 2 and 3 on the second node
     agents = [first, start([*args, *worker])]
-    results = [finish(agent, 100) for agent in agents]
+    results = _finish_all(agents)
     outputs = [text for _, text in results]
     assert [code for code, _ in results] == [0, 0], [text[-3000:] for text in outputs]
     assert f"rank 1 {STUCK_LINE}" in outputs[0] and f"rank 3 {STUCK_LINE}" in outputs[1], [t[-2000:] for t in outputs]
@@ -139,7 +150,7 @@ def test_an_idle_rank_is_not_judged_while_a_rank_on_another_node_still_works(etc
     first = start([*args, *worker])
     wait_joined(etcd_endpoints, rdzv_id, 1)  # the first node: ranks 0 and 1
     agents = [first, start([*args, *worker])]
-    results = [finish(agent, 100) for agent in agents]
+    results = _finish_all(agents)
     assert [code for code, _ in results] == [0, 0], [text[-3000:] for _, text in results]
     # (PyTorch's own teardown deadlock may still strike another rank here, and be named: not rank 3)
     assert not any(f"rank 3 {STUCK_LINE}" in text for _, text in results), [text[-3000:] for _, text in results]
