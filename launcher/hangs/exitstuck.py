@@ -17,11 +17,6 @@ The decision is pure (``stuck_ranks``); ``ExitWatch`` reads the processes; ``nat
 from __future__ import annotations
 
 import math
-import os
-import re
-import shutil
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
@@ -29,6 +24,7 @@ from typing import Any
 
 from rendezvous.errors import RendezvousError
 
+from .native import blocked_in, left_script, native_stack
 from .procstat import Idleness, Usage, tree_usage
 
 __all__ = [
@@ -38,13 +34,10 @@ __all__ = [
     "ExitWatch",
     "others_done",
     "say_quiet",
-    "native_stack",
-    "blocked_in",
 ]
 
 EXIT_STUCK_TIMEOUT = 60.0  # --exit-stuck-timeout's default: seconds of doing nothing after the others exited 0
 LOOK_EVERY = 1.0  # seconds between reads of a live worker's processes once its peers are exiting
-STACK_TIMEOUT = 20.0  # seconds py-spy or gdb may take to read a stack
 
 
 @dataclass(frozen=True)
@@ -57,11 +50,22 @@ class StuckWorker:
     quiet: float  # seconds it did nothing, after every other rank had exited 0
     blocked: str  # one line: its main thread's innermost frames
     stack: str  # every thread's stack as the tool printed it ("" where none could be read)
+    past_script: bool = False  # its stack shows it past its script's code (``left_script``)
 
     def line(self, round_: int) -> str:
+        if self.past_script:
+            when = (
+                f"alive {self.quiet:.0f} s with no CPU and no I/O after its script's code returned (its stack: "
+                f"freeing what the script left), every other rank of round {round_} having exited 0 or stopped "
+                "the same way"
+            )
+        else:
+            when = (
+                f"alive {self.quiet:.0f} s after every other rank of round {round_} exited 0, with no CPU and "
+                "no I/O all that time"
+            )
         return (
-            f"rank {self.rank} is stuck at exit: alive {self.quiet:.0f} s after every other rank of round "
-            f"{round_} exited 0, with no CPU and no I/O all that time; blocked in {self.blocked}; ending it "
+            f"rank {self.rank} is stuck at exit: {when}; blocked in {self.blocked}; ending it "
             "(its training had finished with the others': the round succeeds)"
         )
 
@@ -73,6 +77,7 @@ class StuckWorker:
             "quiet": round(self.quiet, 1),
             "blocked": self.blocked,
             "stack": self.stack[-4000:],
+            "past_script": self.past_script,
         }
 
 
@@ -95,7 +100,13 @@ class ExitWatch:
     stuck; whether every other node is done -- its workers exited 0, or those alive went quiet at
     exit as these did -- is asked of ``others_done`` only then. ``quiet(True)`` tells the other
     nodes that this node's live workers went quiet (once; ``quiet(False)`` if they work again), so
-    that ranks stuck on several nodes are judged too."""
+    that ranks stuck on several nodes are judged too.
+
+    Before any rank of the round exited 0, the workers are read slowly (every quarter of the bound):
+    once every local rank has done nothing for the bound, each one's stack is read, once a quiet
+    stretch; when all of them are past their script's code (``left_script``), the round is ending
+    here as if they had exited 0 -- a round every rank of which is stuck at exit ends too, and a
+    round hung in a collective (its stacks inside the script) is never judged."""
 
     def __init__(
         self,
@@ -107,15 +118,20 @@ class ExitWatch:
         quiet: Callable[[bool], None] = lambda going: None,
         clock: Callable[[], float] = time.monotonic,
         usage: Callable[[int | None], Usage | None] = tree_usage,
+        read_stack: Callable[[int], tuple[str, str]] = native_stack,
     ) -> None:
         self._ranks, self._quiet, self._said = tuple(local_ranks), quiet, False
         self._pid_of, self._bound, self._others_done = pid_of, bound, others_done
-        self._clock, self._usage = clock, usage
+        self._clock, self._usage, self._read_stack = clock, usage, read_stack
         self._every = min(LOOK_EVERY, max(bound / 4, 0.05))
+        self._slow = max(LOOK_EVERY, bound / 4)  # between reads before any rank exited 0
         self._idleness = Idleness(pid_of, clock, usage)  # the hang watch's measure of doing nothing
         self._quiet_for: dict[int, float] = {}  # local rank: seconds it has done nothing, as last read
-        self._asked = -float("inf")  # when others_done was last asked ...
+        self._stacks: dict[int, tuple[str, str]] = {}  # local rank: its stack, read in this quiet stretch
+        self._asked = self._looked = -float("inf")  # when others_done was last asked (and the slow read) ...
         self._alone = False  # ... and what it said
+        self._ending = False  # a rank of the round exited 0 (here or on a node that said so)
+        self._past = False  # no rank exited 0, and every one here is past its script's code (its stack)
 
     def quiet_for(self, local_rank: int) -> float:
         return self._quiet_for.get(local_rank, 0.0)
@@ -127,26 +143,27 @@ class ExitWatch:
         for local_rank in self.tick(exited, ending):
             pid = self._pid_of(local_rank)
             if pid is not None:
-                stack, tool = native_stack(pid)
+                stack, tool = self._stack(local_rank, pid)
                 rank, quiet = base_rank + local_rank, self.quiet_for(local_rank)
-                found.append(StuckWorker(local_rank, rank, pid, quiet, blocked_in(stack, tool), stack))
+                past = left_script(stack, tool)
+                found.append(StuckWorker(local_rank, rank, pid, quiet, blocked_in(stack, tool), stack, past))
         return found
 
     def tick(self, exited: frozenset[int], ending: bool) -> tuple[int, ...]:
         """``exited``: the local ranks that exited 0; ``ending``: a worker of the round exited 0
         somewhere. The local ranks stuck at exit now (usually none)."""
-        watching = self._bound > 0 and (ending or bool(exited))
-        for local_rank in self._ranks:  # a rank not watched (or gone) forgets its quiet stretch
-            silent = math.inf if watching and local_rank not in exited else 0.0
-            self._quiet_for[local_rank] = self._idleness.idle_for(local_rank, silent)
-        if not watching:
+        if self._bound <= 0:
             return ()
+        if not self._watching(ending or bool(exited)):
+            return ()
+        self._look(exited)
         now = self._clock()
-        quiet_for = dict(self._quiet_for)
-        stuck = stuck_ranks(quiet_for, exited, self._ranks, self._bound)
-        if not stuck and self._said:  # they work again: this node is not done
-            self._said = False
-            self._quiet(False)
+        stuck = stuck_ranks(self._quiet_for, exited, self._ranks, self._bound)
+        if not stuck:
+            self._past = False  # they work again: not past their script, and this node is not done
+            if self._said:
+                self._said = False
+                self._quiet(False)
         if not stuck or now - self._asked < self._every:
             return ()
         if not self._said:  # said before asking: a node whose ranks are stuck too waits for this one
@@ -156,6 +173,42 @@ class ExitWatch:
         if self._alone:
             self._said = False  # they end now: the round's end says the rest
         return stuck if self._alone else ()
+
+    def _watching(self, ending: bool) -> bool:
+        """Whether the round is ending here: a rank exited 0 (quiet counted from then on), or every
+        live rank here is past its script's code (read slowly until then)."""
+        if ending and not self._ending and not self._past:
+            self._quiet_for.clear()
+            for local_rank in self._ranks:  # the quiet stretch starts when the round began ending
+                self._idleness.idle_for(local_rank, 0.0)
+        self._ending = ending
+        if ending or self._past:
+            return True
+        self._past = self._past_script()
+        return self._past
+
+    def _past_script(self) -> bool:
+        now = self._clock()
+        if now - self._looked < self._slow:
+            return False
+        self._looked = now
+        self._look(frozenset())
+        if stuck_ranks(self._quiet_for, (), self._ranks, self._bound) != self._ranks:
+            return False
+        return all(left_script(*self._stack(r, self._pid_of(r))) for r in self._ranks)
+
+    def _look(self, exited: frozenset[int]) -> None:
+        """How long each live worker has done nothing, read now; a stack read in a quiet stretch
+        that ended is forgotten."""
+        for local_rank in self._ranks:  # a rank gone forgets its quiet stretch
+            silent = 0.0 if local_rank in exited else math.inf
+            self._quiet_for[local_rank] = self._idleness.idle_for(local_rank, silent)
+        self._stacks = {r: s for r, s in self._stacks.items() if self.quiet_for(r) >= self._bound}
+
+    def _stack(self, local_rank: int, pid: int | None) -> tuple[str, str]:
+        if local_rank not in self._stacks:
+            self._stacks[local_rank] = self._read_stack(pid) if pid is not None else ("", "proc")
+        return self._stacks[local_rank]
 
     def covers(self, local_rank: int, exited: frozenset[int]) -> bool:
         """The rank is this watch's to judge, not the hang watch's: every other rank of the round
@@ -196,100 +249,3 @@ def say_quiet(handler: Any) -> Callable[[bool], None]:
             pass
 
     return say
-
-
-def native_stack(pid: int, timeout: float = STACK_TIMEOUT) -> tuple[str, str]:
-    """Every thread's stack of a live process and the tool that read it: py-spy's native and
-    Python frames, else gdb's backtraces, else each thread's name and kernel wait channel."""
-    spy = shutil.which("py-spy") or _beside_python("py-spy")
-    if spy is not None:
-        text = _run([spy, "dump", "--native", "--pid", str(pid)], timeout)
-        if "Thread" in text:
-            return text, "py-spy"
-    gdb = shutil.which("gdb")
-    if gdb is not None:
-        text = _run([gdb, "-p", str(pid), "-batch", "-nx", "-ex", "thread apply all bt 16"], timeout)
-        if "#0" in text:
-            return text, "gdb"
-    return _wait_channels(pid), "proc"
-
-
-def blocked_in(stack: str, tool: str, frames: int = 4) -> str:
-    """One line: the main thread's innermost named frames, innermost first."""
-    if tool == "py-spy":
-        names = _spy_main_frames(stack)
-    elif tool == "gdb":
-        names = _gdb_main_frames(stack)
-    else:
-        return (stack.splitlines() or ["nothing could be read"])[0] + " (no py-spy or gdb here for its frames)"
-    return " < ".join(names[:frames]) if names else "frames that could not be read"
-
-
-def _spy_main_frames(text: str) -> list[str]:
-    """py-spy's main thread: its two innermost named native frames (not bare addresses, nor the
-    call machinery of ctypes and libffi), then its two innermost Python frames."""
-    lines, native, python = text.splitlines(), [], []
-    start = next((i for i, line in enumerate(lines) if '"MainThread"' in line), None)
-    if start is None:
-        return []
-    for line in lines[start + 1 :]:
-        if not line.startswith("    "):
-            break
-        frame = line.strip()
-        if ".py:" in frame or "(<frozen" in frame:
-            python.append(frame)
-        elif not frame.startswith("0x") and not any(m in frame for m in _MACHINERY) and not python:
-            native.append(frame)
-    return native[:2] + python[:2]
-
-
-_MACHINERY = ("libffi", "ffi_call", "callproc.c", "_ctypes.c", "(python3", "ceval.c", "call.c")
-
-
-_GDB_FRAME = re.compile(r"^#\d+\s+(?:0x[0-9a-f]+ in )?(\S+)")
-
-
-def _gdb_main_frames(text: str) -> list[str]:
-    """gdb's thread 1 (the main thread): each frame's function name."""
-    names, inside = [], False
-    for line in text.splitlines():
-        if line.startswith("Thread "):
-            inside = line.startswith("Thread 1 ")
-        elif inside and (match := _GDB_FRAME.match(line)) and match.group(1) != "??":
-            names.append(match.group(1))
-    return names
-
-
-def _wait_channels(pid: int) -> str:
-    """Each thread's name and what the kernel says it waits in (``/proc/PID/task/TID/wchan``)."""
-    rows = []
-    try:
-        tids = sorted(os.listdir(f"/proc/{pid}/task"), key=int)
-    except OSError:
-        return "its threads could not be read"
-    for tid in tids:
-        rows.append(f"{_read(f'/proc/{pid}/task/{tid}/comm')} waits in {_read(f'/proc/{pid}/task/{tid}/wchan') or '?'}")
-    return "; ".join(rows)
-
-
-def _read(path: str) -> str:
-    try:
-        with open(path) as file:
-            return file.read().strip()
-    except OSError:
-        return ""
-
-
-def _beside_python(name: str) -> str | None:
-    path = os.path.join(os.path.dirname(sys.executable), name)
-    return path if os.access(path, os.X_OK) else None
-
-
-def _run(command: list[str], timeout: float) -> str:
-    try:
-        done = subprocess.run(
-            command, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    return done.stdout

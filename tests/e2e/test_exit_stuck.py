@@ -18,7 +18,7 @@ import time
 import psutil
 import pytest
 
-from .cli_helpers import HERE, agent_args, finish, run, run_id, start, wait_joined
+from .cli_helpers import HERE, agent_args, finish, run, run_id, start, wait_for, wait_joined
 
 TUTORIAL = os.path.join(HERE, "workers", "tutorial_ddp.py")
 LINGERING = os.path.join(HERE, "workers", "lingering.py")
@@ -127,6 +127,48 @@ def test_ranks_stuck_on_two_nodes_at_once_are_both_ended_and_both_agents_exit_0(
     records = _history(etcd_endpoints, rdzv_id)
     _named(records, {int(r) for r in stuck.split(",")})
     assert "job_closed" in [r["kind"] for r in records], records
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("nnodes, nproc", [(1, 2), (2, 1)], ids=["one node", "two nodes"])
+def test_a_round_every_rank_of_which_is_stuck_at_exit_ends_and_succeeds(etcd_endpoints, tmp_path, nnodes, nproc):
+    """No rank exits 0: each node reads its quiet ranks' stacks, finds them past the script's code
+    (freeing main()'s locals at the module's top level), says so, and ends them once every node has."""
+    rdzv_id = run_id()
+    args = [*agent_args(etcd_endpoints, rdzv_id, str(nnodes), nproc=nproc), "--exit-stuck-timeout", "3"]
+    worker = [TUTORIAL, "--stuck-rank", "0,1", "--out", str(tmp_path)]
+    agents = [start([*args, *worker])]
+    if nnodes == 2:
+        wait_joined(etcd_endpoints, rdzv_id, 1)
+        agents.append(start([*args, *worker]))
+    results = _finish_all(agents)
+    outputs = "\n".join(text for _, text in results)
+    assert [code for code, _ in results] == [0] * nnodes, [text[-3000:] for _, text in results]
+    for rank in (0, 1):
+        line = next((x for x in outputs.splitlines() if f"rank {rank} {STUCK_LINE}" in x), "")
+        assert "after its script's code returned" in line and "pthread_mutex_lock" in line, outputs[-3000:]
+    records = _history(etcd_endpoints, rdzv_id)
+    _named(records, {0, 1})
+    assert all(r["past_script"] for r in records if r["kind"] == "worker_stuck_at_exit"), records
+    assert "job_closed" in [r["kind"] for r in records], records
+
+
+def test_a_round_hung_in_a_collective_is_never_judged_stuck_at_exit(etcd_endpoints, tmp_path):
+    """Every rank waits inside main() for a message never sent: as quiet as a rank stuck at exit, and
+    no rank exited, but its stack is in the script: a hang, left alone by this rule, however long."""
+    rdzv_id = run_id()
+    args = [*agent_args(etcd_endpoints, rdzv_id, "1", nproc=2), "--exit-stuck-timeout", "1"]
+    agent = start([*args, TUTORIAL, "--hang-in-recv", "--out", str(tmp_path)])
+    try:
+        waits = [tmp_path / f"{rank}-waits.json" for rank in (0, 1)]
+        wait_for(lambda: all(os.path.exists(p) for p in waits), 90, what="both ranks waiting in recv")
+        time.sleep(12)  # twelve bounds: each rank's stack read, found inside main()
+        assert agent.poll() is None, "the agent ended a job hung in a collective"
+    finally:
+        agent.terminate()
+        code, output = finish(agent, 60)
+    assert STUCK_LINE not in output, output[-3000:]
+    assert "[rank 0] training done" not in output, output[-3000:]
 
 
 def test_a_rank_that_saves_after_the_others_left_is_never_judged_stuck(etcd_endpoints, tmp_path):

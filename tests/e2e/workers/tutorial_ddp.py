@@ -9,7 +9,9 @@ teardown can (the main thread holds the GIL in a C call that never returns): an 
 the end of ``main()`` locks a pthread mutex twice in its destructor, through ``ctypes.PyDLL`` (the
 GIL is held for the call). ``--save-seconds S``: rank 0 writes a file for S seconds after the
 others left (work after the last step: never stuck). ``--linger-rank R --linger S``: rank R sleeps S
-seconds after leaving the process group (idle). ``--out DIR``: each rank writes
+seconds after leaving the process group (idle). ``--hang-in-recv``: after training, every rank
+waits inside ``main()`` for a message its neighbour never sends (DIR/<rank>-waits.json written
+first): a job hung in a collective, quiet, whose stacks are in the script. ``--out DIR``: each rank writes
 DIR/<rank>-<restart>.json with its steps once it left the process group.
 """
 
@@ -59,6 +61,12 @@ class Trainer:
                 print(f"epoch {epoch} done", flush=True)
 
 
+def hang_in_recv(rank: int, out: str) -> None:
+    with open(os.path.join(out, f"{rank}-waits.json"), "w") as file:
+        json.dump({"rank": rank, "pid": os.getpid()}, file)
+    torch.distributed.recv(torch.zeros(1), src=(rank + 1) % torch.distributed.get_world_size())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--epochs", type=int, default=3)
@@ -68,12 +76,15 @@ def main() -> None:
     parser.add_argument("--out", default=None)
     parser.add_argument("--linger-rank", type=int, default=-1)
     parser.add_argument("--linger", type=float, default=0.0)
+    parser.add_argument("--hang-in-recv", action="store_true")
     args = parser.parse_args()
     init_process_group(backend="gloo")
     trainer = Trainer()
     if str(trainer.rank) in args.stuck_rank.split(","):
         trainer.teardown = Deadlock()  # freed with the trainer, as main() returns
     trainer.train(args.epochs, args.steps)
+    if args.hang_in_recv:
+        hang_in_recv(trainer.rank, args.out)
     destroy_process_group()
     if trainer.rank == 0 and args.save_seconds:  # a large save after the others left: it writes all along
         ends = time.monotonic() + args.save_seconds
