@@ -146,7 +146,8 @@ def test_a_round_every_rank_of_which_is_stuck_at_exit_ends_and_succeeds(etcd_end
     assert [code for code, _ in results] == [0] * nnodes, [text[-3000:] for _, text in results]
     for rank in (0, 1):
         line = next((x for x in outputs.splitlines() if f"rank {rank} {STUCK_LINE}" in x), "")
-        assert "after its script's code returned" in line and "pthread_mutex_lock" in line, outputs[-3000:]
+        assert "after its script's code returned" in line, outputs[-3000:]
+        assert "pthread_mutex_lock" in line or REAL in line, line  # PyTorch's own deadlock may come first
     records = _history(etcd_endpoints, rdzv_id)
     _named(records, {0, 1})
     assert all(r["past_script"] for r in records if r["kind"] == "worker_stuck_at_exit"), records
