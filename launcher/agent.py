@@ -319,7 +319,8 @@ class Agent:
             return CrashLoopError(state.reason) if looped else WorkerFailedError(state.reason)
         if state is not None and state.closed_by == CLOSED_BY_OPERATOR:
             self._departure = _Departure(f"the job was closed by an operator ({state.reason})")
-            return JobClosedError(f"the job was closed by an operator: {state.reason}")
+            new = self.info is None  # a new launch of it: its line names the reset that lets it run again
+            return JobClosedError(str(exc) if new else f"the job was closed by an operator: {state.reason}")
         return JobRendezvousError(str(exc))
 
     def _rendezvous(self) -> RendezvousInfo:

@@ -80,9 +80,16 @@ EXIT_CODES = (
     ),
     ExitCode("2", "bad usage: an option, a setting or the etcd credentials (one line says which)", False),
     ExitCode(
-        "3", "the job cannot be joined: its id is closed (finished or failed), or its state in etcd is not ours", False
+        "3",
+        "the job cannot be joined: its id closed (finished or failed) after this agent was launched (a late node "
+        "of that run; a later launch runs it again), or its state in etcd is not ours",
+        False,
     ),
-    ExitCode("4", "an operator closed the job (elastic-ctl close)", False),
+    ExitCode(
+        "4",
+        "an operator closed the job (elastic-ctl close); a new launch of its id too, until elastic-ctl reset",
+        False,
+    ),
     ExitCode(
         "5",
         "crash loop: --crash-loop-restarts restarts in a row made no progress (no new heartbeat or checkpoint "

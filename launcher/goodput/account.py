@@ -26,7 +26,7 @@ import enum
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from rendezvous.job.history import Event
+from rendezvous.job.history import Event, last_run
 
 from .drag import Pace, Stretch, inside, lay, rate_shares
 from .ends import describe_end
@@ -173,8 +173,8 @@ class _Round:
 
 def account_of(events: Iterable[Event], *, now: float | None = None) -> Account:
     """The account of a job from its history records (in time order); ``now``: where a running
-    job's account ends (default: its last record)."""
-    events = sorted(events, key=lambda e: e.time)
+    job's account ends (default: its last record). A job whose id ran again: its newest run."""
+    events = last_run(sorted(events, key=lambda e: e.time))
     if not events:
         return Account(0.0, 0.0, (), (), (), 0, ("no history records",), closed=False)
     rounds = _rounds(events)

@@ -13,7 +13,9 @@
   ``worker_hung`` record once it is decided;
 - ``procstat``: what the kernel says of a worker's processes (CPU, I/O, waits for a CPU);
 - ``exitstuck``: a worker stuck at exit (alive and doing nothing after every other rank exited 0),
-  named with its native stack and ended: the round succeeds.
+  named with its native stack and ended: the round succeeds;
+- ``native``: a live process's native and Python stack read from outside (py-spy, gdb), and whether
+  it is past its script's code (a round every rank of which is stuck at exit).
 
 The agent then handles a hang as a failure: ``launcher.restart``. Kept light: every worker imports
 ``beatfile`` through ``elastic.heartbeat``.

@@ -53,6 +53,8 @@ __all__ = [
     "unhealthy_nodes",
     "gray_failures",
     "decode_events",
+    "last_run",
+    "RERUN",
     "record_freeze",
     "freeze_details",
     "job_lease",
@@ -110,6 +112,17 @@ def read_history(client: EtcdClient, job_prefix: str) -> tuple[list[Event], int]
     """Every record of the job, oldest first (records that do not decode are skipped), and the revision read at."""
     kvs, revision = client.get_prefix(history_prefix(job_prefix))
     return decode_events(kvs), revision
+
+
+RERUN = "job_rerun"  # a new launch of a closed job's id began a new run of it (``JobStateStore.rerun``)
+
+
+def last_run(events: Iterable[Event]) -> list[Event]:
+    """The records of the job's newest run: those after its last ``job_rerun`` record (all of them
+    for a job run once). The records of earlier runs stay, for ``history``, until they expire."""
+    events = list(events)
+    starts = [i for i, e in enumerate(events) if e.kind == RERUN]
+    return events[starts[-1] + 1 :] if starts else events
 
 
 def decode_events(kvs: Iterable[Any]) -> list[Event]:

@@ -164,6 +164,13 @@ class JobKeys:
         """``<prefix>/<run_id>/pace/``: the nodes' own-work paces; with ``node``, that node's."""
         return job_key(self.prefix, self.run_id, "pace") + "/" + node
 
+    @property
+    def working(self) -> tuple[str, ...]:
+        """The prefixes of what a run works with, all but its state and its history: what a new run
+        of a closed job's id deletes (``JobStateStore.rerun``)."""
+        parts = ("coordinator", "nodes/", "ranks/", "store/", "queues/", "suspects/", "lost/", "hangs/", "pace/")
+        return tuple(self.root + part for part in parts)
+
 
 def history_prefix(job_root: str) -> str:
     """``<prefix>/<run_id>/history/`` from the job's root ``<prefix>/<run_id>/``."""

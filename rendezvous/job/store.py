@@ -20,8 +20,10 @@ from dataclasses import replace
 from rendezvous.errors import LeaseNotFoundError, RendezvousError, RendezvousNoSpaceError
 from rendezvous.etcd.client import EtcdClient
 from rendezvous.etcd.session import refresh_lease
+from rendezvous.etcd.txn import compare_mod_revision, op_delete, op_put
 
 from .backend import EtcdRendezvousBackend
+from .history import Event
 from .keys import JobKeys, unwrap_state
 from .state import JobState
 
@@ -92,6 +94,20 @@ class JobStateStore:
             self._client.revoke_lease(lease)
         except RendezvousError:
             pass  # it ends by itself (with the keys written on it: a lost race's rank table)
+
+    def rerun(self, closed: JobState, token: int, record: Event) -> bool:
+        """Clear the closed job ``closed`` (stored as ``token``) for a new run of its id, in one
+        transaction: its state and every working key go (``JobKeys.working``); its history stays,
+        on its lease, with ``record`` (``job_rerun``) after it. False when the state changed first
+        (another node of the new launch cleared it)."""
+        deletes = [op_delete(self.keys.state)] + [op_delete(prefix, prefix=True) for prefix in self.keys.working]
+        put = op_put(record.key(self.keys.root), record.encode(), lease=closed.keep.lease)
+        try:
+            done = self._client.txn([compare_mod_revision(self.keys.state, token)], [*deletes, put])
+        except LeaseNotFoundError:  # its retention ran out as it was read: the record goes without a lease
+            put = op_put(record.key(self.keys.root), record.encode())
+            done = self._client.txn([compare_mod_revision(self.keys.state, token)], [*deletes, put])
+        return bool(done.succeeded)
 
     def update(
         self,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 
-from rendezvous.job.state import Cause, FailureKind, JobState, JobStatus, Participant
+from rendezvous.job.state import CLOSED_BY_OPERATOR, Cause, FailureKind, JobState, JobStatus, Participant
 
 from .decide import LiveNode
 
@@ -26,6 +26,7 @@ __all__ = [
     "newcomers",
     "nodes_waiting",
     "round_cause",
+    "rerun_refused",
 ]
 
 
@@ -142,3 +143,25 @@ def ending_after(previous: Sequence[Participant], nodes: Sequence[LiveNode], rou
     if any(info is None or (info.round > round_ and not info.finished) for info in infos):
         return Ending.GOES_ON
     return Ending.UNDECIDED
+
+
+def rerun_refused(closed: JobState, launched_at: float, live_nodes: int) -> tuple[str, bool] | None:
+    """Why this launch may not begin a new run of the closed job ``closed``, and whether waiting
+    would change that; None: it may (torchrun's c10d runs the same id again, so does this).
+
+    ``launched_at``: when this node's agent was launched (wall clock); ``live_nodes``: the node keys
+    under the job, read with the state (lease-held: an agent of the old run still alive). A node
+    launched before the job closed is a late node of that run, never of a new one; a job an
+    operator closed stays closed until ``elastic-ctl reset``.
+    """
+    if closed.closed_by == CLOSED_BY_OPERATOR:
+        return "an operator closed it", False
+    closed_at = closed.keep.closed_at
+    if closed_at is None:
+        return "its state does not say when it closed", False
+    if launched_at <= closed_at:
+        early = closed_at - launched_at
+        return f"this node was launched {early:.1f} s before it closed: a late node of that run", False
+    if live_nodes:
+        return f"{live_nodes} node(s) of the finished run are still alive", True
+    return None

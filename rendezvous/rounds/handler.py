@@ -58,12 +58,15 @@ class RendezvousHandler:
         probe: str = "",
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
+        launched_at: float | None = None,
     ) -> None:
         """``history``: where the coordinator records the rounds it froze. ``on_renew(lease id, fence
         deadline)`` is called after every acknowledged lease renewal, from the stream loop's thread
         (the agent hands it to the process that enforces the deadline). ``master_port()``: the port
         this node offers for the round's store each time it joins a round (default: a free one).
-        ``probe``: host:port where this node's agent answers its peers' probes ("": it does not)."""
+        ``probe``: host:port where this node's agent answers its peers' probes ("": it does not).
+        ``launched_at``: when this node's agent was launched (wall clock; default: now): a closed job
+        its first join finds runs again when the job closed after that (``ending.rerun_refused``)."""
         self._client = client
         self.settings = settings
         self._keys = JobKeys(settings.key_prefix, settings.run_id)
@@ -73,6 +76,7 @@ class RendezvousHandler:
         self.max_restarts = max_restarts  # this agent's; the job's is the first agent's, kept in the state
         self._clock = clock
         self._wall = wall_clock
+        self._launched_at: float | None = launched_at if launched_at is not None else wall_clock()
         self._monitor: JobMonitor | None = None
         self._info: RendezvousInfo | None = None
         self._join: JoinLoop | None = None  # the last (or running) join, for progress lines
@@ -110,8 +114,9 @@ class RendezvousHandler:
         seen = self._monitor.state if self._monitor is not None else None
         kept = self._monitor.detach() if self._monitor is not None else None  # its watch goes on
         self._stop_monitor()
+        launched_at, self._launched_at = self._launched_at, None  # the first join only
         self._join = JoinLoop(
-            self._client, self.settings, self._keys, self._member, self._coordinator, self._clock, on_spare
+            self._client, self.settings, self._keys, self._member, self._coordinator, self._clock, on_spare, launched_at
         )
         self._joined_at, self._coordinator_read_at, self._coordinator_silent = self._clock(), float("-inf"), None
         joined_round = self._join.run(seen, kept)

@@ -20,6 +20,7 @@ from rendezvous.errors import (
     RendezvousTimeoutError,
 )
 from rendezvous.etcd.client import EtcdClient
+from rendezvous.job.history import RERUN, Event
 from rendezvous.job.keys import JobKeys
 from rendezvous.job.ranktable import Placement, read_placement
 from rendezvous.job.state import JobState, JobStatus
@@ -28,6 +29,7 @@ from rendezvous.settings import RendezvousSettings
 
 from .coordinate import RoundCoordinator
 from .decide import joined
+from .ending import rerun_refused
 from .join import (
     Announce,
     Closed,
@@ -59,13 +61,15 @@ class Joined:
 
 
 def closed_error(
-    keys: JobKeys, state: JobState, endpoints: str, *, while_waiting: bool = False
+    keys: JobKeys, state: JobState, endpoints: str, *, while_waiting: bool = False, refused: str = ""
 ) -> RendezvousClosedError:
     """The job is closed. ``while_waiting``: it closed while this node waited in a round of it (a hot
-    spare never needed), not before this node came. The command it suggests can be pasted as printed."""
+    spare never needed), not before this node came; ``refused``: why this launch runs no new run of
+    it. The command it suggests can be pasted as printed."""
     reason = f" ({state.reason})" if state.reason else ""
+    why = f", and this launch starts no new run of it: {refused}" if refused else ""
     error = RendezvousClosedError(
-        f"rendezvous '{keys.run_id}' is closed{reason}; start the job with a new --rdzv-id, or reuse this one "
+        f"rendezvous '{keys.run_id}' is closed{reason}{why}; start the job with a new --rdzv-id, or reuse this one "
         f"after `{keys.ctl('reset', endpoints)}` (its keys also expire by themselves: "
         f"`{keys.ctl('list', endpoints, job=False)}`)"
     )
@@ -85,8 +89,13 @@ class JoinLoop:
         coordinator: RoundCoordinator,
         clock: Callable[[], float] = time.monotonic,
         on_spare: Callable[[], None] | None = None,
+        launched_at: float | None = None,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
-        """``on_spare()``: called once, when this node first waits while a round runs without it (a spare)."""
+        """``on_spare()``: called once, when this node first waits while a round runs without it (a spare).
+        ``launched_at``: when this node's agent was launched (wall clock), on its first join only: a
+        closed job it finds then runs again (``rerun_refused`` says when not)."""
+        self._launched_at, self._wall = launched_at, wall_clock
         self._client, self._settings, self._keys = client, settings, keys
         self._on_spare = on_spare
         self._member = member
@@ -122,7 +131,7 @@ class JoinLoop:
         self._coordinator.start(self._clock())
         self._deadline = self._clock() + self._settings.join_timeout
         if seen is None:
-            seen = read_round(self._client, self._keys, all_nodes=False).state
+            seen = self._first_look()
         if seen is not None and seen.status is JobStatus.CLOSED:
             raise closed_error(self._keys, seen, self._endpoints)
         self.target = target_round(seen)
@@ -165,6 +174,25 @@ class JoinLoop:
             self._on_spare = None  # once a join
 
     # -- the ops: each returns this node's place once it has one, else None (the loop goes on) --------
+    def _first_look(self) -> JobState | None:
+        """The state the join starts from: on a first join, a closed job's is cleared for a new run
+        of its id (None: no state), once no node of the old run is alive -- waited for until the
+        join timeout -- unless ``rerun_refused`` says this launch may not (RendezvousClosedError)."""
+        while True:
+            snapshot = read_round(self._client, self._keys, all_nodes=True)
+            closed = snapshot.state
+            if self._launched_at is None or closed is None or closed.status is not JobStatus.CLOSED:
+                return closed
+            refused = rerun_refused(closed, self._launched_at, len(snapshot.nodes))
+            if refused is None:
+                record = Event(self._wall(), closed.round, self._member.node_id, RERUN, {"closed": closed.reason})
+                if self._store.rerun(closed, snapshot.token, record):
+                    return None
+                continue  # another node of this launch cleared it first: read again
+            if not refused[1] or (self._deadline is not None and self._clock() >= self._deadline):
+                raise closed_error(self._keys, closed, self._endpoints, refused=refused[0])
+            time.sleep(0.5)  # an agent of the old run still exits (or its lease runs out)
+
     def _closed(self, step: Closed, snapshot: Snapshot) -> None:
         raise closed_error(self._keys, snapshot.state, self._endpoints, while_waiting=True)
 

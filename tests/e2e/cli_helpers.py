@@ -63,13 +63,13 @@ def agent_args(endpoints: str, rdzv_id: str, nnodes: str, nproc: int = 2, conf: 
     return args + (["--rdzv-conf", conf] if conf else [])
 
 
-def wait_joined(endpoints: str, rdzv_id: str, count: int, timeout: float = 30) -> None:
+def wait_joined(endpoints: str, rdzv_id: str, count: int, timeout: float = 30, prefix: str = "") -> None:
     """Wait until ``count`` nodes have joined the job (their keys are in etcd): the order nodes join
     in is the order of their group ranks, which a sleep does not decide on a loaded machine."""
     from rendezvous.etcd.client import EtcdClient
     from rendezvous.job.keys import DEFAULT_KEY_PREFIX, JobKeys
 
-    nodes = JobKeys(DEFAULT_KEY_PREFIX, rdzv_id).nodes
+    nodes = JobKeys(prefix or DEFAULT_KEY_PREFIX, rdzv_id).nodes
     with EtcdClient(endpoints, timeout=5) as client:
         wait_for(lambda: client.count_prefix(nodes) >= count, timeout, interval=0.05, what=f"{count} nodes joined")
 

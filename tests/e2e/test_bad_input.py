@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import subprocess
 
 import pytest
 
-from .cli_helpers import PROBE, run, run_id, tool
+from .cli_helpers import PROBE, finish, run, run_id, start, tool, wait_joined
 
 ETCD = "127.0.0.1:1"  # nothing listens there; only reached by the unreachable-etcd case
 BASE = ["--rdzv-endpoint", ETCD, "--rdzv-id", "job", "--rdzv-conf", "read_timeout=1,connect_timeout=1"]
@@ -101,24 +102,44 @@ def test_bad_input_gives_one_clear_line(args, env, code, words):
     assert "Traceback" not in result.stderr and result.stdout == ""
 
 
-def test_a_closed_job_cannot_be_joined_again(etcd_endpoints, tmp_path):
+def test_the_same_command_run_again_after_the_job_finished_runs_a_new_run(etcd_endpoints, tmp_path):
+    """As torchrun's c10d allows: the second launch of a finished job's line begins a new run of its
+    id; the first run's history stays readable beside it, and the report is the newest run's."""
     rid = run_id()
     args = ["--rdzv-endpoint", etcd_endpoints, "--rdzv-id", rid, "--local-addr", "127.0.0.1", PROBE, str(tmp_path)]
     assert run(args).returncode == 0
     again = run(args)
-    lines = [line for line in again.stderr.splitlines() if line.strip()]
-    assert again.returncode == 3 and len(lines) == 1
-    assert f"rendezvous '{rid}' is closed (the job finished); start the job with a new --rdzv-id" in lines[0]
+    assert again.returncode == 0, again.stderr
+    shown = run(["history", "--rdzv-endpoint", etcd_endpoints, "--rdzv-id", rid, "--json"], tool_name="elastic-ctl")
+    kinds = [record["kind"] for record in json.loads(shown.stdout)]
+    assert kinds.count("job_closed") == 2 and kinds.count("job_rerun") == 1, kinds
+    assert kinds.index("job_closed") < kinds.index("job_rerun") < len(kinds) - 1 - kinds[::-1].index("job_closed")
+    report = run(["report", rid, "--rdzv-endpoint", etcd_endpoints, "--json", "--no-html"], tool_name="elastic-ctl")
+    assert report.returncode == 0, report.stderr
+    assert json.loads(report.stdout)["rounds"] == 1, report.stdout  # the newest run's one round
 
 
 @pytest.mark.parametrize("prefix", ["", "/other-tenant"])
-def test_the_reset_a_closed_job_suggests_runs_as_pasted_and_the_id_is_free_again(etcd_endpoints, tmp_path, prefix):
+def test_a_job_an_operator_closed_is_refused_with_a_reset_that_runs_as_pasted(etcd_endpoints, tmp_path, prefix):
+    """A job closed by an operator stays closed for a new launch (one line, exit 4) until the reset
+    the line suggests, pasted as printed; then the same command runs."""
     rid = run_id()
     conf = ["--rdzv-conf", f"key_prefix={prefix}"] if prefix else []
-    args = ["--rdzv-endpoint", etcd_endpoints, "--rdzv-id", rid, *conf, "--local-addr", "127.0.0.1"]
-    args += [PROBE, str(tmp_path)]
-    assert run(args).returncode == 0
+    base = ["--rdzv-endpoint", etcd_endpoints, "--rdzv-id", rid, *conf]
+    args = [*base, "--local-addr", "127.0.0.1", PROBE, str(tmp_path)]
+    waiting = start([*base, "--nnodes", "2", "--local-addr", "127.0.0.1", PROBE, str(tmp_path)])
+    try:
+        wait_joined(etcd_endpoints, rid, 1, prefix=prefix)
+        closed = run(["close", *base, "--reason", "stopped for maintenance"], tool_name="elastic-ctl")
+        assert closed.returncode == 0, closed.stderr
+        assert finish(waiting, 60)[0] == 4
+    finally:
+        if waiting.poll() is None:
+            waiting.kill()
     refused = run(args)
+    lines = [line for line in refused.stderr.splitlines() if line.strip()]
+    assert refused.returncode == 4 and len(lines) == 1, refused.stderr
+    assert "starts no new run of it: an operator closed it" in lines[0], lines[0]
     listing = re.search(r"expire by themselves: `(elastic-ctl list [^`]*)`", refused.stderr).group(1)
     argv = shlex.split(listing)
     listed = subprocess.run([tool(argv[0]), *argv[1:]], capture_output=True, text=True, timeout=60)

@@ -30,11 +30,19 @@ class Nodes:
         self.handlers: list[RendezvousHandler] = []
         self.clients: list[EtcdClient] = []
 
-    def add(self, name: str, local_world_size: int = 1, **changes) -> RendezvousHandler:
+    def add(
+        self, name: str, local_world_size: int = 1, launched_at: float | None = None, **changes
+    ) -> RendezvousHandler:
+        """A node's handler (``launched_at``: when its agent was launched, wall clock; default now)."""
         client = EtcdClient(self.endpoints, timeout=5)
         settings = self.settings.with_(**changes) if changes else self.settings
         handler = RendezvousHandler(
-            client, settings, local_addr="127.0.0.1", local_world_size=local_world_size, node_id=name
+            client,
+            settings,
+            local_addr="127.0.0.1",
+            local_world_size=local_world_size,
+            node_id=name,
+            launched_at=launched_at,
         )
         self.clients.append(client)
         self.handlers.append(handler)

@@ -155,14 +155,20 @@ def test_join_timeout_names_how_many_nodes_came_of_how_many_needed(nodes):
 
 
 def test_a_closed_job_stays_closed_for_a_late_agent(nodes):
+    """An agent launched before the job closed is a late node of that run: told, never a new run."""
     handlers = [nodes.add("a"), nodes.add("b")]
     _ok(nodes.rendezvous(handlers))
+    launched = time.time()
+    time.sleep(0.05)
     handlers[0].set_closed("training finished")
     assert handlers[1].is_closed()
     assert handlers[1].membership_changed(timeout=5)
-    (error,) = nodes.rendezvous([nodes.add("late")]).values()
+    for handler in handlers:
+        handler.shutdown()
+    (error,) = nodes.rendezvous([nodes.add("late", launched_at=launched)]).values()
     assert isinstance(error, RendezvousClosedError)
     assert "training finished" in str(error) and "new --rdzv-id" in str(error)
+    assert "launched 0.1 s before it closed: a late node of that run" in str(error), str(error)
 
 
 def test_one_agent_leaving_does_not_close_the_job(nodes):
