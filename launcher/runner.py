@@ -1,7 +1,6 @@
 """One round of a node's workers: start them (each with its heartbeat record), watch them, the
 membership, the fence and hangs until the round ends, and stop them. The agent (``agent.py``)
-decides what the round's outcome asks for.
-"""
+decides what the round's outcome asks for."""
 
 from __future__ import annotations
 
@@ -77,7 +76,7 @@ class RoundResult:
     failure_kind: FailureKind | None = None  # and what that was
     lost: tuple[str, ...] = ()  # FAILED with the loss of these peers: a membership change, not a failure
     beats: int = 0  # the most heartbeats one local worker beat this round (crash-loop breaker)
-    ran: float = 0.0  # seconds from the workers' start to the round's end here
+    ran: float = 0.0  # seconds from the workers' first heartbeat (else their start) to the round's end here
 
     @property
     def cause(self) -> RestartCause:
@@ -158,7 +157,8 @@ class RoundRunner:
             result, ended = self._watch(), time.monotonic()
             progress = self._hangs.progress() if self._hangs is not None else (None, None, 0, None)
             if result.outcome in (RoundOutcome.FAILED, RoundOutcome.HUNG):  # how far they got (crash loops)
-                result = replace(result, beats=progress[2], ran=ended - started)
+                began = progress[0] if progress[0] is not None else started  # not its start-up: load varies it
+                result = replace(result, beats=progress[2], ran=ended - began)
             if result.outcome is RoundOutcome.FAILED:
                 result = self._blame(result)
             if result.outcome is RoundOutcome.HUNG:

@@ -179,11 +179,12 @@ class JoinLoop:
         of its id (None: no state), once no node of the old run is alive -- waited for until the
         join timeout -- unless ``rerun_refused`` says this launch may not (RendezvousClosedError)."""
         while True:
-            snapshot = read_round(self._client, self._keys, all_nodes=True)
+            snapshot = read_round(self._client, self._keys, all_nodes=False)  # no node keys: O(1) a join
             closed = snapshot.state
             if self._launched_at is None or closed is None or closed.status is not JobStatus.CLOSED:
                 return closed
-            refused = rerun_refused(closed, self._launched_at, len(snapshot.nodes))
+            live = self._client.count_prefix(self._keys.nodes)  # a new run's first node counted: read again
+            refused = rerun_refused(closed, self._launched_at, live)
             if refused is None:
                 record = Event(self._wall(), closed.round, self._member.node_id, RERUN, {"closed": closed.reason})
                 if self._store.rerun(closed, snapshot.token, record):

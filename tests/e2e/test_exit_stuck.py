@@ -78,7 +78,8 @@ def test_a_rank_deadlocked_as_main_returns_is_named_with_its_stack_ended_and_the
     assert code == 0, output[-3000:]
     line = next((x for x in output.splitlines() if f"rank 1 {STUCK_LINE}" in x), "")
     assert line.startswith("elastic-run: rank 1 is stuck at exit"), output[-3000:]
-    assert "pthread_mutex_lock" in line and "Deadlock.__del__" in line, line  # its native and Python frames
+    simulated = "pthread_mutex_lock" in line and "Deadlock.__del__" in line  # its native and Python frames
+    assert simulated or REAL in line, line  # (PyTorch's own deadlock may take it first, as main()'s DDP model is freed)
     assert "[rank 1] training done" in output and "[rank 0] training done" in output, output[-3000:]
     records = _history(etcd_endpoints, rdzv_id)
     _named(records, {1})

@@ -136,7 +136,7 @@ def test_reset_is_refused_while_nodes_live_and_frees_the_id_after(etcd_endpoints
     assert refused.returncode == 1 and "has 1 live node: stop it first, or reset with --force" in refused.stderr
     assert finish(agent, timeout=30)[0] == 0
     again = run(["--nnodes", "1", "--rdzv-endpoint", etcd_endpoints, "--rdzv-id", rdzv_id, COUNTED, out])
-    assert again.returncode == 3 and "is closed" in again.stderr
+    assert again.returncode == 0, again.stderr  # the same command runs again, as with c10d (a new run)
     done = _ctl("reset", "--rdzv-conf", "bogus=1", endpoints=etcd_endpoints, rdzv_id=rdzv_id)
     assert done.returncode == 0 and done.stdout.startswith(f"reset job {rdzv_id}: deleted its "), done
     assert done.stdout.rstrip().endswith(f"under /elastic/{rdzv_id}/")
