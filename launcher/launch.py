@@ -5,15 +5,11 @@ Python caller can build one too and call the same ``launch``."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import socket
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
-
-import psutil
 
 from launcher.output.console import console_event, say
 from launcher.reaper.handle import ReaperProcess, reaper_sys_path
@@ -193,20 +189,8 @@ def _handler(
         on_renew=reaper.arm,
         master_port=stores.port if stores is not None else None,
         probe=peers.endpoint if peers is not None else "",
-        launched_at=launched_at(),  # a closed job found by a later launch runs again
+        launched_at=plan.started,  # a closed job found by a later launch runs again
     )
-
-
-def launched_at() -> float:
-    """When this process was started, wall clock, to a clock tick: its start in ticks since boot
-    against the seconds since boot now (psutil's figure rounds the boot time down to a second, so a
-    launch right after a job closed could look earlier than the close)."""
-    try:
-        with open("/proc/self/stat") as stat, open("/proc/uptime") as uptime:
-            started = int(stat.read().rsplit(")", 1)[1].split()[19]) / os.sysconf("SC_CLK_TCK")
-            return time.time() - (float(uptime.read().split()[0]) - started)
-    except (OSError, ValueError, IndexError):
-        return psutil.Process().create_time()
 
 
 def _run(plan: LaunchPlan, agent: Agent, telemetry: Telemetry, report: Callable[[str], None]) -> LaunchOutcome:
