@@ -67,6 +67,23 @@ def _record(param: click.Parameter, ctx: click.Context) -> tuple[str, str] | Non
     return shown, row[1]
 
 
+COMPLETION_SHELLS = ("bash", "zsh", "fish", "tcsh")  # torchrun's shtab writes bash, zsh and tcsh
+
+
+def print_completion(ctx: click.Context, param: Any, shell: str | None) -> None:
+    """``--print-completion SHELL``: elastic-run's completion script for the shell, from click's own
+    completion (its options as the table gives them), then exit -- as torchrun's flag does."""
+    if shell is None or ctx.resilient_parsing:
+        return
+    from click.shell_completion import get_completion_class
+
+    completion = get_completion_class(shell)
+    if completion is None:
+        raise click.BadParameter(f"{shell} has no completion here: bash, zsh and fish have", ctx, param)
+    click.echo(completion(ctx.command, {}, "elastic-run", "_ELASTIC_RUN_COMPLETE").source())
+    ctx.exit(0)
+
+
 def rdzv_conf_help(ctx: click.Context, _param: Any, value: bool) -> None:
     """``--help-rdzv-conf``: every ``--rdzv-conf`` key with what it does, then exit."""
     if not value or ctx.resilient_parsing:

@@ -71,7 +71,15 @@ def _endpoint(opts: RunOptions) -> str | None:
 
 
 # options a RunRequest takes as the command line gave them (click checked their type and range)
-_AS_GIVEN = ("log_dir", "local_addr", "signals_to_handle", "numa_binding", "http_port", "http_host")
+_AS_GIVEN = (
+    "log_dir",
+    "local_addr",
+    "signals_to_handle",
+    "numa_binding",
+    "http_port",
+    "http_host",
+    "log_line_prefix_template",
+)
 
 
 def request_from(opts: RunOptions) -> RunRequest:

@@ -23,7 +23,7 @@ from launcher.output.console import console_closed, say, set_log_format
 from rendezvous.errors import RendezvousError, RendezvousSettingsError
 
 from .clickopts import click_options
-from .helpfmt import GroupedCommand, rdzv_conf_help
+from .helpfmt import COMPLETION_SHELLS, GroupedCommand, print_completion, rdzv_conf_help
 from .options import (
     expand_abbreviations,
 )
@@ -43,6 +43,15 @@ _CONTEXT = {"help_option_names": ["-h", "--help"], "allow_interspersed_args": Fa
     is_eager=True,
     callback=rdzv_conf_help,
     help="List the --rdzv-conf keys, and exit.",
+)
+@click.option(
+    "--print-completion",
+    "--print_completion",
+    type=click.Choice(COMPLETION_SHELLS),
+    expose_value=False,
+    is_eager=True,
+    callback=print_completion,
+    help="Print a completion script for bash, zsh or fish, and exit.",
 )
 @click_options()
 @click.argument("script")

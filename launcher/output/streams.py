@@ -8,8 +8,9 @@ every local rank, or per local rank as ``0:1,1:2``. As in torch:
   agent's own stdout / stderr);
 - a redirected stream goes to its log file only;
 - a teed stream goes to its log file *and* to the console, whatever ``--redirects`` says, each line
-  prefixed ``[<role><local rank>]:`` or by ``TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE``
-  (``${role_name}``, ``${rank}``, ``${local_rank}``);
+  prefixed ``[<role><local rank>]:`` or by ``--log-line-prefix-template`` (else
+  ``TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE``: ``${role_name}``, ``${rank}``, ``${local_rank}``,
+  ``${hostname}``);
 - ``--local-ranks-filter 0,2`` shows only those local ranks on the console (files unaffected);
 - ``--duplicate-stdout-filters a,b`` copies the teed stdout lines that contain ``a`` or ``b``, with
   their prefix, to ``attempt_<n>/filtered_stdout.log`` (one file for all ranks); stderr likewise.
@@ -21,7 +22,9 @@ the CLI picks one (and parses the options' text: ``launcher.cli.options``). Ever
 
 from __future__ import annotations
 
+import functools
 import os
+import socket
 from dataclasses import dataclass
 from string import Template
 from typing import Protocol
@@ -77,10 +80,17 @@ def plan_stream(
 
 
 def line_prefix(template: str | None, role: str, rank: int, local_rank: int) -> str:
-    """The prefix of a teed worker's console lines: torch's ``[<role><local rank>]:``, or the template."""
+    """The prefix of a teed worker's console lines: torch's ``[<role><local rank>]:``, or the template
+    (``${hostname}``: this node's full name, as torch's agent reads it, asked only when used)."""
     if template:
-        return Template(template).safe_substitute(role_name=role, rank=rank, local_rank=local_rank)
+        host = fq_hostname() if "hostname" in template else ""
+        return Template(template).safe_substitute(role_name=role, rank=rank, local_rank=local_rank, hostname=host)
     return f"[{role}{local_rank}]:"
+
+
+@functools.cache
+def fq_hostname() -> str:
+    return socket.getfqdn(socket.gethostname())
 
 
 @dataclass(frozen=True)

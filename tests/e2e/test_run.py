@@ -7,6 +7,8 @@ import os
 import re
 import select
 import signal
+import socket
+import subprocess
 import time
 
 import psutil
@@ -16,7 +18,7 @@ import elastic
 from launcher.workers.env import EXPORTED
 from tests.hangs.helpers import Agent
 
-from .cli_helpers import PROBE, agent_args, finish, records, run, run_id, start, wait_for
+from .cli_helpers import PROBE, agent_args, finish, records, run, run_id, start, tool, wait_for
 
 
 def test_standalone_gives_every_rank_the_torchrun_environment(tmp_path):
@@ -154,6 +156,36 @@ def test_logs_tee_redirect_and_rank_filter(tmp_path):
     for rank in range(3):
         text = (node_dir / "attempt_0" / str(rank) / "stdout.log").read_text()
         assert f"worker rank {rank} of 3 restart 0" in text
+
+
+def test_the_prefix_template_option_names_the_host_and_rank_of_each_teed_line(tmp_path):
+    """torchrun 2.14's --log-line-prefix-template; it wins over the environment's template."""
+    env = {**os.environ, "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "[env]"}
+    args = ["--standalone", "--nproc-per-node", "2", "--tee", "3"]
+    result = run([*args, "--log-line-prefix-template", "${hostname}:${rank}: ", PROBE, str(tmp_path)], env=env)
+    assert result.returncode == 0, result.stderr
+    host = socket.getfqdn(socket.gethostname())
+    lines = result.stdout.splitlines()
+    for rank in (0, 1):
+        assert f"{host}:{rank}: worker rank {rank} of 2 restart 0" in lines, lines
+    assert "[env]" not in result.stdout
+
+
+def test_print_completion_writes_a_script_that_completes_elastic_runs_options_in_bash(tmp_path):
+    """torchrun 2.14's --print-completion: the bash script, sourced in a real bash, completes an option."""
+    script = run(["--print-completion", "bash"])
+    assert script.returncode == 0 and "_ELASTIC_RUN_COMPLETE" in script.stdout, script.stderr
+    (tmp_path / "complete.bash").write_text(script.stdout)
+    probe = (
+        f"source {tmp_path}/complete.bash; COMP_WORDS=(elastic-run --log-line); COMP_CWORD=1; "
+        'COMPREPLY=(); _elastic_run_completion elastic-run; printf "%s\\n" "${COMPREPLY[@]}"'
+    )
+    path = os.path.dirname(tool("elastic-run")) + os.pathsep + os.environ["PATH"]
+    env = {**os.environ, "PATH": path}
+    done = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, timeout=60, env=env)
+    assert done.stdout.split() == ["--log-line-prefix-template"], (done.stdout, done.stderr)
+    refused = run(["--print-completion", "tcsh"])
+    assert refused.returncode == 2 and "tcsh has no completion here" in refused.stderr, refused.stderr
 
 
 def _worker_pids(out: str, count: int, restart: int = 0) -> dict[int, int]:
