@@ -268,7 +268,7 @@ OPTIONS: tuple[Option, ...] = (
     _opt("--log-line-prefix-template", help="Prefix of teed lines: ${rank}, ${local_rank}, ${hostname}...",
          group=_OUT, default="", metavar="TEMPLATE", shown_default="[${role_name}${local_rank}]:",
          doc="the prefix of each teed console line, with `${role_name}`, `${local_rank}`, `${rank}` and "
-         "`${hostname}` (this node's full name) put in; else `$TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE`, as torchrun"),
+         "`${hostname}` (this node's short name) put in; else `$TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE`, as torchrun"),
     _opt("--local-ranks-filter", help="Show only these local ranks, e.g. 0,2.", group=_OUT, default="",
          metavar="RANKS", shown_default="all",
          doc="show only these local ranks on the console, e.g. `0` (files unaffected)"),

@@ -22,7 +22,6 @@ the CLI picks one (and parses the options' text: ``launcher.cli.options``). Ever
 
 from __future__ import annotations
 
-import functools
 import os
 import socket
 from dataclasses import dataclass
@@ -81,16 +80,11 @@ def plan_stream(
 
 def line_prefix(template: str | None, role: str, rank: int, local_rank: int) -> str:
     """The prefix of a teed worker's console lines: torch's ``[<role><local rank>]:``, or the template
-    (``${hostname}``: this node's full name, as torch's agent reads it, asked only when used)."""
+    (``${hostname}``: this node's short name, as torch 2.14's agent puts it in)."""
     if template:
-        host = fq_hostname() if "hostname" in template else ""
+        host = socket.gethostname()
         return Template(template).safe_substitute(role_name=role, rank=rank, local_rank=local_rank, hostname=host)
     return f"[{role}{local_rank}]:"
-
-
-@functools.cache
-def fq_hostname() -> str:
-    return socket.getfqdn(socket.gethostname())
 
 
 @dataclass(frozen=True)

@@ -383,6 +383,22 @@ def test_worker_output_on_the_console_is_torchruns(tmp_path, etcd_endpoints, arg
     print(f"\nstdout {_worker_lines(ours.stdout)} stderr {_worker_lines(ours.stderr)}: the same under both")
 
 
+def test_the_hostname_macro_of_the_prefix_template_is_torch_2_14s(tmp_path, etcd_endpoints):
+    """``${hostname}`` in the prefix template: the node's short name, as torchrun 2.14 puts it in, side
+    by side; an older torchrun prints it as written (the documented difference)."""
+    import torch
+
+    env = {"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "${hostname}:${rank}: "}
+    args = ["--standalone", "--log-dir={dir}/logs", "--nproc-per-node=2", "--tee=3"]
+    theirs, ours = _run_both(tmp_path, etcd_endpoints, args, [SCRIPT, "--touch-file-dir={dir}"], env=env)
+    assert theirs.codes == ours.codes == [0]
+    host = socket.gethostname()
+    assert _worker_lines(ours.stdout) == [f"{host}:0: creating 0", f"{host}:1: creating 1"], ours.stdout
+    newer = tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 14)
+    expected = _worker_lines(ours.stdout) if newer else ["${hostname}:0: creating 0", "${hostname}:1: creating 1"]
+    assert _worker_lines(theirs.stdout) == expected, (torch.__version__, theirs.stdout)
+
+
 def test_duplicate_filters_write_the_same_filtered_files(tmp_path, etcd_endpoints):
     args = [
         "--standalone",
