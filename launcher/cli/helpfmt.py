@@ -104,7 +104,8 @@ def markdown() -> str:
     """The options table of docs/getting-started.md."""
     rows = ["| option | default | torchrun | meaning |", "| --- | --- | --- | --- |"]
     for option in OPTIONS:
-        spelled = (f"`{option.shown}`" + (f" `{option.metavar}`" if option.metavar else "")).replace("|", "\\|")
+        values = " or ".join(f"`{value}`" for value in option.metavar.split("|")) if option.metavar else ""
+        spelled = f"`{option.shown}`" + (f" {values}" if values else "")  # no pipe: a site's code span keeps \\|
         theirs = "same" if option.torchrun == SAME else ("-" if option.torchrun is None else f"`{option.torchrun}`")
         if not option.effect:
             theirs += ", no effect here"

@@ -78,7 +78,7 @@ def test_the_settings_table_names_every_key_and_its_exit_codes_are_the_codes_tab
 def _code_map() -> dict[str, str]:
     """The README's code map as {folder: its text}: a package's whole section under its top folder
     (``launcher``), and each sub-folder's own words (``launcher/cli``)."""
-    block = DOCS.split("## Code map", 1)[1].split("```", 2)[1]
+    block = DOCS.split("# Code map", 1)[1].split("```", 2)[1]
     sections: dict[str, str] = {}
     top = sub = ""
     for token in re.split(r"(?m)(^\w+/|(?<=\s)\w+/(?=\s))", block):
