@@ -152,13 +152,12 @@ class RoundRunner:
             ending(checked.outcome)
             return checked
         self._start(info, attempt, layout)
-        started = time.monotonic()
+        started = time.monotonic()  # a round's length: from its first heartbeat where there is one
         try:
             result, ended = self._watch(), time.monotonic()
             progress = self._hangs.progress() if self._hangs is not None else (None, None, 0, None)
             if result.outcome in (RoundOutcome.FAILED, RoundOutcome.HUNG):  # how far they got (crash loops)
-                began = progress[0] if progress[0] is not None else started  # not its start-up: load varies it
-                result = replace(result, beats=progress[2], ran=ended - began)
+                result = replace(result, beats=progress[2], ran=ended - (progress[0] or started))
             if result.outcome is RoundOutcome.FAILED:
                 result = self._blame(result)
             if result.outcome is RoundOutcome.HUNG:
