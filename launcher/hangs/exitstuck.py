@@ -122,7 +122,7 @@ class ExitWatch:
     ) -> None:
         self._ranks, self._quiet, self._said = tuple(local_ranks), quiet, False
         self._pid_of, self._bound, self._others_done = pid_of, bound, others_done
-        self._clock, self._usage, self._read_stack = clock, usage, read_stack
+        self._clock, self._read_stack = clock, read_stack
         self._every = min(LOOK_EVERY, max(bound / 4, 0.05))
         self._slow = max(LOOK_EVERY, bound / 4)  # between reads before any rank exited 0
         self._idleness = Idleness(pid_of, clock, usage)  # the hang watch's measure of doing nothing

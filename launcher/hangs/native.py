@@ -101,11 +101,12 @@ _FINALIZING = ("Py_FinalizeEx", "_Py_Finalize", "finalize_modules", "atexit_call
 
 
 def _python_name(frame: str) -> str:
+    """A frame's function name as py-spy prints it (``name (file:line)`` or ``name (library)``)."""
     return frame.split(" (", 1)[0]
 
 
 def _destructor(frame: str) -> bool:
-    name = frame.split(" (", 1)[0]
+    name = _python_name(frame)
     return "::~" in name or "dealloc" in name.lower() or "tp_finalize" in name or "CallFinalizer" in name
 
 
