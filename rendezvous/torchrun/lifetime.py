@@ -70,6 +70,7 @@ class RerunBackend:
         self._backend, self._keys, self._lease = backend, keys, lease
         self._run: int | None = None  # the job's run this launch belongs to (None: not read yet)
         self._finished: Token | None = None  # the closed state this launch found at its first read
+        self.seen: bytes | None = None  # torch's state as last read or written by this node (None: none yet)
 
     @property
     def name(self) -> str:
@@ -92,6 +93,7 @@ class RerunBackend:
             )
         if current is not None and current[1] == self._finished:
             return None  # the finished run's state: this launch starts a new one over it
+        self.seen = current[0] if current is not None else None
         return current
 
     def _read(self) -> tuple[tuple[bytes, Token] | None, int]:
@@ -120,6 +122,8 @@ class RerunBackend:
             self._finished = None
         if result is not None and result[1] == self._finished:
             return None
+        if result is not None:
+            self.seen = result[0]
         return result
 
     def _write(self, state: bytes, token: Any, also: list[Any]) -> tuple[bytes, Token, bool] | None:

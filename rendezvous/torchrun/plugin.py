@@ -8,7 +8,8 @@ module only when torchrun asks for the backend):
 
 That uses torch's own DynamicRendezvousHandler over ``EtcdRendezvousBackend`` and the store below,
 their keys on a lease that ends two hours after the last write, and a finished job's id run again
-by a new launch (``lifetime``).
+by a new launch (``lifetime``). ``JobHandler`` adds one answer torch's handler lacks where the store
+outlives every agent: a node whose round was closed or abandoned ends its waits (``roundfate``).
 Note that torch's handler pickles its own state into the backend (and unpickles it on read): that
 is torch's handler, not etcd-elastic's rounds, which keep JSON only.
 
@@ -22,6 +23,7 @@ agent must not pay for importing it.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
@@ -37,8 +39,12 @@ from rendezvous.settings import CONF_KEYS, RendezvousSettings
 
 from .kvstore import EtcdKVStore
 from .lifetime import JobLease, RerunBackend
+from .roundfate import Fate, fate, lost_nodes
+from .torchstate import TorchState, is_torch_state, read_torch_state
 
-__all__ = ["EtcdStore", "TorchBackend", "torch_error", "create_handler"]
+__all__ = ["EtcdStore", "JobHandler", "TorchBackend", "torch_error", "create_handler"]
+
+log = logging.getLogger(__name__)
 
 # The project's error -> the name of torch's, most specific first. torch's rendezvous package is
 # imported only when needed: importing it loads torchrun's handler entry points, this module's
@@ -202,6 +208,66 @@ class EtcdStore(dist.Store):
             return self._kv.queue_len(key)
 
 
+class JobHandler:
+    """torch's DynamicRendezvousHandler, and an answer from ``num_nodes_waiting`` -- the one call
+    torch's agent makes while its workers are healthy -- when the round was closed (torch's
+    ``RendezvousClosedError``: this node ends) or abandoned (a new round is asked for), as
+    ``roundfate`` decides from the state torch's handler has just read. Everything else is torch's
+    handler's (registered as a virtual subclass of torch's RendezvousHandler by ``create_handler``)."""
+
+    def __init__(self, handler: Any, backend: RerunBackend) -> None:
+        self._handler, self._backend = handler, backend
+        self._formed: TorchState | None = None  # the state as this node's round formed
+        self._said: int | None = None  # the round whose loss was said
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._handler, name)
+
+    def next_rendezvous(self) -> Any:
+        info = self._handler.next_rendezvous()
+        self._formed = _readable(self._backend.seen)
+        return info
+
+    def num_nodes_waiting(self) -> int:
+        waiting = self._handler.num_nodes_waiting()  # syncs the state: backend.seen is the newest
+        now = _readable(self._backend.seen)
+        verdict = fate(self._formed, now)
+        if verdict is Fate.CLOSED:
+            raise torch_error(
+                errors.RendezvousClosedError(
+                    f"rendezvous '{self._handler.get_run_id()}' was closed while this node's workers ran: another "
+                    "node's agent ended it (it gave up after its restarts, failed, or was stopped), so no round of "
+                    "this run can form again; ending this node's workers"
+                )
+            )
+        if verdict is Fate.ABANDONED and self._formed is not None and now is not None:
+            self._say_lost(self._formed, now)
+            return max(waiting, 1)
+        return waiting
+
+    def _say_lost(self, formed: TorchState, now: TorchState) -> None:
+        if self._said == formed.round:
+            return
+        self._said = formed.round
+        lost = ", ".join(f"{node.addr} (pid {node.pid}, rank {node.rank})" for node in lost_nodes(formed, now))
+        log.warning(
+            "rendezvous '%s' round %d lost %s: torch's handler dropped it for its missed heartbeats; this node's "
+            "workers restart for a new round",
+            self._handler.get_run_id(),
+            formed.round,
+            lost,
+        )
+
+
+def _readable(state: bytes | None) -> TorchState | None:
+    if state is None or not is_torch_state(state):
+        return None
+    try:
+        return read_torch_state(state)
+    except errors.RendezvousStateError:
+        return None
+
+
 def create_handler(params: Any) -> Any:
     """torchrun's handler creator: torch's DynamicRendezvousHandler over our backend and store.
 
@@ -209,10 +275,12 @@ def create_handler(params: Any) -> Any:
     user, password) configure the etcd connection; torch's own keys (join_timeout,
     last_call_timeout, close_timeout, heartbeat, keep_alive_*) go to torch's handler.
     """
+    from torch.distributed.elastic.rendezvous.api import RendezvousHandler
     from torch.distributed.elastic.rendezvous.dynamic_rendezvous import RendezvousBackend
     from torch.distributed.elastic.rendezvous.dynamic_rendezvous import create_handler as torch_create_handler
 
     RendezvousBackend.register(TorchBackend)
+    RendezvousHandler.register(JobHandler)
 
     ours = {k: str(v) for k, v in params.config.items() if k in CONF_KEYS and k not in _TORCHS}
     endpoint = (params.endpoint or "").strip() or DEFAULT_ENDPOINT  # as torch's etcd backends read ""
@@ -223,9 +291,9 @@ def create_handler(params: Any) -> Any:
         raise ValueError(str(exc)) from None
     client = EtcdClient(target)
     keys, lease = JobKeys(settings.key_prefix, params.run_id), JobLease(client)  # keys that expire, an id run again
-    backend = TorchBackend(RerunBackend(EtcdRendezvousBackend(client, params.run_id, settings.key_prefix), keys, lease))
+    rerun = RerunBackend(EtcdRendezvousBackend(client, params.run_id, settings.key_prefix), keys, lease)
     store = EtcdStore(client, params.run_id, key_prefix=settings.key_prefix, lease=lease)
-    return torch_create_handler(store, backend, params)
+    return JobHandler(torch_create_handler(store, TorchBackend(rerun), params), rerun)
 
 
 DEFAULT_ENDPOINT = "localhost:2379"  # an empty --rdzv-endpoint: etcd's own client port here, as torch's etcd backends
