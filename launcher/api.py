@@ -10,7 +10,9 @@ they apply. The launch is elastic-run's own: the same typed request and plan (``
 built here from the config's values, no text in between) and the same ``launcher.launch.launch``
 -- rendezvous on etcd v3, the job's restart count, fencing, the reaper, history and output rules.
 ``rdzv_backend`` ``etcd``, ``etcd-v2`` and ``etcd-v3`` all mean this project's etcd v3 rendezvous;
-an empty ``rdzv_endpoint`` with one node starts a local etcd, as ``--standalone`` does.
+``c10d`` runs it on an etcd that the agent on the endpoint's host serves (``launcher.hosted``), so
+torch's c10d configs run unchanged; an empty ``rdzv_endpoint`` with one node (or a c10d endpoint on
+port 0) starts a local etcd, as ``--standalone`` does.
 """
 
 from __future__ import annotations
@@ -32,11 +34,12 @@ from .workers.payload import dump_payload, name_of
 
 if TYPE_CHECKING:
     from .config import AgentConfig
+    from .hosted import Hosting
     from .plan import RunRequest
 
 __all__ = ["LaunchConfig", "elastic_launch", "launch_agent"]
 
-BACKENDS = ("etcd", "etcd-v2", "etcd-v3")
+BACKENDS = ("etcd", "etcd-v2", "etcd-v3", "c10d")
 _OPTION_FIELDS = (
     "max_restarts",
     "monitor_interval",
@@ -123,7 +126,7 @@ def _validate(config: LaunchConfig) -> None:
         check_field(name, getattr(config, name))
     if str(config.rdzv_backend).lower() not in BACKENDS:
         raise ValueError(
-            f"LaunchConfig.rdzv_backend must be one of {', '.join(BACKENDS)} (etcd v3 here), "
+            f"LaunchConfig.rdzv_backend must be one of {', '.join(BACKENDS)} (etcd v3 here; c10d on an etcd it hosts), "
             f"not {config.rdzv_backend!r}"
         )
     if config.start_method not in START_METHODS:
@@ -206,13 +209,17 @@ def _request(config: LaunchConfig, argv: list[str], scratch: str) -> RunRequest:
     from .plan import RunRequest
     from .signals import parse_signals
 
-    standalone = not config.rdzv_endpoint
+    hosting = _hosting(config)
+    standalone = not config.rdzv_endpoint or (hosting is not None and hosting.port == 0)
+    if standalone:
+        hosting = None
     return RunRequest(
         agent=_agent_config(config, tuple(argv)),
         min_nodes=config.min_nodes,
         max_nodes=config.max_nodes,
-        endpoint=None if standalone else config.rdzv_endpoint,
+        endpoint=None if standalone else hosting.endpoint if hosting is not None else config.rdzv_endpoint,
         run_id=None if standalone else config.run_id or _random_run_id(),
+        hosting=hosting,
         rdzv_conf={key: str(value) for key, value in config.rdzv_configs.items()},  # checked as --rdzv-conf is
         stdout_filters=tuple(config.duplicate_stdout_filters or ()),
         stderr_filters=tuple(config.duplicate_stderr_filters or ()),
@@ -223,6 +230,22 @@ def _request(config: LaunchConfig, argv: list[str], scratch: str) -> RunRequest:
         signals_to_handle=config.signals_to_handle,
         scratch=(scratch,),
     )
+
+
+def _hosting(config: LaunchConfig) -> Hosting | None:
+    """A c10d config's endpoint (``launcher.hosted``); port 0, a free port, for one node only."""
+    if str(config.rdzv_backend).lower() != "c10d" or not config.rdzv_endpoint:
+        return None
+    from .hosted import c10d_endpoint
+
+    is_host = config.rdzv_configs.get("is_host")
+    try:
+        hosting = c10d_endpoint(config.rdzv_endpoint, None if is_host is None else str(is_host), free_port=True)
+    except UsageError as exc:
+        raise ValueError(f"LaunchConfig: {exc}") from None
+    if hosting.port == 0 and config.max_nodes > 1:
+        raise ValueError(f"LaunchConfig.rdzv_endpoint {config.rdzv_endpoint!r}: port 0 serves one node only")
+    return hosting
 
 
 def _agent_config(config: LaunchConfig, argv: tuple[str, ...]) -> AgentConfig:

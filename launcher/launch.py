@@ -15,6 +15,7 @@ from launcher.output.console import console_event, say
 from launcher.reaper.handle import ReaperProcess, reaper_sys_path
 from launcher.telemetry.metrics import Telemetry
 from launcher.workers.env import exported
+from rendezvous.errors import RendezvousError
 from rendezvous.etcd.client import EtcdClient
 from rendezvous.etcd.endpoints import Endpoint
 from rendezvous.etcd.target import EtcdTarget
@@ -29,6 +30,7 @@ from .agent import Agent
 from .c10dstore import StoreHost
 from .config import AgentConfig
 from .errors import UsageError
+from .hosted import Hosting, host_etcd, wait_alone
 from .peers.probes import PeerProbes
 from .signals import PASSED_SIGNALS, STOP_SIGNALS, pass_to_workers, stop_on_signals
 from .slurm.allocation import allocation_member
@@ -62,6 +64,7 @@ class LaunchPlan:
     lighthouse: Beside | None = None  # --lighthouse: a torchft Lighthouse replica beside the agent
     scratch: tuple[str, ...] = ()  # the caller's temporary directories: removed by the reaper if this process dies
     started: float | None = None  # when the agent started (epoch s; elastic-run: its process), for the goodput account
+    hosting: Hosting | None = None  # a c10d line: the etcd at its endpoint, served by the agent on that host
 
     @property
     def standalone(self) -> bool:
@@ -101,12 +104,16 @@ def launch(
 
                 server, early_etcd = (early_etcd.ready() if early_etcd is not None else EtcdServer().start()), None
                 target = EtcdTarget.of(server.endpoints, timeout=plan.settings.read_timeout)  # it speaks http
+            elif plan.hosting is not None:
+                server = host_etcd(plan.hosting, report)  # None: another agent serves it
             with allocation_member(plan.allocation, report):
                 client = EtcdClient(target)
                 try:
                     with lighthouse_beside(plan.lighthouse, target, plan.settings.key_prefix, report):
                         return _run_agent(plan, client, report, _temporary(plan, server), early_warm)
                 finally:
+                    if plan.hosting is not None and server is not None:
+                        _last_to_leave(plan, client, report)
                     client.close()
     finally:
         if early_warm is not None:
@@ -116,6 +123,21 @@ def launch(
                 unused.stop()
         if plan.remove_logs:
             shutil.rmtree(plan.log_root, ignore_errors=True)
+
+
+def _last_to_leave(plan: LaunchPlan, client: EtcdClient, report: Callable[[str], None]) -> None:
+    """The agent hosting a c10d line's etcd waits for the job's other agents to leave (bounded by
+    the lease's TTL or the close timeout, whichever is longer: a dead agent's key lasts its lease)."""
+    keys = JobKeys(plan.settings.key_prefix, plan.settings.run_id)
+    own = keys.node(plan.node_id).encode()
+
+    def others() -> int:
+        try:
+            return sum(kv.key != own for kv in client.get_prefix(keys.nodes, keys_only=True)[0])
+        except RendezvousError:
+            return 0
+
+    wait_alone(others, max(plan.settings.lease_ttl, plan.settings.close_timeout), report)
 
 
 def _temporary(plan: LaunchPlan, server: EtcdCluster | None) -> tuple[str, ...]:

@@ -152,10 +152,11 @@ OPTIONS: tuple[Option, ...] = (
     _opt("--rdzv-conf", help="Rendezvous settings, key=value,... (keys: --help-rdzv-conf).", group=_RDZV, default="",
          metavar="K=V,...",
          doc="rendezvous settings, see the settings table (`--help-rdzv-conf`)"),
-    _opt("--rdzv-backend", help="etcd-v3 (aliases: etcd, etcd-v2).", group=_RDZV, default="etcd-v3", metavar="NAME",
-         shown_default="etcd-v3",
-         doc="`etcd-v3` (aliases `etcd`, and `etcd-v2`, which runs on the v3 API, said in one line); "
-         "`c10d`/`static` are refused naming the alternative"),
+    _opt("--rdzv-backend", help="etcd-v3 (aliases: etcd, etcd-v2), or c10d: an etcd the endpoint's host serves.",
+         group=_RDZV, default="etcd-v3", metavar="NAME", shown_default="etcd-v3",
+         doc="`etcd-v3` (aliases `etcd`, and `etcd-v2`, which runs on the v3 API, said in one line); `c10d`: "
+         "torchrun's line as it is, on an etcd the agent on the endpoint's host serves (port 29400 by default); "
+         "`static` is refused naming the alternative"),
     _opt("--local-addr", help="This node's address as the others reach it.", group=_RDZV, metavar="ADDR",
          shown_default="FQDN",
          doc="this node's address as the others reach it (`MASTER_ADDR` when it is group rank 0)"),

@@ -19,6 +19,7 @@ from typing import Any
 from launcher.config import AgentConfig
 from launcher.errors import UsageError
 from launcher.hangs.hangrules import HangTimeouts
+from launcher.hosted import Hosting
 from launcher.launch import LaunchPlan
 from launcher.output import DefaultLayout, TorchLogsSpecsLayout
 from launcher.output.console import say
@@ -65,6 +66,7 @@ class RunRequest:
     allocation: AllocationEtcd | None = None  # under SLURM with no --rdzv-endpoint: the allocation's etcd
     node_name: str | None = None  # under SLURM: the node's name, which this node's id starts with
     scratch: tuple[str, ...] = ()  # the caller's temporary directories: removed by the reaper if this process dies
+    hosting: Hosting | None = None  # a c10d line: its etcd is served by the agent on the endpoint's host
 
 
 def build_plan(request: RunRequest) -> LaunchPlan:
@@ -98,6 +100,7 @@ def build_plan(request: RunRequest) -> LaunchPlan:
         allocation=request.allocation,
         lighthouse=request.lighthouse,
         scratch=request.scratch,
+        hosting=request.hosting,
     )
 
 
@@ -131,8 +134,8 @@ def _notes(request: RunRequest, numa_line: str | None, temporary_logs: str | Non
 
 def _etcd_outlives(request: RunRequest) -> bool:
     """Whether the job's etcd outlives this agent, so that a command naming it can be pasted later:
-    not a local one (--standalone) nor the etcd of a SLURM allocation."""
-    return bool(request.endpoint) and request.allocation is None
+    not a local one (--standalone), the etcd of a SLURM allocation, nor one a c10d line's agent hosts."""
+    return bool(request.endpoint) and request.allocation is None and request.hosting is None
 
 
 def _agent_config(

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from launcher.errors import UsageError
+from launcher.hosted import Hosting, c10d_endpoint
 from launcher.output.console import say
 from launcher.output.streams import Std
 from launcher.torchft_lighthouse import Beside
@@ -24,6 +25,8 @@ __all__ = [
     "RDZV_BACKENDS",
     "parse_rdzv_backend",
     "rendezvous_endpoint",
+    "c10d_hosting",
+    "alone_on_a_free_port",
     "parse_nodes",
     "shutdown_timeout",
     "say_static_ignored",
@@ -34,11 +37,11 @@ __all__ = [
     "implies_standalone",
 ]
 
-RDZV_BACKENDS = {"etcd-v3": "etcd-v3", "etcd": "etcd-v3", "etcd_v3": "etcd-v3", "etcd-v2": "etcd-v3"}
+# c10d: torchrun's lines as they are, on an etcd hosted by the agent on the endpoint's host (launcher.hosted)
+RDZV_BACKENDS = {"etcd-v3": "etcd-v3", "etcd": "etcd-v3", "etcd_v3": "etcd-v3", "etcd-v2": "etcd-v3", "c10d": "c10d"}
 # torchrun's backends that need no etcd: the line that names what to use instead.
 _INSTEAD = "use --standalone for one node, or give --rdzv-endpoint the host:port of an etcd"
 _NOT_HERE = {
-    "c10d": "c10d keeps the rendezvous in a TCPStore on one node; " + _INSTEAD,
     "static": "static rendezvous needs --node-rank/--master-addr on every node; " + _INSTEAD,
 }
 
@@ -160,12 +163,12 @@ def expand_abbreviations(argv: Sequence[str], options: dict[str, str], takes_val
 
 
 def parse_rdzv_backend(name: str) -> str:
-    """``etcd-v3`` for every name of it (``etcd``, and ``etcd-v2``, which runs on the v3 API);
-    a one-line error for torchrun's other backends, naming the alternative."""
+    """``etcd-v3`` for every name of it (``etcd``, and ``etcd-v2``, which runs on the v3 API),
+    ``c10d``; a one-line error for torchrun's static backend and unknown names, naming the alternative."""
     key = str(name).strip().lower()
     backend = RDZV_BACKENDS.get(key)
     if backend is None:
-        hint = _NOT_HERE.get(key, "elastic-run supports etcd-v3 (aliases: etcd, etcd-v2)")
+        hint = _NOT_HERE.get(key, "elastic-run supports etcd-v3 (aliases: etcd, etcd-v2) and c10d")
         raise UsageError(f"unknown --rdzv-backend {name!r}: {hint}")
     return backend
 
@@ -220,7 +223,7 @@ def rendezvous_endpoint(standalone: bool, backend: str, endpoint: str | None, rd
         given = [
             f"--rdzv-{name}"
             for name, value in (("backend", backend), ("endpoint", endpoint), ("id", rdzv_id))
-            if value not in (None, "", "etcd-v3", "none")
+            if value not in (None, "", "etcd-v3", "c10d", "none")
         ]
         if given:
             say(f"--standalone: ignoring {', '.join(given)}; a local etcd is started for this job")
@@ -229,6 +232,26 @@ def rendezvous_endpoint(standalone: bool, backend: str, endpoint: str | None, rd
         say("--rdzv-backend etcd-v2: using etcd's v3 API (etcd 3.6 removed v2)")
     parse_rdzv_backend(backend)
     return endpoint or ""
+
+
+def c10d_hosting(backend: str, endpoint: str | None, is_host: str | None) -> Hosting | None:
+    """A c10d line's etcd, served by the agent on the endpoint's host (``launcher.hosted``); an empty
+    endpoint is torchrun's ``localhost:29400``. None: another backend, or a job on this node alone."""
+    if endpoint is None or parse_rdzv_backend(backend) != "c10d":
+        return None
+    return c10d_endpoint(endpoint or "localhost", is_host)
+
+
+def alone_on_a_free_port(backend: str, endpoint: str | None, nnodes: str) -> bool:
+    """torchrun's line for single-node jobs side by side, ``--rdzv-backend c10d --rdzv-endpoint
+    localhost:0 --nnodes 1``: port 0 is a free port, which only this node can find."""
+    if not endpoint or str(backend).strip().lower() != "c10d":
+        return False
+    if c10d_endpoint(endpoint, None, free_port=True).port != 0:
+        return False
+    if parse_nnodes(nnodes).max_nodes != 1:
+        raise UsageError(f"--rdzv-endpoint {endpoint!r}: port 0 (a free port) serves one node only; name a port")
+    return True
 
 
 def say_static_ignored(node_rank: object, master_addr: object) -> None:

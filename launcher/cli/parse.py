@@ -25,7 +25,9 @@ from launcher.slurm.defaults import slurm_defaults
 from rendezvous.settings import parse_conf
 
 from .options import (
+    alone_on_a_free_port,
     beside_of,
+    c10d_hosting,
     implies_standalone,
     parse_filters,
     parse_nodes,
@@ -67,6 +69,9 @@ def _endpoint(opts: RunOptions) -> str | None:
     if not opts.standalone and implies_standalone(opts.rdzv_backend, opts.rdzv_endpoint, opts.nnodes):
         say("no --rdzv-endpoint and one node: running it here alone, on a local etcd (as --standalone)")
         return None
+    if not opts.standalone and alone_on_a_free_port(opts.rdzv_backend, opts.rdzv_endpoint, opts.nnodes):
+        say("--rdzv-endpoint with port 0 and one node: running it here alone, on a local etcd (as --standalone)")
+        return None
     return rendezvous_endpoint(opts.standalone, opts.rdzv_backend, opts.rdzv_endpoint, opts.rdzv_id)
 
 
@@ -88,6 +93,8 @@ def request_from(opts: RunOptions) -> RunRequest:
     changes, slurm = slurm_defaults(opts.given, opts.standalone)
     opts = replace(opts, **changes)
     endpoint = _endpoint(opts)
+    rdzv_conf = parse_conf(opts.rdzv_conf)
+    hosting = c10d_hosting(opts.rdzv_backend, endpoint, rdzv_conf.get("is_host"))
     nodes = parse_nodes(opts.nnodes, standalone=endpoint is None)
     nproc = parse_nproc_per_node(opts.nproc_per_node)
     argv = worker_argv(
@@ -104,11 +111,13 @@ def request_from(opts: RunOptions) -> RunRequest:
         lighthouse=beside_of(opts.lighthouse, opts.lighthouse_port, opts.lighthouse_min_replicas),
         logs_specs=_logs_specs(opts, redirects, tee, ranks_filter),
         signals=parse_signals(opts.signals_to_handle),
-        rdzv_conf=parse_conf(opts.rdzv_conf),
+        rdzv_conf=rdzv_conf,
         min_nodes=nodes.min_nodes,
         max_nodes=nodes.max_nodes,
-        endpoint=endpoint,
-        run_id=opts.rdzv_id or None,
+        endpoint=hosting.endpoint if hosting is not None else endpoint,
+        run_id=opts.rdzv_id
+        or ("none" if hosting is not None else None),  # torchrun's default id, on the job's own etcd
+        hosting=hosting,
         redirects=redirects,
         tee=tee,
         ranks_filter=ranks_filter,

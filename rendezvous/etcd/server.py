@@ -209,13 +209,18 @@ class EtcdCluster:
         start_timeout: float = _START_TIMEOUT,
         base_port: int | None = None,
         data_dir: str | None = None,
+        client_port: int | None = None,
     ) -> None:
         """``base_port``: member i serves clients on base_port + 2i and peers on base_port + 2i + 1
-        (default: free ports); ``data_dir``: where the members keep their data, kept after ``stop``
+        (default: free ports); ``client_port``: a lone member's client port (its peer port free);
+        ``data_dir``: where the members keep their data, kept after ``stop``
         (default: a temporary directory, removed by ``stop``)."""
         if size < 1:
             raise ValueError("an etcd cluster needs at least one member")
+        if client_port is not None and (size != 1 or base_port is not None):
+            raise ValueError("client_port is a lone member's, without base_port")
         self.base_port = base_port
+        self.client_port = client_port
         self.given_dir = data_dir
         self.size = size
         self.host = host
@@ -245,7 +250,9 @@ class EtcdCluster:
         """
         binary = self.binary or find_etcd_binary()
         last_error: Exception | None = None
-        for _ in range(1 if self.base_port else 3):  # a free port can be taken between probing and binding
+        for _ in range(
+            1 if self.base_port or self.client_port else 3
+        ):  # a free port can be taken between probing and binding
             self.data_dir = self.given_dir or tempfile.mkdtemp(prefix="elastic-etcd-")
             if self.given_dir:
                 os.makedirs(self.given_dir, exist_ok=True)
@@ -273,6 +280,8 @@ class EtcdCluster:
         raise RendezvousConnectionError(f"etcd did not start: {last_error}")
 
     def _ports(self, index: int) -> tuple[int, int] | None:
+        if self.client_port is not None:
+            return self.client_port, free_port(self.host)
         return None if self.base_port is None else (self.base_port + 2 * index, self.base_port + 2 * index + 1)
 
     def exited(self) -> list[tuple[str, str]]:

@@ -85,8 +85,11 @@ def nodes_waiting(state: JobState | None, nodes: Sequence[LiveNode]) -> int:
 
 
 def lost_participants(state: JobState | None, live: set[str]) -> list[str]:
-    """Participants of the running round whose node key is gone (their agent died or left)."""
-    if state is None or state.status is not JobStatus.RUNNING:
+    """Participants of the running round whose node key is gone (their agent died or left) -- none
+    once the round is finishing: a participant's workers all succeeded, so the training is done, and
+    a node that leaves now left an ending job (its exit barrier gave up, or it ended beside a rank
+    stuck at exit), which the others finish without a new round, as torch's agents do."""
+    if state is None or state.status is not JobStatus.RUNNING or state.finishing:
         return []
     return [p.node for p in state.participants if p.node not in live]
 

@@ -284,14 +284,17 @@ class JobMonitor:
     @property
     @_locked
     def finished(self) -> bool:
-        """Every participant of this round said its workers all succeeded (for a node other than
-        the keeper: the keeper's node saw that and closed the job)."""
+        """Every participant of this round said its workers all succeeded or, once the round is
+        finishing, left it (for a node other than the keeper: the keeper's node saw that and closed
+        the job)."""
         state = self._mine()
         if state is None or not self.keeper:
             return closed_finished(self._view.state, self._round)
         nodes = self._by_node()
         for participant in state.participants:
             node = nodes.get(participant.node)
+            if node is None and state.finishing:
+                continue  # it left an ending round (ending.lost_participants)
             if node is None or not node.info.finished_round(self._round):
                 return False
         return True
@@ -299,9 +302,10 @@ class JobMonitor:
     def unfinished(self, quiet: bool = True) -> tuple[str, ...] | None:
         """The participants of this round whose workers have not all succeeded nor gone quiet at exit
         (``NodeInfo.done_round``; not ``quiet``: whose workers have not all succeeded; a participant
-        whose key is gone included), sorted; None when the job left the round. The keeper answers from
-        what it watches; another node reads every node's key once (a look taken only while the job
-        ends: ``launcher.hangs.exitstuck``, and the exit barrier's last word)."""
+        whose key is gone included, unless the round is finishing), sorted; None when the job left
+        the round. The keeper answers from what it watches; another node reads every node's key once
+        (a look taken only while the job ends: ``launcher.hangs.exitstuck``, and the exit barrier's
+        last word)."""
         with self._changes:
             state, nodes = self._mine(), self._view.nodes if self.keeper else None
         if state is not None and nodes is None:  # a follower's state lacks the rank table: read both
@@ -310,6 +314,8 @@ class JobMonitor:
         if state is None or state.round != self._round or state.status is not JobStatus.RUNNING:
             return None
         done = {n.info.node for n in nodes if (n.info.done_round if quiet else n.info.finished_round)(self._round)}
+        if state.finishing:  # a participant gone from an ending round left it (ending.lost_participants)
+            done |= {p.node for p in state.participants} - {n.info.node for n in nodes}
         return tuple(sorted(p.node for p in state.participants if p.node not in done))
 
     @property

@@ -182,7 +182,17 @@ def test_a_failing_worker_raises_child_failed_error_under_both(etcd_endpoints):
 
 def test_multiple_agents_in_separate_processes_form_one_job_under_both(tmp_path, etcd_endpoints):
     run_id = uuid.uuid4().hex
-    theirs_config, ours_config = _configs(etcd_endpoints, 2, 2, 1, run_id=run_id)
+    _two_agents_each(tmp_path, *_configs(etcd_endpoints, 2, 2, 1, run_id=run_id))
+
+
+def test_a_c10d_config_of_two_agents_runs_unchanged_under_both(tmp_path):
+    """torch's c10d config as it is (only its port differs): our agent on the endpoint's host serves
+    an etcd there, the other joins it (``launcher.hosted``)."""
+    theirs_config, _ = _configs("", 2, 2, 1, run_id=uuid.uuid4().hex)
+    _two_agents_each(tmp_path, theirs_config, {**theirs_config, "rdzv_endpoint": f"127.0.0.1:{_free_port()}"})
+
+
+def _two_agents_each(tmp_path, theirs_config: dict, ours_config: dict) -> None:
     processes = {}
     for side, config in (("torch", theirs_config), ("ours", ours_config)):
         (tmp_path / side).mkdir()

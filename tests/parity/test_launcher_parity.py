@@ -1,12 +1,12 @@
 """torch's launcher cases (test/distributed/launcher/test_run.py), each run through real ``torchrun`` and
-through ``elastic-run`` side by side, with only the rendezvous arguments swapped for an etcd.
+through ``elastic-run`` side by side, with the same arguments where torchrun's rendezvous is c10d.
 
-A case gives torchrun's arguments; ``_swap`` makes elastic-run's: ``--rdzv-backend=c10d`` is dropped
-and its endpoint becomes the test's etcd; a static-rendezvous case (no backend, no --standalone) gets
-the etcd endpoint and a job id. Both launchers run at once, each with its own directory and ports;
-then the exit codes and the files their workers touched are compared. The cases that need a GPU, or
-that replace torchrun's own classes with mocks, have no elastic-run counterpart; the closing note of
-issue 14 lists them.
+A case gives torchrun's arguments; ``_swap`` makes elastic-run's: a c10d line is kept as it is (its
+etcd hosted by the agent on the endpoint's host); a static-rendezvous case (no backend, no
+--standalone) gets the test's etcd endpoint and a job id. Both launchers run at once, each with its
+own directory and ports; then the exit codes and the files their workers touched are compared. The
+cases that need a GPU, or that replace torchrun's own classes with mocks, have no elastic-run
+counterpart; the closing note of issue 14 lists them.
 """
 
 from __future__ import annotations
@@ -36,7 +36,10 @@ def _free_port() -> int:
 
 
 def _swap(args: list[str], etcd: str) -> list[str]:
-    """torchrun's arguments -> elastic-run's: only the rendezvous ones change."""
+    """torchrun's arguments -> elastic-run's: a c10d line is run as it is (its etcd hosted by the
+    agent on the endpoint's host); torchrun's static rendezvous becomes an etcd job."""
+    if any(arg.startswith(("--rdzv-backend=c10d", "--rdzv_backend=c10d")) for arg in args):
+        return list(args)
     out, endpoint, rdzv_id = [], False, False
     for arg in args:
         if arg.startswith(("--rdzv-backend=", "--rdzv_backend=")):

@@ -1,5 +1,7 @@
 """Round decisions without etcd: made-up node lists and an injected clock."""
 
+from dataclasses import replace
+
 import pytest
 
 from rendezvous.job.state import JobState, JobStatus, NodeInfo, Participant
@@ -143,6 +145,13 @@ def test_lost_participants_are_those_whose_key_is_gone():
     state = running([p("n0", 0), p("n1", 1), p("n2", 2)])
     assert lost_participants(state, {"n0", "n2"}) == ["n1"]
     assert lost_participants(None, set()) == []
+
+
+def test_a_participant_that_leaves_a_finishing_round_is_not_lost():
+    """A node's workers all succeeded (finishing): one that leaves now left an ending job -- its exit
+    barrier gave up -- and the others end theirs without a new round, as torch's agents do."""
+    state = replace(running([p("n0", 0), p("n1", 1)]), finishing=True)
+    assert lost_participants(state, {"n1"}) == []
 
 
 @pytest.mark.parametrize("status", [JobStatus.JOINING, JobStatus.CLOSED])
