@@ -19,15 +19,17 @@ def quoted_output(command: str) -> list[str]:
     return found.group(1).rstrip("\n").splitlines()
 
 
-def history_shape(lines: list[str]) -> list[tuple[str, str, tuple[str, ...]]]:
-    """Each row of an ``elastic-ctl history`` table as (round, event, its detail keys): what a real
-    run of the same job has too (times, node names and durations differ from run to run)."""
+def history_shape(lines: list[str]) -> list[tuple[str, str, str]]:
+    """Each row of an ``elastic-ctl history`` table as (round, event, the words of its details):
+    what a real run of the same job has too. Columns are apart by two spaces or more; in the
+    details, every word with a digit in it (times, counts, node names, ranks) reads ``#`` and a
+    host's name after ``on`` reads ``HOST``, as they differ from run to run and machine to machine."""
     rows = []
     for line in lines[1:]:
         if line.startswith(" "):
             continue  # a hang's line or stack, under its row
-        fields = line.split(None, 5)  # date, time, round, node, event, details
-        details = fields[5] if len(fields) > 5 else ""
-        keys = tuple(sorted(re.findall(r"(?:^|\s)(\w+)=", details)))
-        rows.append((fields[2], fields[4], keys))
+        fields = re.split(r" {2,}", line.strip(), maxsplit=4)  # time, round, node, event, details
+        details = fields[4] if len(fields) > 4 else ""
+        details = re.sub(r"\bon [^\s:]+:", "on HOST:", re.sub(r"[^\s,;:]*\d[^\s,;:]*", "#", details))
+        rows.append((fields[1], fields[3], details))
     return rows

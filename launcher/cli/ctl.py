@@ -31,6 +31,7 @@ from .ctl_etcd import ctl_etcd
 from .ctl_jobs import CONF, ENDPOINT, connect, ctl_list, ctl_prune
 from .ctl_report import ctl_report
 from .ctl_torch import render_torch, torch_job
+from .history_text import details_text, event_words
 
 __all__ = ["elastic_ctl", "render", "render_history"]
 
@@ -175,14 +176,13 @@ _BELOW = ("why", "stack")  # details shown under their event's row, as they were
 
 
 def render_history(events: list[Event]) -> list[str]:
-    """The timeline as table rows: time (UTC), round, node, event, details as key=value; a hang's
-    line and stack go under its row, indented."""
+    """The timeline as table rows: time (UTC), round, node, event and details in words
+    (``history_text``); a hang's line and stack go under its row, indented."""
     rows = [("TIME (UTC)", "ROUND", "NODE", "EVENT", "DETAILS")]
     for event in events:
         when = datetime.fromtimestamp(event.time, timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
-        shown = sorted((k, v) for k, v in event.details.items() if k not in _BELOW)
-        details = " ".join(f"{key}={_plain(value)}" for key, value in shown)
-        rows.append((when, str(event.round), event.node, event.kind, details))
+        shown = {k: v for k, v in event.details.items() if k not in _BELOW}
+        rows.append((when, str(event.round), event.node, event_words(event.kind), details_text(event.kind, shown)))
     lines = _table(rows)
     out = lines[:1]
     for event, line in zip(events, lines[1:]):
@@ -192,13 +192,6 @@ def render_history(events: list[Event]) -> list[str]:
             if isinstance(text, str) and text:
                 out.extend("    " + part for part in text.splitlines())
     return out
-
-
-def _plain(value: Any) -> str:
-    if isinstance(value, list):
-        return ",".join(map(str, value))
-    text = str(value)
-    return json.dumps(text) if " " in text else text
 
 
 @elastic_ctl.command("history")

@@ -47,6 +47,8 @@ def ctl_etcd(members: int, host: str, port: int, data_dir: str | None) -> int:
                 f"etcd: {members} member{'s' if members > 1 else ''} on {host}, data in {cluster.data_dir} ({kept})"
             )
             click.echo(f"  --rdzv-endpoint {cluster.endpoints}")
+            click.echo(f"  or, in each shell: export PET_RDZV_ENDPOINT={cluster.endpoints}")
+            click.echo("  (elastic-run, elastic-ctl and torchrun read it when the option is not given)")
             click.echo("Ctrl-C stops it.", err=True)
             said: set[str] = set()
             while not stopped(_CHECK_EVERY):

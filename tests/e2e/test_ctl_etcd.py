@@ -58,6 +58,13 @@ def test_a_local_three_member_etcd_serves_a_job_survives_a_member_and_ctrl_c_cle
         time.sleep(1.0)
         os.kill(members[2].pid, signal.SIGKILL)  # one member of three lost: the job does not notice
         assert [a.wait(60) for a in agents] == [0, 0], [a.output for a in agents]
+        told = [process.stdout.readline() for _ in range(2)]
+        assert told[0].strip() == f"or, in each shell: export PET_RDZV_ENDPOINT={endpoints}", told
+        env = {**os.environ, "PET_RDZV_ENDPOINT": endpoints}  # as the line says: no --rdzv-endpoint after it
+        history = subprocess.run(
+            [tool("elastic-ctl"), "history", "--rdzv-id", args[-1]], env=env, capture_output=True, text=True, timeout=30
+        )
+        assert history.returncode == 0 and "job closed" in history.stdout, history
         process.send_signal(signal.SIGINT)
         assert process.wait(timeout=20) == 0
         said = process.stderr.read()

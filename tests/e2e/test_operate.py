@@ -45,11 +45,14 @@ def _agent(endpoints, rdzv_id, out, nnodes="2", fail="", run_for=60, extra=(), c
     )
 
 
+REAPER = "the agent died; its reaper killed the workers and revoked the lease"
+
+
 def _departures_as_one(rows):
     """A killed agent's departure is recorded once, by whichever saw it first: its reaper
-    (node_left, reason) or its peers' verdict (node_lost, by, node, reason). The README quotes the
-    reaper's; the peers' counts as the same row."""
-    return [(r[0], "node_left", ("reason",)) if r[1] == "node_lost" else r for r in rows]
+    (node left, its reason) or its peers' verdict (node lost, the node, their reason, who said it).
+    The docs quote the reaper's; the peers' counts as the same row."""
+    return [(r[0], "node left", REAPER) if r[1] == "node lost" else r for r in rows]
 
 
 def _ctl(*args, endpoints, rdzv_id):
@@ -83,6 +86,8 @@ def test_history_shows_a_failure_a_node_loss_and_an_operator_close_in_order(etcd
     print("\n" + table.stdout)
     quoted = quoted_output("elastic-ctl history")
     assert _departures_as_one(history_shape(table.stdout.splitlines())) == history_shape(quoted), (table.stdout, quoted)
+    for internal in ("round_frozen", "worker_failed", "job_closed", "=", "joined_count", "up "):
+        assert internal not in table.stdout, f"history shows {internal!r}, a record's own term:\n{table.stdout}"
     events = json.loads(_ctl("history", "--json", endpoints=etcd_endpoints, rdzv_id=rdzv_id).stdout)
     killed = [e for e in events if e["kind"] in ("node_left", "node_lost") and e["round"] == 2]
     assert len(killed) == 1, f"the killed agent's departure was recorded {len(killed)} times: {killed}"

@@ -62,7 +62,13 @@ def test_the_hosting_agent_keeps_the_etcd_until_the_other_agents_left(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("PET_")}
     agents = {
         name: subprocess.Popen(
-            [tool("elastic-run"), *common, f"--rdzv-conf=is_host={host},lease_ttl=5", str(tmp_path / "w.py"), str(tmp_path)],
+            [
+                tool("elastic-run"),
+                *common,
+                f"--rdzv-conf=is_host={host},lease_ttl=5",
+                str(tmp_path / "w.py"),
+                str(tmp_path),
+            ],
             env={**env, "SLOW": slow},
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
