@@ -100,17 +100,21 @@ def launch(
         with exported(dict(plan.exported)), stop_on_signals(plan.signals):
             target = plan.etcd
             if target is None:
-                from rendezvous.etcd.server import EtcdServer
+                from rendezvous.etcd.server import EtcdServer, shipped_etcd, started_etcd
 
                 server, early_etcd = (early_etcd.ready() if early_etcd is not None else EtcdServer().start()), None
                 target = EtcdTarget.of(server.endpoints, timeout=plan.settings.read_timeout)  # it speaks http
+                if server.binary_used != shipped_etcd():  # a newer etcd on PATH, or ELASTIC_ETCD_BINARY's
+                    report(f"local etcd for this job: {started_etcd(server.binary_used)}")
             elif plan.hosting is not None:
                 server = host_etcd(plan.hosting, report)  # None: another agent serves it
             with allocation_member(plan.allocation, report):
                 client = EtcdClient(target)
                 try:
                     with lighthouse_beside(plan.lighthouse, target, plan.settings.key_prefix, report):
-                        return _run_agent(plan, client, report, _temporary(plan, server), early_warm)
+                        return _run_agent(
+                            plan, client, report, _temporary(plan, server), early_warm, server is not None
+                        )
                 finally:
                     if plan.hosting is not None and server is not None:
                         _last_to_leave(plan, client, report)
@@ -153,8 +157,10 @@ def _run_agent(
     report: Callable[[str], None],
     temporary: tuple[str, ...] = (),
     warm: WarmStarter | None = None,
+    own_etcd: bool = False,
 ) -> LaunchOutcome:
-    """The agent and its collaborators: the job's history, the reaper, the rendezvous handler."""
+    """The agent and its collaborators: the job's history, the reaper, the rendezvous handler
+    (``own_etcd``: the etcd was started here for the job)."""
     keys = JobKeys(plan.settings.key_prefix, plan.settings.run_id)
     echo = console_event if plan.config.event_log_handler == "console" else None
     history = HistoryWriter(client, keys.root, plan.node_id, report=report, echo=echo, started=plan.started)
@@ -166,7 +172,7 @@ def _run_agent(
         reaper.configure(client.target, reaper_sys_path(), history={"prefix": keys.root, "node": plan.node_id})
         for path in temporary:
             reaper.remove_at_exit(path)
-        handler = _handler(plan, client, history, reaper, stores, peers)
+        handler = _handler(plan, client, history, reaper, stores, peers, own_etcd=own_etcd)
         telemetry = _telemetry(plan, client, history)
         paces = PaceBoard(client, keys, plan.node_id)  # followed from the first round with timed work on
         agent = Agent(
@@ -198,6 +204,7 @@ def _handler(
     reaper: ReaperProcess,
     stores: StoreHost | None,
     peers: PeerProbes | None,
+    own_etcd: bool,
 ) -> RendezvousHandler:
     """This node's rendezvous handler: its lease renewals arm the reaper's fence."""
     return RendezvousHandler(
@@ -212,6 +219,7 @@ def _handler(
         master_port=stores.port if stores is not None else None,
         probe=peers.endpoint if peers is not None else "",
         launched_at=plan.started,  # a closed job found by a later launch runs again
+        own_etcd=own_etcd,  # started here for the job (--standalone, a c10d line's host): its version is not said
     )
 
 

@@ -12,7 +12,7 @@ import click
 
 from launcher.signals import stop_requested
 from rendezvous.errors import RendezvousConnectionError
-from rendezvous.etcd.server import EtcdCluster
+from rendezvous.etcd.server import EtcdCluster, started_etcd
 
 __all__ = ["ctl_etcd"]
 
@@ -44,7 +44,8 @@ def ctl_etcd(members: int, host: str, port: int, data_dir: str | None) -> int:
             cluster.start()  # a port in use: "etcd did not start: ... bind: address already in use"
             kept = "kept" if data_dir else "removed on exit"
             click.echo(
-                f"etcd: {members} member{'s' if members > 1 else ''} on {host}, data in {cluster.data_dir} ({kept})"
+                f"etcd: {members} member{'s' if members > 1 else ''} on {host}, data in {cluster.data_dir} ({kept}); "
+                f"{started_etcd(cluster.binary_used)}"
             )
             click.echo(f"  --rdzv-endpoint {cluster.endpoints}")
             click.echo(f"  or, in each shell: export PET_RDZV_ENDPOINT={cluster.endpoints}")

