@@ -12,8 +12,9 @@ minutes). The handler answers from the state it has just read (torch caches it f
   gave up after its restarts, failed, or finished past its exit barrier. Nothing can join this run
   any more, so this node ends too, with torch's ``RendezvousClosedError``.
 - **abandoned** -- a participant of this node's round was dropped by torch's own rule for a dead
-  node (no heartbeat for ``keep_alive_interval * keep_alive_max_attempt``), or the round moved on
-  without this node. The round cannot complete a collective again, so this node asks its agent for
+  node (no heartbeat for ``keep_alive_interval * keep_alive_max_attempt``: torch then forgets its
+  heartbeat too, which a node that only left to rejoin keeps), or the round moved on without this
+  node. The round cannot complete a collective again, so this node asks its agent for
   a new round, as when a node waits: membership changes do not count as restarts in torch's agent.
 
 A state that cannot be read decides nothing.
@@ -38,10 +39,13 @@ def _who(node: TorchNode) -> tuple[str, int, int]:
 
 
 def lost_nodes(formed: TorchState, now: TorchState) -> list[TorchNode]:
-    """The participants of ``formed``'s round that ``now`` no longer has (all of them once the round moved on)."""
+    """The participants of ``formed``'s round that torch dropped as dead by ``now`` -- no longer a
+    participant, and no heartbeat of it kept (a node that left the round to join the next one, as
+    torch's agent does before every restart, keeps its heartbeat) -- or all of them once the round
+    moved on."""
     if now.round != formed.round:
         return list(formed.participants)
-    present = {_who(node) for node in now.participants}
+    present = {_who(node) for node in (*now.participants, *now.beating)}
     return [node for node in formed.participants if _who(node) not in present]
 
 

@@ -6,8 +6,8 @@ object is a dict of its state with the name of its class beside it, as text. So 
 anyone into etcd can be shown, and never run.
 
 ``read_torch_state`` gives the round, whether the rendezvous is complete and closed, the
-participants (address, pid, local id, rank), the waiting and redundant nodes' counts and the
-newest heartbeat's age; ``is_torch_state`` tells torch's pickles from this project's JSON.
+participants (address, pid, local id, rank), the waiting and redundant nodes' counts, the
+newest heartbeat's age and the nodes heartbeats are kept of; ``is_torch_state`` tells torch's pickles from this project's JSON.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ class TorchState:
     waiting: int
     redundant: int
     last_heartbeat: datetime | None  # the newest node heartbeat (UTC), None when none could be read
+    beating: tuple[TorchNode, ...] = ()  # the nodes torch keeps a heartbeat of (it drops a dead one's)
 
 
 def is_torch_state(state: bytes) -> bool:
@@ -71,6 +72,7 @@ def read_torch_state(state: bytes) -> TorchState:
         waiting=len(_members(root.get("wait_list"))),
         redundant=len(_members(root.get("redundancy_list"))),
         last_heartbeat=max(beats) if beats else None,
+        beating=tuple(_node(desc, None) for desc, _ in _items(root.get("last_heartbeats") or {})),
     )
 
 

@@ -9,8 +9,11 @@ from rendezvous.torchrun.torchstate import TorchNode, TorchState
 A, B = TorchNode("10.0.0.1", 100, 0, 0), TorchNode("10.0.0.2", 200, 0, 1)
 
 
-def _state(*nodes: TorchNode, round: int = 0, complete: bool = True, closed: bool = False) -> TorchState:
-    return TorchState(round, complete, closed, tuple(nodes), waiting=0, redundant=0, last_heartbeat=None)
+def _state(
+    *nodes: TorchNode, round: int = 0, complete: bool = True, closed: bool = False, rejoining: tuple = ()
+) -> TorchState:
+    beating = (*nodes, *rejoining)  # torch keeps the heartbeat of every node it has not dropped
+    return TorchState(round, complete, closed, tuple(nodes), 0, 0, None, beating)
 
 
 def test_a_closed_rendezvous_ends_the_node_whatever_its_round():
@@ -22,6 +25,12 @@ def test_a_participant_dropped_from_the_round_abandons_it():
     formed = _state(A, B)
     assert fate(formed, _state(A)) is Fate.ABANDONED
     assert lost_nodes(formed, _state(A)) == [B]
+
+
+def test_a_participant_that_left_the_round_to_rejoin_it_is_not_lost():
+    """torch's agent restarting its workers leaves the round (its exit op) and joins the next: it is
+    no participant for a while, but torch keeps its heartbeat."""
+    assert fate(_state(A, B), _state(A, rejoining=(B,))) is None
 
 
 def test_a_round_that_moved_on_abandoned_every_participant_of_the_old_one():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import pickle
+from datetime import datetime, timezone
 
 import pytest
 
@@ -27,8 +28,9 @@ class _NodeDesc:
 def _state(closed: bool) -> bytes:
     state = _RendezvousState()
     a, b, c = _NodeDesc("10.0.0.1", 11, 0), _NodeDesc("10.0.0.2", 22, 0), _NodeDesc("10.0.0.3", 33, 1)
+    beats = {a: datetime(2026, 1, 1, tzinfo=timezone.utc), c: datetime(2026, 1, 1, 0, 0, 5, tzinfo=timezone.utc)}
     state.__dict__.update(round=4, complete=True, deadline=None, closed=closed, participants={a: 0, b: 1},
-                          wait_list={c}, redundancy_list=set(), last_heartbeats={})  # fmt: skip
+                          wait_list={c}, redundancy_list=set(), last_heartbeats=beats)  # fmt: skip
     return pickle.dumps(state)
 
 
@@ -37,6 +39,8 @@ def test_the_fields_of_torchs_state_are_read_from_its_opcodes():
     assert (read.round, read.complete, read.closed, read.waiting, read.redundant) == (4, True, True, 1, 0)
     assert [(n.addr, n.pid, n.rank) for n in read.participants] == [("10.0.0.1", 11, 0), ("10.0.0.2", 22, 1)]
     assert is_torch_state(_state(closed=False)) and not is_torch_state(b'{"round": 1}')
+    assert sorted((n.addr, n.pid) for n in read.beating) == [("10.0.0.1", 11), ("10.0.0.3", 33)]  # b: dropped
+    assert read.last_heartbeat == datetime(2026, 1, 1, 0, 0, 5, tzinfo=timezone.utc)
 
 
 class _Runs:
