@@ -215,7 +215,7 @@ def failure_summary(status: GroupStatus, run_id: str, restarts: int, max_restart
 def hang_summary(line: str, run_id: str, restarts: int, max_restarts: int, history_command: str = "") -> str:
     """The summary when a hang ends the job: the hang's line in the failure summary's shape; where
     its record stays, when the job's etcd outlives the agent (not under --standalone)."""
-    where = f", and in `{history_command}` (event worker_hung)" if history_command else ""
+    where = f", and in `{history_command}` (event: worker hung)" if history_command else ""
     return "\n".join(
         [
             f"worker group of job '{run_id}' failed after {restarts} of {max_restarts} restarts",

@@ -76,6 +76,13 @@ def _why(d: Mapping[str, Any]) -> str:
     return text + (f" (said by {d['by']})" if d.get("by") else "")
 
 
+def _hung(d: Mapping[str, Any]) -> str:
+    text = f"rank {d.get('rank', '?')} on {d.get('node', '?')}: no heartbeat for {_seconds(d.get('silent'))}"
+    text += f" (its timeout {_seconds(d['timeout'])})" if "timeout" in d else ""
+    text += f", blocked in {d['blocked']}" if d.get("blocked") else ""
+    return text + ("; a deadlock" if d.get("deadlock") else "")
+
+
 def _rerun(d: Mapping[str, Any]) -> str:
     return f"the run before closed: {d.get('closed', '?')}"
 
@@ -89,6 +96,7 @@ _DETAILS: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "node_lost": _why,
     "round_requested": _why,
     "job_rerun": _rerun,
+    "worker_hung": _hung,
 }
 
 

@@ -139,7 +139,7 @@ def test_a_job_an_operator_closed_is_refused_with_a_reset_that_runs_as_pasted(et
         if waiting.poll() is None:
             waiting.kill()
     refused = run(args)
-    lines = [line for line in refused.stderr.splitlines() if line.strip()]
+    lines = [line for line in refused.stderr.splitlines() if line.strip() and not _about_etcds_version(line)]
     assert refused.returncode == 4 and len(lines) == 1, refused.stderr
     assert "starts no new run of it: an operator closed it" in lines[0], lines[0]
     listing = re.search(r"expire by themselves: `(elastic-ctl list [^`]*)`", refused.stderr).group(1)
@@ -181,3 +181,8 @@ def test_elastic_ctl_report_with_nowhere_to_write_its_page_says_so_in_one_line(e
     assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
     assert "--html '/nonexistent-dir/page.html' cannot be written" in result.stderr
     assert result.stdout.startswith(f"job {rdzv_id}: ")  # the table came first
+
+
+def _about_etcds_version(line: str) -> bool:
+    """The line an agent says once about the test etcd's release (3.5.1: rendezvous/etcd/version.py)."""
+    return "etcd's maintainers advise against" in line

@@ -372,10 +372,12 @@ def test_a_console_closed_under_a_failing_job_changes_neither_what_etcd_records_
     chatty.write_text("import time\nfor i in range(100000):\n    print('line', i, flush=True)\n    time.sleep(0.001)\n")
     rid = run_id()
     agent = start(["--nnodes", "1", "--rdzv-endpoint", etcd_endpoints, "--rdzv-id", rid, str(chatty)])
-    ready, _, _ = select.select([agent.stdout], [], [], 30)  # a bounded wait for the first line
-    assert ready, "the agent printed nothing in 30 s"
-    first = agent.stdout.readline()
-    agent.stdout.close()  # as head -1 does after its line
+    first = ""
+    while not first.startswith("line "):  # the worker's first line: it writes to the pipe too
+        ready, _, _ = select.select([agent.stdout], [], [], 30)  # a bounded wait for each line
+        assert ready, "the worker printed nothing in 30 s"
+        first = agent.stdout.readline()
+    agent.stdout.close()  # as head -1 does after its line (here the worker's, not the agent's own)
     code = agent.wait(60)
     state = elastic.get_state(etcd_endpoints, rid)
     said = f"{state.status} ({state.reason})" if state else "gone"

@@ -66,4 +66,6 @@ def test_the_round_after_a_machine_dies_names_it_while_it_waits_for_its_lease(cl
         text=True,
         timeout=30,
     ).stdout
-    assert re.search(rf"round_frozen .*left={re.escape(node)} ", history), history  # the node it named is the lost one
+    assert re.search(rf"round formed .*; left: {re.escape(node)}\b", history), (
+        history
+    )  # the node it named is the lost one

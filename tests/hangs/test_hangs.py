@@ -116,7 +116,7 @@ def test_the_rank_that_stopped_is_named_on_both_nodes_with_its_stuck_frame_where
     assert len(hung) == 1 and hung[0].details["rank"] == culprit, hung
     assert "stuck_in_step" in hung[0].details["stack"] and lines[0][0].endswith(hung[0].details["why"]), hung
     shown = run(["history", "--rdzv-endpoint", etcd_endpoints, "--rdzv-id", rdzv_id], tool_name="elastic-ctl").stdout
-    assert re.search(rf"worker_hung .*rank={culprit}", shown) and re.search(r"\n    File .* in stuck_in_step", shown)
+    assert re.search(rf"worker hung +rank {culprit} on ", shown) and re.search(r"\n    File .* in stuck_in_step", shown)
 
 
 def _hang_counted(agent: Agent, sample: str) -> None:
@@ -228,10 +228,10 @@ def test_hangs_that_spend_the_budget_fail_the_job_on_every_node_naming_the_culpr
     assert not done(out), [a.output for a in agents]
     print("\n" + "\n".join(a.first(r"failed after|the job failed")[1] for a in agents))
     summary = next(a for a in agents if a.count("failed after 1 of 1 restarts")).output
-    hint = re.search(r"its stack is above, and in `(elastic-ctl history [^`]+)` \(event worker_hung\)", summary)
+    hint = re.search(r"its stack is above, and in `(elastic-ctl history [^`]+)` \(event: worker hung\)", summary)
     assert hint and f"--rdzv-endpoint {etcd_endpoints} " in hint.group(1), summary
     pasted = subprocess.run(hint.group(1), shell=True, capture_output=True, text=True, timeout=30, env=_with_venv())
-    assert pasted.returncode == 0 and " worker_hung " in pasted.stdout, (pasted.stdout, pasted.stderr)
+    assert pasted.returncode == 0 and " worker hung " in pasted.stdout, (pasted.stdout, pasted.stderr)
 
 
 def _with_venv() -> dict:
