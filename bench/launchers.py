@@ -1,6 +1,6 @@
 """One two-node job with a worker SIGKILLed, under four launchers side by side in one run.
 
-    python bench/launchers.py [--trials 1] [--steps 400] [--wait 60]
+    python bench/launchers.py [--trials 1] [--steps 400] [--wait 60] [--launchers a,b]
 
 The same script (examples/ddp_steps.py: gloo, one worker per node, a save every 50 steps) runs to
 --steps under each launcher with --nnodes 2 --nproc-per-node 1 --max-restarts 3:
@@ -43,6 +43,7 @@ from rendezvous.etcd.server import free_port  # noqa: E402
 
 BIN = os.path.dirname(sys.executable)
 COMMON = ["--nnodes", "2", "--nproc-per-node", "1", "--max-restarts", "3"]
+LAUNCHERS = ("torchrun c10d", "torchrun etcd-v3", "accelerate", "elastic-run")
 
 
 @dataclass
@@ -161,9 +162,10 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=1)
     parser.add_argument("--steps", type=int, default=400, help="steps the job runs to (the kill comes at 150)")
     parser.add_argument("--wait", type=float, default=60.0, help="seconds to wait for a resumption, then an end")
+    parser.add_argument("--launchers", default=",".join(LAUNCHERS), help="which rows, comma-separated")
     args = parser.parse_args()
-    launchers = ["torchrun c10d", "torchrun etcd-v3", "accelerate", "elastic-run"]
-    if shutil.which("accelerate", path=BIN) is None:
+    launchers = [name for name in LAUNCHERS if name in args.launchers.split(",")]
+    if "accelerate" in launchers and shutil.which("accelerate", path=BIN) is None:
         launchers.remove("accelerate")
         print("accelerate is not installed: its row is left out (pip install -e '.[clients]')")
     print(
