@@ -236,15 +236,14 @@ def _hosting(config: LaunchConfig) -> Hosting | None:
     """A c10d config's endpoint (``launcher.hosted``); port 0, a free port, for one node only."""
     if str(config.rdzv_backend).lower() != "c10d" or not config.rdzv_endpoint:
         return None
-    from .hosted import c10d_endpoint
+    from .hosted import alone_on_port_0, c10d_endpoint
 
     is_host = config.rdzv_configs.get("is_host")
     try:
         hosting = c10d_endpoint(config.rdzv_endpoint, None if is_host is None else str(is_host), free_port=True)
+        alone_on_port_0(hosting, config.max_nodes)  # port 0 for more nodes: refused, as on the command line
     except UsageError as exc:
         raise ValueError(f"LaunchConfig: {exc}") from None
-    if hosting.port == 0 and config.max_nodes > 1:
-        raise ValueError(f"LaunchConfig.rdzv_endpoint {config.rdzv_endpoint!r}: port 0 serves one node only")
     return hosting
 
 

@@ -31,6 +31,7 @@ __all__ = [
     "C10D_PORT",
     "Hosting",
     "c10d_endpoint",
+    "alone_on_port_0",
     "matches_machine",
     "hosting_here",
     "bind_address",
@@ -71,6 +72,18 @@ def c10d_endpoint(text: str, is_host: str | None = None, *, free_port: bool = Fa
     if not host or not port.isdigit() or not (0 if free_port else 1) <= int(port) < 65536:
         raise UsageError(f"--rdzv-endpoint {text!r}: c10d's endpoint is host[:port] with a port from 1 to 65535")
     return Hosting(host, int(port), _flag(is_host))
+
+
+def alone_on_port_0(hosting: Hosting, max_nodes: int) -> bool:
+    """torchrun's single-node line, ``--rdzv-endpoint localhost:0``: port 0 is a free port, which
+    only this node can find, so the job runs here alone; for more nodes it is a UsageError."""
+    if hosting.port != 0:
+        return False
+    if max_nodes > 1:
+        raise UsageError(
+            f"--rdzv-endpoint {hosting.endpoint!r}: port 0 (a free port) serves one node only; name a port"
+        )
+    return True
 
 
 def _flag(text: str | None) -> bool | None:

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from launcher.errors import UsageError
-from launcher.hosted import Hosting, c10d_endpoint
+from launcher.hosted import Hosting, alone_on_port_0, c10d_endpoint
 from launcher.output.console import say
 from launcher.output.streams import Std
 from launcher.torchft_lighthouse import Beside
@@ -247,11 +247,7 @@ def alone_on_a_free_port(backend: str, endpoint: str | None, nnodes: str) -> boo
     localhost:0 --nnodes 1``: port 0 is a free port, which only this node can find."""
     if not endpoint or str(backend).strip().lower() != "c10d":
         return False
-    if c10d_endpoint(endpoint, None, free_port=True).port != 0:
-        return False
-    if parse_nnodes(nnodes).max_nodes != 1:
-        raise UsageError(f"--rdzv-endpoint {endpoint!r}: port 0 (a free port) serves one node only; name a port")
-    return True
+    return alone_on_port_0(c10d_endpoint(endpoint, None, free_port=True), parse_nnodes(nnodes).max_nodes)
 
 
 def say_static_ignored(node_rank: object, master_addr: object) -> None:
