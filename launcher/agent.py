@@ -243,11 +243,11 @@ class Agent:
         """Stop the workers (with the signal that stopped the agent), leave the round, close the pump."""
         ignore_stop_signals()
         self._group.stop(self.config.stop_grace, self._departure.signum)
-        state = self._job_state() if self.info is not None else None
         try:
             self.handler.shutdown()
         except RendezvousError:
             pass  # etcd is away: our lease expires by itself
+        state = self._job_state() if self.info is not None else None
         if self.info is not None:
             # Leaving a closed job is no news (its job_closed record says why): said, not stored,
             # so a job's history does not grow by one record a node at its end.

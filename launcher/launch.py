@@ -116,9 +116,9 @@ def launch(
                             plan, client, report, _temporary(plan, server), early_warm, server is not None
                         )
                 finally:
-                    if plan.hosting is not None and server is not None:
-                        _last_to_leave(plan, client, report)
                     client.close()
+                    if plan.hosting is not None and server is not None:
+                        _last_to_leave(plan, target, report)
     finally:
         if early_warm is not None:
             early_warm.close()  # the agent's, closed already; or never adopted
@@ -129,19 +129,22 @@ def launch(
             shutil.rmtree(plan.log_root, ignore_errors=True)
 
 
-def _last_to_leave(plan: LaunchPlan, client: EtcdClient, report: Callable[[str], None]) -> None:
+def _last_to_leave(plan: LaunchPlan, target: EtcdTarget, report: Callable[[str], None]) -> None:
     """The agent hosting a c10d line's etcd waits for the job's other agents to leave (bounded by
-    the lease's TTL or the close timeout, whichever is longer: a dead agent's key lasts its lease)."""
+    the lease's TTL or the close timeout, whichever is longer: a dead agent's key lasts its lease).
+    It asks its own etcd on a client of its own: the agent's client said its farewell."""
     keys = JobKeys(plan.settings.key_prefix, plan.settings.run_id)
     own = keys.node(plan.node_id).encode()
 
-    def others() -> int:
-        try:
-            return sum(kv.key != own for kv in client.get_prefix(keys.nodes, keys_only=True)[0])
-        except RendezvousError:
-            return 0
+    with EtcdClient(target) as client:
 
-    wait_alone(others, max(plan.settings.lease_ttl, plan.settings.close_timeout), report)
+        def others() -> int:
+            try:
+                return sum(kv.key != own for kv in client.get_prefix(keys.nodes, keys_only=True)[0])
+            except RendezvousError:
+                return 0
+
+        wait_alone(others, max(plan.settings.lease_ttl, plan.settings.close_timeout), report)
 
 
 def _temporary(plan: LaunchPlan, server: EtcdCluster | None) -> tuple[str, ...]:

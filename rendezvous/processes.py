@@ -65,13 +65,13 @@ def start_process(
         )
 
 
-def stop_process(process: subprocess.Popen) -> None:
-    """SIGTERM, then SIGKILL if it is still there ``_STOP_GRACE`` seconds later."""
+def stop_process(process: subprocess.Popen, grace: float = _STOP_GRACE) -> None:
+    """SIGTERM, then SIGKILL if it is still there ``grace`` seconds later."""
     if process.poll() is not None:
         return
     process.send_signal(signal.SIGTERM)
     try:
-        process.wait(timeout=_STOP_GRACE)
+        process.wait(timeout=grace)
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait(timeout=_STOP_GRACE)

@@ -77,6 +77,13 @@ class EtcdClient:
         self.channels = Channels(self.endpoints, self.target.files)
         self.observer: Callable[[str, float, str | None], None] | None = None  # each call, for metrics
         self._token: str | None = None
+        self._last_call_by: float | None = None  # set by ``farewell``: no call goes on past it
+
+    def farewell(self, seconds: float) -> None:
+        """From now on, every call (from any thread) ends within ``seconds``: what a process says to
+        etcd as it leaves shares one budget, so an etcd that lost its quorum costs one timeout, not
+        one a call. A call made once the time is spent fails at once."""
+        self._last_call_by = time.monotonic() + seconds
 
     # -- auth ------------------------------------------------------------------------------------
     def _metadata(self, *, require_leader: bool = False) -> tuple[tuple[str, str], ...] | None:
@@ -100,6 +107,8 @@ class EtcdClient:
         """
         budget = self.timeout if timeout is None else timeout
         started = time.monotonic()
+        if self._last_call_by is not None:
+            budget = min(budget, self._last_call_by - started)
         deadline = started + budget
         count = len(self.endpoints)
         failures: dict[str, str] = {}

@@ -60,8 +60,7 @@ def _until(check, timeout: float, what: str, story=None):
 
 def _six_workers(slurm: SlurmCluster, tmp_path: Path, job: str, out: Path) -> dict[int, tuple[int, int]]:
     def story() -> str:
-        agents = [f"--- {p}:\n{Path(p).read_text(errors='replace')}" for p in sorted(glob.glob(str(out / "agent-*")))]
-        return "\n".join([_show(slurm, job), _output(tmp_path, job), *agents, slurm.run(["sinfo"]).stdout])
+        return "\n".join([_show(slurm, job), _output(tmp_path, job), _agent_logs(out), slurm.run(["sinfo"]).stdout])
 
     return _until(lambda: (w := _workers(out)) and len(w) == 6 and w, 60, "6 workers", story)
 
@@ -131,8 +130,12 @@ def test_scancel_stops_every_worker_within_the_grace_period_and_leaves_no_proces
     assert slurm.run(["scancel", job]).returncode == 0
     _until(lambda: not any(psutil.pid_exists(pid) for pid, _ in workers.values()), 3 + 5, "every worker gone")
     gone = time.monotonic() - started
-    left = _until(lambda: not _of_job(job) and "none", 15, f"no process of job {job} left", story=lambda: _left(job))
-    print(f"\nscancel: every worker gone {gone:.2f} s later, no process of the job left ({left}); {_show(slurm, job)}")
+    story = lambda: f"{_left(job)}\n{_agent_logs(out)}"  # noqa: E731
+    left = _until(lambda: not _of_job(job) and "none", 15, f"no process of job {job} left", story=story)
+    print(
+        f"\nscancel: every worker gone {gone:.2f} s later, no process of the job left ({left}) "
+        f"{time.monotonic() - started:.2f} s later; {_show(slurm, job)}"
+    )
     assert _done(slurm, job, 30) == "CANCELLED"
     said = [Path(p).read_text() for p in glob.glob(str(out / "agent-*.log"))]
     assert [text.count("stopped by SIGTERM [exit 143: worth a retry]") for text in said] == [1, 1, 1], said
@@ -199,6 +202,12 @@ def _in_world(out: Path, size: int) -> list[int]:
         for p in glob.glob(str(out / "*.*.*"))
         if Path(p).read_text() == str(size)
     ]
+
+
+def _agent_logs(out: Path) -> str:
+    """What each agent wrote to its own file under ``out`` (a wait's story)."""
+    paths = sorted(glob.glob(str(out / "agent-*")))
+    return "\n".join(f"--- {p}:\n{Path(p).read_text(errors='replace')}" for p in paths)
 
 
 def _left(job: str) -> str:
