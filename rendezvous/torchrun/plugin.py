@@ -24,6 +24,7 @@ agent must not pay for importing it.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -225,8 +226,14 @@ class JobHandler:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._handler, name)
 
+    @property
+    def use_agent_store(self) -> bool:
+        """False: each round's workers bootstrap on a store of their own (see ``_store_per_round``)."""
+        return False
+
     def next_rendezvous(self) -> Any:
-        info = self._handler.next_rendezvous()
+        with _store_per_round():
+            info = self._handler.next_rendezvous()
         self._formed = _readable(self._backend.seen)
         return info
 
@@ -259,6 +266,43 @@ class JobHandler:
             formed.round,
             lost,
         )
+
+
+class _StorePerRound:
+    """torch's handler forming a round with its agent store off, as ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``
+    has it (torch reads the switch as a round forms): rank 0's worker serves a new store on a free port
+    each round. torch's shared agent store lives as long as its agents, and its workers' keys are
+    prefixed by each agent's own restart count, which differ once one node's worker failed and the
+    other's agent restarted for the new round (not counted as a restart): the new workers met under
+    different prefixes, or met the last round's addresses, and never resumed (gloo's
+    ``connectFullMesh`` refused, then quiet -- torch's c10d handler does the same). The switch is set
+    while any handler of this process forms a round, and put back as it was after the last."""
+
+    NAME = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._forming, self._before = 0, None
+
+    @contextmanager
+    def __call__(self) -> Iterator[None]:
+        with self._lock:
+            if self._forming == 0:
+                self._before = os.environ.get(self.NAME)
+            self._forming += 1
+            os.environ[self.NAME] = "1"
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._forming -= 1
+                if self._forming == 0 and self._before is None:
+                    os.environ.pop(self.NAME, None)
+                elif self._forming == 0:
+                    os.environ[self.NAME] = self._before
+
+
+_store_per_round = _StorePerRound()
 
 
 def _readable(state: bytes | None) -> TorchState | None:

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import uuid
@@ -167,7 +168,18 @@ def _participants(handler) -> dict:
     return dict(_state(handler).participants)
 
 
-def test_use_agent_store_follows_torchs_switch(handlers, monkeypatch):
-    assert handlers.new(1, 2).use_agent_store is True
-    monkeypatch.setenv("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
+def test_the_agent_store_is_never_shared_and_torchs_switch_is_left_as_it_was(handlers, monkeypatch):
+    """A difference from torch's handler, said in the README: each round's workers bootstrap on a
+    store of their own (tests/parity/test_plugin_restarts.py shows why), whatever the switch says;
+    the switch is set only while a round forms."""
+    monkeypatch.delenv("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", raising=False)
+    handler = handlers.new(1, 1)
+    assert handler.use_agent_store is False
+    join = handlers.join(handler)
+    join["thread"].join(30)
+    assert "info" in join, join.get("error")
+    assert join["info"].bootstrap_store_info.master_port > 0
+    assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in os.environ
+    monkeypatch.setenv("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "0")
     assert handlers.new(1, 2).use_agent_store is False
+    assert os.environ["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "0"
