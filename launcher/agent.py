@@ -19,7 +19,6 @@ import shutil
 import signal
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 
 from launcher.inprocess.host import InprocessHost
 from launcher.inprocess.keeper import Keeper
@@ -80,14 +79,6 @@ class AgentState(str, enum.Enum):
     STOPPED = "stopped"  # told to stop by a signal: its workers are being stopped, the job stays open
 
 
-@dataclass
-class _Departure:
-    """What this node's history and workers are told when the agent leaves."""
-
-    reason: str = "the agent exited"
-    signum: int = signal.SIGTERM  # the workers get the signal the agent got, as under torchrun
-
-
 class Agent:
     """Runs one node's workers for a job, from rendezvous to exit."""
 
@@ -106,12 +97,15 @@ class Agent:
         peers: PeerProbes | None = None,
         paces: PaceBoard | None = None,
         warm: WarmStarter | None = None,
+        farewell: Callable[[], None] = lambda: None,
     ) -> None:
         """``history``, ``reaper``, ``stores`` (the c10d store's sockets; None: rank 0's worker hosts it),
         ``peers`` are the handler's too; whoever made them closes them after ``run``. ``hangs``, ``paces``:
         etcd's side of hang detection and straggler scores (None: no hang watch; ranks compared locally);
-        ``warm``: one started early (``launcher.cli.early``)."""
+        ``warm``: one started early (``launcher.cli.early``); ``farewell``: called once its workers are
+        stopped at the end, before its last words to etcd (``launch`` bounds them all together)."""
         self.config, self.handler, self.history, self._reaper = config, handler, history, reaper
+        self._farewell = farewell
         self.say = report or say
         self.environ = dict(os.environ if environ is None else environ)
         self.telemetry = telemetry or Telemetry()
@@ -155,7 +149,7 @@ class Agent:
         except RendezvousError as exc:  # timed out, unreachable, corrupt
             raise rendezvous_failure(exc) from exc
         except AgentStopped as exc:
-            self._departure = _Departure(f"stopped by {signal.Signals(exc.signum).name}", exc.signum)
+            self._departure = restart.Departure(f"stopped by {signal.Signals(exc.signum).name}", exc.signum)
             self.state = AgentState.STOPPED  # metrics and probes say so while its workers are stopped
             raise
         finally:
@@ -171,7 +165,7 @@ class Agent:
                 continue  # etcd went away right after the round, or renews no more: rejoin before starting anything
             result = self._run_round()
             if result.outcome is RoundOutcome.SUCCEEDED:
-                self._departure = _Departure("finished: its workers succeeded")
+                self._departure = restart.Departure("finished: its workers succeeded")
                 if self._exit_barrier():
                     return 0
                 self.attempt += 1  # another node's failure restarted the job: its workers run again
@@ -208,7 +202,7 @@ class Agent:
         """The agent's own helpers: the log pump and the worker group."""
         self._pump = LogPump()
         self._warm = warm_starter(self.config, self.environ, self.say, early=self._warm)
-        self._departure = _Departure()
+        self._departure = restart.Departure()
         self._beats_dir = memory_dir("elastic-beats-")
         self._reaper.remove_at_exit(self._beats_dir)
         self._inprocess = InprocessHost(self._beats_dir)  # workers under elastic.inprocess call in
@@ -243,11 +237,12 @@ class Agent:
         """Stop the workers (with the signal that stopped the agent), leave the round, close the pump."""
         ignore_stop_signals()
         self._group.stop(self.config.stop_grace, self._departure.signum)
+        self._farewell()
+        state = self._job_state() if self.info is not None else None
         try:
             self.handler.shutdown()
         except RendezvousError:
             pass  # etcd is away: our lease expires by itself
-        state = self._job_state() if self.info is not None else None
         if self.info is not None:
             # Leaving a closed job is no news (its job_closed record says why): said, not stored,
             # so a job's history does not grow by one record a node at its end.
@@ -305,7 +300,7 @@ class Agent:
         away = self.info is not None  # it had ranks, lost them (fenced), and was coming back
         line = restart.finished_without(self._job_state() if exc.while_waiting or away else None, away)
         if line is not None:
-            self.state, self._departure = AgentState.SUCCEEDED, _Departure(line)
+            self.state, self._departure = AgentState.SUCCEEDED, restart.Departure(line)
             self.say(f"{line}: nothing left to run")
         return line is not None
 
@@ -318,7 +313,7 @@ class Agent:
             looped = state.closed_by == CLOSED_BY_CRASH_LOOP
             return CrashLoopError(state.reason) if looped else WorkerFailedError(state.reason)
         if state is not None and state.closed_by == CLOSED_BY_OPERATOR:
-            self._departure = _Departure(f"the job was closed by an operator ({state.reason})")
+            self._departure = restart.Departure(f"the job was closed by an operator ({state.reason})")
             new = self.info is None  # a new launch of it: its line names the reset that lets it run again
             return JobClosedError(str(exc) if new else f"the job was closed by an operator: {state.reason}")
         return JobRendezvousError(str(exc))

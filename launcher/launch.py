@@ -190,6 +190,9 @@ def _run_agent(
             stores=stores,
             peers=peers,
             warm=warm,
+            # its last words to etcd share one read_timeout: an allocation's etcd stopped with the
+            # agents (scancel) costs one timeout, not one a call, and the grace period holds
+            farewell=lambda: client.farewell(plan.settings.read_timeout),
         )
         return _run(plan, agent, telemetry, report)
     finally:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ from rendezvous.rounds.join import RendezvousInfo
 from rendezvous.rounds.monitor import JobMonitor
 
 __all__ = [
+    "Departure",
     "Failure",
     "failure_of",
     "hang_of",
@@ -55,6 +57,14 @@ __all__ = [
     "finished_without",
     "barrier_line",
 ]
+
+
+@dataclass
+class Departure:
+    """What this node's history and workers are told when the agent leaves."""
+
+    reason: str = "the agent exited"
+    signum: int = signal.SIGTERM  # the workers get the signal the agent got, as under torchrun
 
 
 @dataclass(frozen=True)

@@ -322,15 +322,10 @@ class RendezvousHandler:
                 self._client.put(self._keys.lost_in(state.round, self.node_id), record, lease=state.keep.lease)
             except RendezvousError:
                 pass  # then its peers' workers' failures may use a restart
-        self._stop_monitor(join=True)
-        self._member.leave()
+        self.shutdown()
 
     def shutdown(self) -> bool:
-        """Leave the job: revoke the lease so the others notice at once. Does NOT close the job.
-        The agent's last words to etcd, from here on (this, its last records, its helpers' goodbyes),
-        share one ``read_timeout``: an etcd gone with its quorum (an allocation's members stopping
-        beside this one) does not hold the agent past its grace period."""
-        self._client.farewell(self.settings.read_timeout)
+        """Leave the job: revoke the lease so the others notice at once. Does NOT close the job."""
         self._stop_monitor(join=True)
         self._member.leave()
         return True

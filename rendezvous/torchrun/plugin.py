@@ -222,6 +222,7 @@ class JobHandler:
         self._handler, self._backend = handler, backend
         self._formed: TorchState | None = None  # the state as this node's round formed
         self._said: int | None = None  # the round whose loss was said
+        self._decoded: tuple[bytes | None, TorchState | None] = (None, None)  # the last state read, decoded
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._handler, name)
@@ -234,12 +235,12 @@ class JobHandler:
     def next_rendezvous(self) -> Any:
         with _store_per_round():
             info = self._handler.next_rendezvous()
-        self._formed = _readable(self._backend.seen)
+        self._formed = self._seen()
         return info
 
     def num_nodes_waiting(self) -> int:
         waiting = self._handler.num_nodes_waiting()  # syncs the state: backend.seen is the newest
-        now = _readable(self._backend.seen)
+        now = self._seen()
         verdict = fate(self._formed, now)
         if verdict is Fate.CLOSED:
             raise torch_error(
@@ -253,6 +254,14 @@ class JobHandler:
             self._say_lost(self._formed, now)
             return max(waiting, 1)
         return waiting
+
+    def _seen(self) -> TorchState | None:
+        """The state torch's handler read last, decoded once for as long as it stays the same (torch's
+        agent asks ``num_nodes_waiting`` every monitor interval; the state changes far less often)."""
+        seen = self._backend.seen
+        if seen != self._decoded[0]:
+            self._decoded = (seen, _readable(seen))
+        return self._decoded[1]
 
     def _say_lost(self, formed: TorchState, now: TorchState) -> None:
         if self._said == formed.round:

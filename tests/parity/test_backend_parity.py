@@ -170,7 +170,7 @@ def _participants(handler) -> dict:
 
 def test_the_agent_store_is_never_shared_and_torchs_switch_is_left_as_it_was(handlers, monkeypatch):
     """A difference from torch's handler, said in the README: each round's workers bootstrap on a
-    store of their own (tests/parity/test_plugin_restarts.py shows why), whatever the switch says;
+    store of their own (tests/parity/test_plugin_store.py shows why), whatever the switch says;
     the switch is set only while a round forms."""
     monkeypatch.delenv("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", raising=False)
     handler = handlers.new(1, 1)

@@ -1,4 +1,5 @@
-"""A torchrun job on the ``etcd-v3`` handler resumes every time a worker is SIGKILLed.
+"""A torchrun job on the ``etcd-v3`` handler resumes every time a worker is SIGKILLed (run under one
+torch; tests/parity/test_plugin_store.py shows the cause without a race, under both).
 
 Two real torchrun agents, a real etcd and the DDP script of the benchmarks (``examples/ddp_steps.py``:
 gloo, a save every step, each step padded to a second as a data loader's wait would). When rank 1's
@@ -6,8 +7,8 @@ worker dies, its agent restarts for a new round (a restart counted) while the ot
 between two steps, is healthy: that agent restarts for the new round too, uncounted. The two agents'
 restart counts then differ, and torch's shared agent store prefixes each worker's keys by its own
 count, so the new workers never met (gloo's ``connectFullMesh`` refused, then quiet). The handler
-gives each round's workers a store of their own; every kill here must be followed by steps of new
-processes on both ranks, and the job must finish.
+gives each round's workers a store of their own (``rendezvous.torchrun.plugin._StorePerRound``);
+every kill here must be followed by steps of new processes on both ranks, and the job must finish.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ pytest.importorskip("torch")
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = str(ROOT / "examples" / "ddp_steps.py")
 KILLS = 3
-RESUMES_WITHIN = 60  # seconds from a kill to steps of new processes on both ranks
+RESUMES_WITHIN = 120  # seconds from a kill to steps of new processes on both ranks (6-7 s here alone)
 
 
 def _agent(etcd: str, run_id: str, work: Path, name: str) -> subprocess.Popen:
@@ -104,38 +105,3 @@ def test_a_worker_sigkilled_three_times_resumes_each_time_and_the_job_finishes(t
     assert codes == [0, 0], story()
     assert max(e["step"] for e in _events(tmp_path) if e["event"] == "step") == 14
     assert not [p for p in psutil.process_iter(["cmdline"]) if str(tmp_path) in " ".join(p.info["cmdline"] or [])]
-
-
-STORE_PROBE = str(Path(__file__).resolve().parent / "workers" / "round_store.py")
-
-
-def test_each_round_s_workers_bootstrap_on_a_store_without_the_last_round_s_keys(tmp_path, etcd_endpoints):
-    """What made the runs above hang, shown without a race: in the round after a failure, a worker
-    finds in the default group's store nothing its predecessors wrote (torch's shared agent store
-    kept every key of every round)."""
-    run_id = f"round-store-{uuid.uuid4().hex[:8]}"
-    args = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1"]
-    args += ["--max-restarts", "1", "--monitor-interval", "0.1", "--rdzv-backend", "etcd-v3"]
-    args += ["--rdzv-endpoint", etcd_endpoints, "--rdzv-id", run_id, "--rdzv-conf", "last_call_timeout=1"]
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PET_", "TORCH_DISABLE_SHARE"))}
-    logs = [open(tmp_path / f"node{i}.log", "w") for i in (0, 1)]  # noqa: SIM115 -- closed below
-    agents = [
-        subprocess.Popen([*args, STORE_PROBE, str(tmp_path)], stdout=log, stderr=subprocess.STDOUT, env=env)
-        for log in logs
-    ]
-    try:
-        codes = [agent.wait(timeout=90) for agent in agents]
-    except subprocess.TimeoutExpired:
-        codes = None
-    finally:
-        for agent in agents:
-            if agent.poll() is None:
-                agent.kill()
-                agent.wait(10)
-        for log in logs:
-            log.close()
-    said = "\n".join((tmp_path / f"node{i}.log").read_text()[-3000:] for i in (0, 1))
-    seen = {path.name: path.read_text() for path in tmp_path.glob("seen-*")}
-    print(f"\nwhat each worker found in its round's store: {seen}")
-    assert codes == [0, 0], f"exit codes {codes} (None: not ended in 90 s); found {seen}\n{said}"
-    assert len(seen) == 4 and set(seen.values()) == {"none"}, f"{seen}\n{said}"
