@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from launcher.warmstart.starters import PlainStart
 from rendezvous.errors import RendezvousError
 from rendezvous.job.state import Cause, JobState
 
@@ -129,7 +130,7 @@ def preflight_for(config, warm, say: Callable[[str], None]) -> Preflight | None:
     def start(argv: list[str], env: Mapping[str, str]):
         if warm is not None and warm.can_start():
             return warm.spawn(argv, env, sys.stdout.fileno(), sys.stderr.fileno())
-        return subprocess.Popen(argv, env=dict(env), stdin=subprocess.DEVNULL)
+        return PlainStart().start(argv, env, None, None)  # as a worker: a session, and dies with the agent
 
     return Preflight(start, say)
 
