@@ -46,7 +46,7 @@ from rendezvous.rounds.join import RendezvousInfo
 
 from . import restart
 from .c10dstore import StoreHost
-from .config import AgentConfig, differences
+from .config import AgentConfig, JobTerms, differences
 from .errors import (
     AgentStopped,
     CrashLoopError,
@@ -86,6 +86,7 @@ class Agent:
         self,
         config: AgentConfig,
         handler: RendezvousHandler,
+        terms: JobTerms,
         *,
         history: HistoryWriter,
         reaper: ReaperProcess,
@@ -105,11 +106,11 @@ class Agent:
         ``warm``: one started early (``launcher.cli.early``); ``farewell``: called once its workers are
         stopped at the end, before its last words to etcd (``launch`` bounds them all together)."""
         self.config, self.handler, self.history, self._reaper = config, handler, history, reaper
-        self._farewell = farewell
+        self._farewell, self._terms = farewell, terms
         self.say = report or say
         self.environ = dict(os.environ if environ is None else environ)
         self.telemetry = telemetry or Telemetry()
-        self.telemetry.lease_age(lambda: handler.lease.silent_for())
+        self.telemetry.lease_age(terms.lease.silent_for)
         self._group: WorkerGroup | None = None
         self._warm: WarmStarter | None = warm
         self._rounds: RoundRunner | None = None
@@ -129,10 +130,10 @@ class Agent:
 
     def snapshot(self) -> AgentSnapshot:
         """What the probes judge (read from another thread)."""
-        info, lease, rounds = self.info, self.handler.lease, self._rounds
+        info, lease, rounds = self.info, self._terms.lease, self._rounds
         stalled = time.monotonic() - rounds.turned if rounds is not None and self.state is AgentState.RUNNING else 0.0
         known = (info.round, info.world_size, info.group_rank) if info else (None, None, None)
-        fence_after, workers = self.handler.settings.fence_after, len(self.worker_pids())
+        fence_after, workers = self._terms.fence_after, len(self.worker_pids())
         return AgentSnapshot(
             self.state.value, stalled, *known, lease.lease_id != 0, lease.silent_for(), fence_after, workers
         )
@@ -211,7 +212,7 @@ class Agent:
         self._group = WorkerGroup(self.config.argv, self._pump, self._reaper, starter=start, keeper=keeper)
         record = lambda kind, **details: self.history.record(kind, self.info.round if self.info else 0, **details)  # noqa: E731
         self._gate = HealthGate.for_agent(
-            self.config.checks, self.environ, self.say, record, self.handler, self.telemetry
+            self.config.checks, self.environ, self.say, record, self.handler, self.telemetry, self._terms.join_timeout
         )
         self._checkpoints = CheckpointKeeper(self.config.checkpoint_dir, self.config.checkpoint_every)
         self._reaper.remove_at_exit(self._checkpoints.memory)  # no shared memory left if the agent is killed
@@ -220,6 +221,7 @@ class Agent:
             self.config,
             self._beats_dir,
             self.handler,
+            self._terms,
             self._group,
             self._reaper,
             history=self.history,
@@ -336,8 +338,7 @@ class Agent:
                     self.handler.wait_for_etcd(report=self.say)
         self.telemetry.round_formed(info, time.monotonic() - joining)
         self.say(round_line(info, self.config.nproc_per_node))
-        settings = self.handler.settings
-        for line in differences(self.config, (settings.min_nodes, settings.max_nodes), info):
+        for line in differences(self.config, self._terms.nodes, info):
             if line not in self._told:
                 self._told.add(line)
                 self.say(line)
@@ -346,16 +347,16 @@ class Agent:
     def _lease_ahead(self) -> bool:
         """Workers start under a renew deadline ahead of them (``LeaseStatus.wait_ahead``): a quarter
         of it, less than a healthy keep-alive ever leaves; waited for up to the whole deadline."""
-        limit = self.handler.settings.fence_after
+        limit = self._terms.fence_after
         waiting = lambda silent: self.say(restart.renewal_line(self.info.round, silent, limit))  # noqa: E731
-        return self.handler.lease.wait_ahead(limit / 4, limit, waiting)
+        return self._terms.lease.wait_ahead(limit / 4, limit, waiting)
 
     def _after_fence(self) -> None:
-        peers = (self._peers.missed, self._peers.timing.fence_after) if self._peers is not None else (None, 0.0)
-        what, limit = restart.fence_reason(*peers, self.handler.lease.silent_for(), self.handler.settings.fence_after)
+        peers = self._peers.last_miss() if self._peers is not None else (None, 0.0)
+        what, limit = restart.fence_reason(*peers, self._terms.lease.silent_for(), self._terms.fence_after)
         self.history.record("node_left", self.info.round if self.info else 0, reason=f"fenced: {what}; it rejoins")
         self.say(f"{what} ({limit}): stopped the workers so that no stale rank runs on; rejoining when etcd answers")
-        self.handler.lease.handled()
+        self._terms.lease.handled()
         self._reaper.clear()
 
     def _job_state(self) -> JobState | None:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from launcher.hangs.hangrules import HangTimeouts
 from launcher.nodecheck import NodeChecks
 from rendezvous.rounds.join import RendezvousInfo
+from rendezvous.rounds.member import LeaseStatus
 
 from .output import LayoutStrategy
 
@@ -80,3 +81,15 @@ def differences(config: AgentConfig, nodes: tuple[int, int], info: RendezvousInf
 
 def _nnodes(low: int, high: int) -> str:
     return str(low) if low == high else f"{low}:{high}"
+
+
+@dataclass(frozen=True)
+class JobTerms:
+    """What the agent's parts need of the job's rendezvous, handed to them by the root (``launch``):
+    this node's lease as the fence sees it, and three settings. No part reads them through the
+    handler."""
+
+    lease: LeaseStatus
+    fence_after: float  # seconds without a renewal after which the workers are stopped
+    join_timeout: float  # seconds a round may take to form
+    nodes: tuple[int, int]  # the job's --nnodes (min, max), as this node's settings have it

@@ -28,7 +28,7 @@ from rendezvous.settings import RendezvousSettings
 
 from .agent import Agent
 from .c10dstore import StoreHost
-from .config import AgentConfig
+from .config import AgentConfig, JobTerms
 from .errors import UsageError
 from .hosted import Hosting, host_etcd, wait_alone
 from .peers.probes import PeerProbes
@@ -181,6 +181,7 @@ def _run_agent(
         agent = Agent(
             plan.config,
             handler,
+            _terms(plan, handler),
             history=history,
             reaper=reaper,
             report=report,
@@ -227,6 +228,13 @@ def _handler(
         launched_at=plan.started,  # a closed job found by a later launch runs again
         own_etcd=own_etcd,  # started here for the job (--standalone, a c10d line's host): its version is not said
     )
+
+
+def _terms(plan: LaunchPlan, handler: RendezvousHandler) -> JobTerms:
+    """What the agent's parts need of the rendezvous: the lease view, and three of its settings."""
+    settings = plan.settings
+    nodes = (settings.min_nodes, settings.max_nodes)
+    return JobTerms(handler.lease, settings.fence_after, settings.join_timeout, nodes)
 
 
 def _run(plan: LaunchPlan, agent: Agent, telemetry: Telemetry, report: Callable[[str], None]) -> LaunchOutcome:

@@ -200,8 +200,9 @@ class HealthGate:
         self._ahead: Started | None = None  # the check after a failure, started as the round ended
 
     @classmethod
-    def for_agent(cls, checks, environ, say, record, handler, telemetry) -> "HealthGate":
-        """The gate of an agent: it steps out through ``handler`` and says so in ``telemetry``."""
+    def for_agent(cls, checks, environ, say, record, handler, telemetry, patience: float) -> "HealthGate":
+        """The gate of an agent: it steps out through ``handler`` and says so in ``telemetry``;
+        ``patience``: the job's join timeout."""
 
         def closed() -> bool:
             try:
@@ -222,7 +223,7 @@ class HealthGate:
             step_out=handler.step_out,
             closed=closed,
             healthy=telemetry.healthy,
-            patience=handler.settings.join_timeout,
+            patience=patience,
         )
 
     def round_failing(self) -> None:

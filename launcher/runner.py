@@ -34,7 +34,7 @@ from rendezvous.job.state import Cause, FailureKind
 from rendezvous.rounds.handler import RendezvousHandler
 from rendezvous.rounds.join import RendezvousInfo
 
-from .config import AgentConfig
+from .config import AgentConfig, JobTerms
 from .hangs import beatfile as beats
 from .output import Layout
 from .restart import change_line, failure_records
@@ -95,6 +95,7 @@ class RoundRunner:
         config: AgentConfig,
         beats_dir: str,
         handler: RendezvousHandler,
+        terms: JobTerms,
         group: WorkerGroup,
         reaper: ReaperProcess,
         *,
@@ -116,7 +117,7 @@ class RoundRunner:
         check before a round with a new node starts its workers (None: no check)."""
         self.config = config
         self._beats_dir = beats_dir
-        self.handler = handler
+        self.handler, self._lease, self._join_timeout = handler, terms.lease, terms.join_timeout
         self._group = group
         self._reaper = reaper
         self._history = history
@@ -186,7 +187,7 @@ class RoundRunner:
         marks = RoundMarks(started, ended, time.monotonic(), *progress, kept=kept, exited=self._first_exit)
         self._record_round(info, result, marks)
         if result.outcome is RoundOutcome.REPLACED:  # it rejoins once the spare's round runs, as a spare
-            wait_replaced(self.handler, info.round, min(self.handler.settings.join_timeout, 30.0))
+            wait_replaced(self.handler, info.round, min(self._join_timeout, 30.0))
         return result
 
     def _start(self, info: RendezvousInfo, attempt: int, layout: Layout) -> None:
@@ -199,7 +200,7 @@ class RoundRunner:
         for spec in specs:
             beats.create(spec.heartbeat_file)
         if self._peers is not None:
-            self._peers.start_round(info, lambda: self.handler.lease.lease_id)
+            self._peers.start_round(info, lambda: self._lease.lease_id)
         with stop_deferred():  # every worker started is one the group knows when a stop comes
             self._group.start(specs, layout, self._environ, self.config.cpu_binding)
         self._telemetry.workers(len(specs))
@@ -211,7 +212,7 @@ class RoundRunner:
             self.config.hang_timeouts,
             node=self.handler.node_id,
             round_=info.round,
-            lease_id=self.handler.lease.lease_id,
+            lease_id=self._lease.lease_id,
             nodes=info.group_world_size,
             judge_first=self._beats_used,
             pid_of=self._group.pid_of,
@@ -221,7 +222,7 @@ class RoundRunner:
         done, quiet = others_done(self.handler.round_monitor, self.handler.node_id), say_quiet(self.handler)
         self._exits = ExitWatch(ranks, self._group.pid_of, bound, done, quiet=quiet)
         paced = [PacedWorker(s.local_rank, s.rank, s.heartbeat_file) for s in specs]
-        node, lease = self.handler.node_id, lambda: self.handler.lease.lease_id
+        node, lease = self.handler.node_id, lambda: self._lease.lease_id
         gauge = self._telemetry.straggler_score
         self._pace = PaceWatch(paced, self._board, node=node, round_=info.round, lease=lease, gauge=gauge)
 
@@ -374,7 +375,7 @@ class RoundRunner:
         """The renew deadline passed (the reaper killed the workers, or it is due now)."""
         deadline = time.monotonic() + settle
         while True:
-            if self._reaper.fired() or self.handler.lease.overdue():
+            if self._reaper.fired() or self._lease.overdue():
                 return True
             if time.monotonic() >= deadline:
                 return False
@@ -391,7 +392,7 @@ class RoundRunner:
         line = change_line(
             state,
             monitor,
-            lease_lost=self.handler.lease.lost(),
+            lease_lost=self._lease.lost(),
             restarts=self.info.restart_count,
             budget=self.info.max_restarts,
             in_place=self._group.under_inprocess(),

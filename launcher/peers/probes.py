@@ -113,6 +113,11 @@ class PeerProbes:
             return ()
         return tuple(sorted(kv.key.decode(errors="replace")[len(prefix) :] for kv in kvs))
 
+    def last_miss(self) -> tuple[float | None, float]:
+        """(seconds this node's watchers had not heard it when its last round ended past its contact
+        deadline -- None: it did not --, the fence time of the probes)."""
+        return self.missed, self.timing.fence_after
+
     def close(self) -> None:
         self.end_round()
         self._stop_lingering()

@@ -33,43 +33,51 @@ def default_node_id() -> str:
 
 
 class LeaseStatus:
-    """This node's lease as the fence sees it (before the first round: no lease, nothing overdue)."""
+    """This node's lease as the fence sees it, whatever session holds it now (before the first round:
+    no lease, nothing overdue). One view for the node's life: the agent's parts are handed it once."""
 
-    def __init__(self, session: Session | None) -> None:
+    def __init__(self, session: Callable[[], Session | None]) -> None:
+        """``session()``: the session that holds this node's lease now (None: none yet)."""
         self._session = session
 
     def overdue(self) -> bool:
         """No renewal past the renew deadline (now, or since ``handled``): the workers must stop,
         since the lease may expire and the others may start a round without this node."""
-        return self._session is not None and self._session.overdue()
+        session = self._session()
+        return session is not None and session.overdue()
 
     def handled(self) -> None:
         """The fence was carried out: that missed deadline is forgotten."""
-        if self._session is not None:
-            self._session.clear_overdue()
+        session = self._session()
+        if session is not None:
+            session.clear_overdue()
 
     def silent_for(self) -> float:
         """Seconds since the last acknowledged renewal was sent."""
-        return self._session.silent_for() if self._session is not None else 0.0
+        session = self._session()
+        return session.silent_for() if session is not None else 0.0
 
     def wait_ahead(self, seconds: float, timeout: float, waiting: Callable[[float], None]) -> bool:
         """Whether the renew deadline is at least ``seconds`` ahead, waiting up to ``timeout`` for a
         renewal to move it there; ``waiting(silent_for)`` is told once when it has to wait. Workers
         start only so: a round can form just after etcd came back, before the keep-alive has
         renewed the lease (its last deadline past, and handled by the fence that stopped the workers)."""
-        if self._session is None or self._session.wait_ahead(seconds, 0.0):
+        session = self._session()
+        if session is None or session.wait_ahead(seconds, 0.0):
             return True
-        waiting(self.silent_for())
-        return self._session.wait_ahead(seconds, timeout)
+        waiting(session.silent_for())
+        return session.wait_ahead(seconds, timeout)
 
     @property
     def lease_id(self) -> int:
         """The lease this node's keys live on (0 before the first round)."""
-        return self._session.lease_id if self._session is not None else 0
+        session = self._session()
+        return session.lease_id if session is not None else 0
 
     def lost(self) -> bool:
         """etcd said the lease is gone (unreachable past the TTL): this node is no longer a member."""
-        return self._session is not None and self._session.lost.is_set()
+        session = self._session()
+        return session is not None and session.lost.is_set()
 
 
 @dataclass(frozen=True)
@@ -113,6 +121,7 @@ class Member:
         self._on_renew = on_renew
         self._master_port = master_port or (lambda: free_port("0.0.0.0"))
         self._session: Session | None = None
+        self._lease = LeaseStatus(lambda: self._session)
         self._request: _Request | None = None  # ask the next round for a restart
 
     @property
@@ -125,7 +134,7 @@ class Member:
 
     @property
     def lease(self) -> LeaseStatus:
-        return LeaseStatus(self._session)
+        return self._lease
 
     def lease_ended(self) -> None:
         """etcd answered that this node's lease is gone (it expired while this node could not renew

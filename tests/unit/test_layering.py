@@ -168,3 +168,39 @@ def test_only_the_command_lines_import_the_command_lines():
         if not (name == "launcher.cli" or name.startswith("launcher.cli.") or name == "lighthouse.__main__")
     }
     assert not {name: found for name, found in outside.items() if found}
+
+
+# Reach-through: a part reading another part's configuration or state through it (the agent reading
+# ``handler.settings.fence_after``, the runner ``handler.lease.overdue()``) instead of being handed
+# the value by the root (``launcher.launch``, which composes the parts: ``JobTerms``). 16 sites
+# before the rule; 0 allowed. Collaborator name -> the attributes that are its insides.
+REACH_THROUGH = {"handler": ("settings", "lease"), "peers": ("timing", "missed")}
+ROOTS = ("launcher.launch",)
+
+
+def _reach_through(source: str) -> list[int]:
+    """The lines of ``source`` that read a collaborator's insides (``REACH_THROUGH``)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Attribute):
+            continue
+        base = node.value
+        name = base.id if isinstance(base, ast.Name) else base.attr if isinstance(base, ast.Attribute) else ""
+        if node.attr in REACH_THROUGH.get(name.lstrip("_"), ()):
+            found.append(node.lineno)
+    return sorted(found)
+
+
+def test_no_part_of_the_launcher_reads_another_parts_insides_through_it():
+    sites = {
+        name: lines
+        for name, path in ((_module_name(p), p) for p in (ROOT / "launcher").rglob("*.py"))
+        if name not in ROOTS and (lines := _reach_through(path.read_text()))
+    }
+    assert sum(len(lines) for lines in sites.values()) == 0, sites
+
+
+def test_the_reach_through_check_sees_one():
+    source = "x = self.handler.settings.fence_after\ny = handler.lease.lost()\nz = self._peers.timing\n"
+    source += "ok = self.lease\n"
+    assert _reach_through(source) == [1, 2, 3]

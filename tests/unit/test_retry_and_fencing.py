@@ -238,7 +238,7 @@ def test_workers_wait_for_a_renewal_that_puts_the_deadline_ahead_of_them_after_a
 
     clock = _Clock()
     session = _session(clock)
-    lease, told = LeaseStatus(session), []
+    lease, told = LeaseStatus(lambda: session), []
     assert lease.wait_ahead(1.0, 5.0, told.append) and not told, "a live lease: no wait, nothing said"
     clock.now += 10.0  # etcd was away: the deadline passed, and the fence dealt with it
     session.clear_overdue()
