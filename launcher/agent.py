@@ -233,6 +233,7 @@ class Agent:
             peers=self._peers,
             paces=self._paces,
             preflight=preflight_for(self.config, self._warm, self.say),
+            memory=self._checkpoints.memory,
         )
 
     def _close_down(self) -> None:

@@ -23,7 +23,7 @@ from launcher.preflight import Preflight
 from launcher.preflight.gate import check_round
 from launcher.reaper.handle import ReaperProcess
 from launcher.telemetry.metrics import RestartCause, Telemetry
-from launcher.workers.checkpoints import ENV_MEMORY, newest_save
+from launcher.workers.checkpoints import newest_save
 from launcher.workers.env import round_specs
 from launcher.workers.group import GroupState, GroupStatus, WorkerGroup
 from rendezvous.errors import RendezvousError
@@ -108,20 +108,19 @@ class RoundRunner:
         peers: PeerProbes | None = None,
         paces: PaceBoard | None = None,
         preflight: Preflight | None = None,
+        memory: str | None = None,
     ) -> None:
         """``beats_dir``: where the workers' heartbeat records go (one per worker and attempt).
         ``stores``: the sockets this node announced for the round's c10d store, which it serves
         when it is group rank 0 (None: rank 0's worker hosts the store). ``peers``: this node's
         probes (None: a peer's death is known by its lease only). ``paces``: the nodes' own-work
         paces in etcd (None: the ranks are scored against this node's only). ``preflight``: the
-        check before a round with a new node starts its workers (None: no check)."""
+        check before a round with a new node starts its workers (None: no check). ``memory``: the
+        directory of the workers' ``elastic.checkpoint`` saves (its newest goes in the round's record)."""
         self.config = config
         self._beats_dir = beats_dir
         self.handler, self._lease, self._join_timeout = handler, terms.lease, terms.join_timeout
-        self._group = group
-        self._reaper = reaper
-        self._history = history
-        self._say = say
+        self._group, self._reaper, self._history, self._say, self._memory = group, reaper, history, say, memory
         self._telemetry = telemetry
         self._channel = hangs
         self._environ = environ
@@ -233,7 +232,7 @@ class RoundRunner:
             for record in failure_records(result.status):
                 self._history.record("worker_failed", info.round, **record)
         if info.group_rank < WRITERS:  # with this node's newest elastic.checkpoint save: (step, when)
-            marks = replace(marks, save=newest_save(self._environ.get(ENV_MEMORY)))
+            marks = replace(marks, save=newest_save(self._memory))
             now_wall, now = time.time(), time.monotonic()
             details = round_details(
                 marks, outcome=result.outcome.value, group_rank=info.group_rank, now_wall=now_wall, now=now

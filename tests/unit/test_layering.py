@@ -178,15 +178,18 @@ REACH_THROUGH = {"handler": ("settings", "lease"), "peers": ("timing", "missed")
 ROOTS = ("launcher.launch",)
 
 
+def _last_name(node: ast.AST) -> str:
+    """``x`` of ``x`` or ``a.b.x``; "" for anything else."""
+    return node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+
+
 def _reach_through(source: str) -> list[int]:
     """The lines of ``source`` that read a collaborator's insides (``REACH_THROUGH``)."""
     found = []
     for node in ast.walk(ast.parse(source)):
         if not isinstance(node, ast.Attribute):
             continue
-        base = node.value
-        name = base.id if isinstance(base, ast.Name) else base.attr if isinstance(base, ast.Attribute) else ""
-        if node.attr in REACH_THROUGH.get(name.lstrip("_"), ()):
+        if node.attr in REACH_THROUGH.get(_last_name(node.value).lstrip("_"), ()):
             found.append(node.lineno)
     return sorted(found)
 
@@ -204,3 +207,43 @@ def test_the_reach_through_check_sees_one():
     source = "x = self.handler.settings.fence_after\ny = handler.lease.lost()\nz = self._peers.timing\n"
     source += "ok = self.lease\n"
     assert _reach_through(source) == [1, 2, 3]
+
+
+# Read-backs: a part reading from the workers' environment a name another part wrote into it (the
+# round runner read the checkpoint memory directory back from it). The root hands the value to
+# whoever needs it; the environment only goes to the workers. 1 site before the rule; 0 allowed.
+OURS = ("ELASTIC_", "TORCHELASTIC_")
+
+
+def _read_backs(source: str) -> list[int]:
+    """The lines of ``source`` that read one of our names from an ``environ`` other than os.environ."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get":
+            mapping, key = node.func.value, node.args[0] if node.args else None
+        elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load):
+            mapping, key = node.value, node.slice
+        else:
+            continue
+        workers_env = _last_name(mapping).lstrip("_") == "environ" and not (
+            isinstance(mapping, ast.Attribute) and isinstance(mapping.value, ast.Name) and mapping.value.id == "os"
+        )
+        named = isinstance(key, ast.Name) and key.id.startswith("ENV_")
+        spelled = isinstance(key, ast.Constant) and isinstance(key.value, str) and key.value.startswith(OURS)
+        if workers_env and (named or spelled):
+            found.append(node.lineno)
+    return sorted(found)
+
+
+def test_no_part_of_the_launcher_reads_back_the_workers_environment():
+    sites = {
+        name: lines
+        for name, path in ((_module_name(p), p) for p in (ROOT / "launcher").rglob("*.py"))
+        if (lines := _read_backs(path.read_text()))
+    }
+    assert sum(len(lines) for lines in sites.values()) == 0, sites
+
+
+def test_the_read_back_check_sees_one():
+    source = "a = self._environ.get(ENV_MEMORY)\nb = environ['TORCHELASTIC_RUN_ID']\nc = os.environ.get(ENV_MEMORY)\n"
+    assert _read_backs(source) == [1, 2]
