@@ -26,7 +26,7 @@ from launcher.output.console import progress_lines, round_line, say
 from launcher.reaper.handle import ReaperProcess
 from launcher.telemetry.health import AgentSnapshot
 from launcher.telemetry.metrics import Telemetry
-from launcher.warmstart.interpreter import WarmStarter, warm_starter
+from launcher.warmstart.interpreter import WarmStarter
 from launcher.warmstart.starters import starter_for
 from launcher.workers.checkpoints import CheckpointKeeper, memory_dir
 from launcher.workers.group import WorkerGroup
@@ -103,8 +103,9 @@ class Agent:
         """``history``, ``reaper``, ``stores`` (the c10d store's sockets; None: rank 0's worker hosts it),
         ``peers`` are the handler's too; whoever made them closes them after ``run``. ``hangs``, ``paces``:
         etcd's side of hang detection and straggler scores (None: no hang watch; ranks compared locally);
-        ``warm``: one started early (``launcher.cli.early``); ``farewell``: called once its workers are
-        stopped at the end, before its last words to etcd (``launch`` bounds them all together)."""
+        ``warm``: the interpreter its workers are forked from (None: plain starts), its owner's to
+        close; ``farewell``: called once its workers are stopped at the end, before its last words to
+        etcd (``launch`` bounds them all together)."""
         self.config, self.handler, self.history, self._reaper = config, handler, history, reaper
         self._farewell, self._terms = farewell, terms
         self.say = report or say
@@ -202,7 +203,6 @@ class Agent:
     def _open(self) -> None:
         """The agent's own helpers: the log pump and the worker group."""
         self._pump = LogPump()
-        self._warm = warm_starter(self.config, self.environ, self.say, early=self._warm)
         self._departure = restart.Departure()
         self._beats_dir = memory_dir("elastic-beats-")
         self._reaper.remove_at_exit(self._beats_dir)
@@ -251,7 +251,7 @@ class Agent:
             # so a job's history does not grow by one record a node at its end.
             ended = state is not None and state.status is JobStatus.CLOSED
             self.history.record("node_left", self.info.round, store=not ended, reason=self._departure.reason)
-        for helper in (self._pump, self._warm, self._inprocess, self._gate):  # no warm interpreter: None
+        for helper in (self._pump, self._inprocess, self._gate):  # the warm interpreter is its owner's to close
             if helper is not None:
                 helper.close()
         shutil.rmtree(self._beats_dir, ignore_errors=True)

@@ -5,6 +5,7 @@ Python caller can build one too and call the same ``launch``."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 from collections.abc import Callable
@@ -36,7 +37,7 @@ from .signals import PASSED_SIGNALS, STOP_SIGNALS, pass_to_workers, stop_on_sign
 from .slurm.allocation import allocation_member
 from .slurm.job import AllocationEtcd
 from .torchft_lighthouse import Beside, lighthouse_beside
-from .warmstart.interpreter import WarmStarter
+from .warmstart.interpreter import WarmStarter, warm_starter
 
 if TYPE_CHECKING:
     from rendezvous.etcd.server import EtcdCluster
@@ -90,14 +91,16 @@ def launch(
 
     ``early_etcd`` is a local etcd already starting (``launcher.cli.main`` starts it before the heavy
     imports); it is used for a standalone plan, and stopped at the end either way. ``early_warm``:
-    the workers' warm interpreter, started by ``launcher.cli.early`` as early; the agent adopts it or
-    stops it, and it is stopped at the end either way.
+    the workers' warm interpreter, started by ``launcher.cli.early`` as early; adopted here (or stopped,
+    and another started: ``warm_starter``), handed to the agent, and stopped here at the end.
     """
     for line in plan.notes:
         report(line)
-    server = None
+    server = warm = None
     try:
         with exported(dict(plan.exported)), stop_on_signals(plan.signals):
+            # the workers' warm interpreter: the early one adopted, or stopped and another started (or none)
+            warm, early_warm = warm_starter(plan.config, os.environ, report, early=early_warm), None
             target = plan.etcd
             if target is None:
                 from rendezvous.etcd.server import EtcdServer, shipped_etcd, started_etcd
@@ -112,16 +115,15 @@ def launch(
                 client = EtcdClient(target)
                 try:
                     with lighthouse_beside(plan.lighthouse, target, plan.settings.key_prefix, report):
-                        return _run_agent(
-                            plan, client, report, _temporary(plan, server), early_warm, server is not None
-                        )
+                        return _run_agent(plan, client, report, _temporary(plan, server), warm, server is not None)
                 finally:
                     client.close()
                     if plan.hosting is not None and server is not None:
                         _last_to_leave(plan, target, report)
     finally:
-        if early_warm is not None:
-            early_warm.close()  # the agent's, closed already; or never adopted
+        for interpreter in (early_warm, warm):  # early_warm: never handed to warm_starter
+            if interpreter is not None:
+                interpreter.close()
         for unused in (early_etcd, server):
             if unused is not None:
                 unused.stop()

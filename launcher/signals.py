@@ -71,11 +71,17 @@ def _handling(
 
 @contextmanager
 def stop_on_signals(signals: tuple[int, ...] = STOP_SIGNALS) -> Iterator[None]:
-    """Turn each of ``signals`` into AgentStopped in the main thread (once)."""
+    """Turn each of ``signals`` into AgentStopped in the main thread (once). A signal that finds the
+    main thread at the edge of a lock (``_in_lock_code``) comes again 0.5 ms later,
+    sent by a thread of its own (the handler takes no lock and starts no thread: a pipe wakes it)."""
+    again = _Again() if threading.current_thread() is threading.main_thread() and signals else None
 
     def handle(signum: int, frame: object) -> None:
         if _handled.deferring:
             _handled.deferred = _handled.deferred or signum
+            return
+        if again is not None and _in_lock_code(frame):
+            again.later(signum)
             return
         ignore_stop_signals()
         raise AgentStopped(signum)
@@ -83,7 +89,52 @@ def stop_on_signals(signals: tuple[int, ...] = STOP_SIGNALS) -> Iterator[None]:
     if threading.current_thread() is threading.main_thread():
         _handled.signals = tuple(signals)
     with _handling(signals, handle):
-        yield
+        try:
+            yield
+        finally:
+            if again is not None:
+                again.close()  # before the handlers go back: nothing comes again after the block
+
+
+class _Again:
+    """Sends a signal to this process again, shortly, from a thread of its own."""
+
+    def __init__(self) -> None:
+        self._read, self._write = os.pipe()
+        self._open = True
+        threading.Thread(target=self._serve, name="stop-again", daemon=True).start()
+
+    def later(self, signum: int) -> None:
+        """From a signal handler: no lock, only a write to a pipe."""
+        if self._open:
+            os.write(self._write, bytes([signum]))
+
+    def close(self) -> None:
+        if self._open:
+            self._open = False
+            os.close(self._write)  # the thread reads the end and closes its side
+
+    def _serve(self) -> None:
+        while data := os.read(self._read, 1):
+            time.sleep(0.0005)
+            if self._open:
+                os.kill(os.getpid(), data[0])
+        os.close(self._read)
+
+
+def _in_lock_code(frame: object) -> bool:
+    """Whether the main thread was interrupted in a lock's ``__enter__`` or ``__exit__`` (the standard
+    library's ``Condition``, which queues and events are built on): an exception raised there, after
+    the lock was acquired and before the ``with`` took it (or before it was released), leaves the
+    lock held for ever -- a queue's was, found deadlocked in a stopped agent's close-down. Anywhere
+    else, a blocking wait included, the exception unwinds through ``with`` and ``finally`` as usual."""
+    while frame is not None and frame.f_code.co_filename == __file__:  # a handler run again, inside itself
+        frame = frame.f_back
+    code = getattr(frame, "f_code", None)
+    return code is not None and os.path.basename(code.co_filename) == "threading.py" and code.co_name in _EDGES
+
+
+_EDGES = ("__enter__", "__exit__")
 
 
 @contextmanager
