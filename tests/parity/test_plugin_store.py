@@ -3,7 +3,7 @@
 torch's agent shares one TCPStore across rounds (served by group rank 0's agent); after a worker's
 failure the next round's workers read what the last round's wrote there -- its gloo addresses, its
 counters -- and failed in ``connectFullMesh`` (connection refused) or waited, quiet, in
-``init_process_group`` (tests/torch/test_torchrun_restarts.py kills a worker three times). The handler
+``init_process_group`` (``python bench/launchers.py`` kills a worker under each launcher). The handler
 tells torch's agent not to share it (``rendezvous.torchrun.plugin._StorePerRound``). Shown here
 without a race, under every torch CI runs: a worker of the round after a failure finds in the default
 group's store nothing the last round's workers wrote.
