@@ -61,7 +61,7 @@ class Throttle:
 
 
 def _job(
-    endpoints: str, out: str, envs: list[dict], throttled: int = -1
+    endpoints: str, out: str, envs: list[dict], throttled: int = -1, within: float = 100
 ) -> tuple[list[tuple[int, str]], list[dict], str]:
     rdzv_id = run_id()
     args = agent_args(endpoints, rdzv_id, "3:4", nproc=1, conf="last_call_timeout=2") + ["--preflight"]
@@ -72,7 +72,14 @@ def _job(
             if index == throttled:
                 throttles.append(Throttle(agents[-1].pid))
             time.sleep(0.3)
-        wait_for(lambda: len([w for w in workers(out) if len(w["steps"]) > 20]) >= 3, 120, what="3 workers stepping")
+
+        def story() -> str:  # what the job did meanwhile, when the wait runs out
+            done = [(w["world"], len(w["steps"])) for w in workers(out)]
+            kinds = [e["kind"] for e in history(endpoints, rdzv_id)]
+            return f"workers (world, steps): {done}; exited: {[a.poll() for a in agents]}; history: {kinds}"
+
+        stepping = lambda: len([w for w in workers(out) if len(w["steps"]) > 20]) >= 3  # noqa: E731
+        wait_for(stepping, within, what="3 workers stepping", story=story)
         open(os.path.join(out, "stop"), "w").close()
         results = [finish(agent, 60) for agent in agents]
     finally:
@@ -117,7 +124,7 @@ def test_a_node_whose_gloo_cannot_start_is_found_faulty_and_leaves_before_any_wo
     assert "pre-flight check of round 1: group rank" in shown.stdout and "is faulty" in shown.stdout, shown.stdout
 
 
-@pytest.mark.timeout(240)  # four agents, a throttled tree and a busy loop on 2 cores
+@pytest.mark.timeout(300)  # four agents, a throttled tree and a busy loop on 2 cores
 def test_a_node_at_30_percent_of_its_speed_is_found_slow_beside_busy_cores_and_no_healthy_node_is(
     etcd_endpoints, tmp_path
 ):
@@ -125,7 +132,7 @@ def test_a_node_at_30_percent_of_its_speed_is_found_slow_beside_busy_cores_and_n
     and are not charged for it; the throttled node is named, alone."""
     busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"])]
     try:
-        results, history, _ = _job(etcd_endpoints, str(tmp_path), [{}] * 4, throttled=2)
+        results, history, _ = _job(etcd_endpoints, str(tmp_path), [{}] * 4, throttled=2, within=180)
     finally:
         for loop in busy:
             loop.kill()
