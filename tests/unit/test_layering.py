@@ -194,12 +194,14 @@ def _reach_through(source: str) -> list[int]:
     return sorted(found)
 
 
+def _launcher_sites(find, skip: tuple[str, ...] = ()) -> dict[str, list[int]]:
+    """module -> the lines ``find(source)`` names in it, over launcher/ except the modules ``skip``."""
+    modules = ((_module_name(p), p) for p in (ROOT / "launcher").rglob("*.py"))
+    return {name: lines for name, path in modules if name not in skip and (lines := find(path.read_text()))}
+
+
 def test_no_part_of_the_launcher_reads_another_parts_insides_through_it():
-    sites = {
-        name: lines
-        for name, path in ((_module_name(p), p) for p in (ROOT / "launcher").rglob("*.py"))
-        if name not in ROOTS and (lines := _reach_through(path.read_text()))
-    }
+    sites = _launcher_sites(_reach_through, skip=ROOTS)
     assert sum(len(lines) for lines in sites.values()) == 0, sites
 
 
@@ -236,11 +238,7 @@ def _read_backs(source: str) -> list[int]:
 
 
 def test_no_part_of_the_launcher_reads_back_the_workers_environment():
-    sites = {
-        name: lines
-        for name, path in ((_module_name(p), p) for p in (ROOT / "launcher").rglob("*.py"))
-        if (lines := _read_backs(path.read_text()))
-    }
+    sites = _launcher_sites(_read_backs)
     assert sum(len(lines) for lines in sites.values()) == 0, sites
 
 
