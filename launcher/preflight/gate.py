@@ -1,9 +1,10 @@
 """The agent's side of the pre-flight check (``--preflight``): whether a round needs it, running
 ``probe`` in the workers' environment, and what its findings mean for this node.
 
-A round needs the check when it is the job's first (no restart, no cause: every node is new) or
-when the round before ended because nodes asked to join it (its cause names them): every node of
-the round reads the same frozen state and decides alike. The check runs after the round's store
+A round needs the check when any of its participants was not in the round before: every node of the
+job's first round, a node that came later (a machine slow to start comes late), a spare taken in.
+The frozen state names them (its cause's ``joining``: ``rendezvous.rounds.decide.formed_cause``), so
+every node of the round decides alike. The check runs after the round's store
 is served and before any worker starts; its findings are the same on every node. When they name
 nodes and the job stays at or above its minimum without them, the named nodes step out and leave
 the job (exit 200: a machine to replace), and the others form the round again without them (a
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 
 from launcher.warmstart.starters import PlainStart
 from rendezvous.errors import RendezvousError
-from rendezvous.job.state import Cause, JobState
+from rendezvous.job.state import JobState
 
 from .pairs import ENV, Finding
 
@@ -75,16 +76,14 @@ class Preflight:
         """``start(argv, env)``: a started process with ``wait(timeout)`` and ``kill()`` (the warm
         interpreter's fork, or a plain one)."""
         self._start, self._say = start, say
-        self._checked = False  # this node took part in a check
 
-    def needed(self, state: JobState) -> bool:
-        """Whether the round ``state`` (frozen) is checked: nodes joined it, or it is the job's first."""
-        first = state.restarts == 0 and state.cause == Cause() and not self._checked
-        return bool(state.cause.joining) or first
+    @staticmethod
+    def needed(state: JobState) -> bool:
+        """Whether the round ``state`` (frozen) is checked: nodes joined it (all of the job's first)."""
+        return bool(state.cause.joining)
 
     def run(self, settings: dict, environ: Mapping[str, str], min_nodes: int) -> Verdict:
         """Run the check with this round's ``settings`` (round, rank, nodes, addr, port): its verdict."""
-        self._checked = True
         fd, out = tempfile.mkstemp(prefix="elastic-preflight-", suffix=".json")
         os.close(fd)
         os.unlink(out)

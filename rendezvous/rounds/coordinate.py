@@ -26,6 +26,7 @@ from .decide import (
     News,
     Wait,
     decide,
+    formed_cause,
     forming_news,
     forming_state,
     frozen_state,
@@ -202,6 +203,7 @@ class RoundCoordinator:
             max_restarts=job_budget(state, self._max_restarts),
             table=new_table_id(target),
             keep=state.keep if state is not None else Keep(retention=self._settings.retention),
+            cause=formed_cause(state, decision.participants),
         )
         frozen, granted = self._store.leased(frozen)  # the table goes on the job's lease, as the state
         probes = {n.info.node: (n.info.probe, n.lease) for n in snapshot.nodes if n.info.probe and n.lease}

@@ -23,6 +23,7 @@ __all__ = [
     "assign_ranks",
     "decide",
     "frozen_state",
+    "formed_cause",
     "forming_state",
     "closed_state",
     "restart_count",
@@ -183,9 +184,11 @@ def frozen_state(
     table: str = "",
     keep: Keep = Keep(),
     streak: Streak = Streak(),
+    cause: Cause = Cause(),
 ) -> JobState:
     """The RUNNING state of a frozen round: the master is group rank 0's node and port; its
-    participants go to rank table ``table`` (``bucket_count`` buckets); the job's keys stay as ``keep`` says."""
+    participants go to rank table ``table`` (``bucket_count`` buckets); the job's keys stay as ``keep``
+    says; ``cause``: why it formed (``formed_cause``)."""
     master = participants[0]
     port = next(n.info.master_port for n in nodes if n.info.node == master.node)
     return JobState(
@@ -205,7 +208,19 @@ def frozen_state(
         participants=participants,
         keep=keep,
         streak=streak,
+        cause=cause,
     )
+
+
+def formed_cause(state: JobState | None, participants: Sequence[Participant]) -> Cause:
+    """Why a round formed, as its frozen state keeps it for every node to read alike: what ended the
+    round before (``state``, forming, read with that round's participants: its failures, losses and
+    their kind) and, as ``joining``, the participants that were not in it -- every one of the job's
+    first round; a node that came while the round formed for another reason too."""
+    before = {p.node for p in state.participants} if state is not None else set()
+    told = state.cause if state is not None and state.status is JobStatus.JOINING else Cause()
+    arrived = [p.node for p in participants if p.node not in before]
+    return Cause.of(told.failures, told.lost, arrived, 0, told.kind)
 
 
 def forming_state(

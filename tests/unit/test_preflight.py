@@ -7,7 +7,8 @@ from dataclasses import replace
 
 from launcher.preflight.gate import Preflight, Verdict, decide
 from launcher.preflight.pairs import Finding, confirm_pass, first_pass, judge, second_pass
-from rendezvous.job.state import Cause, JobState, JobStatus
+from rendezvous.job.state import Cause, JobState, JobStatus, NodeInfo, Participant
+from rendezvous.rounds.decide import LiveNode, formed_cause, frozen_state
 
 
 def test_the_first_pass_pairs_by_group_rank_and_an_odd_one_out_meets_rank_0_after():
@@ -76,14 +77,35 @@ def test_the_named_nodes_leave_only_when_the_job_keeps_its_minimum_without_them(
     assert decide([], 4, 1) == ()
 
 
-def test_the_jobs_first_round_and_each_round_nodes_joined_are_checked_and_no_other():
-    check = Preflight(start=lambda argv, env: None, say=lambda line: None)
-    first = JobState("job", 1, JobStatus.RUNNING, 2, 4)
-    assert check.needed(first)
-    check._checked = True
-    assert not check.needed(replace(first, round=2, cause=Cause(lost=("b",))))  # a node left: nothing new
-    assert not check.needed(replace(first, round=2, restarts=1, cause=Cause(failures=("rank 1 failed",))))
-    assert check.needed(replace(first, round=3, cause=Cause(joining=("d",))))  # a spare joined
+def _frozen(before: JobState | None, nodes: str, round_: int, **changes) -> JobState:
+    """Round ``round_`` of ``nodes`` frozen as the coordinator freezes it after ``before`` (forming)."""
+    team = tuple(Participant(node, rank, "127.0.0.1", 1) for rank, node in enumerate(nodes))
+    live = [LiveNode(NodeInfo(node, round_, "127.0.0.1", 1, 29500 + rank), 0) for rank, node in enumerate(nodes)]
+    frozen = frozen_state("job", round_, team, live, 2, 4, cause=formed_cause(before, team))
+    return replace(frozen, **changes)
+
+
+def _forming(running: JobState, cause: Cause) -> JobState:
+    """The round after ``running`` forming for ``cause``, read with the running round's participants."""
+    return replace(running, round=running.round + 1, status=JobStatus.JOINING, cause=cause)
+
+
+def test_every_round_a_node_joined_is_checked_on_every_node_alike_and_no_other():
+    first = _frozen(None, "abc", 1)
+    assert Preflight.needed(first)  # the job's first round: every node is new
+    lost = _frozen(_forming(first, Cause(lost=("c",))), "ab", 2)
+    assert not Preflight.needed(lost)  # a node left: nothing new
+    failed = _forming(lost, Cause(failures=("rank 1 on node b failed (exit code 1)",)))
+    assert not Preflight.needed(_frozen(failed, "ab", 3, restarts=1))
+    late = _frozen(_forming(first, Cause(joining=("d",), waiting=1)), "abcd", 2)
+    assert Preflight.needed(late) and late.cause.joining == ("d",)  # a node slow to start, come late
+    # a node that came while the round formed after a failure, not named by the round's cause
+    came = _frozen(failed, "abd", 3, restarts=1)
+    assert Preflight.needed(came) and came.cause.joining == ("d",) and came.cause.failures == failed.cause.failures
+    assert JobState.decode(late.encode()).cause == late.cause  # what every node reads back from etcd
+
+
+def test_the_check_s_line_says_what_it_found_and_what_came_of_it():
     verdict = Verdict((Finding(2, "slow", "its matmul took 50 ms against a median of 10 ms"),), {}, 1.24, (2,))
     assert Preflight.line(verdict, 2) == (
         "pre-flight check (1.2 s): group rank 2 is slow: its matmul took 50 ms against a median of 10 ms: "

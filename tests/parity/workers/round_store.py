@@ -26,5 +26,5 @@ if not os.path.exists(failed):
     if rank == 1:
         open(failed, "w").close()
         sys.exit(1)
-    time.sleep(120)  # healthy, until its agent restarts it for the round without the failed worker
+    time.sleep(600)  # healthy, until its agent restarts it for the next round (the test ends it before)
 dist.destroy_process_group()
