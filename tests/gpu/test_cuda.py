@@ -19,6 +19,9 @@ from tests.torch.test_stragglers import history, workers
 HERE = os.path.dirname(os.path.abspath(__file__))
 DDP = os.path.join(HERE, "workers", "cuda_ddp.py")
 PACED = os.path.join(HERE, "workers", "cuda_paced.py")
+# The workers keep their DDP model until main() returns, as the tutorials do; a teardown that deadlocks
+# at exit is the agent's to end, after 10 s of doing nothing here (60 by default).
+EXIT_STUCK = ["--exit-stuck-timeout", "10"]
 
 
 def _steps(out: str, attempt: int, rank: int) -> list[tuple[int, float, float]]:
@@ -36,7 +39,8 @@ def _smi(query: str) -> list[str]:
 def test_warm_forked_workers_train_on_the_gpu_and_a_killed_ones_state_comes_back_on_the_gpu(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
-    done = run(["--standalone", "--nproc-per-node", "2", "--max-restarts", "1", DDP, str(out), "30", "1", "12"], 240)
+    args = ["--standalone", "--nproc-per-node", "2", "--max-restarts", "1", *EXIT_STUCK]
+    done = run([*args, DDP, str(out), "30", "1", "12"], 240)
     assert done.returncode == 0, done.stderr[-4000:]
     seen = {(r["attempt"], r["rank"]): r for r in json_records(str(out), "*.json", "rank")}
     assert set(seen) == {(0, 0), (0, 1), (1, 0), (1, 1)}, seen
@@ -63,7 +67,7 @@ def test_a_rank_whose_gpu_work_is_slow_is_named_a_straggler_by_its_cuda_events(e
     """Rank 2's forward queues 60 ms of GPU work its CPU never waits for: its wall clock sees the
     same 20 ms as the others', only the CUDA events of watch_ddp see the difference."""
     out, rdzv_id = str(tmp_path), run_id()
-    agent = start([*agent_args(etcd_endpoints, rdzv_id, "1", nproc=3), PACED, out])
+    agent = start([*agent_args(etcd_endpoints, rdzv_id, "1", nproc=3), *EXIT_STUCK, PACED, out])
     try:
         wait_for(lambda: len([w for w in workers(out) if len(w["steps"]) > 5]) == 3, 90, 0.5, "3 ranks stepping")
         time.sleep(8.0)  # the paces settle, healthy: a false verdict would come now

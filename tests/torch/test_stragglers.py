@@ -71,8 +71,14 @@ def history(endpoints: str, rdzv_id: str) -> list[dict]:
 
 
 def _agents(endpoints: str, rdzv_id: str, out: str, count: int, *extra: str):
+    """``count`` agents; with --replace-stragglers their workers train a DDP model kept until main()
+    returns, as the tutorials do: PyTorch's teardown can then deadlock at exit (gloo's thread waits for
+    the GIL the main thread holds while it frees the model), which the agent ends after
+    --exit-stuck-timeout seconds of doing nothing -- 10 here, not the default 60, to keep the test short."""
     args = agent_args(endpoints, rdzv_id, "3", nproc=1, conf="last_call_timeout=1") + list(extra)
-    return [start([*args, WORKER, out, *(["--ddp"] if "--replace-stragglers" in extra else [])]) for _ in range(count)]
+    ddp = "--replace-stragglers" in extra
+    args += ["--exit-stuck-timeout", "10"] if ddp else []
+    return [start([*args, WORKER, out, *(["--ddp"] if ddp else [])]) for _ in range(count)]
 
 
 def _running(out: str, ranks: int, restart_of=lambda w: True) -> list[dict]:

@@ -71,9 +71,7 @@ def main() -> None:
         log.write(f"{time.time():.4f}\n")
         if flag.item() > 0:
             break
-    if args.ddp:  # DDP's reducer holds the process group: gone before it, not in main()'s teardown, where
-        del model, optimizer  # the group's destructor can wait on a gloo thread that waits for the GIL
-    dist.destroy_process_group()
+    dist.destroy_process_group()  # as the tutorials end: the DDP model lives until main() returns
 
 
 if __name__ == "__main__":
