@@ -14,38 +14,25 @@
 from __future__ import annotations
 
 import enum
-import os
-import shutil
 import signal
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
-from launcher.inprocess.host import InprocessHost
-from launcher.inprocess.keeper import Keeper
-from launcher.output.console import progress_lines, round_line, say
-from launcher.reaper.handle import ReaperProcess
+from launcher.output.console import progress_lines, round_line
 from launcher.telemetry.health import AgentSnapshot
-from launcher.telemetry.metrics import Telemetry
-from launcher.warmstart.interpreter import WarmStarter
-from launcher.warmstart.starters import starter_for
-from launcher.workers.checkpoints import CheckpointKeeper, memory_dir
-from launcher.workers.group import WorkerGroup
 from rendezvous.errors import (
     RendezvousClosedError,
     RendezvousConnectionError,
     RendezvousCredentialsError,
     RendezvousError,
 )
-from rendezvous.job.hangboard import HangChannel
-from rendezvous.job.history import HistoryWriter
-from rendezvous.job.paceboard import PaceBoard
 from rendezvous.job.progress import tripped
 from rendezvous.job.state import CLOSED_BY_CRASH_LOOP, CLOSED_BY_OPERATOR, JobState, JobStatus
 from rendezvous.rounds.handler import RendezvousHandler
 from rendezvous.rounds.join import RendezvousInfo
 
 from . import restart
-from .c10dstore import StoreHost
+from .compose import NodeParts, Shared
 from .config import AgentConfig, JobTerms, differences
 from .errors import (
     AgentStopped,
@@ -57,11 +44,7 @@ from .errors import (
     WorkerFailedError,
     rendezvous_failure,
 )
-from .nodecheck import HealthGate
-from .output import LogPump
-from .peers.probes import PeerProbes
-from .preflight.gate import preflight_for
-from .runner import RoundOutcome, RoundResult, RoundRunner
+from .runner import RoundOutcome, RoundResult
 from .signals import ignore_stop_signals
 
 __all__ = ["AgentConfig", "Agent", "AgentState", "RoundOutcome", "RoundResult"]
@@ -87,38 +70,25 @@ class Agent:
         config: AgentConfig,
         handler: RendezvousHandler,
         terms: JobTerms,
+        parts: NodeParts,
+        shared: Shared,
         *,
-        history: HistoryWriter,
-        reaper: ReaperProcess,
-        hangs: HangChannel | None = None,
-        report: Callable[[str], None] | None = None,
-        environ: Mapping[str, str] | None = None,
-        telemetry: Telemetry | None = None,
-        stores: StoreHost | None = None,
-        peers: PeerProbes | None = None,
-        paces: PaceBoard | None = None,
-        warm: WarmStarter | None = None,
         farewell: Callable[[], None] = lambda: None,
     ) -> None:
-        """``history``, ``reaper``, ``stores`` (the c10d store's sockets; None: rank 0's worker hosts it),
-        ``peers`` are the handler's too; whoever made them closes them after ``run``. ``hangs``, ``paces``:
-        etcd's side of hang detection and straggler scores (None: no hang watch; ranks compared locally);
-        ``warm``: the interpreter its workers are forked from (None: plain starts), its owner's to
-        close; ``farewell``: called once its workers are stopped at the end, before its last words to
-        etcd (``launch`` bounds them all together)."""
-        self.config, self.handler, self.history, self._reaper = config, handler, history, reaper
-        self._farewell, self._terms = farewell, terms
-        self.say = report or say
-        self.environ = dict(os.environ if environ is None else environ)
-        self.telemetry = telemetry or Telemetry()
+        """``parts``: the worker group, health gate, checkpoint keeper and round runner it uses, and
+        ``shared``: what the handler's side uses too -- built and closed by the root (``launch``,
+        ``compose``), which closes them after ``run``; ``farewell``: called once its workers are
+        stopped at the end, before its last words to etcd (``launch`` bounds them all together)."""
+        self.config, self.handler, self.history, self._reaper = config, handler, shared.history, shared.reaper
+        self._farewell, self._terms, self._parts = farewell, terms, parts
+        self.say, self.telemetry = shared.say, shared.telemetry
         self.telemetry.lease_age(terms.lease.silent_for)
-        self._group: WorkerGroup | None = None
-        self._warm: WarmStarter | None = warm
-        self._rounds: RoundRunner | None = None
+        self._group, self._gate, self._rounds = parts.group, parts.gate, parts.rounds
+        self._warm, self._peers = shared.warm, shared.peers
         self.state, self.attempt = AgentState.INIT, 0
         self._told: set[str] = set()  # the lines about options that differ from the job's, said once
+        self._departure = restart.Departure()
         self.info: RendezvousInfo | None = None
-        self._hang_channel, self._stores, self._peers, self._paces = hangs, stores, peers, paces
 
     @property
     def state(self) -> AgentState:
@@ -131,8 +101,8 @@ class Agent:
 
     def snapshot(self) -> AgentSnapshot:
         """What the probes judge (read from another thread)."""
-        info, lease, rounds = self.info, self._terms.lease, self._rounds
-        stalled = time.monotonic() - rounds.turned if rounds is not None and self.state is AgentState.RUNNING else 0.0
+        info, lease = self.info, self._terms.lease
+        stalled = time.monotonic() - self._rounds.turned if self.state is AgentState.RUNNING else 0.0
         known = (info.round, info.world_size, info.group_rank) if info else (None, None, None)
         fence_after, workers = self._terms.fence_after, len(self.worker_pids())
         return AgentSnapshot(
@@ -141,7 +111,6 @@ class Agent:
 
     def run(self) -> int:
         """Run until the job succeeds (returns 0); raises a LauncherError otherwise."""
-        self._open()
         try:
             return self._invoke_run()
         except RendezvousClosedError as exc:
@@ -160,7 +129,7 @@ class Agent:
     def _invoke_run(self) -> int:
         """Rendezvous, run the workers, and decide what the round's outcome asks for."""
         while True:
-            self._gate.before_round()
+            self._gate.before_round(self.info.round if self.info else 0)
             self.info = self._rendezvous()
             if self._rounds.fenced() or not self._lease_ahead():
                 self._after_fence()
@@ -197,47 +166,12 @@ class Agent:
 
     def worker_pids(self) -> list[int]:
         """This node's worker processes now (none between rounds)."""
-        return self._group.pids if self._group is not None else []
+        return self._group.pids
 
     # -- the steps ------------------------------------------------------------------------------
-    def _open(self) -> None:
-        """The agent's own helpers: the log pump and the worker group."""
-        self._pump = LogPump()
-        self._departure = restart.Departure()
-        self._beats_dir = memory_dir("elastic-beats-")
-        self._reaper.remove_at_exit(self._beats_dir)
-        self._inprocess = InprocessHost(self._beats_dir)  # workers under elastic.inprocess call in
-        self.environ.update(self._inprocess.env())
-        keeper, start = Keeper(self._inprocess), starter_for(self._warm, self.config.argv)  # in-process; warm or plain
-        self._group = WorkerGroup(self.config.argv, self._pump, self._reaper, starter=start, keeper=keeper)
-        record = lambda kind, **details: self.history.record(kind, self.info.round if self.info else 0, **details)  # noqa: E731
-        self._gate = HealthGate.for_agent(
-            self.config.checks, self.environ, self.say, record, self.handler, self.telemetry, self._terms.join_timeout
-        )
-        self._checkpoints = CheckpointKeeper(self.config.checkpoint_dir, self.config.checkpoint_every)
-        self._reaper.remove_at_exit(self._checkpoints.memory)  # no shared memory left if the agent is killed
-        self.environ.update(self._checkpoints.env())
-        self._rounds = RoundRunner(
-            self.config,
-            self._beats_dir,
-            self.handler,
-            self._terms,
-            self._group,
-            self._reaper,
-            history=self.history,
-            say=self.say,
-            telemetry=self.telemetry,
-            hangs=self._hang_channel,
-            environ=self.environ,
-            stores=self._stores,
-            peers=self._peers,
-            paces=self._paces,
-            preflight=preflight_for(self.config, self._warm, self.say),
-            memory=self._checkpoints.memory,
-        )
-
     def _close_down(self) -> None:
-        """Stop the workers (with the signal that stopped the agent), leave the round, close the pump."""
+        """Stop the workers (with the signal that stopped the agent) and leave the round; its parts are
+        the root's to close."""
         ignore_stop_signals()
         self._group.stop(self.config.stop_grace, self._departure.signum)
         self._farewell()
@@ -251,11 +185,6 @@ class Agent:
             # so a job's history does not grow by one record a node at its end.
             ended = state is not None and state.status is JobStatus.CLOSED
             self.history.record("node_left", self.info.round, store=not ended, reason=self._departure.reason)
-        for helper in (self._pump, self._inprocess, self._gate):  # the warm interpreter is its owner's to close
-            if helper is not None:
-                helper.close()
-        shutil.rmtree(self._beats_dir, ignore_errors=True)
-        self._checkpoints.close()  # the newest saves to --checkpoint-dir, the memory freed
 
     def _run_round(self) -> RoundResult:
         self.state = AgentState.RUNNING
@@ -279,7 +208,7 @@ class Agent:
         """Ask the job for a restart while its budget lasts and it is not a crash loop (``result``:
         how far the workers got), else print the summary and close it failed."""
         long = result.ran >= self.config.crash_loop.window
-        progress = failure.progress(result.beats, self._checkpoints.newest_step(), long, result.ran)
+        progress = failure.progress(result.beats, self._parts.checkpoints.newest_step(), long, result.ran)
         count, budget = self.info.restart_count, self.info.max_restarts
         limit = self.config.crash_loop.restarts
         if count < budget and tripped(self.info.streak, progress, limit):

@@ -29,6 +29,7 @@ from rendezvous.settings import RendezvousSettings
 
 from .agent import Agent
 from .c10dstore import StoreHost
+from .compose import Shared, node_parts
 from .config import AgentConfig, JobTerms
 from .errors import UsageError
 from .hosted import Hosting, host_etcd, wait_alone
@@ -180,24 +181,16 @@ def _run_agent(
         handler = _handler(plan, client, history, reaper, stores, peers, own_etcd=own_etcd)
         telemetry = _telemetry(plan, client, history)
         paces = PaceBoard(client, keys, plan.node_id)  # followed from the first round with timed work on
-        agent = Agent(
-            plan.config,
-            handler,
-            _terms(plan, handler),
-            history=history,
-            reaper=reaper,
-            report=report,
-            hangs=HangChannel(client, keys, plan.node_id),
-            paces=paces,
-            telemetry=telemetry,
-            stores=stores,
-            peers=peers,
-            warm=warm,
+        shared = Shared(
+            history, reaper, telemetry, report, HangChannel(client, keys, plan.node_id), stores, peers, paces, warm
+        )
+        terms = _terms(plan, handler)
+        with node_parts(plan.config, handler, terms, shared) as parts:
             # its last words to etcd share one read_timeout: an allocation's etcd stopped with the
             # agents (scancel) costs one timeout, not one a call, and the grace period holds
-            farewell=lambda: client.farewell(plan.settings.read_timeout),
-        )
-        return _run(plan, agent, telemetry, report)
+            farewell = lambda: client.farewell(plan.settings.read_timeout)  # noqa: E731
+            agent = Agent(plan.config, handler, terms, parts, shared, farewell=farewell)
+            return _run(plan, agent, telemetry, report)
     finally:
         for helper in (stores, peers, paces):
             if helper is not None:

@@ -251,8 +251,9 @@ class HealthGate:
             self._out(reason, f"{what}; ")
         return reason is not None
 
-    def before_round(self) -> None:
-        """Return once this node may take a rank: at once, or when its checks pass again."""
+    def before_round(self, last_round: int = 0) -> None:
+        """Return once this node may take a rank: at once, or when its checks pass again (its records
+        name ``last_round``, the round this node took part in last; 0: none yet)."""
         self._drop_ahead()
         if self._checked and self._reason is None:
             return
@@ -263,7 +264,7 @@ class HealthGate:
         attempt, waited = 0, 0.0
         while self._reason is not None:
             if self._closed() and self._unrecorded is not None:
-                self._record("node_unhealthy", reason=self._unrecorded)
+                self._record("node_unhealthy", last_round, reason=self._unrecorded)
                 self._unrecorded = None
             if self._patience is not None and waited >= self._patience:
                 raise RendezvousTimeoutError(
@@ -275,7 +276,7 @@ class HealthGate:
             reason = self._checks.run(self._environ)
             if reason is None:
                 self._say("this node's health checks pass again: it joins the job's next round")
-                self._record("node_healthy")
+                self._record("node_healthy", last_round)
                 self._healthy(True)
             elif reason != self._reason:
                 self._say(f"this node is still unhealthy: {reason}")

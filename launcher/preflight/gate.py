@@ -120,10 +120,10 @@ class Preflight:
         return f"pre-flight check ({verdict.seconds:.1f} s): {named}: kept (the job would fall below {min_nodes} nodes)"
 
 
-def preflight_for(config, warm, say: Callable[[str], None]) -> Preflight | None:
+def preflight_for(enabled: bool, warm, say: Callable[[str], None]) -> Preflight | None:
     """The agent's check (None without --preflight): its program forked from the warm interpreter
     when there is one (torch already imported), else started fresh; its output is the agent's."""
-    if not config.preflight:
+    if not enabled:
         return None
 
     def start(argv: list[str], env: Mapping[str, str]):

@@ -20,10 +20,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 STAND_IN = textwrap.dedent(
     """
-    import sys, time, types
+    import sys, time
     from launcher.preflight.gate import preflight_for
 
-    preflight = preflight_for(types.SimpleNamespace(preflight=True), None, print)
+    preflight = preflight_for(True, None, print)
     program = [sys.executable, "-c", "import time; time.sleep(120)  # preflight-lifeline"]
     process = preflight._start(program, {"PATH": "/usr/bin:/bin"})
     print(process.pid, flush=True)

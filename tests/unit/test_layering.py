@@ -109,7 +109,19 @@ def test_imports_point_from_elastic_to_launcher_to_rendezvous():
 
 # launcher/: the spine (the agent's loop and what builds it) uses the parts (its subfolders), which use
 # the utilities; a part never reaches back into the spine.
-SPINE = ("agent", "api", "launch", "runner", "restart", "config", "plan", "optable", "nodecheck", "torchft_lighthouse")
+SPINE = (
+    "agent",
+    "api",
+    "launch",
+    "compose",
+    "runner",
+    "restart",
+    "config",
+    "plan",
+    "optable",
+    "nodecheck",
+    "torchft_lighthouse",
+)
 
 
 def test_no_part_of_the_launcher_imports_its_spine():
@@ -245,3 +257,73 @@ def test_no_part_of_the_launcher_reads_back_the_workers_environment():
 def test_the_read_back_check_sees_one():
     source = "a = self._environ.get(ENV_MEMORY)\nb = environ['TORCHELASTIC_RUN_ID']\nc = os.environ.get(ENV_MEMORY)\n"
     assert _read_backs(source) == [1, 2]
+
+
+# Collaborators built outside the root: what lives as long as the agent is built once, by the root
+# (``launcher.launch``, and ``launcher.compose`` for the agent's own parts), and handed in; the agent
+# and the round runner construct per-round values only. 10 call sites before the rule (all in
+# ``Agent._open``; the warm interpreter, the issue's eleventh, had moved to the root already); 0
+# allowed. The builders of the agent's long-lived collaborators:
+LONG_LIVED = (
+    "LogPump",
+    "memory_dir",
+    "InprocessHost",
+    "Keeper",
+    "starter_for",
+    "WorkerGroup",
+    "HealthGate",
+    "CheckpointKeeper",
+    "RoundRunner",
+    "preflight_for",
+    "HistoryWriter",
+    "ReaperProcess",
+    "StoreHost",
+    "PeerProbes",
+    "PaceBoard",
+    "HangChannel",
+    "RendezvousHandler",
+    "Agent",
+    "warm_starter",
+)
+COMPOSERS = ("launcher.launch", "launcher.compose")  # elastic-ctl's commands (launcher.cli) are roots of their own
+
+
+def _defaults(tree: ast.AST) -> set[int]:
+    """The calls that build a part's own default for an argument not given (``x if x is not None else B()``)."""
+    return {
+        id(node.orelse)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.IfExp)
+        and isinstance(node.test, ast.Compare)
+        and isinstance(node.test.ops[0], ast.IsNot)
+        and isinstance(node.orelse, ast.Call)
+    }
+
+
+def _builds(source: str) -> list[int]:
+    """The lines of ``source`` that call a builder of a long-lived collaborator (``LONG_LIVED``),
+    itself or one of its class methods (``HealthGate.for_agent(...)``), other than a default or a
+    builder the module defines itself (its own resource: ``CheckpointKeeper``'s memory directory)."""
+    tree = ast.parse(source)
+    defaults, found = _defaults(tree), []
+    own = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call) or id(node) in defaults:
+            continue
+        func = node.func
+        owner = _last_name(func.value) if isinstance(func, ast.Attribute) else ""
+        name = _last_name(func) if _last_name(func) in LONG_LIVED else owner
+        if name in LONG_LIVED and name not in own:
+            found.append(node.lineno)
+    return sorted(found)
+
+
+def test_what_lives_as_long_as_the_agent_is_built_by_the_root_alone():
+    sites = _launcher_sites(_builds, skip=COMPOSERS)
+    assert sum(len(lines) for module, lines in sites.items() if not module.startswith("launcher.cli.")) == 0, sites
+
+
+def test_the_builds_check_sees_one():
+    source = "self._pump = LogPump()\ngate = HealthGate.for_agent(a, b)\nx = self._group.stop(1)\n"
+    source += "rounds = runner.RoundRunner(config)\nk = keeper if keeper is not None else Keeper(None)\n"
+    assert _builds(source) == [1, 2, 4]
