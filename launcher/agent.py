@@ -26,6 +26,7 @@ from rendezvous.errors import (
     RendezvousCredentialsError,
     RendezvousError,
 )
+from rendezvous.job.history import Kind
 from rendezvous.job.progress import tripped
 from rendezvous.job.state import CLOSED_BY_CRASH_LOOP, CLOSED_BY_OPERATOR, JobState, JobStatus
 from rendezvous.rounds.handler import RendezvousHandler
@@ -184,7 +185,7 @@ class Agent:
             # Leaving a closed job is no news (its job_closed record says why): said, not stored,
             # so a job's history does not grow by one record a node at its end.
             ended = state is not None and state.status is JobStatus.CLOSED
-            self.history.record("node_left", self.info.round, store=not ended, reason=self._departure.reason)
+            self.history.record(Kind.NODE_LEFT, self.info.round, store=not ended, reason=self._departure.reason)
 
     def _run_round(self) -> RoundResult:
         self.state = AgentState.RUNNING
@@ -284,7 +285,7 @@ class Agent:
     def _after_fence(self) -> None:
         peers = self._peers.last_miss() if self._peers is not None else (None, 0.0)
         what, limit = restart.fence_reason(*peers, self._terms.lease.silent_for(), self._terms.fence_after)
-        self.history.record("node_left", self.info.round if self.info else 0, reason=f"fenced: {what}; it rejoins")
+        self.history.record(Kind.NODE_LEFT, self.info.round if self.info else 0, reason=f"fenced: {what}; it rejoins")
         self.say(f"{what} ({limit}): stopped the workers so that no stale rank runs on; rejoining when etcd answers")
         self._terms.lease.handled()
         self._reaper.clear()
@@ -319,7 +320,7 @@ class Agent:
 
     def _close(self, reason: str, *, failed: bool = False, closed_by: str = "") -> None:
         by = closed_by or "agent"
-        self.history.record("job_closed", self.info.round if self.info else 0, reason=reason, failed=failed, by=by)
+        self.history.record(Kind.JOB_CLOSED, self.info.round if self.info else 0, reason=reason, failed=failed, by=by)
         try:
             self.handler.set_closed(reason, failed=failed, closed_by=closed_by)
         except RendezvousError as exc:

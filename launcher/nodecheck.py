@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from rendezvous.errors import RendezvousClosedError, RendezvousError, RendezvousTimeoutError
+from rendezvous.job.history import Kind
 from rendezvous.job.state import JobStatus
 
 __all__ = [
@@ -264,7 +265,7 @@ class HealthGate:
         attempt, waited = 0, 0.0
         while self._reason is not None:
             if self._closed() and self._unrecorded is not None:
-                self._record("node_unhealthy", last_round, reason=self._unrecorded)
+                self._record(Kind.NODE_UNHEALTHY, last_round, reason=self._unrecorded)
                 self._unrecorded = None
             if self._patience is not None and waited >= self._patience:
                 raise RendezvousTimeoutError(
@@ -276,7 +277,7 @@ class HealthGate:
             reason = self._checks.run(self._environ)
             if reason is None:
                 self._say("this node's health checks pass again: it joins the job's next round")
-                self._record("node_healthy", last_round)
+                self._record(Kind.NODE_HEALTHY, last_round)
                 self._healthy(True)
             elif reason != self._reason:
                 self._say(f"this node is still unhealthy: {reason}")

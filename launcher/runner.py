@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 from launcher.c10dstore import StoreHost
 from launcher.goodput.live import publish_account
-from launcher.goodput.marks import WRITERS, RoundMarks, round_details
+from launcher.goodput.marks import WRITERS, RoundMarks, RoundWork, round_details
 from launcher.hangs.exitstuck import ExitWatch, others_done, say_quiet
 from launcher.hangs.hangwatch import HangWatch, watch_round
 from launcher.hangs.verdict import Verdict
@@ -28,7 +28,7 @@ from launcher.workers.env import round_specs
 from launcher.workers.group import GroupState, GroupStatus, WorkerGroup
 from rendezvous.errors import RendezvousError
 from rendezvous.job.hangboard import HangChannel
-from rendezvous.job.history import HistoryWriter
+from rendezvous.job.history import HistoryWriter, Kind
 from rendezvous.job.paceboard import PaceBoard
 from rendezvous.job.state import Cause, FailureKind
 from rendezvous.rounds.handler import RendezvousHandler
@@ -155,9 +155,9 @@ class RoundRunner:
         started = time.monotonic()  # a round's length: from its first heartbeat where there is one
         try:
             result, ended = self._watch(), time.monotonic()
-            progress = self._hangs.progress() if self._hangs is not None else (None, None, 0, None)
+            work = self._hangs.work() if self._hangs is not None else RoundWork()
             if result.outcome in (RoundOutcome.FAILED, RoundOutcome.HUNG):  # how far they got (crash loops)
-                result = replace(result, beats=progress[2], ran=ended - (progress[0] or started))
+                result = replace(result, beats=work.beats, ran=ended - (work.first or started))
             if result.outcome is RoundOutcome.FAILED:
                 result = self._blame(result)
             if result.outcome is RoundOutcome.HUNG:
@@ -183,7 +183,7 @@ class RoundRunner:
         if self._peers is not None:
             self._peers.end_round()  # after the workers: the peers' deadline guards them until then
         self._telemetry.workers(0)
-        marks = RoundMarks(started, ended, time.monotonic(), *progress, kept=kept, exited=self._first_exit)
+        marks = RoundMarks(started, ended, time.monotonic(), *work.marks(), kept=kept, exited=self._first_exit)
         self._record_round(info, result, marks)
         if result.outcome is RoundOutcome.REPLACED:  # it rejoins once the spare's round runs, as a spare
             wait_replaced(self.handler, info.round, min(self._join_timeout, 30.0))
@@ -230,14 +230,14 @@ class RoundRunner:
         ranks 0 and 1 (``launcher.goodput.marks``)."""
         if result.outcome is RoundOutcome.FAILED:
             for record in failure_records(result.status):
-                self._history.record("worker_failed", info.round, **record)
+                self._history.record(Kind.WORKER_FAILED, info.round, **record)
         if info.group_rank < WRITERS:  # with this node's newest elastic.checkpoint save: (step, when)
             marks = replace(marks, save=newest_save(self._memory))
             now_wall, now = time.time(), time.monotonic()
             details = round_details(
                 marks, outcome=result.outcome.value, group_rank=info.group_rank, now_wall=now_wall, now=now
             )
-            self._history.record("round_ended", info.round, **details)
+            self._history.record(Kind.ROUND_ENDED, info.round, **details)
 
     def _open(self, info: RendezvousInfo) -> RoundResult | None:
         """The round's store served (group rank 0), then the pre-flight check when it is due: a
@@ -266,7 +266,7 @@ class RoundRunner:
         here while a spare waits ends the round: this node steps out for the spare."""
         for change in self._pace.tick():
             self._say(change.line())
-            kind = "straggler" if change.change == Change.STRAGGLING else "straggler_recovered"
+            kind = Kind.STRAGGLER if change.change == Change.STRAGGLING else Kind.STRAGGLER_RECOVERED
             self._history.record(kind, self.info.round, **change.details())
         straggler = self._pace.straggler()
         if straggler is None or not self.config.replace_stragglers or not self._spares.waiting():
@@ -358,9 +358,10 @@ class RoundRunner:
         """Workers stuck at exit (``launcher.hangs.exitstuck``): each said with what it is blocked in,
         recorded, and ended -- it then counts as exited 0, and the round succeeds."""
         ending = bool(self._status.exited) or self._peer_finished()
+        round_, node = self.info.round, self.handler.node_id
         for stuck in self._exits.stuck(self._status.exited, ending, self.info.base_global_rank):
-            self._say(stuck.line(self.info.round))
-            self._history.record("worker_stuck_at_exit", self.info.round, node=self.handler.node_id, **stuck.details())
+            self._say(stuck.line(round_))
+            self._history.record(Kind.WORKER_STUCK_AT_EXIT, round_, node=node, **stuck.details())
             self._group.end_stuck(stuck.local_rank)
 
     def _peer_finished(self) -> bool:

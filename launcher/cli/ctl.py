@@ -21,7 +21,7 @@ import click
 from launcher.errors import LauncherError
 from rendezvous.etcd.client import EtcdClient
 from rendezvous.etcd.watch import EventType, KeyRange, Watch
-from rendezvous.job.history import Event, HistoryWriter, last_run, read_history
+from rendezvous.job.history import Event, HistoryWriter, Kind, last_run, read_history
 from rendezvous.job.keys import JobKeys
 from rendezvous.rounds.operate import JobNotFound, JobRefused, close_job, request_round, reset_job
 from rendezvous.rounds.snapshot import read_round
@@ -226,7 +226,7 @@ def ctl_history(
             click.echo(json.dumps([e.as_dict() for e in events], sort_keys=True))
             return 0
         _print_events(events, as_json, header=True)
-        if not follow or any(e.kind == "job_closed" for e in last_run(events)):  # its newest run closed
+        if not follow or any(e.kind == Kind.JOB_CLOSED for e in last_run(events)):  # its newest run closed
             return 0
         deadline = None if timeout is None else time.monotonic() + timeout
         with Watch(client, KeyRange(keys.history, prefix=True), start_revision=revision + 1) as watch:
@@ -240,12 +240,12 @@ def ctl_history(
                     continue
                 if shown(event):
                     _print_events([event], as_json, header=False)
-                if event.kind == "job_closed":
+                if event.kind == Kind.JOB_CLOSED:
                     return 0
     return 0
 
 
-_ACCOUNTING = ("round_ended",)  # records for the goodput account (elastic-ctl report), shown with --all
+_ACCOUNTING = (Kind.ROUND_ENDED,)  # records for the goodput account (elastic-ctl report), shown with --all
 
 
 def _print_events(events: list[Event], as_json: bool, header: bool) -> None:

@@ -8,25 +8,27 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from rendezvous.job.history import Kind
+
 __all__ = ["event_words", "details_text"]
 
 _EVENTS = {
-    "round_frozen": "round formed",
-    "round_ended": "round ended",
-    "round_requested": "new round asked",
-    "group_restarted": "workers restarted",
-    "worker_failed": "worker failed",
-    "worker_hung": "worker hung",
-    "worker_stuck_at_exit": "worker stuck at exit",
-    "node_left": "node left",
-    "node_lost": "node lost",
-    "node_unhealthy": "node unhealthy",
-    "node_healthy": "node healthy again",
-    "preflight": "pre-flight check",
-    "straggler": "straggler",
-    "straggler_recovered": "straggler recovered",
-    "job_closed": "job closed",
-    "job_rerun": "job run again",
+    Kind.ROUND_FROZEN: "round formed",
+    Kind.ROUND_ENDED: "round ended",
+    Kind.ROUND_REQUESTED: "new round asked",
+    Kind.GROUP_RESTARTED: "workers restarted",
+    Kind.WORKER_FAILED: "worker failed",
+    Kind.WORKER_HUNG: "worker hung",
+    Kind.WORKER_STUCK_AT_EXIT: "worker stuck at exit",
+    Kind.NODE_LEFT: "node left",
+    Kind.NODE_LOST: "node lost",
+    Kind.NODE_UNHEALTHY: "node unhealthy",
+    Kind.NODE_HEALTHY: "node healthy again",
+    Kind.PREFLIGHT: "pre-flight check",
+    Kind.STRAGGLER: Kind.STRAGGLER,
+    Kind.STRAGGLER_RECOVERED: "straggler recovered",
+    Kind.JOB_CLOSED: "job closed",
+    Kind.JOB_RERUN: "job run again",
 }
 
 
@@ -88,15 +90,15 @@ def _rerun(d: Mapping[str, Any]) -> str:
 
 
 _DETAILS: dict[str, Callable[[Mapping[str, Any]], str]] = {
-    "round_frozen": _formed,
-    "worker_failed": _failed,
-    "group_restarted": _restarted,
-    "job_closed": _closed,
-    "node_left": _why,
-    "node_lost": _why,
-    "round_requested": _why,
-    "job_rerun": _rerun,
-    "worker_hung": _hung,
+    Kind.ROUND_FROZEN: _formed,
+    Kind.WORKER_FAILED: _failed,
+    Kind.GROUP_RESTARTED: _restarted,
+    Kind.JOB_CLOSED: _closed,
+    Kind.NODE_LEFT: _why,
+    Kind.NODE_LOST: _why,
+    Kind.ROUND_REQUESTED: _why,
+    Kind.JOB_RERUN: _rerun,
+    Kind.WORKER_HUNG: _hung,
 }
 
 

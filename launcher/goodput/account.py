@@ -26,7 +26,7 @@ import enum
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from rendezvous.job.history import Event, last_run
+from rendezvous.job.history import Event, Kind, last_run
 
 from .drag import Pace, Stretch, inside, lay, rate_shares
 from .ends import describe_end
@@ -178,7 +178,7 @@ def account_of(events: Iterable[Event], *, now: float | None = None) -> Account:
     if not events:
         return Account(0.0, 0.0, (), (), (), 0, ("no history records",), closed=False)
     rounds = _rounds(events)
-    closes = [e.time for e in events if e.kind == "job_closed"]
+    closes = [e.time for e in events if e.kind == Kind.JOB_CLOSED]
     end = max(closes) if closes else (now if now is not None else events[-1].time)
     if not closes and rounds and rounds[-1].ended is None and rounds[-1].formed is not None:
         end = min(end, rounds[-1].formed)  # a running job: counted to the start of its current round
@@ -211,7 +211,7 @@ def account_of(events: Iterable[Event], *, now: float | None = None) -> Account:
 
 def _up(e: Event) -> float | None:
     """How long the agent that froze a round had run then (an older agent's record has no ``up``)."""
-    up = e.details.get("up") if e.kind == "round_frozen" else None
+    up = e.details.get("up") if e.kind == Kind.ROUND_FROZEN else None
     valid = isinstance(up, (int, float)) and not isinstance(up, bool) and 0.0 <= up < 86400.0 * 365
     return float(up) if valid else None
 
@@ -239,10 +239,10 @@ def _rounds(events: Sequence[Event]) -> list[_Round]:
     for e in events:
         r = found.setdefault(e.round, _Round(e.round))
         r.events.append(e)
-        if e.kind == "round_frozen" and r.formed is None:
+        if e.kind == Kind.ROUND_FROZEN and r.formed is None:
             r.formed, r.formed_in = e.time, float(e.details.get("formed_in", 0.0))
             r.world = int(e.details.get("world_size", 0))
-        elif e.kind == "round_ended":
+        elif e.kind == Kind.ROUND_ENDED:
             rank = int(e.details.get("group_rank", 0))
             if r.ended is None or rank < int(r.ended.details.get("group_rank", 0)):
                 r.ended = e
@@ -257,7 +257,7 @@ def _cut_round(cut: _Cutter, r: _Round, before: _Round | None, until: float, *, 
     if r.ended is None:  # no record of its workers: its nodes died with it
         cut.add(until, Cause.UNKNOWN, r.number)
         return
-    checked = any(e.kind == "preflight" for e in r.events)
+    checked = any(e.kind == Kind.PREFLIGHT for e in r.events)
     cut.add(r.started, Cause.CHECKS if checked else Cause.START, r.number)
     ended, first_step = r.at("ran"), r.at("first_step")
     if beats:
@@ -284,7 +284,7 @@ def _trained_until(r: _Round, ended: float | None) -> float | None:
     exits = [
         e.time - float(e.details.get("stop", 0.0)) - float(e.details.get("ran", 0.0)) + float(e.details["first_exit"])
         for e in r.events
-        if e.kind == "round_ended" and _number(e.details.get("first_exit"))
+        if e.kind == Kind.ROUND_ENDED and _number(e.details.get("first_exit"))
     ]
     return min(exits) if exits else ended
 
@@ -327,9 +327,9 @@ def _named_stragglers(rounds: list[_Round]) -> dict[int, list[Stretch]]:
         open_: dict[object, Event] = {}
         for e in r.events:
             key = (e.node, e.details.get("rank"))
-            if e.kind == "straggler":  # slow since ``slow_for`` seconds before it was named
+            if e.kind == Kind.STRAGGLER:  # slow since ``slow_for`` seconds before it was named
                 open_[key] = e
-            elif e.kind == "straggler_recovered" and key in open_:
+            elif e.kind == Kind.STRAGGLER_RECOVERED and key in open_:
                 named = open_.pop(key)
                 out.setdefault(r.number, []).append((_onset(named), e.time, _share(named)))
         for named in open_.values():

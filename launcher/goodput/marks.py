@@ -20,9 +20,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["RoundMarks", "WRITERS", "round_details"]
+__all__ = ["RoundWork", "RoundMarks", "WRITERS", "round_details"]
 
 WRITERS = 2  # group ranks 0 and 1 record their round
+
+
+@dataclass(frozen=True)
+class RoundWork:
+    """What a round's local workers did, as their heartbeats tell it (``HangWatch.work``): read by the
+    crash-loop breaker (``beats``), the round's length (``first``) and the ``round_ended`` record."""
+
+    first: float | None = None  # when every local worker that beat had beaten once (monotonic; None: none beat)
+    last: float | None = None  # the last heartbeat
+    beats: int = 0  # the most heartbeats one local worker beat
+    healthy: float | None = None  # their plain steps' mean without their stalls (``StepTimes.healthy``)
+
+    def marks(self) -> tuple[float | None, float | None, int, float | None]:
+        """``RoundMarks``' first, last, steps and healthy, in its order."""
+        return self.first, self.last, self.beats, self.healthy
 
 
 @dataclass(frozen=True)

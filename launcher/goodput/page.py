@@ -11,7 +11,7 @@ from __future__ import annotations
 import html
 from datetime import datetime, timezone
 
-from rendezvous.job.history import Event
+from rendezvous.job.history import Event, Kind
 
 from .account import TITLES, Account, Cause, Segment
 from .text import describe_seconds
@@ -32,18 +32,18 @@ COLORS = {
     Cause.UNKNOWN: "#333333",
 }
 MARKS = {  # a history record's kind: its mark's color (faults red, checks blue, rounds grey)
-    "worker_failed": "#d7301f",
-    "worker_hung": "#b3306f",
-    "node_lost": "#7a0177",
-    "node_left": "#e08214",
-    "job_closed": "#111111",
-    "straggler": "#a66ad8",
-    "straggler_recovered": "#5aae61",
-    "node_unhealthy": "#1a9fb4",
-    "node_healthy": "#5aae61",
-    "preflight": "#1a9fb4",
-    "group_restarted": "#f0a830",
-    "round_requested": "#4f7fe0",
+    Kind.WORKER_FAILED: "#d7301f",
+    Kind.WORKER_HUNG: "#b3306f",
+    Kind.NODE_LOST: "#7a0177",
+    Kind.NODE_LEFT: "#e08214",
+    Kind.JOB_CLOSED: "#111111",
+    Kind.STRAGGLER: "#a66ad8",
+    Kind.STRAGGLER_RECOVERED: "#5aae61",
+    Kind.NODE_UNHEALTHY: "#1a9fb4",
+    Kind.NODE_HEALTHY: "#5aae61",
+    Kind.PREFLIGHT: "#1a9fb4",
+    Kind.GROUP_RESTARTED: "#f0a830",
+    Kind.ROUND_REQUESTED: "#4f7fe0",
 }
 _LEFT, _WIDTH, _ROW, _TOP = 190, 960, 24, 30
 _CSS = """
@@ -98,7 +98,7 @@ def _nodes(events: tuple[Event, ...]) -> dict[str, float]:
     """Each node, from when it is first known: a round that names it joined, or its first record."""
     seen: dict[str, float] = {}
     for e in events:
-        named = e.details.get("joined") if e.kind == "round_frozen" else None
+        named = e.details.get("joined") if e.kind == Kind.ROUND_FROZEN else None
         for node in [e.node, *(named if isinstance(named, list) else [])]:
             seen[node] = min(seen.get(node, e.time), e.time)
     return dict(sorted(seen.items(), key=lambda item: item[1]))
@@ -113,7 +113,7 @@ def _timeline(account: Account) -> str:
     for segment in account.segments:
         out.append(_segment(segment, x))
     for e in account.events:
-        if e.kind == "round_frozen":
+        if e.kind == Kind.ROUND_FROZEN:
             at = x(e.time)
             out.append(
                 f'<line x1="{at:.1f}" x2="{at:.1f}" y1="{_TOP - 8}" y2="{height - 28}" stroke="#c5ccd3" '

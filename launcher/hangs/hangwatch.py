@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from launcher.goodput.marks import RoundWork
 from launcher.goodput.steptimes import StepTimes
 from rendezvous.errors import RendezvousError
 from rendezvous.job.hangboard import HangBoard, HangChannel
@@ -116,15 +117,13 @@ class HangWatch:
             watch.feed(reader.read())
         return max((w.beat.count for w in self._watches if w.beat is not None), default=0)
 
-    def progress(self) -> tuple[float | None, float | None, int, float | None]:
-        """(first, last, beats, healthy): when every local worker that beat had beaten once
-        (monotonic), its last heartbeat, the most heartbeats one beat -- read now (``most_beats``) --
-        and their plain steps' healthy step (``StepTimes.healthy``)."""
+    def work(self) -> RoundWork:
+        """What the local workers did this round, read now (``most_beats``)."""
         beats = self.most_beats()
         firsts = [w.first for w in self._watches if w.first is not None]
         lasts = [w.beat.last for w in self._watches if w.beat is not None]
         healthy = StepTimes.combined(w.times for w in self._watches).healthy()
-        return (max(firsts) if firsts else None), (max(lasts) if lasts else None), beats, healthy
+        return RoundWork(max(firsts) if firsts else None, max(lasts) if lasts else None, beats, healthy)
 
     def reports(self, now: float | None = None) -> list[RankReport]:
         now = self._clock() if now is None else now

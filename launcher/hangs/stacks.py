@@ -10,6 +10,8 @@ import os
 import time
 from collections.abc import Callable, Sequence
 
+from rendezvous.job.history import Kind
+
 from .beatfile import BeatReader, stacks_path
 from .blame import blocked_at, excerpt, main_frames, main_thread_of, parse_threads
 from .hangrules import RankReport
@@ -77,7 +79,7 @@ def report_hang(
             + "\n\n".join(excerpt(t) for t in others)
         )
     if here:
-        record("worker_hung", **verdict.record())
+        record(Kind.WORKER_HUNG, **verdict.record())
 
 
 def _read_settled(path: str, offset: int, deadline: float, clock: Callable[[], float]) -> str:

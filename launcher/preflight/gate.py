@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from launcher.warmstart.starters import PlainStart
 from rendezvous.errors import RendezvousError
+from rendezvous.job.history import Kind
 from rendezvous.job.state import JobState
 
 from .pairs import ENV, Finding
@@ -148,7 +149,7 @@ def check_round(preflight: Preflight, handler, info, environ: Mapping[str, str],
     settings.update(addr=info.master_addr, port=info.master_port)
     verdict = preflight.run(settings, environ, info.min_nodes)
     if info.group_rank == 0:
-        history.record("preflight", info.round, **verdict.summary())
+        history.record(Kind.PREFLIGHT, info.round, **verdict.summary())
     if info.group_rank in verdict.out:
         line = next(f.line() for f in verdict.findings if f.node == info.group_rank)
         handler.step_out(f"pre-flight check: {line}")

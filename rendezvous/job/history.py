@@ -29,6 +29,7 @@ Kinds and their details::
 
 from __future__ import annotations
 
+import enum
 import json
 import queue
 import threading
@@ -47,6 +48,7 @@ from .keys import history_prefix, unwrap_state
 from .state import JobState
 
 __all__ = [
+    "Kind",
     "Event",
     "HistoryWriter",
     "read_history",
@@ -67,6 +69,36 @@ DEFAULT_LIMIT = 1000
 NAMES = 8  # node names a record lists of those that joined or left (the counts say how many in all)
 SCHEMA = 1
 _WRITE_BUDGET = 2.0
+
+
+class Kind(str, enum.Enum):
+    """What a history record says happened: its ``kind``, written by the agents, the reaper and
+    ``elastic-ctl``, and read by the goodput account, its page, ``status`` and ``history``. A
+    member is its own value wherever a string is (compared, hashed, JSON); records are decoded with
+    the kind as written, so a kind this version does not know is kept, not refused."""
+
+    ROUND_FROZEN = "round_frozen"  # a round formed: its nodes, who joined and left, how long it took
+    ROUND_ENDED = "round_ended"  # what a node measured of one round of its workers (the goodput account)
+    ROUND_REQUESTED = "round_requested"  # a new round asked for (a node's or an operator's reason)
+    GROUP_RESTARTED = "group_restarted"  # a round formed after a failure: the workers restart (count, budget)
+    WORKER_FAILED = "worker_failed"  # a worker exited non-zero
+    WORKER_HUNG = "worker_hung"  # the job agreed a rank hung
+    WORKER_STUCK_AT_EXIT = "worker_stuck_at_exit"  # a worker alive and doing nothing after the others exited 0, ended
+    NODE_LEFT = "node_left"  # a node left the job (its agent said why, or its reaper)
+    NODE_LOST = "node_lost"  # a node's peers found it dead
+    NODE_UNHEALTHY = "node_unhealthy"  # a node failed its health checks and took no rank
+    NODE_HEALTHY = "node_healthy"  # its checks pass again
+    PREFLIGHT = "preflight"  # the pre-flight check of a round
+    STRAGGLER = "straggler"  # a rank named slow
+    STRAGGLER_RECOVERED = "straggler_recovered"  # a straggler at its healthy pace again
+    JOB_CLOSED = "job_closed"  # the job closed (finished, failed, or by an operator)
+    JOB_RERUN = "job_rerun"  # a new launch of a closed job's id began a new run of it
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
 
 
 @dataclass(frozen=True)
@@ -114,7 +146,7 @@ def read_history(client: EtcdClient, job_prefix: str) -> tuple[list[Event], int]
     return decode_events(kvs), revision
 
 
-RERUN = "job_rerun"  # a new launch of a closed job's id began a new run of it (``JobStateStore.rerun``)
+RERUN = Kind.JOB_RERUN  # a new launch of a closed job's id began a new run of it (``JobStateStore.rerun``)
 
 
 def last_run(events: Iterable[Event]) -> list[Event]:
@@ -177,7 +209,7 @@ class HistoryWriter:
         """Seconds since this node's agent started (None: not known, see ``started``)."""
         return max(self._clock() - self.started, 0.0) if self.started is not None else None
 
-    def record(self, kind: str, round_: int, *, node: str | None = None, store: bool = True, **details: Any) -> None:
+    def record(self, kind: Kind, round_: int, *, node: str | None = None, store: bool = True, **details: Any) -> None:
         """Queue a record about ``node`` (default: this writer's node); details that are None are left out.
         ``store`` False: only echoed (the console event log), not written to etcd."""
         cleaned = {k: v for k, v in details.items() if v is not None}
@@ -290,10 +322,10 @@ def unhealthy_nodes(events: Iterable[Event]) -> tuple[tuple[str, str], ...]:
     """(node, why) for each node whose last health record says unhealthy (``launcher.nodecheck``)."""
     last: dict[str, Event] = {}
     for event in events:
-        if event.kind in ("node_unhealthy", "node_healthy"):
+        if event.kind in (Kind.NODE_UNHEALTHY, Kind.NODE_HEALTHY):
             last[event.node] = event
     return tuple(
-        (node, str(e.details.get("reason", ""))) for node, e in sorted(last.items()) if e.kind == "node_unhealthy"
+        (node, str(e.details.get("reason", ""))) for node, e in sorted(last.items()) if e.kind == Kind.NODE_UNHEALTHY
     )
 
 
@@ -303,14 +335,14 @@ def gray_failures(events: Iterable[Event]) -> tuple[str, ...]:
     stragglers: dict[tuple[str, object], Event] = {}
     preflight: Event | None = None
     for event in events:
-        if event.kind in ("straggler", "straggler_recovered"):
+        if event.kind in (Kind.STRAGGLER, Kind.STRAGGLER_RECOVERED):
             stragglers[(event.node, event.details.get("rank"))] = event
-        elif event.kind == "preflight":
+        elif event.kind == Kind.PREFLIGHT:
             preflight = event
     lines = [
         f"straggler: rank {e.details.get('rank')} on {node} (score {e.details.get('score')})"
         for (node, _), e in sorted(stragglers.items(), key=lambda item: str(item[0]))
-        if e.kind == "straggler"
+        if e.kind == Kind.STRAGGLER
     ]
     if preflight is not None:
         found = preflight.details.get("findings") or ["nothing found"]
@@ -322,5 +354,7 @@ def record_freeze(history: HistoryWriter, before: JobState | None, frozen: JobSt
     """The coordinator's records of a round it froze: a group restart, and the round (who joined and left)."""
     up = history.uptime()
     if before is not None and frozen.restarts > before.restarts:
-        history.record("group_restarted", frozen.round, restart_count=frozen.restarts, max_restarts=frozen.max_restarts)
-    history.record("round_frozen", frozen.round, **freeze_details(before, frozen, formed_in=formed_in, up=up))
+        history.record(
+            Kind.GROUP_RESTARTED, frozen.round, restart_count=frozen.restarts, max_restarts=frozen.max_restarts
+        )
+    history.record(Kind.ROUND_FROZEN, frozen.round, **freeze_details(before, frozen, formed_in=formed_in, up=up))

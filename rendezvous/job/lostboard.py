@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from rendezvous.errors import RendezvousError
 from rendezvous.etcd.client import EtcdClient
-from rendezvous.job.history import HistoryWriter
+from rendezvous.job.history import HistoryWriter, Kind
 from rendezvous.job.keys import JobKeys
 from rendezvous.job.ranktable import Target
 
@@ -62,7 +62,7 @@ class Verdicts:
             return False
         self.ended[target.node] = why  # settled: not accused again
         if ended and self._history is not None:  # the one that ended it says so
-            self._history.record("node_lost", self.round, node=target.node, reason=why, by=self._node)
+            self._history.record(Kind.NODE_LOST, self.round, node=target.node, reason=why, by=self._node)
         return True
 
     def accusing(self, node: str) -> bool:

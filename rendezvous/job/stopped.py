@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from .history import Event
+from .history import Event, Kind
 from .state import JobState, JobStatus
 
 __all__ = ["Stopped", "stopped_from"]
@@ -53,7 +53,7 @@ def stopped_from(state: JobState, events: Iterable[Event]) -> Stopped:
     for event in events:
         if event.round != last:
             continue
-        if event.kind == "node_left":
+        if event.kind == Kind.NODE_LEFT:
             left[event.node] = max(event.time, left.get(event.node, event.time))
         known.append(event.time)
     silent = max(state.size - len(left), 0)

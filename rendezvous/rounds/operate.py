@@ -9,7 +9,7 @@ from dataclasses import replace
 from rendezvous.errors import RendezvousError
 from rendezvous.etcd.client import EtcdClient
 from rendezvous.job.catalog import list_jobs
-from rendezvous.job.history import HistoryWriter
+from rendezvous.job.history import HistoryWriter, Kind
 from rendezvous.job.keys import JobKeys
 from rendezvous.job.state import CLOSED_BY_OPERATOR, JobState, JobStatus
 from rendezvous.job.store import GaveUp, JobStateStore, StateUnchanged
@@ -77,7 +77,7 @@ def close_job(
         except RendezvousError:
             pass
     if history is not None and after is not before:
-        history.record("job_closed", after.round, reason=reason, failed=False, by=CLOSED_BY_OPERATOR)
+        history.record(Kind.JOB_CLOSED, after.round, reason=reason, failed=False, by=CLOSED_BY_OPERATOR)
     return before, after
 
 
@@ -91,7 +91,7 @@ def request_round(
 
     before, after = _change(client, keys, change)
     if history is not None and after is not before:
-        history.record("round_requested", after.round, reason=reason, by=CLOSED_BY_OPERATOR)
+        history.record(Kind.ROUND_REQUESTED, after.round, reason=reason, by=CLOSED_BY_OPERATOR)
     return before, after
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from launcher.goodput.account import Cause, account_of
 from launcher.goodput.drag import Pace, lay, rate_shares
-from launcher.goodput.marks import RoundMarks, round_details
+from launcher.goodput.marks import RoundMarks, RoundWork, round_details
 from launcher.goodput.steptimes import StepTimes
 from launcher.goodput.text import report_lines
 from rendezvous.job.history import Event
@@ -440,3 +440,10 @@ def test_under_inprocess_a_fault_s_survivors_keep_their_steps_nothing_is_redone_
         closed(101.0, 2),
     ]
     assert Cause.REDONE not in account_of(events).lost
+
+
+def test_a_round_s_work_goes_into_its_marks_field_by_field():
+    work = RoundWork(first=102.0, last=129.5, beats=77, healthy=0.36)
+    marks = RoundMarks(100.0, 130.0, 130.4, *work.marks())
+    assert (marks.first, marks.last, marks.steps, marks.healthy) == (102.0, 129.5, 77, 0.36)
+    assert RoundMarks(100.0, 130.0, 130.4, *RoundWork().marks()) == RoundMarks(100.0, 130.0, 130.4)

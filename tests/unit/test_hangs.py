@@ -106,7 +106,8 @@ def test_a_round_s_progress_holds_its_workers_healthy_step_with_their_jitter_and
                 record.seek(beats.BEAT_AT)
                 record.write(beats.BEAT.pack(now, count))
         watch.most_beats()
-    first, last, beaten, healthy = watch.progress()
+    work = watch.work()
+    first, last, beaten, healthy = work.first, work.last, work.beats, work.healthy
     assert (first, last, beaten) == (1.05, now, 101)
     # the steps after the first two beats (the first interval is not a step): 58 of 50 ms and 40 of 70 --
     # the jitter's mean, not their 50 ms median, and not the stall

@@ -327,3 +327,58 @@ def test_the_builds_check_sees_one():
     source = "self._pump = LogPump()\ngate = HealthGate.for_agent(a, b)\nx = self._group.stop(1)\n"
     source += "rounds = runner.RoundRunner(config)\nk = keeper if keeper is not None else Keeper(None)\n"
     assert _builds(source) == [1, 2, 4]
+
+
+# History record kinds: written and read as ``Kind`` members, never spelled (a renamed kind then
+# fails at import, not silently in a report). A kind spelled as a string: the first argument of a
+# ``record`` call, or a string compared with a ``kind``. 39 sites before the rule (in 13 modules of
+# launcher/ and rendezvous/); 0 allowed. The reaper, run by path with no import of the package,
+# spells its one kind, and that spelling is checked against ``Kind`` below.
+def _spelled_kinds(source: str) -> list[int]:
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and _last_name(node.func) in ("record", "_record") and node.args:
+            first = node.args[0]
+            if isinstance(first, ast.Constant) and isinstance(first.value, str):
+                found.append(node.lineno)
+        elif isinstance(node, ast.Compare) and _last_name(node.left).lstrip("_") == "kind":
+            sides = [c for c in node.comparators for c in (c.elts if isinstance(c, ast.Tuple) else [c])]
+            if any(isinstance(c, ast.Constant) and isinstance(c.value, str) for c in sides):
+                found.append(node.lineno)
+    return sorted(found)
+
+
+def _package_sites(find, packages=("launcher", "rendezvous"), skip: tuple[str, ...] = ()) -> dict[str, list[int]]:
+    modules = ((_module_name(p), p) for package in packages for p in (ROOT / package).rglob("*.py"))
+    return {name: lines for name, path in modules if name not in skip and (lines := find(path.read_text()))}
+
+
+# Modules whose ``kind`` is another thing's: the c10d wire's field kinds, the reaper's message kinds,
+# the hang cases' event kinds, a blame's kind, and a pre-flight finding's.
+OTHER_KINDS = (
+    "launcher.c10dstore.protocol",
+    "launcher.reaper.wire",
+    "launcher.hangs.cases",
+    "launcher.hangs.blame",
+    "launcher.preflight.pairs",
+)
+
+
+def test_history_record_kinds_are_never_spelled():
+    sites = _package_sites(_spelled_kinds, skip=("launcher.reaper.reaper", *OTHER_KINDS))
+    assert sum(len(lines) for lines in sites.values()) == 0, sites
+
+
+def test_the_spelled_kinds_check_sees_one():
+    source = 'h.record("job_closed", 1)\nif e.kind == "round_ended": pass\nif e.kind in ("a", Kind.B): pass\n'
+    source += "h.record(Kind.JOB_CLOSED, 1)\nif e.kind == Kind.ROUND_ENDED: pass\n"
+    assert _spelled_kinds(source) == [1, 2, 3]
+
+
+def test_the_reaper_s_one_kind_and_every_kind_s_words_are_the_history_s():
+    from launcher.cli.history_text import _EVENTS
+    from rendezvous.job.history import Kind
+
+    reaper = (ROOT / "launcher" / "reaper" / "reaper.py").read_text()
+    assert f'"{Kind.NODE_LEFT.value}"' in reaper
+    assert set(_EVENTS) == set(Kind), set(Kind) ^ set(_EVENTS)  # every kind has its words in `history`
