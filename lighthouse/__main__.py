@@ -12,7 +12,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     # gRPC's own log lines (a port it cannot bind, a client that went away) would come on top of
     # the command's one line; set GRPC_VERBOSITY to see them. Set before gRPC is imported.
     os.environ.setdefault("GRPC_VERBOSITY", "NONE")
-    from launcher.cli.run import entry
+    from launcher.cli.entry import entry
 
     from .cli import elastic_lighthouse
 

@@ -1,4 +1,6 @@
-"""The command lines: ``elastic-run`` (``run``: options to a plan), ``elastic-ctl`` (``ctl``), their
-pure option parsing (``options``), the click options made from the option table (``clickopts``)
-and the console entry points (``main``). Kept light: ``main``
-starts a --standalone etcd before the heavy imports."""
+"""The command lines: ``elastic-run`` (``run``: options to a plan; ``parse``, ``options``: the pure
+option parsing; ``clickopts``: the click options made from the option table; ``helpfmt``: its
+help), ``elastic-ctl`` (``ctl`` and its ``ctl_*`` commands, ``history_text``), and how a command
+starts and ends: ``main`` (the console entry points, kept light: it starts a --standalone etcd and
+the warm interpreter, ``early``, before the heavy imports) and ``entry`` (one line per error, the
+exit codes; the Lighthouse uses it too)."""

@@ -7,8 +7,6 @@ line on stderr naming what was wrong and exit code 2; see launcher/errors.py for
 from __future__ import annotations
 
 import os
-import signal
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import replace
@@ -17,12 +15,11 @@ from typing import Any, NoReturn
 import click
 from click.core import ParameterSource
 
-from launcher.errors import EXIT_SIGNAL_BASE, EXIT_USAGE, LauncherError, UsageError, describe_code, rendezvous_failure
 from launcher.launch import launch
 from launcher.output.console import console_closed, say, set_log_format
-from rendezvous.errors import RendezvousError, RendezvousSettingsError
 
 from .clickopts import click_options
+from .entry import entry, last_line
 from .helpfmt import COMPLETION_SHELLS, GroupedCommand, print_completion, rdzv_conf_help
 from .options import (
     expand_abbreviations,
@@ -94,49 +91,10 @@ def _spellings(command: click.Command) -> tuple[dict[str, str], set[str]]:
     return names, takes_value
 
 
-def entry(command: click.Command, prog: str, argv: Sequence[str] | None, obj: Any = None) -> NoReturn:
-    try:
-        args = list(argv) if argv is not None else sys.argv[1:]
-        if command is elastic_run:  # argparse's unique-prefix abbreviations, as torchrun takes them
-            args = expand_abbreviations(args, *_spellings(command))
-        code = command.main(args=args, prog_name=prog, standalone_mode=False, obj=obj)
-    except click.exceptions.Exit as exc:
-        code = exc.exit_code
-    except click.ClickException as exc:
-        _error(prog, f"error: {' '.join(exc.format_message().split())}")
-        code = EXIT_USAGE
-    except click.Abort:
-        code = EXIT_SIGNAL_BASE + signal.SIGINT
-    except (UsageError, RendezvousSettingsError) as exc:
-        _error(prog, f"error: {exc}")
-        code = EXIT_USAGE
-    except (LauncherError, RendezvousError) as exc:
-        code = (exc if isinstance(exc, LauncherError) else rendezvous_failure(exc)).exit_code
-        if str(exc):
-            _error(prog, _last_line(str(exc), code) if prog == "elastic-run" else str(exc))
-    except KeyboardInterrupt:
-        code = EXIT_SIGNAL_BASE + signal.SIGINT
-    try:
-        sys.stdout.flush()
-    except (BrokenPipeError, ValueError):
-        console_closed()  # the exit code stays the run's, not Python's 120 for a failed flush
-    raise SystemExit(code if isinstance(code, int) else 0)
-
-
-def _last_line(message: str, code: int) -> str:
-    """The agent's last line: why it exits, with the exit code and whether a retry may help."""
-    row = describe_code(code)
-    if row is None or code == EXIT_USAGE:
-        return message
-    return f"{message} [exit {code}: {'worth a retry' if row.retry else 'do not retry'}]"
-
-
-def _error(prog: str, line: str) -> None:
-    """The one line of a failed command (a JSON object under elastic-run's --log-format json)."""
-    if prog == "elastic-run":
-        say(line, level="error")
-    else:
-        sys.stderr.write(f"{prog}: {line}\n")
+def _said(line: str, code: int) -> None:
+    """elastic-run's last line: as the agent says it (a JSON object under --log-format json), with the
+    exit code and whether a retry may help."""
+    say(last_line(line, code), level="error")
 
 
 class _Early:
@@ -166,7 +124,9 @@ class _Early:
 def run_main(argv: Sequence[str] | None = None, early_etcd: Any = None, early_warm: Any = None) -> NoReturn:
     early = _Early(early_etcd, early_warm)
     try:
-        entry(elastic_run, "elastic-run", argv, obj=early)
+        spellings = _spellings(elastic_run)  # argparse's unique-prefix abbreviations, as torchrun takes them
+        prepare = lambda args: expand_abbreviations(args, *spellings)  # noqa: E731
+        entry(elastic_run, "elastic-run", argv, obj=early, prepare=prepare, error=_said, closed=console_closed)
     finally:
         early.stop()
 

@@ -6,6 +6,9 @@ knows nothing of how rounds are decided, and only the torchrun plugin and store 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -139,7 +142,7 @@ def test_the_lighthouse_uses_etcd_and_the_launchers_entry_only():
     launcher's errors, signals and command entry (one exit-code table); nothing of jobs or rounds."""
     allowed = ("lighthouse", "rendezvous.errors", "rendezvous.etcd", "rendezvous.settings", "rendezvous.processes")
     allowed += ("launcher.errors",)
-    allowed += ("launcher.signals", "launcher.cli.run")
+    allowed += ("launcher.signals", "launcher.cli.entry")
     parents = ("rendezvous", "launcher", "launcher.cli")
     wrong = {
         m: sorted(t for t in targets if not _allowed(t, allowed) and t not in parents)
@@ -147,6 +150,29 @@ def test_the_lighthouse_uses_etcd_and_the_launchers_entry_only():
         if m.startswith("lighthouse")
     }
     assert not {m: t for m, t in wrong.items() if t}, wrong
+
+
+def test_the_lighthouse_program_loads_nothing_of_jobs_or_rounds():
+    """What ``python -m lighthouse`` loads in all, the imports of its imports included (141 of the
+    project's modules before its entry left ``launcher.cli.run``; 33 now)."""
+    probe = textwrap.dedent(
+        """
+        import runpy, sys
+        sys.argv = ["lighthouse", "--help"]
+        try:
+            runpy.run_module("lighthouse", run_name="__main__")
+        except SystemExit:
+            pass
+        sys.stderr.write(" ".join(m for m in sys.modules if m.split(".")[0] in ("launcher", "rendezvous")))
+        """
+    )
+    shown = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    loaded = shown.stderr.split()
+    allowed = ("launcher.errors", "launcher.signals", "launcher.cli.entry", "rendezvous.errors", "rendezvous.etcd")
+    allowed += ("rendezvous.settings", "rendezvous.job.keys")
+    parents = ("launcher", "launcher.cli", "rendezvous", "rendezvous.job")
+    wrong = [m for m in loaded if not _allowed(m, allowed) and m not in parents]
+    assert "launcher.errors" in loaded and not wrong, (wrong, shown.stderr[-2000:])
 
 
 def _allowed(target: str, prefixes: tuple[str, ...]) -> bool:
