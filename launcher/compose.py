@@ -100,7 +100,7 @@ def node_parts(
             config.checks, environ, shared.say, shared.history.record, handler, shared.telemetry, terms.join_timeout
         )
         rounds = RoundRunner(
-            config,
+            config.round_settings(),
             beats,
             handler,
             terms,

@@ -12,7 +12,7 @@ from rendezvous.rounds.member import LeaseStatus
 
 from .output import LayoutStrategy
 
-__all__ = ["AgentConfig", "differences"]
+__all__ = ["AgentConfig", "RoundSettings", "JobTerms", "differences"]
 
 
 @dataclass(frozen=True)
@@ -56,6 +56,27 @@ class AgentConfig:
     checks: NodeChecks = NodeChecks()  # the health gate before this node takes a rank (--health-check)
     replace_stragglers: bool = False  # a straggler's node steps out when a spare waits (--replace-stragglers)
     preflight: bool = False  # the nodes checked in pairs before a round with a new node (--preflight)
+
+    def round_settings(self) -> "RoundSettings":
+        fields = ("nproc_per_node", "role", "virtual_local_rank", "monitor_interval", "stop_grace", "cpu_binding")
+        fields += ("exit_stuck_timeout",)
+        fields += ("hang_timeouts", "replace_stragglers")
+        return RoundSettings(**{name: getattr(self, name) for name in fields})
+
+
+@dataclass(frozen=True)
+class RoundSettings:
+    """What the round runner needs of the agent's settings (``AgentConfig.round_settings``)."""
+
+    nproc_per_node: int
+    role: str
+    virtual_local_rank: bool
+    monitor_interval: float
+    stop_grace: float
+    cpu_binding: Mapping[int, tuple[str, ...]]
+    exit_stuck_timeout: float
+    hang_timeouts: HangTimeouts
+    replace_stragglers: bool
 
 
 def differences(config: AgentConfig, nodes: tuple[int, int], info: RendezvousInfo) -> tuple[str, ...]:

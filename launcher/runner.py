@@ -34,7 +34,7 @@ from rendezvous.job.state import Cause, FailureKind
 from rendezvous.rounds.handler import RendezvousHandler
 from rendezvous.rounds.join import RendezvousInfo
 
-from .config import AgentConfig, JobTerms
+from .config import JobTerms, RoundSettings
 from .hangs import beatfile as beats
 from .output import Layout
 from .restart import change_line, failure_records
@@ -92,7 +92,7 @@ class RoundResult:
 class RoundRunner:
     def __init__(
         self,
-        config: AgentConfig,
+        settings: RoundSettings,
         beats_dir: str,
         handler: RendezvousHandler,
         terms: JobTerms,
@@ -117,7 +117,7 @@ class RoundRunner:
         paces in etcd (None: the ranks are scored against this node's only). ``preflight``: the
         check before a round with a new node starts its workers (None: no check). ``memory``: the
         directory of the workers' ``elastic.checkpoint`` saves (its newest goes in the round's record)."""
-        self.config = config
+        self.settings = settings
         self._beats_dir = beats_dir
         self.handler, self._lease, self._join_timeout = handler, terms.lease, terms.join_timeout
         self._group, self._reaper, self._history, self._say, self._memory = group, reaper, history, say, memory
@@ -175,9 +175,9 @@ class RoundRunner:
         if result.outcome is RoundOutcome.REPLACED:  # first: the peers' workers fail when these stop
             self.handler.step_out(f"replaced by a spare: {result.failure}")
         if result.outcome not in (RoundOutcome.FENCED, RoundOutcome.SUCCEEDED, RoundOutcome.REPLACED):
-            self._group.park(min(self.config.stop_grace, PARK_GRACE), spare=self._hung_here(result))
+            self._group.park(min(self.settings.stop_grace, PARK_GRACE), spare=self._hung_here(result))
         # fenced: now, the lease may expire in under a second; else with the grace period
-        self._group.stop(0.0 if result.outcome is RoundOutcome.FENCED else self.config.stop_grace, kept=False)
+        self._group.stop(0.0 if result.outcome is RoundOutcome.FENCED else self.settings.stop_grace, kept=False)
         if self._stores is not None:
             self._stores.stop()  # the round's workers are gone, and its store with them
         if self._peers is not None:
@@ -195,29 +195,29 @@ class RoundRunner:
         self._reaper.note_round(info.round)
         beats_at = lambda local_rank: os.path.join(self._beats_dir, f"{attempt}-{local_rank}.beat")  # noqa: E731
         errors_at = lambda local_rank: layout.ranks[local_rank].error_file  # noqa: E731
-        specs = round_specs(info, self.config, errors_at, beats_at, agent_store=self._stores is not None)
+        specs = round_specs(info, self.settings, errors_at, beats_at, agent_store=self._stores is not None)
         for spec in specs:
             beats.create(spec.heartbeat_file)
         if self._peers is not None:
             self._peers.start_round(info, lambda: self._lease.lease_id)
         with stop_deferred():  # every worker started is one the group knows when a stop comes
-            self._group.start(specs, layout, self._environ, self.config.cpu_binding)
+            self._group.start(specs, layout, self._environ, self.settings.cpu_binding)
         self._telemetry.workers(len(specs))
         if info.group_rank == 0 and self._telemetry.registry is not None:  # the job's goodput so far, as metrics
             publish_account(self._history.read, self._telemetry.account)
         self._hangs = watch_round(
             self._channel,
             specs,
-            self.config.hang_timeouts,
+            self.settings.hang_timeouts,
             node=self.handler.node_id,
             round_=info.round,
             lease_id=self._lease.lease_id,
             nodes=info.group_world_size,
             judge_first=self._beats_used,
             pid_of=self._group.pid_of,
-            interval=self.config.monitor_interval,
+            interval=self.settings.monitor_interval,
         )
-        bound, ranks = self.config.exit_stuck_timeout, [s.local_rank for s in specs]
+        bound, ranks = self.settings.exit_stuck_timeout, [s.local_rank for s in specs]
         done, quiet = others_done(self.handler.round_monitor, self.handler.node_id), say_quiet(self.handler)
         self._exits = ExitWatch(ranks, self._group.pid_of, bound, done, quiet=quiet)
         paced = [PacedWorker(s.local_rank, s.rank, s.heartbeat_file) for s in specs]
@@ -269,7 +269,7 @@ class RoundRunner:
             kind = Kind.STRAGGLER if change.change == Change.STRAGGLING else Kind.STRAGGLER_RECOVERED
             self._history.record(kind, self.info.round, **change.details())
         straggler = self._pace.straggler()
-        if straggler is None or not self.config.replace_stragglers or not self._spares.waiting():
+        if straggler is None or not self.settings.replace_stragglers or not self._spares.waiting():
             return None
         self._say(f"rank {straggler.rank} straggles and a spare waits: this node steps out for it (no restart used)")
         return RoundResult(RoundOutcome.REPLACED, failure=straggler.line())
@@ -277,7 +277,7 @@ class RoundRunner:
     def _end_pace(self) -> None:
         if self._pace is not None:
             self._pace.close()
-            for local_rank in range(self.config.nproc_per_node):
+            for local_rank in range(self.settings.nproc_per_node):
                 self._telemetry.straggler_score(local_rank, None)
         self._pace = None
 
@@ -287,7 +287,7 @@ class RoundRunner:
         if result.verdict is None:
             return ()
         local = result.verdict.culprit.rank - self.info.base_global_rank
-        return (local,) if 0 <= local < self.config.nproc_per_node else ()
+        return (local,) if 0 <= local < self.settings.nproc_per_node else ()
 
     def _blame(self, result: RoundResult) -> RoundResult:
         """A worker failure that comes with a peer's loss is that loss, a membership change (a
@@ -316,7 +316,7 @@ class RoundRunner:
             replaced = self._stragglers()
             if replaced is not None:
                 return replaced
-            interval = self.config.monitor_interval
+            interval = self.settings.monitor_interval
             if time.monotonic() - started < 1.0:
                 interval = min(interval, 0.02)
             if self.handler.membership_changed(timeout=interval):

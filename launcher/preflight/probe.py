@@ -2,8 +2,9 @@
 the workers start (``python -m launcher.preflight.probe``, forked from the warm interpreter when
 there is one): a matmul, then an all-reduce in pairs in two passes (``pairs``), gloo on CPU and
 NCCL on GPU, met through the round's c10d store that group rank 0's agent serves. Every node
-writes its figures to the store, reads everyone's, judges them alike (``pairs.judge``), and writes
-the figures and the findings as JSON to the file its agent named.
+writes its figures to the store and takes everyone's as group rank 0 saw them (``_share``: one view
+for all, however late a node wrote), so every node pairs alike and judges alike (``pairs.judge``);
+it writes the figures and the findings as JSON to the file its agent named.
 
 Its settings come in ``ELASTIC_PREFLIGHT`` (JSON): round, rank (group rank), nodes, addr, port
 (the store), mib (the all-reduce's size), timeout (seconds for each wait), out (the result file).
@@ -25,6 +26,7 @@ PAIR_TIMEOUT = 5.0  # seconds a node waits for its partner to meet it (a healthy
 WINDOW = 0.2  # seconds the matmuls are timed over: two of a throttled node's 100 ms periods, as a step sees them
 PAIR_WINDOW = 0.15  # seconds each pair's all-reduces are timed over (a pass times every pair at once)
 MOST = 400  # all-reduces a pair times at most (its partners agree on the count)
+AGREE_SLACK = 5.0  # seconds a node waits for rank 0's figures beyond rank 0's own wait for everyone's
 
 
 def own_seconds() -> float:
@@ -104,23 +106,45 @@ def _run_pass(dist, torch, store, settings: dict, number: int, slots, device) ->
     return mine
 
 
-def _share(store, settings: dict, name: str, value) -> dict[int, float | None]:
-    """Write this node's ``value`` under ``name``; everyone's, once all wrote (missing: None)."""
-    prefix = f"elastic-preflight/{settings['round']}/{name}/"
-    store.set(prefix + str(settings["rank"]), json.dumps(value))
-    keys = [prefix + str(rank) for rank in range(settings["nodes"])]
+def _number(value) -> float | None:
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _read(store, key: str):
     try:
-        store.wait(keys, timedelta(seconds=settings["timeout"]))
+        return json.loads(store.get(key)) if store.check([key]) else None
+    except Exception:  # noqa: BLE001 -- unreadable counts as missing
+        return None
+
+
+def _share(store, settings: dict, name: str, value) -> dict[int, float | None]:
+    """Write this node's ``value`` under ``name``, and return everyone's as group rank 0 saw them
+    once all wrote or its wait ran out (missing: None). Every node gets the same figures -- so the
+    same next pairs and the same findings -- however late one of them wrote: a node that reads
+    for itself may see a figure another node gave up on. Without rank 0's answer (it is gone), the
+    node's own reading."""
+    prefix, rank = f"elastic-preflight/{settings['round']}/{name}/", settings["rank"]
+    store.set(prefix + str(rank), json.dumps(value))
+    keys = [prefix + str(r) for r in range(settings["nodes"])]
+    agreed = prefix + "agreed"
+    if rank == 0:
+        _wait(store, keys, settings["timeout"])
+        store.set(agreed, json.dumps([_number(_read(store, key)) for key in keys]))
+    if _wait(store, [agreed], settings["timeout"] + AGREE_SLACK):
+        seen = _read(store, agreed)
+        if isinstance(seen, list) and len(seen) == settings["nodes"]:
+            return {r: _number(v) for r, v in enumerate(seen)}
+    _wait(store, keys, 0.0)
+    return {r: _number(_read(store, key)) for r, key in enumerate(keys)}
+
+
+def _wait(store, keys: list[str], seconds: float) -> bool:
+    """Whether every key was written within ``seconds``."""
+    try:
+        store.wait(keys, timedelta(seconds=max(seconds, 0.001)))
     except Exception:  # noqa: BLE001 -- a node that never wrote counts as failed
-        pass
-    found = {}
-    for rank, key in enumerate(keys):
-        try:
-            value = json.loads(store.get(key)) if store.check([key]) else None
-        except Exception:  # noqa: BLE001
-            value = None
-        found[rank] = value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-    return found
+        return False
+    return True
 
 
 def main() -> None:

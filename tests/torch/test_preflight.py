@@ -167,7 +167,11 @@ def test_a_node_at_30_percent_of_its_speed_that_comes_late_is_found_slow_beside_
     checks = [e for e in history if e["kind"] == "preflight"]
     assert [code for code, _ in results] == [0, 0, 0, 200], (checks, outputs)
     assert [(c["round"], c["nodes"], len(c["findings"])) for c in checks] == [(1, 3, 0), (2, 4, 1)], checks
-    assert "is slow" in checks[1]["findings"][0] and len(checks[1]["excluded"]) == 1, checks
+    # slow by its figures; on a machine so busy that it reports too late for the check's waits, its pairs
+    # fail with both partners: faulty. Either way every node names it alike, and it leaves.
+    named = checks[1]["findings"][0]
+    assert named.startswith(("group rank 3 is slow", "group rank 3 is faulty")), checks
+    assert checks[1]["excluded"] == [3], checks
     assert all(text.count("pre-flight check") >= 2 for text in outputs[:3]), outputs  # each checked round 2 too
-    assert "this node leaves the job: the pre-flight check found group rank 3 is slow" in outputs[3], outputs[3]
+    assert f"this node leaves the job: the pre-flight check found {named}" in outputs[3], outputs[3]
     assert {w["world"] for w in workers(str(tmp_path))} == {3}  # no worker ever ran with the slow node
