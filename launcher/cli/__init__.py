@@ -1,6 +1,7 @@
 """The command lines: ``elastic-run`` (``run``: options to a plan; ``parse``, ``options``: the pure
 option parsing; ``clickopts``: the click options made from the option table; ``helpfmt``: its
-help), ``elastic-ctl`` (``ctl`` and its ``ctl_*`` commands, ``history_text``), and how a command
+help), ``elastic-ctl`` (``ctl``, its commands on jobs ``ctl_jobs``, on a local etcd ``ctl_etcd``, on
+a torchrun job ``ctl_torch``, the goodput ``ctl_report``, and ``history_text``), and how a command
 starts and ends: ``main`` (the console entry points, kept light: it starts a --standalone etcd and
 the warm interpreter, ``early``, before the heavy imports) and ``entry`` (one line per error, the
 exit codes; the Lighthouse uses it too)."""

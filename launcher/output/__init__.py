@@ -1,6 +1,7 @@
-"""Worker output, as torchrun's: the plan of each attempt (``plan``), the built-in layout
-(``default``) and a torch ``LogsSpecs`` one (``torch_specs``) -- the CLI picks the strategy -- and
-the pump that copies worker pipes (``pump``)."""
+"""Worker output, as torchrun's: the output plan of each attempt (``streams``), the built-in layout
+(``default``) and a torch ``LogsSpecs`` one (``torch_specs``) -- the CLI picks the strategy -- the
+pump that copies worker pipes (``pump``), and what the agent itself says (``console``: its lines,
+the rendezvous progress line, the JSON log format)."""
 
 from .default import DefaultLayout
 from .pump import LogPump

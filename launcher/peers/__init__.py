@@ -3,9 +3,10 @@ instead of when its lease expires (15 s), and without any etcd write while all i
 
 How (the README's "A machine's death" says it with numbers):
 
-- Every agent answers probes on a TCP port (``responder``), named in its node key. A round's rank
-  table gives each node its next ``WATCHERS`` (2) in group-rank order to probe (``watcher``), with
-  the lease each one holds: O(N) probe connections for the whole job.
+- Every agent answers probes on a TCP port (``responder``; the lines both ways: ``wire``), named
+  in its node key. A round's rank table gives each node its next ``WATCHERS`` (2) in group-rank
+  order to probe (``watcher``), with the lease each one holds: O(N) probe connections for the
+  whole job.
 - A ping carries the sequence number of the last answer its watcher received, so the node probed
   knows which of its answers arrived. From the send time of the newest answer a watcher
   acknowledged, the node gives its own workers ``fence_after`` seconds (``contact``): past that

@@ -1,3 +1,5 @@
 """One node's worker processes: their environment (``env``), the group that starts, watches and
-stops them (``group``), the reaper that outlives the agent, error files, NUMA binding and the
-process that runs a Python function entrypoint (``fn_worker``)."""
+stops them (``group``), error files in torch's layout (``errorfile``), NUMA binding (``numa``),
+a function entrypoint's worker (``fn_worker``), what it is handed (``payload``) and the launch
+script's guard it imports (``mainguard``), and the agent's side of ``elastic.checkpoint``
+(``checkpoints``: state in shared memory, copied to --checkpoint-dir)."""

@@ -1,5 +1,6 @@
 """The README's fresh-machine commands are the ones CI runs."""
 
+import ast
 import re
 from pathlib import Path
 
@@ -112,3 +113,21 @@ def test_the_readme_options_table_is_the_option_tables():
 
     made = "python -c 'from launcher.cli.helpfmt import markdown; print(markdown())'"
     assert markdown() in DOCS, f"the options table in docs/ is not launcher/optable.py's ({made})"
+
+
+def test_each_sub_package_s_docstring_names_its_modules():
+    """A package's docstring is its map: every module of launcher/*/, rendezvous/*/ and lighthouse/
+    is named in it (the top packages' maps are the code map above)."""
+    stale = {}
+    packages = [
+        *ROOT.glob("launcher/*/__init__.py"),
+        *ROOT.glob("rendezvous/*/__init__.py"),
+        ROOT / "lighthouse/__init__.py",
+    ]
+    for init in packages:
+        doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+        modules = [p.stem for p in init.parent.glob("*.py") if p.name != "__init__.py"]
+        missing = [m for m in modules if not re.search(rf"(?<![\w]){re.escape(m)}(?![\w])", doc)]
+        if missing:
+            stale[init.parent.relative_to(ROOT).as_posix()] = missing
+    assert not stale, stale
