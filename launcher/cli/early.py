@@ -16,37 +16,65 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from launcher.optable import OPTIONS
-from launcher.warmstart.interpreter import WarmStarter, early_warm_starter
 
-__all__ = ["start_early_warm"]
+if TYPE_CHECKING:
+    from launcher.warmstart.interpreter import WarmStarter
+
+__all__ = ["TypedLine", "read_line", "start_early_warm"]
 
 _OFF = ("no_python", "run_path", "numa_binding")  # options under which no worker is forked warm as typed
 
 
-def start_early_warm(argv: Sequence[str], environ: Mapping[str, str] = os.environ) -> WarmStarter | None:
-    """The warm interpreter for ``elastic-run ARGV``'s workers, started now; None when the line is not
-    plain enough to tell what it would import (the agent then decides, as always)."""
+@dataclass(frozen=True)
+class TypedLine:
+    """``elastic-run``'s command line as typed, read once with the option table alone (``read_line``):
+    what the command's first moments need of it -- whether to start the local etcd, and the warm
+    interpreter -- before click (the parser of record) is even imported."""
+
+    given: Mapping[str, object]  # option key -> its text, or True/False for a flag
+    script: str
+    args: tuple[str, ...]
+    environ: Mapping[str, str]
+
+    def value(self, key: str, default: object = None) -> object:
+        """The option's value: as given, else its ``PET_`` variable, else ``default``."""
+        return self.given.get(key, self.environ.get(f"PET_{key.upper()}", default))
+
+    @property
+    def standalone(self) -> bool:
+        return str(self.value("standalone", "")).lower() in ("true", "1", "yes")
+
+
+def read_line(argv: Sequence[str], environ: Mapping[str, str] = os.environ) -> TypedLine | None:
+    """``argv`` read with the option table's exact spellings; None when it is not that plain (an
+    abbreviation, an unknown option, no script): the CLI then reads it, and decides alone."""
     scanned = _scan(argv)
-    if scanned is None:
+    return None if scanned is None else TypedLine(scanned[0], scanned[1], tuple(scanned[2]), environ)
+
+
+def start_early_warm(line: TypedLine | None) -> WarmStarter | None:
+    """The warm interpreter for the line's workers, started now; None when the line is not plain
+    enough to tell what it would import (the agent then decides, as always)."""
+    if line is None:
         return None
-    given, script, args = scanned
-
-    def value(key: str, default: object = None) -> object:
-        return given.get(key, environ.get(f"PET_{key.upper()}", default))
-
-    if any(value(key) for key in _OFF) or "PET_WARM_START" in environ or given.get("warm_start") is False:
+    environ, value = line.environ, line.value
+    if any(value(key) for key in _OFF) or "PET_WARM_START" in environ or line.given.get("warm_start") is False:
         return None
     if value("module"):
-        program = [sys.executable, "-u", "-m", script, *args]
-    elif os.path.isfile(script):
-        program = [sys.executable, "-u", script, *args]
+        program = [sys.executable, "-u", "-m", line.script, *line.args]
+    elif os.path.isfile(line.script):
+        program = [sys.executable, "-u", line.script, *line.args]
     else:
         return None
     nproc = str(value("nproc_per_node", "1")).strip().lower()
     many = not nproc.isdigit() or int(nproc) > 1  # cpu, gpu, auto: most likely several
     preload = tuple(item for item in str(value("preload", "")).split(",") if item)
+    from launcher.warmstart.interpreter import early_warm_starter
+
     try:
         return early_warm_starter(program, preload, many, environ)
     except OSError:

@@ -2,24 +2,23 @@
 
 For ``--standalone`` the local etcd is started before the heavy imports (gRPC, click), so that its
 start-up overlaps them; the CLI picks the running server up (or stops it if it is not needed). The
-workers' warm interpreter is started as early, from the command line as typed (``early``).
+workers' warm interpreter is started as early. Both read the command line as typed, once
+(``early.read_line``, the option table's exact spellings; a line that is not that plain starts
+neither early, and the CLI starts them in their turn).
 """
 
 from __future__ import annotations
 
-import os
 import sys
 
 __all__ = ["run_main", "ctl_main"]
 
 
-def _asks_standalone(argv: list[str]) -> bool:
-    return "--standalone" in argv or os.environ.get("PET_STANDALONE", "").lower() in ("1", "true", "yes")
-
-
 def run_main() -> None:
-    early = None
-    if _asks_standalone(sys.argv[1:]):
+    from .early import read_line, start_early_warm
+
+    line, early = read_line(sys.argv[1:]), None  # the line as typed, read once for what starts early
+    if line is not None and line.standalone:
         try:
             from rendezvous.etcd.server import EtcdServer
 
@@ -27,9 +26,7 @@ def run_main() -> None:
         except Exception:  # noqa: BLE001 -- the CLI starts it again and reports any error in one line
             early = None
     try:
-        from .early import start_early_warm
-
-        warm = start_early_warm(sys.argv[1:])  # its imports overlap the agent's own
+        warm = start_early_warm(line)  # its imports overlap the agent's own
     except Exception:  # noqa: BLE001 -- the agent starts its own, and says why if that fails
         warm = None
     from . import run

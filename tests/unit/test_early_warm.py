@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from launcher.cli.early import _scan, start_early_warm
+from launcher.cli.early import _scan, read_line, start_early_warm
 from launcher.warmstart.interpreter import WarmStarter, warm_starter
 from launcher.warmstart.priority import may_raise, raisable
 
@@ -45,7 +45,9 @@ def test_the_line_is_read_with_the_option_table_alone(argv, expected):
 
 def test_a_plain_line_starts_the_interpreter_with_what_the_agent_will_ask_for(script):
     environ = {"PATH": os.environ["PATH"], "KEEP": "1"}
-    early = start_early_warm(["--nproc-per-node", "2", "--preload", "decimal", script, "--epochs", "3"], environ)
+    early = start_early_warm(
+        read_line(["--nproc-per-node", "2", "--preload", "decimal", script, "--epochs", "3"], environ)
+    )
     try:
         assert early is not None and early.preload == ("decimal",)
         config = SimpleNamespace(
@@ -71,7 +73,7 @@ def test_a_plain_line_starts_the_interpreter_with_what_the_agent_will_ask_for(sc
 )
 def test_an_interpreter_started_for_something_else_is_stopped_and_another_started(script, change):
     environ = {"PATH": os.environ["PATH"]}
-    early = start_early_warm(["--nproc-per-node", "2", "--preload", "decimal", script], environ)
+    early = start_early_warm(read_line(["--nproc-per-node", "2", "--preload", "decimal", script], environ))
     assert early is not None
     config = SimpleNamespace(
         warm_start=True,
@@ -101,13 +103,13 @@ def test_no_early_start_where_the_agent_would_start_none_or_could_not_tell(scrip
         [script],  # nothing heavy imported, nothing preloaded: a fresh interpreter is as quick
     ]
     for argv in lines:
-        assert start_early_warm(argv, env) is None, argv
-    assert start_early_warm(["--preload", "decimal", script], {**env, "PET_WARM_START": "0"}) is None
-    assert start_early_warm(["--preload", "decimal", script], {**env, "PET_NO_PYTHON": "1"}) is None
+        assert start_early_warm(read_line(argv, env)) is None, argv
+    assert start_early_warm(read_line(["--preload", "decimal", script], {**env, "PET_WARM_START": "0"})) is None
+    assert start_early_warm(read_line(["--preload", "decimal", script], {**env, "PET_NO_PYTHON": "1"})) is None
 
 
 def test_an_agent_with_warm_starts_off_stops_the_early_interpreter(script):
-    early = start_early_warm(["--preload", "decimal", script], {"PATH": os.environ["PATH"]})
+    early = start_early_warm(read_line(["--preload", "decimal", script], {"PATH": os.environ["PATH"]}))
     assert early is not None
     config = SimpleNamespace(
         warm_start=False, argv=[sys.executable, "-u", script], cpu_binding={}, preload=(), nproc_per_node=1
@@ -150,7 +152,7 @@ def test_its_imports_run_at_the_lowest_priority_until_workers_are_asked_for(scri
         pytest.skip("here a priority cannot be raised again: the interpreter is not lowered (tested below)")
     _slow_import(tmp_path)
     environ = {"PATH": os.environ["PATH"], "PYTHONPATH": str(tmp_path)}
-    early = start_early_warm(["--preload", "slowimport", script], environ)
+    early = start_early_warm(read_line(["--preload", "slowimport", script], environ))
     assert early is not None
     try:
         deadline = time.monotonic() + 30  # the interpreter's own start comes first (seconds, on a busy machine)
@@ -183,9 +185,9 @@ def test_the_priority_is_changed_from_the_agent_even_while_the_imports_hold_the_
 _WITHOUT_SYS_NICE = ["setpriv", "--inh-caps=-sys_nice", "--bounding-set=-sys_nice"]  # util-linux's
 _EARLY_CHILD = """
 import os, sys
-from launcher.cli.early import start_early_warm
+from launcher.cli.early import read_line, start_early_warm
 environ = {"PATH": os.environ["PATH"], "PYTHONPATH": sys.argv[2]}
-early = start_early_warm(["--preload", "slowimport", sys.argv[1]], environ)
+early = start_early_warm(read_line(["--preload", "slowimport", sys.argv[1]], environ))
 print(early.pid, flush=True)
 sys.stdin.read()  # until the test has looked
 early.close()
@@ -252,3 +254,10 @@ def test_where_priorities_cannot_be_raised_again_the_early_interpreter_imports_a
     finally:
         child.stdin.close()
         child.wait(timeout=30)
+
+
+def test_the_line_read_once_says_standalone_from_its_options_only():
+    assert read_line(["--standalone", "--nproc-per-node", "2", "train.py"], {}).standalone
+    assert not read_line(["train.py", "--standalone"], {}).standalone  # the script's own argument
+    assert read_line(["train.py"], {"PET_STANDALONE": "1"}).standalone
+    assert read_line(["--nproc", "2", "train.py"], {}) is None  # an abbreviation: the CLI reads it alone
