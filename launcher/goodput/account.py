@@ -31,10 +31,10 @@ from rendezvous.job.history import Event, Kind, last_run
 from .drag import Pace, Stretch, inside, lay, rate_shares
 from .ends import describe_end
 
-__all__ = ["Cause", "TITLES", "Segment", "Incident", "Account", "account_of", "MIN_RATE_STEPS"]
+__all__ = ["Spent", "TITLES", "Segment", "Incident", "Account", "account_of", "MIN_RATE_STEPS"]
 
 
-class Cause(str, enum.Enum):
+class Spent(str, enum.Enum):
     """Where a second went (``elastic_lost_seconds_total``'s ``cause``, TRAINING aside)."""
 
     TRAINING = "training"
@@ -51,17 +51,17 @@ class Cause(str, enum.Enum):
 
 
 TITLES = {
-    Cause.TRAINING: "training",
-    Cause.WAITING: "waiting for nodes",
-    Cause.RENDEZVOUS: "rendezvous",
-    Cause.START: "process start and imports",
-    Cause.REDONE: "steps redone since the last save",
-    Cause.HANG: "hang until detected",
-    Cause.STRAGGLER: "straggler drag",
-    Cause.FENCED: "fenced / etcd outage",
-    Cause.CHECKS: "health and pre-flight checks",
-    Cause.STOPPING: "stopping workers",
-    Cause.UNKNOWN: "not recorded (a round's nodes died)",
+    Spent.TRAINING: "training",
+    Spent.WAITING: "waiting for nodes",
+    Spent.RENDEZVOUS: "rendezvous",
+    Spent.START: "process start and imports",
+    Spent.REDONE: "steps redone since the last save",
+    Spent.HANG: "hang until detected",
+    Spent.STRAGGLER: "straggler drag",
+    Spent.FENCED: "fenced / etcd outage",
+    Spent.CHECKS: "health and pre-flight checks",
+    Spent.STOPPING: "stopping workers",
+    Spent.UNKNOWN: "not recorded (a round's nodes died)",
 }
 _START = -1  # the incident of the job's start (the first round's wait and start)
 MIN_RATE_STEPS = 6  # heartbeats a round needs for its step time to count
@@ -71,7 +71,7 @@ MIN_RATE_STEPS = 6  # heartbeats a round needs for its step time to count
 class Segment:
     start: float  # seconds since the epoch
     end: float
-    cause: Cause
+    cause: Spent
     round: int
     drag: float = 0.0  # of a training segment: seconds of it lost to slow steps
 
@@ -87,7 +87,7 @@ class Incident:
     round: int
     what: str
     seconds: float
-    parts: tuple[tuple[Cause, float], ...]
+    parts: tuple[tuple[Spent, float], ...]
 
 
 @dataclass(frozen=True)
@@ -107,19 +107,19 @@ class Account:
         return max(self.end - self.start, 0.0)
 
     @property
-    def lost(self) -> dict[Cause, float]:
+    def lost(self) -> dict[Spent, float]:
         """Seconds lost by cause, costliest first (drag taken out of training)."""
-        totals: dict[Cause, float] = {}
+        totals: dict[Spent, float] = {}
         for segment in self.segments:
-            if segment.cause is not Cause.TRAINING:
+            if segment.cause is not Spent.TRAINING:
                 totals[segment.cause] = totals.get(segment.cause, 0.0) + segment.seconds
             elif segment.drag:
-                totals[Cause.STRAGGLER] = totals.get(Cause.STRAGGLER, 0.0) + segment.drag
+                totals[Spent.STRAGGLER] = totals.get(Spent.STRAGGLER, 0.0) + segment.drag
         return dict(sorted(totals.items(), key=lambda item: -item[1]))
 
     @property
     def productive(self) -> float:
-        return sum(s.seconds - s.drag for s in self.segments if s.cause is Cause.TRAINING)
+        return sum(s.seconds - s.drag for s in self.segments if s.cause is Spent.TRAINING)
 
     @property
     def goodput(self) -> float:
@@ -136,7 +136,7 @@ class Account:
             good = 0.0
             for s in self.segments:
                 overlap = min(s.end, hi) - max(s.start, lo)
-                if s.cause is Cause.TRAINING and overlap > 0:
+                if s.cause is Spent.TRAINING and overlap > 0:
                     good += overlap * (1.0 - s.drag / s.seconds if s.seconds > 0 else 1.0)
             out.append((lo, hi, good / width))
         return out
@@ -188,12 +188,12 @@ def account_of(events: Iterable[Event], *, now: float | None = None) -> Account:
     saves = any(int(r.ended.details.get("step", -1)) >= 0 for r in rounds if r.ended is not None)
     beats = any("first_step" in r.ended.details for r in rounds if r.ended is not None)
     cutter = _Cutter(start)
-    cutter.add(arrival, Cause.START, rounds[0].number if rounds else 0)  # the agents' own start
+    cutter.add(arrival, Spent.START, rounds[0].number if rounds else 0)  # the agents' own start
     for index, r in enumerate(rounds):
         after = rounds[index + 1] if index + 1 < len(rounds) else None
         until = after.formed - after.formed_in if after is not None and after.formed is not None else end
         _cut_round(cutter, r, rounds[index - 1] if index else None, until, saves=saves, beats=beats)
-    cutter.add(end, Cause.STOPPING if closes else Cause.TRAINING, rounds[-1].number if rounds else 0)
+    cutter.add(end, Spent.STOPPING if closes else Spent.TRAINING, rounds[-1].number if rounds else 0)
     segments = _with_drag(cutter.segments, rounds)
     notes = []
     if not beats:
@@ -223,7 +223,7 @@ class _Cutter:
         self.cursor = start
         self.segments: list[Segment] = []
 
-    def add(self, until: float | None, cause: Cause, round_: int) -> None:
+    def add(self, until: float | None, cause: Spent, round_: int) -> None:
         if until is None or until <= self.cursor:
             return
         last = self.segments[-1] if self.segments else None
@@ -251,25 +251,25 @@ def _rounds(events: Sequence[Event]) -> list[_Round]:
 
 def _cut_round(cut: _Cutter, r: _Round, before: _Round | None, until: float, *, saves: bool, beats: bool) -> None:
     """Round ``r``'s segments, from the end of ``before``'s; ``until``: when the next round began to form."""
-    gap = Cause.WAITING if before is None else Cause.FENCED if before.outcome == "fenced" else Cause.RENDEZVOUS
+    gap = Spent.WAITING if before is None else Spent.FENCED if before.outcome == "fenced" else Spent.RENDEZVOUS
     formed = r.formed if r.formed is not None else (r.started if r.ended is not None else None)
     cut.add(formed, gap, r.number)
     if r.ended is None:  # no record of its workers: its nodes died with it
-        cut.add(until, Cause.UNKNOWN, r.number)
+        cut.add(until, Spent.UNKNOWN, r.number)
         return
     checked = any(e.kind == Kind.PREFLIGHT for e in r.events)
-    cut.add(r.started, Cause.CHECKS if checked else Cause.START, r.number)
+    cut.add(r.started, Spent.CHECKS if checked else Spent.START, r.number)
     ended, first_step = r.at("ran"), r.at("first_step")
     if beats:
-        cut.add(first_step if first_step is not None else ended, Cause.START, r.number)
+        cut.add(first_step if first_step is not None else ended, Spent.START, r.number)
     if r.outcome != "succeeded":
         train_until = r.at("last_step") if r.outcome == "hung" else ended
         kept = r.at("saved") if saves and not r.ended.details.get("kept") else train_until
-        cut.add(min(kept or cut.cursor, train_until or cut.cursor), Cause.TRAINING, r.number)
-        cut.add(train_until, Cause.REDONE, r.number)
-        cut.add(ended, Cause.HANG if r.outcome == "hung" else Cause.REDONE, r.number)
-    cut.add(_trained_until(r, ended), Cause.TRAINING, r.number)
-    cut.add(r.stopped_at, Cause.STOPPING, r.number)  # a finished round's last step to its workers' exit too
+        cut.add(min(kept or cut.cursor, train_until or cut.cursor), Spent.TRAINING, r.number)
+        cut.add(train_until, Spent.REDONE, r.number)
+        cut.add(ended, Spent.HANG if r.outcome == "hung" else Spent.REDONE, r.number)
+    cut.add(_trained_until(r, ended), Spent.TRAINING, r.number)
+    cut.add(r.stopped_at, Spent.STOPPING, r.number)  # a finished round's last step to its workers' exit too
 
 
 def _trained_until(r: _Round, ended: float | None) -> float | None:
@@ -311,7 +311,7 @@ def _with_drag(segments: list[Segment], rounds: list[_Round]) -> tuple[Segment, 
     named = _named_stragglers(rounds)
     out: list[Segment] = []
     for s in segments:
-        if s.cause is not Cause.TRAINING:
+        if s.cause is not Spent.TRAINING:
             out.append(s)
             continue
         pieces = lay(s.start, s.end, share.get(s.round, 0.0), named.get(s.round, []))
@@ -358,23 +358,23 @@ def _incidents(segments: Sequence[Segment], rounds: list[_Round]) -> tuple[Incid
     by_round = {r.number: r for r in rounds}
     order = [r.number for r in rounds]
     named = _named_stragglers(rounds)
-    costs: dict[int, dict[Cause, float]] = {}
+    costs: dict[int, dict[Spent, float]] = {}
     slow: dict[int, float] = {}
     for s in segments:
         owner = s.round
-        if s.cause in (Cause.WAITING, Cause.RENDEZVOUS, Cause.FENCED, Cause.START, Cause.CHECKS) and owner in order:
+        if s.cause in (Spent.WAITING, Spent.RENDEZVOUS, Spent.FENCED, Spent.START, Spent.CHECKS) and owner in order:
             at = order.index(owner)
             owner = order[at - 1] if at > 0 else _START  # the next round's forming and start: the fault's cost
         parts = costs.setdefault(owner, {})
-        if s.cause is Cause.TRAINING:
+        if s.cause is Spent.TRAINING:
             if s.drag and _while_named(s, named.get(owner, [])):
-                parts[Cause.STRAGGLER] = parts.get(Cause.STRAGGLER, 0.0) + s.drag
+                parts[Spent.STRAGGLER] = parts.get(Spent.STRAGGLER, 0.0) + s.drag
             elif s.drag:
                 slow[owner] = slow.get(owner, 0.0) + s.drag
             continue
         parts[s.cause] = parts.get(s.cause, 0.0) + s.seconds
     slowed = "round {}: steps slower than the job's healthy step"
-    incidents = [Incident(n, slowed.format(n), round(t, 3), ((Cause.STRAGGLER, t),)) for n, t in slow.items() if t > 0]
+    incidents = [Incident(n, slowed.format(n), round(t, 3), ((Spent.STRAGGLER, t),)) for n, t in slow.items() if t > 0]
     for number, parts in costs.items():
         total = sum(parts.values())
         if total > 0:

@@ -13,23 +13,23 @@ from datetime import datetime, timezone
 
 from rendezvous.job.history import Event, Kind
 
-from .account import TITLES, Account, Cause, Segment
+from .account import TITLES, Account, Segment, Spent
 from .text import describe_seconds
 
 __all__ = ["page", "COLORS", "MARKS"]
 
 COLORS = {
-    Cause.TRAINING: "#2f9e5c",
-    Cause.WAITING: "#a3acb9",
-    Cause.RENDEZVOUS: "#4f7fe0",
-    Cause.START: "#f0a830",
-    Cause.REDONE: "#e0533a",
-    Cause.HANG: "#b3306f",
-    Cause.STRAGGLER: "#a66ad8",
-    Cause.FENCED: "#5c2d80",
-    Cause.CHECKS: "#1a9fb4",
-    Cause.STOPPING: "#6f7c88",
-    Cause.UNKNOWN: "#333333",
+    Spent.TRAINING: "#2f9e5c",
+    Spent.WAITING: "#a3acb9",
+    Spent.RENDEZVOUS: "#4f7fe0",
+    Spent.START: "#f0a830",
+    Spent.REDONE: "#e0533a",
+    Spent.HANG: "#b3306f",
+    Spent.STRAGGLER: "#a66ad8",
+    Spent.FENCED: "#5c2d80",
+    Spent.CHECKS: "#1a9fb4",
+    Spent.STOPPING: "#6f7c88",
+    Spent.UNKNOWN: "#333333",
 }
 MARKS = {  # a history record's kind: its mark's color (faults red, checks blue, rounds grey)
     Kind.WORKER_FAILED: "#d7301f",
@@ -83,7 +83,7 @@ def page(account: Account, run_id: str, *, generated: float) -> str:
 
 
 def _causes(account: Account) -> str:
-    rows = [(Cause.TRAINING, account.productive), *account.lost.items()]
+    rows = [(Spent.TRAINING, account.productive), *account.lost.items()]
     out = ["<table><tr><th>where</th><th>seconds</th><th>share</th></tr>"]
     for cause, seconds in rows:
         share = seconds / account.wall * 100 if account.wall else 0.0
@@ -152,7 +152,7 @@ def _segment(s: Segment, x) -> str:
         share = width * s.drag / s.seconds
         rect += (
             f'<rect x="{left:.2f}" y="{_TOP + _ROW - 12}" width="{share:.2f}" height="6" '
-            f'fill="{COLORS[Cause.STRAGGLER]}"><title>{_e(tip)}</title></rect>'
+            f'fill="{COLORS[Spent.STRAGGLER]}"><title>{_e(tip)}</title></rect>'
         )
     return rect
 
@@ -211,7 +211,7 @@ def _windows(account: Account, count: int = 30) -> str:
         tip = f"{_clock(lo - account.start)} to {_clock(hi - account.start)}: goodput {good * 100:.1f} %"
         out.append(
             f'<rect class="window" x="{_LEFT + i * bar + 1:.1f}" y="{10 + height - h:.1f}" width="{bar - 2:.1f}" '
-            f'height="{h:.1f}" fill="{COLORS[Cause.TRAINING]}"><title>{tip}</title></rect>'
+            f'height="{h:.1f}" fill="{COLORS[Spent.TRAINING]}"><title>{tip}</title></rect>'
         )
     out.append("</svg>")
     return "\n".join(out)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from launcher.goodput.account import Cause, account_of
+from launcher.goodput.account import Spent, account_of
 from launcher.goodput.drag import Pace, lay, rate_shares
 from launcher.goodput.marks import RoundMarks, RoundWork, round_details
 from launcher.goodput.steptimes import StepTimes
@@ -41,8 +41,8 @@ def killed_once() -> list[Event]:
     ]
 
 
-def totals(account) -> dict[Cause, float]:
-    out = {Cause.TRAINING: round(account.productive, 3)}
+def totals(account) -> dict[Spent, float]:
+    out = {Spent.TRAINING: round(account.productive, 3)}
     out.update({cause: round(seconds, 3) for cause, seconds in account.lost.items()})
     return out
 
@@ -57,10 +57,10 @@ def test_a_job_that_ran_through_is_training_but_its_wait_start_and_stop():
     account = account_of(events)
     assert account.wall == pytest.approx(103.2)
     assert totals(account) == {
-        Cause.TRAINING: 97.9,  # first step to last
-        Cause.WAITING: 2.0,
-        Cause.START: 2.5,  # freeze -> workers started (0.5) -> first step (2.0)
-        Cause.STOPPING: 0.8,  # last step -> the round's end (0.1) -> workers gone (0.5) -> the close (0.2)
+        Spent.TRAINING: 97.9,  # first step to last
+        Spent.WAITING: 2.0,
+        Spent.START: 2.5,  # freeze -> workers started (0.5) -> first step (2.0)
+        Spent.STOPPING: 0.8,  # last step -> the round's end (0.1) -> workers gone (0.5) -> the close (0.2)
     }
     assert sum(s.seconds for s in account.segments) == pytest.approx(account.wall)  # the segments tile the wall time
     assert account.goodput == pytest.approx(97.9 / 103.2)
@@ -85,11 +85,11 @@ def test_the_job_begins_at_its_first_agent_s_start_and_the_agents_own_start_is_t
     assert account.from_start and report_lines(account, "j")[0].startswith(
         "job j: 1 min 41 s from its first agent's start"
     )
-    assert account.segments[0].cause is Cause.START and account.segments[0].seconds == pytest.approx(1.2)
+    assert account.segments[0].cause is Spent.START and account.segments[0].seconds == pytest.approx(1.2)
     assert sum(s.seconds for s in account.segments) == pytest.approx(account.wall)
     (start,) = [i for i in account.incidents if "the job's start" in i.what]
-    assert dict(start.parts)[Cause.START] == pytest.approx(1.2 + 2.0)  # its own, then to the first step
-    assert dict(start.parts)[Cause.WAITING] == pytest.approx(2.0)
+    assert dict(start.parts)[Spent.START] == pytest.approx(1.2 + 2.0)  # its own, then to the first step
+    assert dict(start.parts)[Spent.WAITING] == pytest.approx(2.0)
     without = account_of([frozen(2.0, 1, 2.0), *events[1:]])  # an older agent's records: no "up"
     assert without.start == pytest.approx(T0) and without.wall == pytest.approx(100.0) and not without.from_start
     for bad in (-1.0, True, "3", float("inf")):
@@ -110,11 +110,11 @@ def test_a_failure_costs_the_steps_since_the_last_save_the_stop_the_rendezvous_a
     ]
     account = account_of(events)
     lost = totals(account)
-    assert lost[Cause.REDONE] == pytest.approx(10.0)  # 40 -> 50: redone after the restart
-    assert lost[Cause.RENDEZVOUS] == pytest.approx(0.5)
-    assert lost[Cause.START] == pytest.approx(1.0 + 1.5)  # each round's start to its first step
-    assert lost[Cause.STOPPING] == pytest.approx(0.5 + 0.5 + 0.5)  # each stop, and round 2's finish
-    assert lost[Cause.TRAINING] == pytest.approx(39.0 + 47.5)
+    assert lost[Spent.REDONE] == pytest.approx(10.0)  # 40 -> 50: redone after the restart
+    assert lost[Spent.RENDEZVOUS] == pytest.approx(0.5)
+    assert lost[Spent.START] == pytest.approx(1.0 + 1.5)  # each round's start to its first step
+    assert lost[Spent.STOPPING] == pytest.approx(0.5 + 0.5 + 0.5)  # each stop, and round 2's finish
+    assert lost[Spent.TRAINING] == pytest.approx(39.0 + 47.5)
     worst = account.incidents[0]
     assert worst.what == "round 1: rank 1 on b failed (signal SIGKILL)", worst
     # its cost: the redone steps, the stop, the next round's forming and start
@@ -130,8 +130,8 @@ def test_a_hang_costs_the_silence_until_the_verdict_and_the_steps_since_the_save
         closed(60.0, 2),
     ]
     lost = totals(account_of(events))
-    assert lost[Cause.HANG] == pytest.approx(10.0)  # last heartbeat at 30, verdict at 40
-    assert lost[Cause.REDONE] == pytest.approx(10.0)  # saved at 20, last step at 30
+    assert lost[Spent.HANG] == pytest.approx(10.0)  # last heartbeat at 30, verdict at 40
+    assert lost[Spent.REDONE] == pytest.approx(10.0)  # saved at 20, last step at 30
 
 
 def test_a_job_that_saves_nothing_says_so_and_counts_no_redone_steps():
@@ -143,7 +143,7 @@ def test_a_job_that_saves_nothing_says_so_and_counts_no_redone_steps():
         closed(40.0, 2),
     ]
     account = account_of(events)
-    assert Cause.REDONE not in account.lost
+    assert Spent.REDONE not in account.lost
     assert any("save no elastic.checkpoint" in note for note in account.notes), account.notes
 
 
@@ -157,10 +157,10 @@ def test_a_job_without_heartbeats_trains_from_its_workers_start_to_the_first_exi
     ]
     account = account_of(events)
     assert totals(account) == {
-        Cause.TRAINING: 98.0,  # the workers' start (2.5) to the first exit seen (100.5)
-        Cause.WAITING: 2.0,
-        Cause.STOPPING: 2.7,  # the first exit to the last (102.5), the workers gone (103), the close (103.2)
-        Cause.START: 0.5,  # the freeze to the workers' start
+        Spent.TRAINING: 98.0,  # the workers' start (2.5) to the first exit seen (100.5)
+        Spent.WAITING: 2.0,
+        Spent.STOPPING: 2.7,  # the first exit to the last (102.5), the workers gone (103), the close (103.2)
+        Spent.START: 0.5,  # the freeze to the workers' start
     }
     assert account.goodput == pytest.approx(98.0 / 103.2)
     assert any("call no elastic.heartbeat()" in note and "until the first one exits" in note for note in account.notes)
@@ -176,9 +176,9 @@ def test_a_job_without_heartbeats_that_lost_a_worker_trains_until_the_fault_and_
         closed(62.0, 2),
     ]
     lost = totals(account_of(events))
-    assert lost[Cause.TRAINING] == pytest.approx(30.0 + 30.0)
-    assert lost[Cause.STOPPING] == pytest.approx(0.5 + 0.6 + 0.3)  # each stop, and the first exit to the last
-    assert lost[Cause.STOPPING] < 0.05 * lost[Cause.TRAINING]
+    assert lost[Spent.TRAINING] == pytest.approx(30.0 + 30.0)
+    assert lost[Spent.STOPPING] == pytest.approx(0.5 + 0.6 + 0.3)  # each stop, and the first exit to the last
+    assert lost[Spent.STOPPING] < 0.05 * lost[Spent.TRAINING]
 
 
 def test_a_round_slower_than_the_fastest_of_its_size_is_straggler_drag():
@@ -194,7 +194,7 @@ def test_a_round_slower_than_the_fastest_of_its_size_is_straggler_drag():
         closed(204.0, 2),
     ]
     account = account_of(events)
-    assert account.lost[Cause.STRAGGLER] == pytest.approx(50.0, abs=0.6)  # half of round 2's training
+    assert account.lost[Spent.STRAGGLER] == pytest.approx(50.0, abs=0.6)  # half of round 2's training
 
 
 def test_a_named_straggler_drags_by_its_score_from_when_it_was_named():
@@ -204,7 +204,7 @@ def test_a_named_straggler_drags_by_its_score_from_when_it_was_named():
         ended(101.0, 1, "succeeded", ran=100.5, first_step=0.5, last_step=100.0, steps=400, step=390),
         closed(101.0, 1),
     ]
-    assert account_of(events).lost[Cause.STRAGGLER] == pytest.approx(0.5 * 50.0, abs=0.01)  # to the last step
+    assert account_of(events).lost[Spent.STRAGGLER] == pytest.approx(0.5 * 50.0, abs=0.01)  # to the last step
 
 
 def replaced_straggler() -> list[Event]:
@@ -222,7 +222,7 @@ def replaced_straggler() -> list[Event]:
 
 def test_a_straggler_named_late_drags_from_when_it_was_slow():
     # slow from 38 s to the round's end at 51.5 s, at half the job's speed
-    assert account_of(replaced_straggler()).lost[Cause.STRAGGLER] == pytest.approx(0.5 * 13.5, abs=0.01)
+    assert account_of(replaced_straggler()).lost[Spent.STRAGGLER] == pytest.approx(0.5 * 13.5, abs=0.01)
 
 
 def test_a_straggler_s_drag_lies_in_the_windows_where_it_was_slow():
@@ -272,7 +272,7 @@ def test_a_round_s_healthy_step_is_read_from_its_record_and_a_bad_one_is_not_bel
             ended(102.0, 1, "succeeded", ran=101.5, first_step=1.0, last_step=101.0, steps=101, **{key: pace}),
             closed(102.0, 1),
         ]
-        return account_of(events).lost.get(Cause.STRAGGLER, 0.0)
+        return account_of(events).lost.get(Spent.STRAGGLER, 0.0)
 
     assert drag(0.8) == pytest.approx(20.0, abs=0.01)  # 0.2 s lost of each 1 s step
     assert drag(0.8, "median_step") == pytest.approx(20.0, abs=0.01)  # an older agent's record: its median
@@ -292,12 +292,12 @@ def test_slow_steps_with_no_straggler_named_are_an_incident_of_their_own_not_the
     incidents = {i.what: i for i in account_of(events).incidents}
     slow = incidents["round 1: steps slower than the job's healthy step"]
     assert slow.seconds == pytest.approx(0.2 * 100.5, abs=0.01)  # its training: 1.0 s to the kill's round end
-    assert slow.parts == ((Cause.STRAGGLER, slow.seconds),)
+    assert slow.parts == ((Spent.STRAGGLER, slow.seconds),)
     failed = incidents["round 1: rank 1 on b failed (signal SIGKILL)"]
-    assert Cause.STRAGGLER not in dict(failed.parts)  # the kill did not make round 1's steps slow
+    assert Spent.STRAGGLER not in dict(failed.parts)  # the kill did not make round 1's steps slow
     named = account_of(replaced_straggler()).incidents  # a named straggler's round: its drag is its incident's
     assert [i.what for i in named if "slower than" in i.what] == []
-    assert dict(named[0].parts)[Cause.STRAGGLER] == pytest.approx(0.5 * 13.5, abs=0.01), named[0]
+    assert dict(named[0].parts)[Spent.STRAGGLER] == pytest.approx(0.5 * 13.5, abs=0.01), named[0]
 
 
 def test_a_named_straggler_s_incident_holds_the_drag_from_when_it_was_slow_and_not_the_round_s_other_slow_steps():
@@ -315,7 +315,7 @@ def test_a_named_straggler_s_incident_holds_the_drag_from_when_it_was_slow_and_n
     incidents = {i.what: i for i in account.incidents}
     straggled = next(i for what, i in incidents.items() if "straggled" in what)
     slow = incidents["round 1: steps slower than the job's healthy step"]
-    stretch = dict(straggled.parts)[Cause.STRAGGLER]
+    stretch = dict(straggled.parts)[Spent.STRAGGLER]
     assert slow.seconds > 0 and stretch == pytest.approx(0.5 * 20.0, abs=0.3)  # half of 80 s to the round's end
     round_1 = sum(s.drag for s in account.segments if s.round == 1)
     assert stretch + slow.seconds == pytest.approx(round_1, abs=0.01)  # nothing lost or counted twice
@@ -361,7 +361,7 @@ def test_a_round_whose_record_is_missing_is_unknown_not_rendezvous():
         closed(100.0, 2),
     ]
     lost = account_of(events).lost
-    assert lost[Cause.UNKNOWN] == pytest.approx(59.0) and lost.get(Cause.RENDEZVOUS) == pytest.approx(1.0)
+    assert lost[Spent.UNKNOWN] == pytest.approx(59.0) and lost.get(Spent.RENDEZVOUS) == pytest.approx(1.0)
 
 
 def test_the_lowest_group_rank_s_record_is_the_round_s():
@@ -371,7 +371,7 @@ def test_the_lowest_group_rank_s_record_is_the_round_s():
         ended(30.0, 1, "succeeded", rank=0, ran=29.0, first_step=1.0, last_step=28.0, steps=20),
         closed(30.0, 1),
     ]
-    assert account_of(events).lost[Cause.START] == pytest.approx(1.0 + 0.5)
+    assert account_of(events).lost[Spent.START] == pytest.approx(1.0 + 0.5)
 
 
 def test_windows_give_each_stretch_its_goodput():
@@ -439,7 +439,7 @@ def test_under_inprocess_a_fault_s_survivors_keep_their_steps_nothing_is_redone_
         ended(101.0, 2, "succeeded", ran=49.5, first_step=0.2, last_step=49.0, steps=240, step=430, kept=True),
         closed(101.0, 2),
     ]
-    assert Cause.REDONE not in account_of(events).lost
+    assert Spent.REDONE not in account_of(events).lost
 
 
 def test_a_round_s_work_goes_into_its_marks_field_by_field():
