@@ -33,7 +33,7 @@ from .compose import Shared, node_parts
 from .config import AgentConfig, JobTerms
 from .errors import UsageError
 from .hosted import Hosting, host_etcd, wait_alone
-from .peers.probes import PeerProbes
+from .peers.probes import PeerProbes, PeerTerms
 from .signals import PASSED_SIGNALS, STOP_SIGNALS, pass_to_workers, stop_on_signals
 from .slurm.allocation import allocation_member
 from .slurm.job import AllocationEtcd
@@ -254,9 +254,8 @@ def _peer_probes(
     if settings.peer_window <= 0 or settings.max_nodes < 2:
         return None
     try:
-        return PeerProbes(
-            settings, client, plan.node_id, plan.local_addr or socket.getfqdn(), reaper.contact, history, report
-        )
+        addr = plan.local_addr or socket.getfqdn()
+        return PeerProbes(PeerTerms.of(settings), client, plan.node_id, addr, reaper.contact, history, report)
     except OSError as exc:
         raise UsageError(
             f"--rdzv-conf probe_port={settings.probe_port}: cannot listen ({exc.strerror or exc})"

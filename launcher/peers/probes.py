@@ -6,6 +6,8 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from rendezvous.errors import RendezvousError
 from rendezvous.etcd.client import EtcdClient
@@ -14,14 +16,32 @@ from rendezvous.job.history import HistoryWriter
 from rendezvous.job.keys import JobKeys
 from rendezvous.job.lostboard import Verdicts
 from rendezvous.rounds.join import RendezvousInfo
-from rendezvous.settings import RendezvousSettings
+
+if TYPE_CHECKING:
+    from rendezvous.settings import RendezvousSettings
 
 from .contact import ContactLog
 from .responder import Responder
 from .watcher import PeerWatch
 from .wire import timing
 
-__all__ = ["PeerProbes"]
+__all__ = ["PeerTerms", "PeerProbes"]
+
+
+@dataclass(frozen=True)
+class PeerTerms:
+    """What the probes need of the rendezvous settings (``PeerTerms.of``)."""
+
+    keys: JobKeys  # the job's keys: where a watcher's suspicion goes
+    window: float  # peer_window: seconds of silence that make a peer dead (its timing follows)
+    lease_ttl: float  # a lost node's lease has expired by twice this
+    port: int = 0  # probe_port: where this node answers (0: a free one)
+    advertised: str = ""  # probe_addr: the host:port peers reach it at ("": this host and the port)
+
+    @classmethod
+    def of(cls, settings: RendezvousSettings) -> "PeerTerms":
+        keys = JobKeys(settings.key_prefix, settings.run_id)
+        return cls(keys, settings.peer_window, settings.lease_ttl, settings.probe_port, settings.probe_addr)
 
 
 class PeerProbes:
@@ -30,7 +50,7 @@ class PeerProbes:
 
     def __init__(
         self,
-        settings: RendezvousSettings,
+        terms: PeerTerms,
         client: EtcdClient,
         node: str,
         addr: str,
@@ -38,19 +58,19 @@ class PeerProbes:
         history: HistoryWriter | None = None,
         say: Callable[[str], None] = lambda line: None,
     ) -> None:
-        self.timing = timing(settings.peer_window)
-        self._client, self._keys, self._node = client, JobKeys(settings.key_prefix, settings.run_id), node
+        self.timing = timing(terms.window)
+        self._client, self._keys, self._node = client, terms.keys, node
         self._fence, self._history, self._say = fence, history, say
         self._log = ContactLog(self.timing.fence_after)
         self._running: int | None = None
         self._lock = threading.Lock()  # the running round and the deadline handed to the fence change together
         self._watch: PeerWatch | None = None
         self._lingering: PeerWatch | None = None  # the last round's watch, until the next round forms
-        self._linger_for = 2 * settings.lease_ttl  # past its TTL a lost node's lease has expired anyway
+        self._linger_for = 2 * terms.lease_ttl  # past its TTL a lost node's lease has expired anyway
         self._info: RendezvousInfo | None = None
         self.missed: float | None = None  # the last round ended past its contact deadline: seconds unheard then
-        self._responder = Responder(self._log, "0.0.0.0", settings.probe_port, on_contact=self._contact)
-        self.endpoint = settings.probe_addr or Endpoint(addr, self._responder.port).target  # [v6]:port
+        self._responder = Responder(self._log, "0.0.0.0", terms.port, on_contact=self._contact)
+        self.endpoint = terms.advertised or Endpoint(addr, self._responder.port).target  # [v6]:port
 
     def start_round(self, info: RendezvousInfo, lease: Callable[[], int]) -> None:
         """Round ``info`` starts here: its contact deadline guards the workers, and its targets are watched."""
