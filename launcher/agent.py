@@ -136,34 +136,41 @@ class Agent:
                 self._after_fence()
                 continue  # etcd went away right after the round, or renews no more: rejoin before starting anything
             result = self._run_round()
+            self.attempt += 1  # the next round's workers, if any, are another attempt
             if result.outcome is RoundOutcome.SUCCEEDED:
-                self._departure = restart.Departure("finished: its workers succeeded")
-                if self._exit_barrier():
+                if self._finished():
                     return 0
-                self.attempt += 1  # another node's failure restarted the job: its workers run again
-                continue
-            self.attempt += 1  # the round's ending set the state to RESTARTING
-            if result.outcome is RoundOutcome.EXCLUDED:  # it stepped out: a machine to replace (exit 200)
-                raise InfrastructureError(f"this node leaves the job: {result.failure}")
-            if result.outcome is RoundOutcome.REPLACED:  # it stepped out for a spare, and waits as one
-                continue
-            self.telemetry.restarted(result.cause)
-            if result.verdict is not None:
-                self.telemetry.hung(result.verdict.culprit_label)
-            if result.outcome is RoundOutcome.FENCED:
-                self._after_fence()
-            elif result.outcome is RoundOutcome.FAILED:  # its worker_failed records are the runner's
-                if result.lost:  # with a peer's loss: a membership change, whatever the budget
-                    self.say(restart.loss_line(result.lost, self.info.restart_count, self.info.max_restarts))
-                else:
-                    failure = restart.failure_of(result.status, self.handler.node_id, self.info)
-                    if not self._gate.after_failure(failure.what):
-                        self._restart_or_close(failure, result)
-            elif result.outcome is RoundOutcome.HUNG:
-                failure = restart.hang_of(result.verdict, self.info, self.config.history_command)
-                mine = result.verdict.culprit.node == self.handler.node_id  # this node's worker hung
-                if not (mine and self._gate.after_failure(failure.what)):
-                    self._restart_or_close(failure, result)
+                continue  # another node's failure restarted the job: its workers run again
+            self._after_round(result)
+
+    def _finished(self) -> bool:
+        """This node's workers succeeded: whether the job did too (else it rejoins, ``_exit_barrier``)."""
+        self._departure = restart.Departure("finished: its workers succeeded")
+        return self._exit_barrier()
+
+    def _after_round(self, result: RoundResult) -> None:
+        """What a round that did not succeed asks for: leave (excluded), wait as a spare (replaced),
+        rejoin (fenced, a membership change), or restart or close the job (a failure, a hang)."""
+        if result.outcome is RoundOutcome.EXCLUDED:  # it stepped out: a machine to replace (exit 200)
+            raise InfrastructureError(f"this node leaves the job: {result.failure}")
+        if result.outcome is RoundOutcome.REPLACED:  # it stepped out for a spare, and waits as one
+            return
+        self.telemetry.restarted(result.cause)
+        if result.verdict is not None:
+            self.telemetry.hung(result.verdict.culprit_label)
+        if result.outcome is RoundOutcome.FENCED:
+            self._after_fence()
+        elif result.outcome is RoundOutcome.FAILED and result.lost:  # with a peer's loss: a membership change
+            self.say(restart.loss_line(result.lost, self.info.restart_count, self.info.max_restarts))
+        elif result.outcome is RoundOutcome.FAILED:  # its worker_failed records are the runner's
+            failure = restart.failure_of(result.status, self.handler.node_id, self.info)
+            if not self._gate.after_failure(failure.what):
+                self._restart_or_close(failure, result)
+        elif result.outcome is RoundOutcome.HUNG:
+            failure = restart.hang_of(result.verdict, self.info, self.config.history_command)
+            mine = result.verdict.culprit.node == self.handler.node_id  # this node's worker hung
+            if not (mine and self._gate.after_failure(failure.what)):
+                self._restart_or_close(failure, result)
 
     def worker_pids(self) -> list[int]:
         """This node's worker processes now (none between rounds)."""
