@@ -81,6 +81,11 @@ class PeerWatch(SelectorThread):
         with self._lock:
             return self._silence.answered_since(when)
 
+    def heard(self, node: str) -> bool:
+        """``node`` answered in this round (only then can its silence make it dead to this watcher)."""
+        with self._lock:
+            return self._silence.ever_heard(node)
+
     def nudge(self) -> None:
         """Probe every target now, not at the next turn."""
         self._nudged = True
