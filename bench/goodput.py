@@ -43,7 +43,7 @@ import uuid
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, HERE)
 
-from launcher.goodput.steptimes import STALL  # noqa: E402
+from launcher.hangs.steptimes import STALL  # noqa: E402
 from rendezvous.etcd.server import EtcdCluster, free_port  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

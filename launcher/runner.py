@@ -12,9 +12,9 @@ from dataclasses import dataclass, replace
 
 from launcher.c10dstore import StoreHost
 from launcher.goodput.live import publish_account
-from launcher.goodput.marks import WRITERS, RoundMarks, RoundWork, round_details
+from launcher.goodput.marks import WRITERS, RoundMarks, round_details
 from launcher.hangs.exitstuck import ExitWatch, others_done, say_quiet
-from launcher.hangs.hangwatch import HangWatch, watch_round
+from launcher.hangs.hangwatch import HangWatch, RoundWork, watch_round
 from launcher.hangs.verdict import Verdict
 from launcher.pace import Change, PacedWorker, PaceWatch
 from launcher.pace.spares import SpareLook, wait_replaced

@@ -3,7 +3,7 @@ and a training stretch's lost seconds laid on its pieces -- cut where a named st
 stretch begins and ends -- so that a report's windows show the drag where the steps were slow, not
 spread over the whole round.
 
-A round's pace is its healthy step (``launcher.goodput.steptimes``: the mean of its steps without
+A round's pace is its healthy step (``launcher.hangs.steptimes``: the mean of its steps without
 its stalls), which its stalls do not move. The job's healthy pace at a world size is the median of
 its rounds' paces, each weighted by its steps (a slow round among many does not move it either); a
 round whose mean step is slower than that lost the difference -- the steps slower than the job's

@@ -9,7 +9,7 @@ workers were stopped): ``ran`` to the round's end, ``stop`` from there to the wo
 the account's end of training for workers that call no ``elastic.heartbeat()``),
 ``first_step``/``last_step`` the first and last heartbeat (every local worker had beaten once by the
 first), ``steps`` the most heartbeats a local worker beat, ``healthy_step`` the mean of their steps
-without its stalls (``launcher.goodput.steptimes``; absent before a third heartbeat; an older
+without its stalls (``launcher.hangs.steptimes``; absent before a third heartbeat; an older
 agent wrote ``median_step``, the median, instead), ``saved`` the newest
 ``elastic.checkpoint`` save made in the round and ``step`` the newest step saved so far (-1: none
 ever); ``kept`` when the workers run under ``elastic.inprocess`` (a fault's survivors keep their
@@ -20,24 +20,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["RoundWork", "RoundMarks", "WRITERS", "round_details"]
+__all__ = ["RoundMarks", "WRITERS", "round_details"]
 
 WRITERS = 2  # group ranks 0 and 1 record their round
-
-
-@dataclass(frozen=True)
-class RoundWork:
-    """What a round's local workers did, as their heartbeats tell it (``HangWatch.work``): read by the
-    crash-loop breaker (``beats``), the round's length (``first``) and the ``round_ended`` record."""
-
-    first: float | None = None  # when every local worker that beat had beaten once (monotonic; None: none beat)
-    last: float | None = None  # the last heartbeat
-    beats: int = 0  # the most heartbeats one local worker beat
-    healthy: float | None = None  # their plain steps' mean without their stalls (``StepTimes.healthy``)
-
-    def marks(self) -> tuple[float | None, float | None, int, float | None]:
-        """``RoundMarks``' first, last, steps and healthy, in its order."""
-        return self.first, self.last, self.beats, self.healthy
 
 
 @dataclass(frozen=True)

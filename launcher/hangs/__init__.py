@@ -2,12 +2,15 @@
 
 - ``beatfile``: the heartbeat record a worker shares with its agent (``elastic.heartbeat`` writes it,
   the agent maps it: no system call, no etcd);
+- ``steptimes``: pure -- the intervals between a rank's heartbeats and their healthy step (the mean
+  without its stalls), which the rules learn from and the goodput account reads;
 - ``hangrules``: pure -- when a rank counts as hung (first-heartbeat, learned steady, phase or
   end-of-job timeout), and what its agent reports of it;
 - ``blame``: pure -- what a rank's main thread is doing, from its stack: waiting in a
   torch.distributed call or not (the tie-breaker);
 - ``verdict``: pure -- which rank of the job to blame (or a deadlock), and the lines every node prints;
-- ``hangwatch``: the agent's watch over one round, ticked from the round's monitor loop;
+- ``hangwatch``: the agent's watch over one round, ticked from the round's monitor loop, and what
+  the round's workers did (``RoundWork``: first and last heartbeat, beats, healthy step);
 - ``cases``: the protocol by which the nodes agree on one verdict (keys: ``rendezvous.job.hangboard``);
 - ``stacks``: taking the ranks' stacks when a hang is suspected; the console lines and the
   ``worker_hung`` record once it is decided;

@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from launcher.goodput.steptimes import StepTimes
+from launcher.hangs.steptimes import StepTimes
 
 from .beatfile import Beat
 from .blame import Doing

@@ -11,8 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from launcher.goodput.marks import RoundWork
-from launcher.goodput.steptimes import StepTimes
+from launcher.hangs.steptimes import StepTimes
 from rendezvous.errors import RendezvousError
 from rendezvous.job.hangboard import HangBoard, HangChannel
 
@@ -24,7 +23,22 @@ from .procstat import Idleness, Starvation
 from .stacks import dump_stacks, report_hang
 from .verdict import Verdict
 
-__all__ = ["HangWatch", "WatchedWorker", "watch_round"]
+__all__ = ["RoundWork", "HangWatch", "WatchedWorker", "watch_round"]
+
+
+@dataclass(frozen=True)
+class RoundWork:
+    """What a round's local workers did, as their heartbeats tell it (``HangWatch.work``): read by the
+    crash-loop breaker (``beats``), the round's length (``first``) and the ``round_ended`` record."""
+
+    first: float | None = None  # when every local worker that beat had beaten once (monotonic; None: none beat)
+    last: float | None = None  # the last heartbeat
+    beats: int = 0  # the most heartbeats one local worker beat
+    healthy: float | None = None  # their plain steps' mean without their stalls (``StepTimes.healthy``)
+
+    def marks(self) -> tuple[float | None, float | None, int, float | None]:
+        """``RoundMarks``' first, last, steps and healthy, in its order."""
+        return self.first, self.last, self.beats, self.healthy
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from launcher.goodput.steptimes import STALL
+from launcher.hangs.steptimes import STALL
 from tests.e2e.cli_helpers import agent_args, finish, run, run_id, start, wait_for
 from tests.faults.helpers import alive, native_stacks
 

@@ -7,9 +7,10 @@ import pytest
 
 from launcher.goodput.account import Spent, account_of
 from launcher.goodput.drag import Pace, lay, rate_shares
-from launcher.goodput.marks import RoundMarks, RoundWork, round_details
-from launcher.goodput.steptimes import StepTimes
+from launcher.goodput.marks import RoundMarks, round_details
 from launcher.goodput.text import report_lines
+from launcher.hangs.hangwatch import RoundWork
+from launcher.hangs.steptimes import StepTimes
 from rendezvous.job.history import Event
 
 T0 = 1_800_000_000.0
