@@ -10,6 +10,7 @@ import glob
 import os
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -112,10 +113,24 @@ def test_a_stopped_worker_is_woken_to_take_its_sigterm_instead_of_holding_the_ag
         wait_for(lambda: psutil.Process(worker).status() == psutil.STATUS_STOPPED, 10, what="the worker to stop")
         sent = time.monotonic()
         agent.process.send_signal(signal.SIGTERM)
+        seen: list[str] = []  # what became of the worker 2 s after the agent's SIGTERM
+        look = threading.Thread(target=lambda: seen.append(_state_after(worker, 2.0)), daemon=True)
+        look.start()
         code = agent.wait(30)
         took = time.monotonic() - sent
+        look.join(5)
+        woken = seen[0] if seen else "not looked at"
     finally:
         agent.kill()
-    print(f"\nthe agent stopped a stopped worker in {took:.2f} s (grace 20 s)")
+    print(f"\nthe agent stopped a stopped worker in {took:.2f} s (grace 20 s); 2 s in, the worker was {woken}")
     assert code == 128 + signal.SIGTERM, agent.output
-    assert took < 5, f"the stopped worker held the agent {took:.1f} s: it was not woken for its SIGTERM"
+    story = f"2 s after the SIGTERM the worker was {woken}\n{agent.output}"
+    assert took < 5, f"the stopped worker held the agent {took:.1f} s: it was not woken for its SIGTERM; {story}"
+
+
+def _state_after(pid: int, seconds: float) -> str:
+    time.sleep(seconds)
+    try:
+        return psutil.Process(pid).status()
+    except psutil.NoSuchProcess:
+        return "gone"
