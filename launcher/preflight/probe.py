@@ -122,20 +122,28 @@ def _share(store, settings: dict, name: str, value) -> dict[int, float | None]:
     once all wrote or its wait ran out (missing: None). Every node gets the same figures -- so the
     same next pairs and the same findings -- however late one of them wrote: a node that reads
     for itself may see a figure another node gave up on. Without rank 0's answer (it is gone), the
-    node's own reading."""
+    node's own reading. A request or two a node when all wrote in time (the store is the agent's)."""
     prefix, rank = f"elastic-preflight/{settings['round']}/{name}/", settings["rank"]
     store.set(prefix + str(rank), json.dumps(value))
     keys = [prefix + str(r) for r in range(settings["nodes"])]
     agreed = prefix + "agreed"
     if rank == 0:
-        _wait(store, keys, settings["timeout"])
-        store.set(agreed, json.dumps([_number(_read(store, key)) for key in keys]))
-    if _wait(store, [agreed], settings["timeout"] + AGREE_SLACK):
-        seen = _read(store, agreed)
-        if isinstance(seen, list) and len(seen) == settings["nodes"]:
-            return {r: _number(v) for r, v in enumerate(seen)}
-    _wait(store, keys, 0.0)
-    return {r: _number(_read(store, key)) for r, key in enumerate(keys)}
+        store.set(agreed, json.dumps([_number(v) for v in _values(store, keys, settings["timeout"])]))
+    seen = _values(store, [agreed], settings["timeout"] + AGREE_SLACK)[0]
+    if isinstance(seen, list) and len(seen) == settings["nodes"]:
+        return {r: _number(v) for r, v in enumerate(seen)}
+    return {r: _number(v) for r, v in enumerate(_values(store, keys, 0.0))}
+
+
+def _values(store, keys: list[str], seconds: float) -> list:
+    """The JSON values at ``keys`` once all are written or ``seconds`` ran out (missing: None): one
+    request for them all when all came, one each for those that did."""
+    if _wait(store, keys, seconds):
+        try:
+            return [json.loads(raw) for raw in store.multi_get(keys)]
+        except Exception:  # noqa: BLE001 -- unreadable: read one by one below
+            pass
+    return [_read(store, key) for key in keys]
 
 
 def _wait(store, keys: list[str], seconds: float) -> bool:
