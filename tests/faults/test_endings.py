@@ -2,7 +2,7 @@
 (fault x start mode), on its tutorial-shaped DDP script (the DDP model kept to the end of ``main()``),
 with a CPU-bound process running beside the job. Each must end on every surviving agent with exit
 code 0, leave no process of its own behind (agents, reapers, warm interpreters, workers forked or
-not), and the last agent must exit within 2 s of the last worker process (the exit barrier and the
+not), and the last agent must exit within 3 s of the last worker process (the exit barrier and the
 close-down), not counting the time its main thread waited for a CPU (``schedstat``): on a machine
 busy with other tests, a few tenths of a second of work can take seconds, and a wait is what this
 looks for. A worker that met PyTorch's teardown deadlock (it happens on a busy machine) is ended
@@ -26,6 +26,12 @@ CELLS = [("worker", "warm"), ("node", "inprocess"), ("hang", "warm")]
 
 
 STUCK_AFTER = 5.0  # --exit-stuck-timeout
+# Seconds the last agent may take after the last worker, its own waits for a CPU aside. Its close-down
+# is a few etcd calls (the exit barrier, the close, the lease's revoke, the history's flush), each
+# waiting on an etcd that shares the loaded 2 cores: 0.28-0.38 s alone here, 2.52 s once in CI (2.89 s with
+# 0.37 s starved). The waits this test is for are longer: a read_timeout (5 s), the exit-stuck bound
+# (5 s here), a stop grace.
+WITHIN = 3.0
 
 
 @pytest.fixture(scope="module")
@@ -49,6 +55,7 @@ def test_the_job_ends_on_every_surviving_agent_and_leaves_nothing_behind(etcd, f
     assert trial.ok(fault), f"exit codes {trial.codes} (the fault's node: {trial.victim}), left: {trial.leftovers}"
     assert trial.lag is not None, f"no exit lag measured: {trial}"
     waited = trial.lag - trial.starved - (STUCK_AFTER + 1.0 if trial.stuck else 0.0)
-    assert waited < 2.0, (
+    print(f"\nthe last agent exited {trial.lag:.2f} s after the last worker ({trial.starved:.2f} s starved)")
+    assert waited < WITHIN, (
         f"the last agent exited {trial.lag:.2f} s after the last worker, {trial.starved:.2f} s of it waiting for a CPU"
     )
