@@ -173,5 +173,7 @@ def test_a_node_at_30_percent_of_its_speed_that_comes_late_is_found_slow_beside_
     assert named.startswith(("group rank 3 is slow", "group rank 3 is faulty")), checks
     assert checks[1]["excluded"] == [3], checks
     assert all(text.count("pre-flight check") >= 2 for text in outputs[:3]), outputs  # each checked round 2 too
-    assert f"this node leaves the job: the pre-flight check found {named}" in outputs[3], outputs[3]
+    # its own line names it too; a node so late that rank 0's agent closed the check's store under it
+    # says its check did not finish (CI: broken pipe), the others' figures named it faulty
+    assert "this node leaves the job: the pre-flight check found group rank 3 is" in outputs[3], outputs[3]
     assert {w["world"] for w in workers(str(tmp_path))} == {3}  # no worker ever ran with the slow node
