@@ -122,4 +122,8 @@ def judge(
             found.append(Finding(node, "slow", why + (f", then {_ms(t3)} with a third partner" if t3 else "")))
         elif mm and own is not None and own > SLOW * mm and own - mm > FLOOR:
             found.append(Finding(node, "slow", f"its matmul took {_ms(own)} against a median of {_ms(mm)}"))
+        elif mm and own is None and node in matmul:  # every node saw rank 0's figures: it reported too late
+            found.append(
+                Finding(node, "slow", f"its matmul was not reported within the check's wait (median {_ms(mm)})")
+            )
     return sorted(found, key=lambda f: (f.kind != "faulty", f.node))

@@ -111,3 +111,10 @@ def test_the_check_s_line_says_what_it_found_and_what_came_of_it():
         "pre-flight check (1.2 s): group rank 2 is slow: its matmul took 50 ms against a median of 10 ms: "
         "excluded before training"
     )
+
+
+def test_a_node_whose_matmul_came_too_late_for_rank_0_is_slow_on_every_node():
+    times = dict.fromkeys(range(4), 0.02)
+    found = judge(times, times, {0: 0.001, 1: 0.001, 2: 0.001, 3: None})
+    assert [(f.node, f.kind) for f in found] == [(3, "slow")] and "not reported" in found[0].why, found
+    assert judge(times, times, {0: 0.001, 1: 0.001, 2: 0.001}) == []  # a node not in the figures at all: no word
