@@ -10,6 +10,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from launcher.peers.contact import ContactLog
@@ -19,6 +21,7 @@ from launcher.peers.wire import timing
 from rendezvous.job.keys import JobKeys
 from rendezvous.job.lostboard import Verdicts
 from rendezvous.job.ranktable import Target
+from tests.e2e.cli_helpers import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 WINDOW = 0.6  # seconds of silence that make a peer dead (the agents' peer_window, shortened)
@@ -31,53 +34,42 @@ def _watch(etcd_client, key_prefix, port: int, lease: int) -> tuple[PeerWatch, J
     return PeerWatch(1, [target], timing(WINDOW), verdicts), keys
 
 
-def _until(predicate, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return False
-
-
-def test_a_peer_that_answers_is_heard_and_accused_of_nothing(etcd_client, key_prefix):
+@contextmanager
+def _watching_a_live_peer(etcd_client, key_prefix) -> Iterator[tuple[PeerWatch, JobKeys, int, Responder]]:
+    """A peer answering on loopback, on a lease of its own, watched until it was heard; all closed after."""
     lease = etcd_client.grant_lease(30)
     responder = Responder(ContactLog(timing(WINDOW).fence_after), "127.0.0.1", 0)
     started = time.monotonic()
     watch, keys = _watch(etcd_client, key_prefix, responder.port, lease)
     try:
-        assert _until(lambda: watch.heard("peer"), 2.0), "no answer heard from a live responder"
+        wait_for(lambda: watch.heard("peer"), 2.0, what="an answer from a live responder")
         assert watch.answered_since(started)
-        time.sleep(3 * WINDOW)  # longer than the window: a live peer is never accused
-        assert not watch.lagging()
-        assert etcd_client.count_prefix(keys.suspects(1, "peer")) == 0 and etcd_client.lease_ttl(lease) > 0
+        yield watch, keys, lease, responder
     finally:
         watch.close()
         responder.close()
-        etcd_client.revoke_lease(lease)
+        if etcd_client.lease_ttl(lease) > 0:
+            etcd_client.revoke_lease(lease)
+
+
+def test_a_peer_that_answers_is_heard_and_accused_of_nothing(etcd_client, key_prefix):
+    with _watching_a_live_peer(etcd_client, key_prefix) as (watch, keys, lease, _):
+        time.sleep(3 * WINDOW)  # longer than the window: a live peer is never accused
+        assert not watch.lagging()
+        assert etcd_client.count_prefix(keys.suspects(1, "peer")) == 0 and etcd_client.lease_ttl(lease) > 0
 
 
 def test_a_peer_whose_process_is_gone_closes_the_connection_and_is_accused_before_the_window(etcd_client, key_prefix):
-    lease = etcd_client.grant_lease(30)
-    responder = Responder(ContactLog(timing(WINDOW).fence_after), "127.0.0.1", 0)
-    started = time.monotonic()
-    watch, keys = _watch(etcd_client, key_prefix, responder.port, lease)
-    try:
-        assert _until(lambda: watch.heard("peer"), 2.0) and watch.answered_since(started)
+    with _watching_a_live_peer(etcd_client, key_prefix) as (watch, keys, lease, responder):
         responder.close()  # its machine went away: the connection is closed, nothing answers
         gone = time.monotonic()
-        assert _until(lambda: etcd_client.lease_ttl(lease) == -1, 5.0), "the silent peer's lease still stands"
+        wait_for(lambda: etcd_client.lease_ttl(lease) == -1, 5.0, what="the silent peer's lease to end")
         took = time.monotonic() - gone
         assert took < 3.0, f"{took:.2f} s from the silence to the lease's end"
         assert watch.lagging()
         why = etcd_client.get(keys.suspects(1, "peer") + "watcher")
         assert why is not None and b"connection was closed" in why.value, why  # not its silence: its close
         print(f"\nlease ended {took:.2f} s after the peer went silent (window {WINDOW} s)")
-    finally:
-        watch.close()
-        responder.close()
-        if etcd_client.lease_ttl(lease) > 0:
-            etcd_client.revoke_lease(lease)
 
 
 FROZEN_PEER = """
@@ -102,10 +94,10 @@ def test_a_frozen_peer_keeps_its_connection_and_is_accused_only_once_its_silence
     watch = None
     try:
         watch, keys = _watch(etcd_client, key_prefix, int(peer.stdout.readline()), lease)
-        assert _until(lambda: watch.heard("peer"), 5.0), "no answer heard from the live peer"
+        wait_for(lambda: watch.heard("peer"), 5.0, what="an answer from the live peer")
         os.kill(peer.pid, signal.SIGSTOP)
         frozen = time.monotonic()
-        assert _until(lambda: etcd_client.lease_ttl(lease) == -1, 5.0), "the frozen peer's lease still stands"
+        wait_for(lambda: etcd_client.lease_ttl(lease) == -1, 5.0, what="the frozen peer's lease to end")
         took = time.monotonic() - frozen
         # silence counts from the last answer heard, up to one probe interval before the freeze
         early = WINDOW - timing(WINDOW).interval
