@@ -183,7 +183,7 @@ class RoundRunner:
         if self._peers is not None:
             self._peers.end_round()  # after the workers: the peers' deadline guards them until then
         self._telemetry.workers(0)
-        marks = RoundMarks(started, ended, time.monotonic(), *work.marks(), kept=kept, exited=self._first_exit)
+        marks = RoundMarks(started, ended, time.monotonic(), **work.marks(), kept=kept, exited=self._first_exit)
         self._record_round(info, result, marks)
         if result.outcome is RoundOutcome.REPLACED:  # it rejoins once the spare's round runs, as a spare
             wait_replaced(self.handler, info.round, min(self._join_timeout, 30.0))

@@ -36,6 +36,7 @@ class RoundMarks:
     last: float | None = None  # last heartbeat
     steps: int = 0
     healthy: float | None = None  # its plain steps' mean without its stalls (the round's healthy step)
+    own: float = 0.0  # the most seconds of own work one local worker timed (0.0: none timed)
     save: tuple[int, float] | None = None  # the newest save: (step, seconds since the epoch)
     kept: bool = False  # the workers run under elastic.inprocess: a fault's survivors keep their steps
     exited: float | None = None  # the first local worker's exit 0 (None: none exited 0)
@@ -55,6 +56,8 @@ def round_details(marks: RoundMarks, *, outcome: str, group_rank: int, now_wall:
     }
     if marks.healthy is not None:
         details["healthy_step"] = round(marks.healthy, 6)
+    if marks.own > 0.0:
+        details["own_work"] = _s(marks.own)
     if marks.first is not None:
         details["first_step"] = _s(max(marks.first - marks.started, 0.0))
     if marks.last is not None:

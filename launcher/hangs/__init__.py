@@ -10,7 +10,7 @@
   torch.distributed call or not (the tie-breaker);
 - ``verdict``: pure -- which rank of the job to blame (or a deadlock), and the lines every node prints;
 - ``hangwatch``: the agent's watch over one round, ticked from the round's monitor loop, and what
-  the round's workers did (``RoundWork``: first and last heartbeat, beats, healthy step);
+  the round's workers did (``RoundWork``: first and last heartbeat, beats, healthy step, own work);
 - ``cases``: the protocol by which the nodes agree on one verdict (keys: ``rendezvous.job.hangboard``);
 - ``stacks``: taking the ranks' stacks when a hang is suspected; the console lines and the
   ``worker_hung`` record once it is decided;

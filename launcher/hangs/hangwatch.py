@@ -28,17 +28,18 @@ __all__ = ["RoundWork", "HangWatch", "WatchedWorker", "watch_round"]
 
 @dataclass(frozen=True)
 class RoundWork:
-    """What a round's local workers did, as their heartbeats tell it (``HangWatch.work``): read by the
-    crash-loop breaker (``beats``), the round's length (``first``) and the ``round_ended`` record."""
+    """What a round's local workers did, as their heartbeat records tell it (``HangWatch.work``): read by
+    the crash-loop breaker (``beats``), the round's length (``first``) and the ``round_ended`` record."""
 
     first: float | None = None  # when every local worker that beat had beaten once (monotonic; None: none beat)
     last: float | None = None  # the last heartbeat
     beats: int = 0  # the most heartbeats one local worker beat
     healthy: float | None = None  # their plain steps' mean without their stalls (``StepTimes.healthy``)
+    own: float = 0.0  # the most seconds of own work one local worker timed (``elastic.section``, ``watch_ddp``)
 
-    def marks(self) -> tuple[float | None, float | None, int, float | None]:
-        """``RoundMarks``' first, last, steps and healthy, in its order."""
-        return self.first, self.last, self.beats, self.healthy
+    def marks(self) -> dict[str, float | int | None]:
+        """``RoundMarks``' fields of the workers' doing, by name."""
+        return {"first": self.first, "last": self.last, "steps": self.beats, "healthy": self.healthy, "own": self.own}
 
 
 @dataclass(frozen=True)
@@ -137,7 +138,8 @@ class HangWatch:
         firsts = [w.first for w in self._watches if w.first is not None]
         lasts = [w.beat.last for w in self._watches if w.beat is not None]
         healthy = StepTimes.combined(w.times for w in self._watches).healthy()
-        return RoundWork(max(firsts) if firsts else None, max(lasts) if lasts else None, beats, healthy)
+        own = max((w.beat.work for w in self._watches if w.beat is not None), default=0.0)
+        return RoundWork(max(firsts) if firsts else None, max(lasts) if lasts else None, beats, healthy, own)
 
     def reports(self, now: float | None = None) -> list[RankReport]:
         now = self._clock() if now is None else now

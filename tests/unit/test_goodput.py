@@ -444,7 +444,10 @@ def test_under_inprocess_a_fault_s_survivors_keep_their_steps_nothing_is_redone_
 
 
 def test_a_round_s_work_goes_into_its_marks_field_by_field():
-    work = RoundWork(first=102.0, last=129.5, beats=77, healthy=0.36)
-    marks = RoundMarks(100.0, 130.0, 130.4, *work.marks())
-    assert (marks.first, marks.last, marks.steps, marks.healthy) == (102.0, 129.5, 77, 0.36)
-    assert RoundMarks(100.0, 130.0, 130.4, *RoundWork().marks()) == RoundMarks(100.0, 130.0, 130.4)
+    work = RoundWork(first=102.0, last=129.5, beats=77, healthy=0.36, own=21.5)
+    marks = RoundMarks(100.0, 130.0, 130.4, **work.marks())
+    assert (marks.first, marks.last, marks.steps, marks.healthy, marks.own) == (102.0, 129.5, 77, 0.36, 21.5)
+    assert RoundMarks(100.0, 130.0, 130.4, **RoundWork().marks()) == RoundMarks(100.0, 130.0, 130.4)
+    assert round_details(marks, outcome="succeeded", group_rank=0, now_wall=5131.0, now=131.0)["own_work"] == 21.5
+    assert "own_work" not in round_details(RoundMarks(100.0, 130.0, 130.4), outcome="succeeded", group_rank=0,
+                                           now_wall=5131.0, now=131.0)

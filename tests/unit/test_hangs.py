@@ -105,10 +105,13 @@ def test_a_round_s_progress_holds_its_workers_healthy_step_with_their_jitter_and
                 record.write(beats.HEADER.pack(beats.MAGIC, 0))
                 record.seek(beats.BEAT_AT)
                 record.write(beats.BEAT.pack(now, count))
+                record.seek(beats.WORK_AT)  # its own work: 40 ms of each step, rank 1 a little slower
+                record.write(beats.WORK.pack(count * (0.04 + 0.01 * path.endswith("1.beat")), count))
         watch.most_beats()
     work = watch.work()
     first, last, beaten, healthy = work.first, work.last, work.beats, work.healthy
     assert (first, last, beaten) == (1.05, now, 101)
+    assert work.own == pytest.approx(101 * 0.05)  # the most one local worker timed: rank 1's
     # the steps after the first two beats (the first interval is not a step): 58 of 50 ms and 40 of 70 --
     # the jitter's mean, not their 50 ms median, and not the stall
     assert healthy == pytest.approx((58 * 0.05 + 40 * 0.07) / 98, rel=0.001)
