@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .errors import ChildFailedError, UsageError, WorkerFailedError
-from .optable import check_field
+from .options.table import check_field
 from .workers.mainguard import unguarded_launch
 from .workers.payload import dump_payload, name_of
 

@@ -1,4 +1,4 @@
-"""elastic-run's click options, made from the option table (``launcher.optable``): each row's
+"""elastic-run's click options, made from the option table (``launcher.options.table``): each row's
 spellings, default, ``PET_*`` variable and value check as click takes them."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from launcher.optable import OPTIONS, Choice, Option, Seconds, Whole, env_name
+from launcher.options.table import OPTIONS, Choice, Option, Seconds, Whole, env_name
 
 __all__ = ["click_options"]
 

@@ -14,12 +14,13 @@ before. The agent adopts this one only if it asks for the same imports in the sa
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from launcher.optable import OPTIONS
+from launcher.errors import UsageError
+from launcher.options.table import OPTIONS
+from launcher.options.values import worker_argv
 
 if TYPE_CHECKING:
     from launcher.warmstart.interpreter import WarmStarter
@@ -64,12 +65,10 @@ def start_early_warm(line: TypedLine | None) -> WarmStarter | None:
     environ, value = line.environ, line.value
     if any(value(key) for key in _OFF) or "PET_WARM_START" in environ or line.given.get("warm_start") is False:
         return None
-    if value("module"):
-        program = [sys.executable, "-u", "-m", line.script, *line.args]
-    elif os.path.isfile(line.script):
-        program = [sys.executable, "-u", line.script, *line.args]
-    else:
-        return None
+    try:  # the worker's command as the agent will build it, by the same function
+        program = worker_argv(line.script, line.args, module=bool(value("module")))
+    except UsageError:
+        return None  # the CLI says what is wrong with it
     nproc = str(value("nproc_per_node", "1")).strip().lower()
     many = not nproc.isdigit() or int(nproc) > 1  # cpu, gpu, auto: most likely several
     preload = tuple(item for item in str(value("preload", "")).split(",") if item)

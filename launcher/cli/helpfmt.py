@@ -1,5 +1,5 @@
 """``elastic-run --help`` as people read it: options in the groups of the option table
-(``launcher.cli.optable``), each with its own spellings (torchrun's ``--a_b`` spellings and unique
+(``launcher.options.table``), each with its own spellings (torchrun's ``--a_b`` spellings and unique
 prefixes are still accepted), torchrun's options that take no effect here in one line, every line
 within 80 columns; ``--help-rdzv-conf`` for the ``--rdzv-conf`` keys; and the options table of
 docs/getting-started.md (``markdown``)."""
@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from launcher.optable import OPTIONS, SAME, grouped, moot
+from launcher.options.table import OPTIONS, SAME, grouped, moot
 from rendezvous.settings import CONF_KEYS, TORCH_ALIASES
 
 __all__ = ["GroupedCommand", "WIDTH", "markdown", "rdzv_conf_help"]

@@ -16,7 +16,15 @@ from typing import Any
 from launcher.config import AgentConfig, CrashLoop
 from launcher.launch import LaunchPlan
 from launcher.nodecheck import NodeChecks
-from launcher.optable import OPTIONS
+from launcher.options.table import OPTIONS
+from launcher.options.values import (
+    parse_filters,
+    parse_nproc_per_node,
+    parse_ranks_filter,
+    parse_std,
+    shutdown_timeout,
+    worker_argv,
+)
 from launcher.output import load_logs_specs
 from launcher.output.console import say
 from launcher.plan import RunRequest, build_plan, hang_timeouts
@@ -24,20 +32,14 @@ from launcher.signals import parse_signals
 from launcher.slurm.defaults import slurm_defaults
 from rendezvous.settings import parse_conf
 
-from .options import (
+from .derive import (
     alone_on_a_free_port,
     beside_of,
     c10d_hosting,
     implies_standalone,
-    parse_filters,
     parse_nodes,
-    parse_nproc_per_node,
-    parse_ranks_filter,
-    parse_std,
     rendezvous_endpoint,
     say_static_ignored,
-    shutdown_timeout,
-    worker_argv,
 )
 
 __all__ = ["RunOptions", "agent_config", "plan_from", "request_from"]
@@ -51,7 +53,7 @@ def _fields() -> list[tuple]:
 
 
 # Every elastic-run option as the command line gives it (strings where torchrun parses them later),
-# made from the option table (``launcher.optable.OPTIONS``). ``given``: the names of the options given
+# made from the option table (``launcher.options.table.OPTIONS``). ``given``: the names of the options given
 # (flag or PET_*); None: all of them.
 RunOptions = make_dataclass("RunOptions", _fields(), frozen=True)
 RunOptions.__module__ = __name__
@@ -89,7 +91,7 @@ _AS_GIVEN = (
 
 def request_from(opts: RunOptions) -> RunRequest:
     """elastic-run's options, with SLURM's defaults in, parsed into a RunRequest: each option's text
-    by its parser (``launcher.cli.options``), in the order torchrun reports a bad one."""
+    by its parser (``launcher.options.values``, beside the option table), in the order torchrun reports a bad one."""
     changes, slurm = slurm_defaults(opts.given, opts.standalone)
     opts = replace(opts, **changes)
     endpoint = _endpoint(opts)
@@ -104,7 +106,7 @@ def request_from(opts: RunOptions) -> RunRequest:
     ranks_filter = parse_ranks_filter(opts.local_ranks_filter)
     say_static_ignored(opts.node_rank, opts.master_addr)
     return RunRequest(
-        # the option parsers' (launcher.cli.options) first, then what other modules parse
+        # the option parsers' (launcher.options.values) first, then what other modules parse
         stdout_filters=parse_filters(opts.duplicate_stdout_filters),
         stderr_filters=parse_filters(opts.duplicate_stderr_filters),
         agent=agent_config(opts, tuple(argv), nproc),

@@ -16,14 +16,12 @@ import click
 from click.core import ParameterSource
 
 from launcher.launch import launch
+from launcher.options.values import expand_abbreviations
 from launcher.output.console import console_closed, say, set_log_format
 
 from .clickopts import click_options
 from .entry import entry, last_line
 from .helpfmt import COMPLETION_SHELLS, GroupedCommand, print_completion, rdzv_conf_help
-from .options import (
-    expand_abbreviations,
-)
 from .parse import RunOptions, plan_from
 
 __all__ = ["elastic_run", "entry", "run_main", "ctl_main"]

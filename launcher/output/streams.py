@@ -17,7 +17,7 @@ every local rank, or per local rank as ``0:1,1:2``. As in torch:
 
 A layout strategy (``LayoutStrategy``) turns the options into each attempt's ``Layout``: the
 built-in one (``launcher.output.default``) or a torch ``LogsSpecs`` (``launcher.output.torch_specs``);
-the CLI picks one (and parses the options' text: ``launcher.cli.options``). Everything here is pure.
+the CLI picks one (and parses the options' text: ``launcher.options.values``). Everything here is pure.
 """
 
 from __future__ import annotations

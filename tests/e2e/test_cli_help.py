@@ -58,7 +58,7 @@ def test_no_option_listed_as_having_no_effect_changes_what_the_run_does(tmp_path
     from dataclasses import replace
 
     from launcher.cli.parse import RunOptions, plan_from
-    from launcher.optable import OPTIONS, moot
+    from launcher.options.table import OPTIONS, moot
 
     script = tmp_path / "train.py"
     script.write_text("pass\n")

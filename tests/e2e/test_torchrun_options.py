@@ -86,7 +86,7 @@ def test_workers_that_ignore_the_stop_signal_are_killed_after_theshutdown_timeou
 
 
 def test_the_shutdown_timeout_is_30_s_unless_set_as_torchrun(monkeypatch):
-    from launcher.cli.options import shutdown_timeout
+    from launcher.options.values import shutdown_timeout
 
     monkeypatch.delenv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", raising=False)
     assert shutdown_timeout(None) == 30.0

@@ -449,5 +449,6 @@ def test_a_round_s_work_goes_into_its_marks_field_by_field():
     assert (marks.first, marks.last, marks.steps, marks.healthy, marks.own) == (102.0, 129.5, 77, 0.36, 21.5)
     assert RoundMarks(100.0, 130.0, 130.4, **RoundWork().marks()) == RoundMarks(100.0, 130.0, 130.4)
     assert round_details(marks, outcome="succeeded", group_rank=0, now_wall=5131.0, now=131.0)["own_work"] == 21.5
-    assert "own_work" not in round_details(RoundMarks(100.0, 130.0, 130.4), outcome="succeeded", group_rank=0,
-                                           now_wall=5131.0, now=131.0)
+    assert "own_work" not in round_details(
+        RoundMarks(100.0, 130.0, 130.4), outcome="succeeded", group_rank=0, now_wall=5131.0, now=131.0
+    )

@@ -11,7 +11,8 @@ import sys
 import pytest
 
 import elastic
-from launcher.cli.options import (
+from launcher.errors import UsageError
+from launcher.options.values import (
     NodeRange,
     expand_abbreviations,
     parse_filters,
@@ -22,7 +23,6 @@ from launcher.cli.options import (
     parse_std,
     worker_argv,
 )
-from launcher.errors import UsageError
 from launcher.output.console import PROGRESS_EVERY, progress_line, should_say
 from launcher.output.pump import _Source
 from launcher.output.streams import STDOUT, StreamPlan, line_prefix, plan_stream
@@ -46,7 +46,7 @@ def test_bad_nnodes(text):
 
 
 def test_gpus_are_the_installed_ones_that_cuda_visible_devices_shows():
-    from launcher.cli.options import _gpu_count
+    from launcher.options.values import _gpu_count
 
     assert _gpu_count(4, None) == 4
     assert _gpu_count(4, "0,1") == 2

@@ -121,7 +121,6 @@ SPINE = (
     "restart",
     "config",
     "plan",
-    "optable",
     "nodecheck",
     "torchft_lighthouse",
 )
@@ -408,3 +407,23 @@ def test_the_reaper_s_one_kind_and_every_kind_s_words_are_the_history_s():
     reaper = (ROOT / "launcher" / "reaper" / "reaper.py").read_text()
     assert f'"{Kind.NODE_LEFT.value}"' in reaper
     assert set(_EVENTS) == set(Kind), set(Kind) ^ set(_EVENTS)  # every kind has its words in `history`
+
+
+def test_the_command_s_first_moments_load_the_option_table_and_its_parsers_alone():
+    """``elastic-run``'s early start (the local etcd, the warm interpreter: ``launcher.cli.early``) reads
+    the line with the option table and builds the worker's command with the same parser the plan uses
+    (``launcher.options.values.worker_argv``), before the heavy imports: nothing else of the launcher."""
+    probe = "import sys, launcher.cli.early; sys.stderr.write(' '.join(sys.modules))"
+    shown = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    loaded = [m for m in shown.stderr.split() if m.split(".")[0] in ("launcher", "rendezvous")]
+    allowed = (
+        "launcher.cli.early",
+        "launcher.errors",
+        "launcher.options",
+        "launcher.workers.numa",
+        "rendezvous.errors",
+    )
+    wrong = [
+        m for m in loaded if not _allowed(m, allowed) and m not in ("launcher", "launcher.cli", "launcher.workers")
+    ]
+    assert "launcher.options.values" in loaded and not wrong, (wrong, shown.stderr[-2000:])

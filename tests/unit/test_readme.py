@@ -112,7 +112,7 @@ def test_the_readme_options_table_is_the_option_tables():
     from launcher.cli.helpfmt import markdown
 
     made = "python -c 'from launcher.cli.helpfmt import markdown; print(markdown())'"
-    assert markdown() in DOCS, f"the options table in docs/ is not launcher/optable.py's ({made})"
+    assert markdown() in DOCS, f"the options table in docs/ is not launcher/options/table.py's ({made})"
 
 
 def test_each_sub_package_s_docstring_names_its_modules():

@@ -1,5 +1,9 @@
-"""Parsing of elastic-run's option values, one function an option (torchrun's meanings): a
-``UsageError`` names a bad one; a line is said for one that is ignored. No I/O beyond lookups."""
+"""The option values' parsers, one function an option (torchrun's meanings), beside the table that
+lists the options (``launcher.options.table``): text in, a typed value out, or a ``UsageError``
+naming the bad one. Pure, and light: the command's first moments use them (``launcher.cli.early``),
+before its heavy imports. What the options mean together -- a job on this node alone, the c10d
+line's etcd, the lines said for an ignored option -- the command line derives
+(``launcher.cli.derive``)."""
 
 from __future__ import annotations
 
@@ -11,10 +15,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from launcher.errors import UsageError
-from launcher.hosted import Hosting, alone_on_port_0, c10d_endpoint
-from launcher.output.console import say
-from launcher.output.streams import Std
-from launcher.torchft_lighthouse import Beside
 
 __all__ = [
     "NodeRange",
@@ -23,25 +23,19 @@ __all__ = [
     "expand_abbreviations",
     "worker_argv",
     "RDZV_BACKENDS",
+    "NOT_HERE",
     "parse_rdzv_backend",
-    "rendezvous_endpoint",
-    "c10d_hosting",
-    "alone_on_a_free_port",
-    "parse_nodes",
     "shutdown_timeout",
-    "say_static_ignored",
-    "beside_of",
     "parse_std",
     "parse_ranks_filter",
     "parse_filters",
-    "implies_standalone",
 ]
 
 # c10d: torchrun's lines as they are, on an etcd hosted by the agent on the endpoint's host (launcher.hosted)
 RDZV_BACKENDS = {"etcd-v3": "etcd-v3", "etcd": "etcd-v3", "etcd_v3": "etcd-v3", "etcd-v2": "etcd-v3", "c10d": "c10d"}
 # torchrun's backends that need no etcd: the line that names what to use instead.
 _INSTEAD = "use --standalone for one node, or give --rdzv-endpoint the host:port of an etcd"
-_NOT_HERE = {
+NOT_HERE = {
     "static": "static rendezvous needs --node-rank/--master-addr on every node; " + _INSTEAD,
 }
 
@@ -168,7 +162,7 @@ def parse_rdzv_backend(name: str) -> str:
     key = str(name).strip().lower()
     backend = RDZV_BACKENDS.get(key)
     if backend is None:
-        hint = _NOT_HERE.get(key, "elastic-run supports etcd-v3 (aliases: etcd, etcd-v2) and c10d")
+        hint = NOT_HERE.get(key, "elastic-run supports etcd-v3 (aliases: etcd, etcd-v2) and c10d")
         raise UsageError(f"unknown --rdzv-backend {name!r}: {hint}")
     return backend
 
@@ -205,71 +199,6 @@ def worker_argv(
     return [python, "-u", script, *args]
 
 
-def implies_standalone(backend: str, endpoint: str | None, nnodes: str) -> bool:
-    """No endpoint and one node (``--nnodes 1``, the default): torchrun runs such a job on this node
-    alone (its static rendezvous on localhost), and so does elastic-run, as ``--standalone`` does."""
-    if endpoint:
-        return False
-    try:
-        nodes = parse_nnodes(nnodes)
-    except UsageError:
-        return False  # said by the parser of --nnodes
-    return nodes.max_nodes == 1 and str(backend).strip().lower() in (*RDZV_BACKENDS, *_NOT_HERE)
-
-
-def rendezvous_endpoint(standalone: bool, backend: str, endpoint: str | None, rdzv_id: str | None) -> str | None:
-    """etcd's endpoint, or None for --standalone (which overrides the rendezvous options, saying so)."""
-    if standalone:
-        given = [
-            f"--rdzv-{name}"
-            for name, value in (("backend", backend), ("endpoint", endpoint), ("id", rdzv_id))
-            if value not in (None, "", "etcd-v3", "c10d", "none")
-        ]
-        if given:
-            say(f"--standalone: ignoring {', '.join(given)}; a local etcd is started for this job")
-        return None
-    if str(backend).strip().lower() == "etcd-v2":
-        say("--rdzv-backend etcd-v2: using etcd's v3 API (etcd 3.6 removed v2)")
-    parse_rdzv_backend(backend)
-    return endpoint or ""
-
-
-def c10d_hosting(backend: str, endpoint: str | None, is_host: str | None) -> Hosting | None:
-    """A c10d line's etcd, served by the agent on the endpoint's host (``launcher.hosted``); an empty
-    endpoint is torchrun's ``localhost:29400``. None: another backend, or a job on this node alone."""
-    if endpoint is None or parse_rdzv_backend(backend) != "c10d":
-        return None
-    return c10d_endpoint(endpoint or "localhost", is_host)
-
-
-def alone_on_a_free_port(backend: str, endpoint: str | None, nnodes: str) -> bool:
-    """torchrun's line for single-node jobs side by side, ``--rdzv-backend c10d --rdzv-endpoint
-    localhost:0 --nnodes 1``: port 0 is a free port, which only this node can find."""
-    if not endpoint or str(backend).strip().lower() != "c10d":
-        return False
-    return alone_on_port_0(c10d_endpoint(endpoint, None, free_port=True), parse_nnodes(nnodes).max_nodes)
-
-
-def say_static_ignored(node_rank: object, master_addr: object) -> None:
-    """torchrun's static rendezvous options: taken, ignored, said once (--master-port is the port
-    of the store group rank 0's agent hosts, as under torchrun's static rendezvous)."""
-    if node_rank or master_addr:
-        say("--node-rank/--master-addr belong to static rendezvous and are ignored")
-
-
-def beside_of(lighthouse: str | None, port: int, min_replicas: int) -> Beside | None:
-    """--lighthouse ID (with its port and quorum): a torchft Lighthouse replica beside the agent."""
-    return Beside(lighthouse, port, min_replicas) if lighthouse else None
-
-
-def parse_nodes(nnodes: str, *, standalone: bool) -> NodeRange:
-    """--nnodes; --standalone runs one node (saying so when --nnodes asked for more)."""
-    nodes = parse_nnodes(nnodes)
-    if standalone and nodes.max_nodes != 1:
-        say("--standalone runs one node; ignoring --nnodes")
-    return NodeRange(1, 1) if standalone else nodes
-
-
 def shutdown_timeout(value: float | None) -> float:
     """--shutdown-timeout, else TORCH_ELASTIC_SHUTDOWN_TIMEOUT, else 30 s (torchrun's rule)."""
     if value is not None:
@@ -287,7 +216,7 @@ def shutdown_timeout(value: float | None) -> float:
 def parse_std(value: str | int | None, option: str) -> dict[int, int] | int:
     """``3`` -> 3 for every rank; ``0:1,1:2`` -> {0: 1, 1: 2} (ranks not named: 0)."""
     if value is None or value == "":
-        return Std.NONE
+        return 0  # Std.NONE: nothing redirected
     text = str(value).strip()
 
     def level(item: str) -> int:
