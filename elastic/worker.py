@@ -6,6 +6,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from launcher import envnames
+
 __all__ = ["is_torchelastic_launched", "WorkerEnv", "NotLaunchedError"]
 
 
@@ -14,7 +16,7 @@ def is_torchelastic_launched(environ: Mapping[str, str] | None = None) -> bool:
 
     The same test as ``torch.distributed.is_torchelastic_launched()``.
     """
-    return "TORCHELASTIC_RUN_ID" in (os.environ if environ is None else environ)
+    return envnames.RUN_ID in (os.environ if environ is None else environ)
 
 
 class NotLaunchedError(RuntimeError):
@@ -31,8 +33,8 @@ _INTS = (
     "ROLE_RANK",
     "ROLE_WORLD_SIZE",
     "MASTER_PORT",
-    "TORCHELASTIC_RESTART_COUNT",
-    "TORCHELASTIC_MAX_RESTARTS",
+    envnames.RESTART_COUNT,
+    envnames.MAX_RESTARTS,
 )
 
 
@@ -87,9 +89,9 @@ class WorkerEnv:
             role_world_size=ints["ROLE_WORLD_SIZE"],
             master_addr=env.get("MASTER_ADDR", ""),
             master_port=ints["MASTER_PORT"],
-            run_id=env["TORCHELASTIC_RUN_ID"],
-            restart_count=ints["TORCHELASTIC_RESTART_COUNT"],
-            max_restarts=ints["TORCHELASTIC_MAX_RESTARTS"],
-            use_agent_store=env.get("TORCHELASTIC_USE_AGENT_STORE", "False").lower() == "true",
-            error_file=env.get("TORCHELASTIC_ERROR_FILE") or None,
+            run_id=env[envnames.RUN_ID],
+            restart_count=ints[envnames.RESTART_COUNT],
+            max_restarts=ints[envnames.MAX_RESTARTS],
+            use_agent_store=env.get(envnames.USE_AGENT_STORE, "False").lower() == "true",
+            error_file=env.get(envnames.ERROR_FILE) or None,
         )

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from launcher import envnames
 from launcher.config import AgentConfig
 from launcher.errors import UsageError
 from launcher.hangs.hangrules import HangTimeouts
@@ -91,7 +92,7 @@ def build_plan(request: RunRequest) -> LaunchPlan:
         node_id,
         local_addr=request.local_addr or ("127.0.0.1" if request.endpoint is None else None),
         signals=request.signals,
-        exported=(("TORCHELASTIC_SIGNALS_TO_HANDLE", request.signals_to_handle),),
+        exported=((envnames.SIGNALS_TO_HANDLE, request.signals_to_handle),),
         log_root=log_root,
         remove_logs=temporary and not keep_files,
         notes=notes,
@@ -156,7 +157,7 @@ def _agent_config(
 
 def _output_layout(request: RunRequest, log_root: str):
     """The output strategy: the torch LogsSpecs given, else the built-in layout under ``log_root``."""
-    template = request.log_line_prefix_template or os.environ.get("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE") or None
+    template = request.log_line_prefix_template or os.environ.get(envnames.LOG_LINE_PREFIX_TEMPLATE) or None
     filters = request.stdout_filters, request.stderr_filters
     if request.logs_specs is not None:
         return TorchLogsSpecsLayout(request.logs_specs, template, *filters)

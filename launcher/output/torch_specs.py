@@ -15,6 +15,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from launcher import envnames
 from launcher.errors import UsageError
 
 from .streams import Layout, RankLogs, StreamPlan, line_prefix
@@ -72,7 +73,7 @@ class TorchLogsSpecsLayout:
     stderr_filters: tuple[str, ...] = ()
 
     def layout(self, attempt: int, *, role: str, base_rank: int, nproc: int, run_id: str, restart_count: int) -> Layout:
-        envs = {r: {"TORCHELASTIC_RUN_ID": run_id, "TORCHELASTIC_RESTART_COUNT": str(attempt)} for r in range(nproc)}
+        envs = {r: {envnames.RUN_ID: run_id, envnames.RESTART_COUNT: str(attempt)} for r in range(nproc)}
         try:
             dest = self.specs.reify(envs)
         except Exception as exc:  # a third party's class: one line naming it, never a traceback
@@ -81,7 +82,7 @@ class TorchLogsSpecsLayout:
             ) from None
         ranks = {}
         for r in range(nproc):
-            error_file = dest.error_files.get(r) or envs[r].get("TORCHELASTIC_ERROR_FILE") or os.devnull
+            error_file = dest.error_files.get(r) or envs[r].get(envnames.ERROR_FILE) or os.devnull
             ranks[r] = RankLogs(
                 _plan(dest.stdouts.get(r, ""), dest.tee_stdouts, r),
                 _plan(dest.stderrs.get(r, ""), dest.tee_stderrs, r),

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Protocol
 
+from launcher import envnames
 from rendezvous.processes import die_with_parent
 
 from . import wire
@@ -191,8 +192,8 @@ class WarmStarter:
     def started_for(self, preload: Sequence[str], environ: Mapping[str, str]) -> bool:
         """Whether it imports ``preload`` in ``environ``, but for the launcher's own TORCHELASTIC_*
         variables: set for the workers, each of which gets its whole environment at its fork."""
-        ours = {k: v for k, v in self._environ.items() if not k.startswith("TORCHELASTIC_")}
-        theirs = {k: v for k, v in environ.items() if not k.startswith("TORCHELASTIC_")}
+        ours = {k: v for k, v in self._environ.items() if not k.startswith(envnames.PREFIX)}
+        theirs = {k: v for k, v in environ.items() if not k.startswith(envnames.PREFIX)}
         return self.preload == tuple(preload) and ours == theirs
 
     def adopt(self, say: Callable[[str], None]) -> None:

@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from launcher import envnames
 from launcher.hangs.beatfile import ENV as HEARTBEAT_ENV
 from rendezvous.etcd.credentials import without_credentials
 
@@ -26,11 +27,11 @@ EXPORTED = (
     "ROLE_WORLD_SIZE",
     "MASTER_ADDR",
     "MASTER_PORT",
-    "TORCHELASTIC_RUN_ID",
-    "TORCHELASTIC_RESTART_COUNT",
-    "TORCHELASTIC_MAX_RESTARTS",
-    "TORCHELASTIC_USE_AGENT_STORE",
-    "TORCHELASTIC_ERROR_FILE",
+    envnames.RUN_ID,
+    envnames.RESTART_COUNT,
+    envnames.MAX_RESTARTS,
+    envnames.USE_AGENT_STORE,
+    envnames.ERROR_FILE,
     "TORCH_NCCL_ASYNC_ERROR_HANDLING",
 )
 # Ours beside torchrun's: ELASTIC_HEARTBEAT_FILE, the worker's heartbeat record (elastic.heartbeat).
@@ -148,11 +149,13 @@ def worker_env(spec: WorkerSpec, inherited: Mapping[str, str]) -> dict[str, str]
         ROLE_WORLD_SIZE=str(spec.world_size),
         MASTER_ADDR=spec.master_addr,
         MASTER_PORT=str(spec.master_port),
-        TORCHELASTIC_RUN_ID=spec.run_id,
-        TORCHELASTIC_RESTART_COUNT=str(spec.restart_count),
-        TORCHELASTIC_MAX_RESTARTS=str(spec.max_restarts),
-        TORCHELASTIC_USE_AGENT_STORE=str(spec.agent_store),
-        TORCHELASTIC_ERROR_FILE=spec.error_file,
+        **{
+            envnames.RUN_ID: spec.run_id,
+            envnames.RESTART_COUNT: str(spec.restart_count),
+            envnames.MAX_RESTARTS: str(spec.max_restarts),
+            envnames.USE_AGENT_STORE: str(spec.agent_store),
+            envnames.ERROR_FILE: spec.error_file,
+        },
     )
     if spec.virtual_local_rank:
         env.update(

@@ -17,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
+from launcher import envnames
+
 __all__ = ["ErrorRecord", "write_error", "read_error", "record"]
 
 
@@ -95,7 +97,7 @@ def record(fn: F) -> F:
 
 
 def _write(exc: BaseException) -> None:
-    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    path = os.environ.get(envnames.ERROR_FILE)
     if not path:
         return
     try:

@@ -426,3 +426,35 @@ def test_the_command_s_first_moments_load_the_option_table_and_its_parsers_alone
     parents = ("launcher", "launcher.cli", "launcher.workers", "rendezvous")
     wrong = [m for m in loaded if not _allowed(m, allowed) and m not in parents]
     assert "launcher.options.values" in loaded and not wrong, (wrong, shown.stderr[-2000:])
+
+
+def _spelled_env_names(source: str) -> list[int]:
+    """The lines of ``source`` that spell a ``TORCHELASTIC_*`` name as a value (docstrings, help and
+    messages that name one aside)."""
+    tree = ast.parse(source)
+    docs = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+    }
+    return sorted(
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs
+        if node.value.startswith("TORCHELASTIC_") and not any(c.isspace() for c in node.value)  # a name, not prose
+    )
+
+
+def test_torch_s_environment_names_are_spelled_once():
+    """``TORCHELASTIC_*`` is spelled in ``launcher.envnames`` alone (it was in 6 modules, up to 4
+    times each): the agent that exports, the worker that reads and the log specs use the same names."""
+    sites = _package_sites(_spelled_env_names, packages=PACKAGES, skip=("launcher.envnames",))
+    assert sum(len(lines) for lines in sites.values()) == 0, sites
+
+
+def test_the_spelled_env_names_check_sees_one():
+    source = '"""Reads TORCHELASTIC_RUN_ID."""\nx = env["TORCHELASTIC_RUN_ID"]\ny = env[envnames.RUN_ID]\n'
+    source += 'raise E("TORCHELASTIC_RUN_ID is not set")\nk.startswith("TORCHELASTIC_")\n'
+    assert _spelled_env_names(source) == [2, 5]
