@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 
 from launcher.output.console import progress_lines, round_line
-from launcher.telemetry.health import AgentSnapshot
+from launcher.telemetry.liveness import AgentSnapshot
 from rendezvous.errors import (
     RendezvousClosedError,
     RendezvousConnectionError,

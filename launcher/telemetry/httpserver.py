@@ -2,7 +2,7 @@
 ``/readyz`` for a kubelet's probes. Off unless a port is given; served from a thread of its own,
 so a slow scrape never slows the agent's loop.
 
-- ``/healthz`` (liveness) and ``/readyz`` (readiness), as ``launcher/telemetry/health.py`` judges them:
+- ``/healthz`` (liveness) and ``/readyz`` (readiness), as ``launcher/telemetry/liveness.py`` judges them:
   200 ``ok: ...`` / ``ready: ...``, or 503 with the reason.
 - ``/metrics``: prometheus-client's exposition of ``launcher.telemetry.metrics``.
 Anything else is 404; a method other than GET or HEAD is 405. Answers are one line of plain text.
@@ -15,7 +15,7 @@ import socket
 import threading
 from collections.abc import Callable
 
-from .health import AgentSnapshot, liveness, readiness
+from .liveness import AgentSnapshot, liveness, readiness
 
 __all__ = ["ProbeServer"]
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from launcher.telemetry.health import STALL, AgentSnapshot, liveness, readiness
+from launcher.telemetry.liveness import STALL, AgentSnapshot, liveness, readiness
 
 
 def _snap(**changes) -> AgentSnapshot:
