@@ -48,7 +48,8 @@ CONF_KEYS: dict[str, tuple[str, type, str]] = {
     "keep_alive_interval": (
         "keep_alive_interval",
         float,
-        "seconds between lease renewals (default renew_deadline / 8, at most 1)",
+        "seconds between lease renewals (default renew_deadline / 8, at most 1; a job of more than 1024 "
+        "nodes: longer in proportion, up to renew_deadline / 4)",
     ),
     "connect_timeout": (
         "connect_timeout",
@@ -194,7 +195,7 @@ class RendezvousSettings:
         """The keep-alive interval in force."""
         if self.keep_alive_interval is not None:
             return float(self.keep_alive_interval)
-        return keep_alive_interval(self.fence_after)
+        return keep_alive_interval(self.fence_after, self.max_nodes)
 
     @classmethod
     def from_conf(

@@ -68,6 +68,7 @@ class Channels:
         self._stubs: dict[tuple[int, str], Any] = {}
         self.current = 0  # the endpoint a call tries first: the one that answered last
         self._answered: dict[Endpoint, float] = {}  # endpoint -> when a lease renewal on it was last answered
+        self.renew_every = 0.0  # seconds between the renewals of a lease on this client (0: none renewed)
         self._closed = False
 
     def stub(self, index: int, service: str) -> Any:
@@ -97,6 +98,10 @@ class Channels:
             return channel
 
     # -- which endpoint ----------------------------------------------------------------------------
+    def renewing(self, interval: float) -> None:
+        """A lease on this client is renewed every ``interval`` seconds (the shortest counts)."""
+        self.renew_every = min(self.renew_every, interval) if self.renew_every else interval
+
     def answered(self, endpoint: Endpoint) -> None:
         """A lease renewal sent on ``endpoint`` was answered: the member and the link to it are alive."""
         self._answered[endpoint] = time.monotonic()

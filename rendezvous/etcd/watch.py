@@ -207,6 +207,17 @@ class Watch:
                 self._events.put(WatchEvent(kind, kv.key, kv.value, kv.mod_revision, kv.create_revision, kv.lease))
                 self._next_revision[index] = kv.mod_revision + 1
 
+    @classmethod
+    def waits(cls, renew_every: float) -> tuple[float, float]:
+        """(quiet seconds before a progress request, silent seconds before the stream is reopened) on a
+        client whose leases are renewed every ``renew_every`` s: ``PROBE_EVERY`` and ``SILENCE``, or
+        for renewals further apart (a big job's) a quarter longer than their interval, and the
+        silence as much longer -- their answers keep the watch from asking, as every second's do."""
+        if renew_every <= cls.PROBE_EVERY:
+            return cls.PROBE_EVERY, cls.SILENCE
+        probe_every = 1.25 * renew_every
+        return probe_every, cls.SILENCE + probe_every - cls.PROBE_EVERY
+
     async def _probe(self, call: Any, heard: list[float], endpoint: Any) -> bool:
         """Ask a quiet stream for progress; cancel it (True) when it stays silent past ``SILENCE``.
 
@@ -216,13 +227,14 @@ class Watch:
         much: while those come, nothing is asked -- an agent's watches then cost etcd no traffic
         of their own while they are quiet, where K agents would otherwise probe K times a second.
         """
+        probe_every, silence = self.waits(self._client.channels.renew_every)
         while True:
-            await asyncio.sleep(self.PROBE_EVERY / 2)
+            await asyncio.sleep(probe_every / 2)
             quiet = time.monotonic() - max(heard[0], self._client.channels.last_answer(endpoint))
-            if quiet >= self.SILENCE:
+            if quiet >= silence:
                 call.cancel()
                 return True
-            if quiet >= self.PROBE_EVERY:
+            if quiet >= probe_every:
                 try:
                     await call.write(_PROGRESS)
                 except Exception:  # noqa: BLE001 -- the stream is ending; the reader sees why

@@ -330,3 +330,24 @@ def test_a_quiet_watch_asks_for_progress_only_while_no_lease_renewal_vouches_for
             assert counts[True] <= 1, "renewals answered on the same connection already say the member is alive"
         finally:
             client.close()
+
+
+def test_a_big_job_s_quiet_watch_waits_for_its_slower_renewals_before_it_asks_for_progress():
+    """A job of more than 1024 nodes renews its leases less often (every 2-3.5 s, docs/scale.md): its
+    watches wait as long, so that a quiet watch still costs etcd nothing while the renewals come --
+    with a one-second wait it would ask between every two of them (K nodes: K requests a second)."""
+    with EtcdServer() as server:
+        client = EtcdClient(server.endpoints, timeout=5)
+        session = Session(client, 15, renew_deadline=14, interval=2.5)
+        try:
+            start = _watch_messages(server.endpoints)
+            watch = Watch(client, "/quiet-big", start_revision=1)
+            time.sleep(8.0)
+            asked = _watch_messages(server.endpoints) - start - 1  # less the create request
+            reopened = watch.reconnects
+            watch.close()
+            print(f"\nprogress requests of a watch quiet for 8 s beside renewals every 2.5 s: {asked:.0f}")
+            assert asked <= 1 and reopened == 0, (asked, reopened)
+        finally:
+            session.close()
+            client.close()

@@ -13,6 +13,7 @@ import pytest
 from rendezvous.errors import RendezvousSettingsError
 from rendezvous.etcd import retry
 from rendezvous.etcd.session import AnswerWait, default_renew_deadline, hear, keep_alive_interval
+from rendezvous.etcd.watch import Watch
 from rendezvous.settings import RendezvousSettings
 
 # One real answer for each row of retry.ANSWERS (etcd's messages as its server sends them), and
@@ -163,6 +164,33 @@ def test_default_fencing_settings_renew_every_second_and_fence_a_second_before_t
         "job", 1, 1, "lease_ttl=5,renew_deadline=3,keep_alive_interval=0.2,connect_timeout=9"
     )
     assert (short.fence_after, short.renew_every, short.connect_timeout) == (3.0, 0.2, 9.0)
+
+
+@pytest.mark.parametrize(
+    "max_nodes, every",
+    [(1, 1.0), (1024, 1.0), (1536, 1.5), (2048, 2.0), (3000, 3000 / 1024), (4096, 3.5), (10000, 3.5)],
+)
+def test_a_job_of_more_than_1024_nodes_renews_less_often_up_to_a_quarter_of_the_deadline(max_nodes, every):
+    """Its renewals are etcd's main load while it trains (docs/scale.md): 10,000 a second at 10,000
+    nodes. The fence does not move: a node stops its workers 14 s after its last answered renewal;
+    an outage of 14 - 3.5 s still passes unnoticed."""
+    settings = RendezvousSettings(run_id="job", min_nodes=1, max_nodes=max_nodes)
+    assert settings.renew_every == pytest.approx(every)
+    assert (settings.fence_after, settings.lease_ttl) == (14.0, 15)
+    short = RendezvousSettings(run_id="job", min_nodes=1, max_nodes=max_nodes, lease_ttl=5)  # deadline 4 s
+    assert short.renew_every == pytest.approx(min(max(0.5, 0.5 * max_nodes / 1024), 1.0))
+    given = RendezvousSettings(run_id="job", min_nodes=1, max_nodes=max_nodes, keep_alive_interval=0.3)
+    assert given.renew_every == 0.3  # the user's word wins
+
+
+def test_a_watch_asks_for_progress_only_after_the_renewals_it_relies_on_stop():
+    """A quiet watch asks etcd for progress when the same connection heard nothing for PROBE_EVERY;
+    renewals further apart than that (a big job's) would have it ask between them, and reopen it
+    after SILENCE: its waits follow the renewals'."""
+    assert Watch.waits(0.0) == Watch.waits(1.0) == (Watch.PROBE_EVERY, Watch.SILENCE) == (1.0, 3.0)
+    assert Watch.waits(0.2) == (1.0, 3.0)
+    probe_every, silence = Watch.waits(3.5)
+    assert probe_every == pytest.approx(4.375) and silence == pytest.approx(6.375)
 
 
 @pytest.mark.parametrize(
