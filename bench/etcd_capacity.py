@@ -1,4 +1,5 @@
-"""What one etcd member on one core serves: lease renewals a second, and etcd's CPU for each one.
+"""What one etcd member on one core serves: lease renewals a second, and etcd's CPU for each one,
+and for the other requests a node's join makes.
 
     python bench/etcd_capacity.py [--leases 10000] [--streams 8] [--seconds 10] [--rates 2000,5000,10000,0]
 
@@ -8,7 +9,9 @@ mostly is (``bench/scale.py``): ``LeaseKeepAlive`` renewals on long-lived stream
 renewals outstanding a stream) it prints the renewals answered a second, etcd's CPU a second (of
 its one core), etcd's CPU per renewal, and the saturation it implies (renewals a second at 100 %
 of the core, less etcd's idle CPU, measured first). Where the load cannot saturate etcd's core,
-that last figure is an extrapolation from etcd's measured cost per renewal; the line says so.
+that last figure is an extrapolation from etcd's measured cost per renewal; the line says so. Then
+etcd's CPU per call of a lease grant, a put of a 200-byte value on a lease, and a read of one key,
+64 calls outstanding (docs/scale.md's model reads these).
 """
 
 from __future__ import annotations
@@ -73,6 +76,52 @@ def load(endpoint: str, leases: list[int], streams: int, rate: float, seconds: f
     out.put(asyncio.run(run()))
 
 
+async def _unary(channel, op: str, count: int, leases: list[int]) -> None:
+    """``count`` calls of ``op`` (grant, put, range), 64 outstanding at a time; a put goes on a lease
+    of its own, as a node's key does (etcd spends ten times as much on a put to a lease many keys share)."""
+    kv, lessor = etcdrpc.KVStub(channel), etcdrpc.LeaseStub(channel)
+    value = b"x" * 200  # about a node record's size
+    calls = {
+        "grant": lambda i: lessor.LeaseGrant(etcdrpc.LeaseGrantRequest(TTL=600)),
+        "put": lambda i: kv.Put(
+            etcdrpc.PutRequest(key=f"/cap/{i % 10000}".encode(), value=value, lease=leases[i % len(leases)])
+        ),
+        "range": lambda i: kv.Range(etcdrpc.RangeRequest(key=f"/cap/{i % 10000}".encode())),
+    }
+    window = asyncio.Semaphore(WINDOW)
+
+    async def one(i: int) -> None:
+        async with window:
+            await calls[op](i)
+
+    await asyncio.gather(*(one(i) for i in range(count)))
+
+
+def ops(endpoint: str, op: str, count: int, leases: list[int], cpus: set[int], out) -> None:
+    os.sched_setaffinity(0, cpus)
+
+    async def run() -> None:
+        async with grpc.aio.insecure_channel(endpoint) as channel:
+            await _unary(channel, op, count, leases)
+
+    started = time.monotonic()
+    asyncio.run(run())
+    out.put(time.monotonic() - started)
+
+
+def cost(server, op: str, count: int, leases: list[int], cpus: set[int]) -> tuple[float, float]:
+    """(etcd's CPU per call of ``op``, calls a second) over ``count`` calls."""
+    endpoint = server.endpoints.split(",")[0]
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    before = etcd_figures(endpoint)
+    worker = ctx.Process(target=ops, args=(endpoint, op, count, leases, cpus, out))
+    worker.start()
+    seconds = out.get(timeout=300)
+    worker.join(10)
+    return (etcd_figures(endpoint)["cpu"] - before["cpu"]) / count, count / seconds
+
+
 def measure(server, leases: list[int], streams: int, rate: float, seconds: float, cpus: set[int]) -> dict:
     endpoint = server.endpoints.split(",")[0]
     ctx = mp.get_context("spawn")
@@ -105,6 +154,7 @@ def main() -> None:
     parser.add_argument("--streams", type=int, default=8, help="streams per load process")
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--rates", default="2000,5000,10000,0", help="renewals a second in all (0: full speed)")
+    parser.add_argument("--calls", type=int, default=20000, help="calls of each unary request measured")
     args = parser.parse_args()
     cpus = set(range(os.cpu_count() or 1)) - {ETCD_CPU} or {ETCD_CPU}
     with EtcdServer(extra_args=ETCD_DEFAULTS) as server:
@@ -126,6 +176,10 @@ def main() -> None:
             note = "" if r["cpu"] > 0.9 else "  (etcd's core not full: extrapolated)"
             asked = f"{rate:8.0f}" if rate else f"{'full':>8}"
             print(f"{asked} {r['rate']:10.0f} {r['cpu'] * 100:11.1f} {per * 1e6:12.1f} {full:10.0f}{note}", flush=True)
+        print("etcd's CPU per call, 64 outstanding (a node's join: a lease grant, a put on it, a few reads):")
+        for op in ("grant", "put", "range"):
+            per, rate = cost(server, op, args.calls, leases, cpus)
+            print(f"  {op:>6}: {per * 1e6:6.1f} us of etcd CPU a call, {rate:7.0f} calls/s", flush=True)
         for lease in leases:
             client.revoke_lease(lease)
         client.close()

@@ -31,203 +31,33 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing as mp
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
-import urllib.request
+from datetime import timedelta
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import psutil  # noqa: E402
-from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
-
+from bench import scale_load  # noqa: E402
+from bench.etcdside import ETCD_CPU, ETCD_DEFAULTS, etcd_figures, pin, spent  # noqa: E402
+from bench.scale_load import TIMEOUT, VERBOSE, Job, _count_request, _lease, _nodes, quiet_participants  # noqa: E402
 from rendezvous import EtcdClient, EtcdServer  # noqa: E402
 from rendezvous.etcd.watch import EventType, KeyRange, Watch  # noqa: E402
 from rendezvous.job.keys import JobKeys  # noqa: E402
-from rendezvous.rounds.handler import RendezvousHandler  # noqa: E402
 from rendezvous.settings import RendezvousSettings  # noqa: E402
-
-TIMEOUT = float(os.environ.get("SCALE_TIMEOUT", 300.0))
-ETCD_CPU = 0
-# etcd's own raft timing, as a deployment runs it (a lone test member ticks every 10 ms to elect itself fast)
-ETCD_DEFAULTS = ("--heartbeat-interval=100", "--election-timeout=1000")
-_SUMS = {
-    "cpu": "process_cpu_seconds",
-    "sent": "etcd_network_client_grpc_sent_bytes",
-    "received": "etcd_network_client_grpc_received_bytes",
-    "events": "etcd_debugging_mvcc_events",
-}
-
-
-# -- etcd's side: its metrics --------------------------------------------------------------------------
-def etcd_figures(endpoint: str) -> dict[str, float]:
-    """etcd's counters now: CPU, bytes each way, mvcc events, and requests by gRPC method (unary calls
-    started; stream messages received, ``LeaseKeepAlive`` renewals among them)."""
-    text = urllib.request.urlopen(f"http://{endpoint}/metrics", timeout=30).read().decode()
-    out: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            for key, name in _SUMS.items():
-                if sample.name in (name, name + "_total"):
-                    out[key] = out.get(key, 0.0) + sample.value
-            method = sample.labels.get("grpc_method", "")
-            if sample.name == "grpc_server_started_total" and sample.labels.get("grpc_type") == "unary":
-                out[f"rpc:{method}"] = out.get(f"rpc:{method}", 0.0) + sample.value
-            if sample.name == "grpc_server_msg_received_total" and sample.labels.get("grpc_type") != "unary":
-                out[f"msg:{method}"] = out.get(f"msg:{method}", 0.0) + sample.value
-    return out
-
-
-def spent(before: dict[str, float], after: dict[str, float], nodes: int, seconds: float) -> dict:
-    """What etcd spent between two readings: totals, per node, and the requests by method."""
-    delta = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
-    methods = {k: v for k, v in delta.items() if k.startswith(("rpc:", "msg:")) and v}
-    requests = sum(methods.values())
-    return {
-        "seconds": seconds,
-        "etcd_cpu": delta.get("cpu", 0.0),
-        "kb_sent": delta.get("sent", 0.0) / nodes / 1024,
-        "kb_received": delta.get("received", 0.0) / nodes / 1024,
-        "events": delta.get("events", 0.0) / nodes,
-        "requests": requests / nodes,
-        "methods": {k: round(v / nodes, 3) for k, v in sorted(methods.items())},
-    }
-
-
-def pin(pid: int, cpus: str) -> None:
-    """Every thread of ``pid`` on ``cpus`` (threads it starts later inherit it)."""
-    subprocess.run(["taskset", "-a", "-cp", cpus, str(pid)], check=True, capture_output=True)
-
-
-# -- the participants' side ----------------------------------------------------------------------------
-def _participant(handler: RendezvousHandler, go, out, stop: threading.Event) -> None:
-    """One agent's rendezvous: its round, then following it, and a new round whenever it changes."""
-    over = stop.is_set
-    try:
-        go.wait()
-        while not over():
-            info = handler.next_rendezvous()
-            out.put(("placed", handler.node_id, info.round, info.group_rank, time.time()))
-            while not over() and not handler.membership_changed(timeout=0.5):
-                pass
-    except Exception as exc:  # noqa: BLE001 -- reported to the parent
-        if not over():
-            out.put(("error", handler.node_id, 0, 0, f"{type(exc).__name__}: {exc}"))
-
-
-def participants(endpoints: str, settings: RendezvousSettings, nodes: list[str], cpus: set[int], events) -> None:
-    """A process of participants sharing one client: ``events`` = (go, out, stopped)."""
-    os.sched_setaffinity(0, cpus)
-    sys.setswitchinterval(SWITCH)  # hundreds of threads: fewer forced handoffs of the GIL (the harness's cost)
-    go, out, stopped = events
-    stop = threading.Event()  # set from the shared flag: a process may be SIGKILLed (no waiter on a shared lock)
-    client = EtcdClient(endpoints, timeout=120)
-    # each names a probe endpoint, as agents do: every row of the rank table carries its watch list
-    handlers = [
-        RendezvousHandler(client, settings, local_addr="127.0.0.1", node_id=n, probe=f"127.0.0.1:{20000 + i}")
-        for i, n in enumerate(nodes)
-    ]
-    threads = [threading.Thread(target=_participant, args=(h, go, out, stop), daemon=True) for h in handlers]
-    for thread in threads:
-        thread.start()
-    out.put(("ready", nodes[0], len(nodes), 0, time.time()))
-    while not stopped.value:
-        time.sleep(0.2)
-    stop.set()
-    for handler in handlers:
-        try:
-            handler.shutdown()
-        except Exception:  # noqa: BLE001
-            pass
-    client.close()
-
-
-class Job:
-    """One job's participants over several processes, and what they report."""
-
-    def __init__(self, endpoints: str, run_id: str, groups: dict[str, list[str]], settings, cpus: set[int]) -> None:
-        self._ctx = mp.get_context("spawn")
-        self.out = self._ctx.Queue()
-        self.stop = self._ctx.RawValue("b", 0)  # flags, not Events: no lock a SIGKILLed process could hold
-        self.go: dict[str, object] = {}
-        self.procs: dict[str, list] = {}
-        for name, nodes in groups.items():
-            self.go[name] = self._ctx.Event()
-            shares = [nodes[i :: self._share(name, len(nodes))] for i in range(self._share(name, len(nodes)))]
-            self.procs[name] = [
-                self._ctx.Process(
-                    target=participants,
-                    args=(endpoints, settings, share, cpus, (self.go[name], self.out, self.stop)),
-                )
-                for share in shares
-                if share
-            ]
-        self._stash: list[tuple] = []
-        for procs in self.procs.values():
-            for proc in procs:
-                proc.start()
-        self.collect("ready", sum(len(p) for p in self.procs.values()))
-
-    @staticmethod
-    def _share(name: str, count: int) -> int:
-        return 1 if name in ("leaver", "rack") else max(1, min(PROCS, count))
-
-    def collect(self, kind: str, count: int, round_: int | None = None) -> dict[str, tuple]:
-        """``count`` messages of ``kind`` (of round ``round_``): node -> (round, rank, at)."""
-        if VERBOSE:
-            print(f"  waiting for {count} {kind} (round {round_})", file=sys.stderr, flush=True)
-        got: dict[str, tuple] = {}
-        deadline = time.time() + TIMEOUT
-        pending, self._stash = self._stash, []
-        for message in pending:
-            self._take(message, kind, round_, got)
-        while len(got) < count:
-            try:
-                message = self.out.get(timeout=max(deadline - time.time(), 0.01))
-            except Exception as exc:  # noqa: BLE001 -- queue.Empty
-                raise RuntimeError(f"{kind}: {len(got)} of {count} within {TIMEOUT:g} s") from exc
-            self._take(message, kind, round_, got)
-        return got
-
-    def _take(self, message: tuple, kind: str, round_: int | None, got: dict) -> None:
-        what, node, rnd, rank, at = message
-        if what == "error":
-            raise RuntimeError(f"{node}: {at}")
-        if what == kind and (round_ is None or rnd == round_):
-            got[node] = (rnd, rank, at)
-        elif what == "placed" and round_ is not None and rnd < round_:
-            pass  # a round the job has moved past
-        else:
-            self._stash.append(message)
-
-    def cpu(self) -> float:
-        return sum(sum(psutil.Process(p.pid).cpu_times()[:2]) for ps in self.procs.values() for p in ps if p.is_alive())
-
-    def close(self) -> None:
-        self.stop.value = 1
-        for procs in self.procs.values():
-            for proc in procs:
-                proc.join(30)
-                if proc.is_alive():
-                    proc.kill()
-
-
-PROCS = 4
-SWITCH = float(os.environ.get("SCALE_SWITCH", 0.1))
-VERBOSE = bool(os.environ.get("SCALE_VERBOSE"))
-
-
-def _nodes(prefix: str, count: int, start: int = 0) -> list[str]:
-    return [f"{prefix}{i:05d}" for i in range(start, start + count)]
 
 
 def _placed(job: Job, endpoint: str, count: int, round_: int, since: float, before: dict) -> tuple[dict, dict]:
     cpu = job.cpu()
-    placed = job.collect("placed", count, round_)
+    try:
+        placed = job.collect("placed", count, round_)
+    except RuntimeError:
+        if VERBOSE:  # what etcd was asked meanwhile, a node
+            took = spent(before, etcd_figures(endpoint), count, time.time() - since)
+            print(f"  round {round_} not formed: {took}", file=sys.stderr, flush=True)
+        raise
     ranks = sorted(rank for _, rank, _ in placed.values())
     if ranks != list(range(count)):
         wrong = sorted(set(range(count)).symmetric_difference(ranks))[:10]
@@ -241,28 +71,22 @@ def _placed(job: Job, endpoint: str, count: int, round_: int, since: float, befo
 def first_job(server, k: int, rack: int, steady: float, cpus: set[int]) -> dict:
     """The first round, the steady state, one node leaving, a rack lost."""
     endpoint = server.endpoints.split(",")[0]
-    settings = RendezvousSettings(run_id=f"scale-{k}", min_nodes=max(k // 2, 1), max_nodes=k, join_timeout=TIMEOUT)
+    settings = RendezvousSettings(
+        run_id=f"scale-{k}", min_nodes=max(k // 2, 1), max_nodes=k, join_timeout=TIMEOUT, **_lease(k)
+    )
     groups = {"rest": _nodes("n", k - rack - 1), "rack": _nodes("r", rack), "leaver": ["leaver"]}
-    job = Job(server.endpoints, settings.run_id, groups, settings, cpus)
+    job = Job(server.endpoints, groups, settings, cpus)
     client, keys = EtcdClient(server.endpoints, timeout=60), JobKeys(settings.key_prefix, settings.run_id)
     phases: dict[str, dict] = {}
     try:
-        before, c0, t0 = etcd_figures(endpoint), job.cpu(), time.time()
+        before, t0 = etcd_figures(endpoint), time.time()
         job.go["rest"].set()
         _after_the_claim(client, keys)  # the rack and the leaver do not coordinate: they are lost
         job.go["rack"].set()
         job.go["leaver"].set()
         phases["first"], _ = _placed(job, endpoint, k, 1, t0, before)
         time.sleep(2.0)  # every node follows its round
-        before, c0, t0 = etcd_figures(endpoint), job.cpu(), time.time()
-        time.sleep(steady)
-        phases["steady"] = spent(before, etcd_figures(endpoint), k, 1.0)  # per node and second
-        seconds = time.time() - t0
-        for key in ("etcd_cpu", "kb_sent", "kb_received", "events", "requests"):
-            phases["steady"][key] /= seconds
-        phases["steady"]["methods"] = {m: round(v / seconds, 3) for m, v in phases["steady"]["methods"].items()}
-        phases["steady"]["etcd_cpu_share"] = phases["steady"]["etcd_cpu"]  # of one core, the job in all
-        phases["steady"]["clients_cpu"] = (job.cpu() - c0) / seconds
+        phases["steady"] = _per_second(job, endpoint, k, steady)
         before, t0 = etcd_figures(endpoint), time.time()
         lease = client.get(keys.node("leaver")).lease
         os.kill(job.procs["leaver"][0].pid, signal.SIGKILL)  # its agent gone, and its reaper revokes its lease
@@ -306,13 +130,29 @@ def _lose_rack(job: Job, server, settings, survivors: int) -> dict:
         client.close()
 
 
-def _count_request(prefix: str):
-    from etcd3 import etcdrpc
+def steady_job(server, k: int, steady: float, cpus: set[int], renew_every: float | None = None) -> dict:
+    """What K quiet nodes cost etcd each second (leases at the default TTL, renewed as K says, or
+    every ``renew_every`` s)."""
+    endpoint = server.endpoints.split(",")[0]
+    settings = RendezvousSettings(run_id=f"steady-{k}", min_nodes=1, max_nodes=k, keep_alive_interval=renew_every)
+    job = Job(server.endpoints, {"quiet": _nodes("q", k)}, settings, cpus, target=quiet_participants)
+    try:
+        time.sleep(2 * settings.renew_every + 1.0)  # every lease renewed twice since the last grant
+        return _per_second(job, endpoint, k, steady)
+    finally:
+        job.close()
 
-    from rendezvous.etcd.txn import prefix_range_end
 
-    key = prefix.encode()
-    return etcdrpc.RangeRequest(key=key, range_end=prefix_range_end(key), count_only=True)
+def _per_second(job: Job, endpoint: str, k: int, steady: float) -> dict:
+    """etcd's figures per node and second over ``steady`` seconds, and its and the load's CPU a second."""
+    before, c0, t0 = etcd_figures(endpoint), job.cpu(), time.time()
+    time.sleep(steady)
+    phase, seconds = spent(before, etcd_figures(endpoint), k, 1.0), time.time() - t0
+    for key in ("etcd_cpu", "kb_sent", "kb_received", "events", "requests"):
+        phase[key] /= seconds
+    phase["methods"] = {m: round(v / seconds, 3) for m, v in phase["methods"].items()}
+    phase["clients_cpu"] = (job.cpu() - c0) / seconds
+    return phase
 
 
 def late_job(server, k: int, cpus: set[int]) -> dict:
@@ -320,11 +160,9 @@ def late_job(server, k: int, cpus: set[int]) -> dict:
     endpoint = server.endpoints.split(",")[0]
     early = k - k // 10
     settings = RendezvousSettings(
-        run_id=f"late-{k}", min_nodes=early, max_nodes=k, join_timeout=TIMEOUT, last_call_timeout=1.0
+        run_id=f"late-{k}", min_nodes=early, max_nodes=k, join_timeout=TIMEOUT, last_call_timeout=1.0, **_lease(k)
     )
-    job = Job(
-        server.endpoints, settings.run_id, {"early": _nodes("e", early), "late": _nodes("l", k // 10)}, settings, cpus
-    )
+    job = Job(server.endpoints, {"early": _nodes("e", early), "late": _nodes("l", k // 10)}, settings, cpus)
     try:
         job.go["early"].set()
         job.collect("placed", early, 1)
@@ -362,28 +200,39 @@ def row(k: int, name: str, phase: dict, before: dict | None) -> str:
 
 
 def main() -> None:
-    global PROCS, TIMEOUT
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1024,2048,4096,8192,10000")
-    parser.add_argument("--procs", type=int, default=PROCS, help="processes of participants per job")
+    parser.add_argument("--procs", type=int, default=scale_load.PROCS, help="processes of participants per job")
     parser.add_argument("--rack", type=int, default=256, help="nodes of the rack lost at once")
     parser.add_argument("--steady", type=float, default=10.0, help="seconds the steady state is measured")
     parser.add_argument("--no-late", action="store_true", help="skip the late-join job")
-    parser.add_argument("--json", default="", help="write every figure to this file")
+    parser.add_argument("--json", default="", help="write every figure to this file (after each K)")
+    parser.add_argument(
+        "--steady-only",
+        action="store_true",
+        help="only the steady state, of nodes as leases and watches (light: to 10,000 nodes and more)",
+    )
+    parser.add_argument("--renew-every", type=float, default=None, help="with --steady-only: renewals this often")
+    parser.add_argument("--torch-sizes", default="", help="K values to run torch's etcd-v2 handler at, e.g. 8,64")
+    parser.add_argument(
+        "--ttl",
+        type=int,
+        default=15,
+        help="the leases' TTL (default 15, the project's): longer keeps participants the harness's core starves "
+        "from losing their leases (thousands of Python threads on one core: their renewals can wait for the GIL)",
+    )
     args = parser.parse_args()
-    PROCS = args.procs
+    scale_load.PROCS, scale_load.TTL = args.procs, args.ttl
     cpus = set(range(os.cpu_count() or 1)) - {ETCD_CPU} or {ETCD_CPU}
     print(f"etcd on CPU {ETCD_CPU}, participants on CPU {','.join(map(str, sorted(cpus)))}", flush=True)
     print(HEAD, flush=True)
     results: dict[int, dict] = {}
-    with EtcdServer(extra_args=ETCD_DEFAULTS) as server:
+    with EtcdServer(extra_args=(*ETCD_DEFAULTS, "--enable-v2")) as server:
         pin(server.process.pid, str(ETCD_CPU))
         last: dict[str, dict] = {}
         for k in (int(s) for s in args.sizes.split(",")):
             try:
-                phases = first_job(server, k, min(args.rack, k // 4), args.steady, cpus)
-                if not args.no_late:
-                    phases["late"] = late_job(server, k, cpus)
+                phases = _one_size(server, k, args, cpus)
             except RuntimeError as exc:
                 print(f"{k:>6} failed: {exc}", flush=True)
                 last = {}
@@ -392,17 +241,67 @@ def main() -> None:
             for name in PHASES:
                 if name in phases:
                     print(row(k, name, phases[name], last.get(name)), flush=True)
-            steady = phases["steady"]
-            print(
-                f"{k:>6} steady: etcd {steady['etcd_cpu']:.3f} CPU s a second ({steady['etcd_cpu'] * 1e6 / k:.1f} us "
-                f"a node), {steady['requests'] * k:.0f} requests/s ({steady['requests']:.2f} a node), "
-                f"{steady['kb_sent'] * k:.0f} KB/s out; the participants {steady['clients_cpu']:.2f} CPU s a second",
-                flush=True,
-            )
+            for name in ("steady", "quiet"):
+                if name in phases:
+                    print(steady_line(k, name, phases[name]), flush=True)
             last = phases
-    if args.json:
-        with open(args.json, "w") as handle:
-            json.dump({str(k): v for k, v in results.items()}, handle, indent=1, sort_keys=True)
+            if args.json:  # after each K: a run cut short keeps what it measured
+                with open(args.json, "w") as handle:
+                    json.dump({str(k): v for k, v in results.items()}, handle, indent=1, sort_keys=True)
+        for k in (int(s) for s in args.torch_sizes.split(",") if s):
+            took = torchs(server, k)
+            said = f"{took:.2f} s" if took is not None else "not run (torch or python-etcd missing, or timed out)"
+            print(f"torch's DynamicRendezvousHandler on etcd-v2, K={k}: the first round in {said}", flush=True)
+
+
+def _one_size(server, k: int, args, cpus: set[int]) -> dict:
+    if args.steady_only:
+        return {"quiet": steady_job(server, k, args.steady, cpus, args.renew_every)}
+    phases = first_job(server, k, min(args.rack, k // 4), args.steady, cpus)
+    if not args.no_late:
+        phases["late"] = late_job(server, k, cpus)
+    return phases
+
+
+def steady_line(k: int, name: str, steady: dict) -> str:
+    """What a job of ``k`` nodes costs etcd a second while it trains (``quiet``: as leases and watches)."""
+    return (
+        f"{k:>6} {name}: etcd {steady['etcd_cpu']:.3f} CPU s a second ({steady['etcd_cpu'] * 1e6 / k:.1f} us a node), "
+        f"{steady['requests'] * k:.0f} requests/s ({steady['requests']:.2f} a node: {steady['methods']}), "
+        f"{steady['kb_sent'] * k:.0f} KB/s out; the participants {steady['clients_cpu']:.2f} CPU s a second"
+    )
+
+
+def torchs(server, k: int) -> float | None:
+    """torch's DynamicRendezvousHandler on its etcd-v2 backend (this etcd with ``--enable-v2``), K threads."""
+    try:
+        import etcd  # python-etcd, the v2 client torch's backend uses
+        from torch.distributed.elastic.rendezvous.dynamic_rendezvous import (
+            DynamicRendezvousHandler,
+            RendezvousTimeout,
+        )
+        from torch.distributed.elastic.rendezvous.etcd_rendezvous_backend import EtcdRendezvousBackend
+        from torch.distributed.elastic.rendezvous.etcd_store import EtcdStore
+    except ImportError:
+        return None
+    host, port = server.endpoints.split(",")[0].split(":")
+    handlers = []
+    for _ in range(k):
+        client = etcd.Client(host=host, port=int(port), read_timeout=60)
+        backend = EtcdRendezvousBackend(client, f"scale-{k}", key_prefix="/torch", ttl=600)
+        timeout = RendezvousTimeout(join=timedelta(seconds=TIMEOUT))
+        handlers.append(
+            DynamicRendezvousHandler.from_backend(
+                f"torch-{k}", EtcdStore(client, "/torch-store"), backend, k, k, local_addr="127.0.0.1", timeout=timeout
+            )
+        )
+    threads = [threading.Thread(target=h.next_rendezvous, daemon=True) for h in handlers]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(TIMEOUT)
+    return None if any(t.is_alive() for t in threads) else time.perf_counter() - started
 
 
 if __name__ == "__main__":
