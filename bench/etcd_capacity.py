@@ -28,8 +28,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import grpc.aio  # noqa: E402
 from etcd3 import etcdrpc  # noqa: E402
 
-from bench.scale import ETCD_CPU, ETCD_DEFAULTS, etcd_figures, pin  # noqa: E402
-from rendezvous import EtcdClient, EtcdServer  # noqa: E402
+from bench.etcdside import ETCD_CPU, etcd_figures, pinned_etcd  # noqa: E402
+from rendezvous import EtcdClient  # noqa: E402
 
 WINDOW = 64  # renewals outstanding on a stream, at full rate
 
@@ -157,8 +157,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=20000, help="calls of each unary request measured")
     args = parser.parse_args()
     cpus = set(range(os.cpu_count() or 1)) - {ETCD_CPU} or {ETCD_CPU}
-    with EtcdServer(extra_args=ETCD_DEFAULTS) as server:
-        pin(server.process.pid, str(ETCD_CPU))
+    with pinned_etcd() as server:
         endpoint = server.endpoints.split(",")[0]
         client = EtcdClient(server.endpoints, timeout=60)
         leases = [client.grant_lease(600) for _ in range(args.leases)]

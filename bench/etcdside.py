@@ -4,12 +4,15 @@ CPU so that the load never takes its core."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import subprocess
 import urllib.request
+from collections.abc import Iterator
 
 from prometheus_client.parser import text_string_to_metric_families
 
-__all__ = ["ETCD_CPU", "ETCD_DEFAULTS", "etcd_figures", "spent", "pin"]
+__all__ = ["ETCD_CPU", "ETCD_DEFAULTS", "etcd_figures", "spent", "pin", "pinned_etcd"]
 
 ETCD_CPU = 0
 # etcd's own raft timing, as a deployment runs it (a lone test member ticks every 10 ms to elect itself fast)
@@ -60,3 +63,26 @@ def spent(before: dict[str, float], after: dict[str, float], nodes: int, seconds
 def pin(pid: int, cpus: str) -> None:
     """Every thread of ``pid`` on ``cpus`` (threads it starts later inherit it)."""
     subprocess.run(["taskset", "-a", "-cp", cpus, str(pid)], check=True, capture_output=True)
+
+
+@contextlib.contextmanager
+def pinned_etcd(*extra_args: str) -> Iterator:
+    """The bundled etcd, one member, pinned to CPU ``ETCD_CPU``, its Go runtime told it has one CPU
+    (``GOMAXPROCS=1``; else it runs as many threads as the machine has CPUs on that one), with
+    etcd's default raft timing."""
+    from rendezvous import EtcdServer
+
+    before = os.environ.get("GOMAXPROCS")
+    os.environ["GOMAXPROCS"] = "1"
+    try:
+        server = EtcdServer(extra_args=(*ETCD_DEFAULTS, *extra_args)).start()
+    finally:
+        if before is None:
+            os.environ.pop("GOMAXPROCS", None)
+        else:
+            os.environ["GOMAXPROCS"] = before
+    try:
+        pin(server.process.pid, str(ETCD_CPU))
+        yield server
+    finally:
+        server.stop()

@@ -3,17 +3,18 @@ job costs it each second while it trains. etcd's own CPU, requests, bytes and ev
 the participants are real handlers (``RendezvousHandler``, this checkout's code, unchanged).
 
     python bench/scale.py [--sizes 1024,2048,4096,8192,10000] [--procs 4] [--rack 256] [--steady 10]
+                          [--ttl 15] [--no-late] [--steady-only [--renew-every S]] [--json FILE]
 
-etcd runs pinned to CPU 0 and the participants to the other CPUs (``taskset``), so the harness does
-not take etcd's core. Participants are cheap: the ones of a process share one client (one gRPC
+etcd runs pinned to CPU 0 (``GOMAXPROCS=1``, etcd's default raft timing) and the participants on
+the other CPUs (``taskset``), so the harness does not take etcd's core. Participants are cheap: the ones of a process share one client (one gRPC
 channel: their lease keep-alives and watches are streams on it, as they would be on an agent's own
 channel), one thread each. Per K, one job of K nodes (``max_nodes`` = K) goes through:
 
 - ``first``: every node joins; the round freezes as the last one arrives (max_nodes);
 - ``steady``: the job runs for ``--steady`` s, every node following its round (an agent's monitor):
   what etcd spends each second (lease renewals, watch progress), per node;
-- ``leave``: one node leaves (its lease revoked, as an agent's reaper does): until every survivor
-  holds its place in the next round;
+- ``leave``: one node's process is SIGKILLed and its lease revoked (as an agent's reaper does):
+  until every survivor holds its place in the next round;
 - ``rack``: a process of ``--rack`` nodes is SIGKILLed (a rack lost); their leases expire together
   after the TTL (etcd revokes expired leases at a bounded rate): from the first expiry until every
   survivor holds its place;
@@ -24,7 +25,11 @@ then a second job of K nodes: 90 % form a round (``min_nodes``, after a 1 s last
 
 Per phase it prints seconds, etcd CPU seconds, and per node KB sent, KB received, mvcc events,
 requests (unary calls and stream messages received); ``x`` is the growth from the K before.
-``--json FILE`` writes every figure, the requests by gRPC method too (docs/scale.md's plot reads it).
+``--json FILE`` writes every figure, the requests by gRPC method too (``bench/scale_plot.py`` draws
+them). Thousands of handlers' threads on one core is the harness's limit: ``--ttl 60`` keeps a
+participant whose renewals wait for the GIL from losing its lease (renewals still as often as a
+15 s lease's). ``--steady-only``: the training job's steady state alone, its nodes as their leases
+and round watches (``scale_load.quiet_participants``), light enough for 10,000 nodes and more.
 """
 
 from __future__ import annotations
@@ -41,9 +46,9 @@ from datetime import timedelta
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench import scale_load  # noqa: E402
-from bench.etcdside import ETCD_CPU, ETCD_DEFAULTS, etcd_figures, pin, spent  # noqa: E402
+from bench.etcdside import ETCD_CPU, etcd_figures, pinned_etcd, spent  # noqa: E402
 from bench.scale_load import TIMEOUT, VERBOSE, Job, _count_request, _lease, _nodes, quiet_participants  # noqa: E402
-from rendezvous import EtcdClient, EtcdServer  # noqa: E402
+from rendezvous import EtcdClient  # noqa: E402
 from rendezvous.etcd.watch import EventType, KeyRange, Watch  # noqa: E402
 from rendezvous.job.keys import JobKeys  # noqa: E402
 from rendezvous.settings import RendezvousSettings  # noqa: E402
@@ -227,8 +232,7 @@ def main() -> None:
     print(f"etcd on CPU {ETCD_CPU}, participants on CPU {','.join(map(str, sorted(cpus)))}", flush=True)
     print(HEAD, flush=True)
     results: dict[int, dict] = {}
-    with EtcdServer(extra_args=(*ETCD_DEFAULTS, "--enable-v2")) as server:
-        pin(server.process.pid, str(ETCD_CPU))
+    with pinned_etcd("--enable-v2") as server:
         last: dict[str, dict] = {}
         for k in (int(s) for s in args.sizes.split(",")):
             try:
