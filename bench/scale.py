@@ -6,9 +6,10 @@ the participants are real handlers (``RendezvousHandler``, this checkout's code,
                           [--ttl 15] [--no-late] [--steady-only [--renew-every S]] [--json FILE]
 
 etcd runs pinned to CPU 0 (``GOMAXPROCS=1``, etcd's default raft timing) and the participants on
-the other CPUs (``taskset``), so the harness does not take etcd's core. Participants are cheap: the ones of a process share one client (one gRPC
-channel: their lease keep-alives and watches are streams on it, as they would be on an agent's own
-channel), one thread each. Per K, one job of K nodes (``max_nodes`` = K) goes through:
+the other CPUs (``taskset``), so the harness does not take etcd's core. Participants are cheap: the
+ones of a process share one client (one gRPC channel: their lease keep-alives and watches are
+streams on it, as they would be on an agent's own channel), one thread each. Per K, one job of K
+nodes (``max_nodes`` = K) goes through:
 
 - ``first``: every node joins; the round freezes as the last one arrives (max_nodes);
 - ``steady``: the job runs for ``--steady`` s, every node following its round (an agent's monitor):
