@@ -223,7 +223,7 @@ class HealthGate:
             record=record,
             step_out=handler.step_out,
             closed=closed,
-            healthy=telemetry.livenessy,
+            healthy=telemetry.healthy,
             patience=patience,
         )
 
