@@ -36,15 +36,7 @@ from . import streams
 from .client import EtcdClient
 from .rpcerrors import map_rpc_error
 
-__all__ = [
-    "Session",
-    "AnswerWait",
-    "hear",
-    "default_renew_deadline",
-    "keep_alive_interval",
-    "refresh_lease",
-    "BIG_JOB",
-]
+__all__ = ["Session", "AnswerWait", "hear", "default_renew_deadline", "keep_alive_interval", "refresh_lease"]
 
 _MIN_ANSWER_WAIT = 0.5  # seconds: the least time a keep-alive answer is waited for
 
