@@ -33,6 +33,7 @@ __all__ = [
     "doing",
     "excerpt",
     "blocked_at",
+    "at_top_level",
     "STACK_BYTES",
 ]
 
@@ -166,6 +167,16 @@ def excerpt(frames: list[Frame], limit: int = STACK_BYTES) -> str:
         lines.append(line)
         size += len(line.encode()) + 1
     return "\n".join(lines)
+
+
+def at_top_level(frames: list[Frame]) -> bool:
+    """The thread is outside every function of the program: its innermost frame that is not a
+    destructor (``__del__``) is a module's top level. A main thread freeing ``main()``'s locals as
+    it returns looks so (PyTorch's teardown deadlock: only the line that called ``main()``), and so
+    does one blocked in a C call made from a module's top level: its native stack tells them apart
+    (``native.left_script``)."""
+    inner = next((f for f in frames if f.function != "__del__"), None)
+    return inner is not None and inner.function == "<module>"
 
 
 def blocked_at(frames: list[Frame]) -> str:

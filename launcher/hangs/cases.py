@@ -120,11 +120,13 @@ class CaseFollower:
         waited = now - case.opened
         if not case.deciding and waited < COLLECT + TAKE_OVER:
             return None
-        reports = _collect(board.reports(case.number))
-        if len({r.node for r in reports}) < self._nodes and waited < COLLECT:
+        raw = board.reports(case.number)
+        if len({r.get("node") for r in raw}) < self._nodes and waited < COLLECT:
             return None
+        reports = _collect(raw)
         verdict = decide(reports)
-        if verdict is None:
+        if verdict is None:  # no rank is judged any more (those past their script's code are set aside)
+            self._case, self._last_case = None, max(self._last_case, case.number)
             return None
         if verdict.hung:
             verdict = replace(verdict, stacks=_shown_stacks(board, case.number, verdict, reports))

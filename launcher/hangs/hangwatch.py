@@ -16,9 +16,10 @@ from rendezvous.errors import RendezvousError
 from rendezvous.job.hangboard import HangBoard, HangChannel
 
 from .beatfile import BeatReader
-from .blame import Frame, main_frames, with_source
+from .blame import Frame, at_top_level, main_frames, with_source
 from .cases import LOOK, CaseFollower
 from .hangrules import HangTimeouts, RankReport, RankWatch
+from .native import left_script, native_stack
 from .procstat import Idleness, Starvation
 from .stacks import dump_stacks, report_hang
 from .verdict import Verdict
@@ -64,10 +65,15 @@ class HangWatch:
         judge_first: bool,
         starvation: Starvation | None = None,
         idleness: Idleness | None = None,
+        past_script: Callable[[int], bool] = lambda local_rank: False,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
     ) -> None:
+        """``past_script(local_rank)``: whether that worker's native stack is past its script's code
+        (``native.left_script``), asked of a rank whose Python stack is at a module's top level."""
         self._workers = list(workers)
+        self._past_script = past_script
+        self._past: dict[int, int] = {}  # ranks past their script's code: their heartbeats then (``note_stacks``)
         self._starvation, self._idleness = starvation, idleness
         self._readers = [BeatReader(w.record) for w in self._workers]
         self._watches = [RankWatch(w.rank, w.started, timeouts, judge_first=judge_first) for w in self._workers]
@@ -87,8 +93,7 @@ class HangWatch:
         """``exited``: local ranks that exited 0 (no longer judged); ``finishing()``: a node of the
         round finished. Either means the job is past its last step: the long timeout applies."""
         now = self._clock()
-        for reader, watch in zip(self._readers, self._watches):
-            watch.feed(reader.read())
+        self._read()
         if self._starvation is not None:
             credits = self._starvation.since_last_look([w.local_rank for w in self._workers])
             for worker, watch in zip(self._workers, self._watches):
@@ -97,7 +102,7 @@ class HangWatch:
             if worker.local_rank in exited and worker.rank not in self._exited and watch.beat is not None:
                 self.tail = max(self.tail, now - watch.beat.last)
         self._exited = {w.rank for w in self._workers if w.local_rank in exited}
-        self._finishing = bool(exited) or (self.used and finishing())
+        self._finishing = bool(exited) or bool(self._past) or (self.used and finishing())
         self._listen(now)
         if not self.used:
             self.used = any(w.beat is not None for w in self._watches)
@@ -128,9 +133,14 @@ class HangWatch:
     def most_beats(self) -> int:
         """The most heartbeats one local worker beat this round (each round's record starts at 0),
         read now: a worker that failed may have beaten after the last tick looked."""
+        self._read()
+        return max((w.beat.count for w in self._watches if w.beat is not None), default=0)
+
+    def _read(self) -> None:
+        """Each worker's heartbeat record, read now; a rank set aside that beats again is back."""
         for reader, watch in zip(self._readers, self._watches):
             watch.feed(reader.read())
-        return max((w.beat.count for w in self._watches if w.beat is not None), default=0)
+        self._past = {r: n for r, n in self._past.items() if self._beats(r) == n}
 
     def work(self) -> RoundWork:
         """What the local workers did this round, read now (``most_beats``)."""
@@ -147,7 +157,7 @@ class HangWatch:
         return [
             w.report(self._node, now, wall, finishing=self._finishing, tail=self.tail)
             for w in self._watches
-            if w.rank not in self._exited
+            if w.rank not in self._exited and w.rank not in self._past
         ]
 
     def summary(self, now: float) -> dict:
@@ -172,7 +182,25 @@ class HangWatch:
         self._dumps.update(dump_stacks(workers, ranks, wait, self._clock))
         if self._idleness is not None:  # writing its stacks is not a sign of life
             self._idleness.excuse([w.local_rank for w in self._workers if w.rank in ranks])
-        return {rank: with_source(main_frames(self._dumps.get(rank, "")), linecache.getline) for rank in ranks}
+        frames = {rank: with_source(main_frames(self._dumps.get(rank, "")), linecache.getline) for rank in ranks}
+        self.note_stacks(frames)
+        return frames
+
+    def note_stacks(self, frames: dict[int, list[Frame]]) -> None:
+        """Ranks whose main thread is past their script's code -- freeing ``main()``'s locals at the
+        module's top level, by their Python stack and then their native one -- are set aside as if they
+        had exited 0: their training is done, and a rank stuck there is the exit watch's to judge
+        (``exitstuck``), never a hang to restart for. Their peers are past their last step too."""
+        local_of = {w.rank: w.local_rank for w in self._workers}
+        for rank, main in frames.items():
+            aside = rank in local_of and rank not in self._past and at_top_level(main)
+            if aside and self._past_script(local_of[rank]):
+                self._past[rank] = self._beats(rank)
+                self._finishing = True
+
+    def _beats(self, rank: int) -> int:
+        watch = next(w for w in self._watches if w.rank == rank)
+        return watch.beat.count if watch.beat is not None else 0
 
     def report_hang(self, verdict: Verdict, say: Callable[[str], None], record: Callable[..., None]) -> None:
         """The verdict's lines on the console, what is local, and (on the culprit's node) its history record."""
@@ -226,4 +254,9 @@ def watch_round(
         judge_first=judge_first,
         starvation=Starvation(pid_of, interval, time.monotonic),
         idleness=Idleness(pid_of, time.monotonic),
+        past_script=lambda local_rank: _past_script(pid_of(local_rank)),
     )
+
+
+def _past_script(pid: int | None) -> bool:
+    return pid is not None and left_script(*native_stack(pid))

@@ -14,6 +14,7 @@ import pytest
 
 from launcher.hangs import beatfile as beats
 from launcher.hangs.beatfile import Beat, BeatReader
+from launcher.hangs.blame import Frame, at_top_level
 from launcher.hangs.hangrules import FACTOR, FLOOR, IDLE, HangTimeouts, RankWatch
 from launcher.hangs.hangwatch import HangWatch, WatchedWorker
 from launcher.hangs.procstat import (
@@ -115,6 +116,54 @@ def test_a_round_s_progress_holds_its_workers_healthy_step_with_their_jitter_and
     # the steps after the first two beats (the first interval is not a step): 58 of 50 ms and 40 of 70 --
     # the jitter's mean, not their 50 ms median, and not the stall
     assert healthy == pytest.approx((58 * 0.05 + 40 * 0.07) / 98, rel=0.001)
+
+
+def _write_beat(path: str, at: float, count: int) -> None:
+    with open(path, "r+b") as record:
+        record.write(beats.HEADER.pack(beats.MAGIC, 0))
+        record.seek(beats.BEAT_AT)
+        record.write(beats.BEAT.pack(at, count))
+
+
+MODULE = Frame("/job/train.py", 97, "<module>", "main()")
+DEL = Frame("/job/train.py", 20, "__del__", "self._lib.lock(self._mutex)")
+MAIN = Frame("/job/train.py", 80, "main", "trainer.train()")
+JOIN = Frame("/usr/lib/python3.11/threading.py", 1112, "join", "self._wait_for_tstate_lock()")
+
+
+def test_a_main_thread_at_a_module_s_top_level_may_be_past_its_script_and_one_in_a_function_is_not():
+    assert at_top_level([MODULE]) and at_top_level([DEL, MODULE])  # freeing main()'s locals as it returns
+    assert not at_top_level([MAIN, MODULE]) and not at_top_level([DEL, MAIN, MODULE])  # inside main()
+    assert not at_top_level([JOIN, DEL, MODULE])  # a destructor that calls on into a library: not told here
+    assert not at_top_level([])  # no stack came
+
+
+def test_a_rank_past_its_script_is_set_aside_as_if_exited_and_comes_back_if_it_beats_again(tmp_path):
+    """Its peers are past their last step then: the finishing timeout applies to them."""
+    paths = [str(tmp_path / f"{rank}.beat") for rank in (0, 1)]
+    for path in paths:
+        beats.create(path)
+    clock = [0.0]
+    asked: list[int] = []
+    workers = [WatchedWorker(rank, rank, path, 0.0) for rank, path in enumerate(paths)]
+    past = lambda local_rank: asked.append(local_rank) or local_rank == 0  # noqa: E731
+    timeouts = HangTimeouts(steady=2.0)
+    watch = HangWatch(
+        workers, timeouts, lambda: None, node="n", nodes=1, judge_first=False, past_script=past, clock=lambda: clock[0]
+    )
+    for path in paths:
+        _write_beat(path, 1.0, 10)
+    watch.most_beats()
+    clock[0] = 4.0
+    assert [r.rank for r in watch.reports() if r.overdue] == [0, 1]
+    watch.note_stacks({0: [MODULE], 1: [MAIN, MODULE]})
+    assert asked == [0]  # rank 1 is inside main(): no native stack is read for it
+    assert [(r.rank, r.kind) for r in watch.reports()] == [(1, "finishing")]  # rank 0 set aside
+    assert not watch.reports()[0].overdue  # 3 s quiet, past the last step: FACTOR x 2 s
+    _write_beat(paths[0], 4.5, 11)  # it beats again: the script was at its top level, not past it
+    clock[0] = 5.0
+    watch.most_beats()
+    assert sorted(r.rank for r in watch.reports()) == [0, 1]
 
 
 def test_once_the_job_is_finishing_the_timeout_grows_from_what_was_learned_never_to_the_first_one():

@@ -2,7 +2,7 @@
 ``Trainer`` holding the DDP model kept alive to the end of ``main()``, ``destroy_process_group()``
 called before ``main()`` returns -- on gloo (CPU).
 
-    elastic-run ... tutorial_ddp.py --epochs 3 [--stuck-rank R[,R...]] [--save-seconds S] [--out DIR]
+    elastic-run ... tutorial_ddp.py --epochs 3 [--stuck-rank R[,R...]] [--beats] [--save-seconds S] [--out DIR]
 
 ``--stuck-rank R``: rank R (each rank named) deadlocks as ``main()``'s locals are freed, the way PyTorch's own
 teardown can (the main thread holds the GIL in a C call that never returns): an object kept to
@@ -11,8 +11,9 @@ GIL is held for the call). ``--save-seconds S``: rank 0 writes a file for S seco
 others left (work after the last step: never stuck). ``--linger-rank R --linger S``: rank R sleeps S
 seconds after leaving the process group (idle). ``--hang-in-recv``: after training, every rank
 waits inside ``main()`` for a message its neighbour never sends (DIR/<rank>-waits.json written
-first): a job hung in a collective, quiet, whose stacks are in the script. ``--out DIR``: each rank writes
-DIR/<rank>-<restart>.json with its steps once it left the process group.
+first): a job hung in a collective, quiet, whose stacks are in the script. ``--beats``: each step ends
+with ``elastic.heartbeat()`` (the agent learns a timeout of about a second from these fast steps).
+``--out DIR``: each rank writes DIR/<rank>-<restart>.json with its steps once it left the process group.
 """
 
 import argparse
@@ -25,6 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch.distributed import destroy_process_group, init_process_group
 from torch.nn.parallel import DistributedDataParallel as DDP
+
+import elastic
 
 
 class Deadlock:
@@ -49,7 +52,7 @@ class Trainer:
         self.steps = 0
         self.teardown = None
 
-    def train(self, epochs: int, steps: int) -> None:
+    def train(self, epochs: int, steps: int, beats: bool = False) -> None:
         for epoch in range(epochs):
             for _ in range(steps):
                 self.optimizer.zero_grad()
@@ -57,6 +60,8 @@ class Trainer:
                 loss.backward()
                 self.optimizer.step()
                 self.steps += 1
+                if beats:
+                    elastic.heartbeat()
             if self.rank == 0:
                 print(f"epoch {epoch} done", flush=True)
 
@@ -77,12 +82,13 @@ def main() -> None:
     parser.add_argument("--linger-rank", type=int, default=-1)
     parser.add_argument("--linger", type=float, default=0.0)
     parser.add_argument("--hang-in-recv", action="store_true")
+    parser.add_argument("--beats", action="store_true")
     args = parser.parse_args()
     init_process_group(backend="gloo")
     trainer = Trainer()
     if str(trainer.rank) in args.stuck_rank.split(","):
         trainer.teardown = Deadlock()  # freed with the trainer, as main() returns
-    trainer.train(args.epochs, args.steps)
+    trainer.train(args.epochs, args.steps, args.beats)
     if args.hang_in_recv:
         hang_in_recv(trainer.rank, args.out)
     destroy_process_group()
