@@ -49,6 +49,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench import scale_load  # noqa: E402
 from bench.etcdside import ETCD_CPU, etcd_figures, pinned_etcd, spent  # noqa: E402
 from bench.scale_load import TIMEOUT, VERBOSE, Job, _count_request, _lease, _nodes, quiet_participants  # noqa: E402
+from bench.scale_thin import thin_participants  # noqa: E402
 from rendezvous import EtcdClient  # noqa: E402
 from rendezvous.etcd.watch import EventType, KeyRange, Watch  # noqa: E402
 from rendezvous.job.keys import JobKeys  # noqa: E402
@@ -74,22 +75,42 @@ def _placed(job: Job, endpoint: str, count: int, round_: int, since: float, befo
     return phase, placed
 
 
+THIN = False  # --thin: every participant but the coordinator is a ``scale_thin`` node
+_KIND = {False: "", True: "-thin"}  # a run id of each kind: --thin-check runs both on one etcd
+
+
+def _job(server, groups: dict[str, list[str]], settings, cpus: set[int]) -> tuple[Job, str]:
+    """The job's participants, and the group that starts first (its coordinator among them). With
+    ``--thin``, the first group's first node is a real handler of its own ("coord"), the rest thin."""
+    if not THIN:
+        return Job(server.endpoints, groups, settings, cpus), next(iter(groups))
+    first, *others = groups
+    thin = {"coord": [groups[first][0]], first: groups[first][1:], **{name: groups[name] for name in others}}
+    targets = {name: thin_participants for name in thin if name != "coord"}
+    return Job(server.endpoints, thin, settings, cpus, target=targets), "coord"
+
+
+def _start(job: Job, first: str, client: EtcdClient, keys: JobKeys) -> None:
+    """The first group, then (once a node claimed the coordinator's key) every other."""
+    job.go[first].set()
+    _after_the_claim(client, keys)
+    for go in job.go.values():
+        go.set()
+
+
 def first_job(server, k: int, rack: int, steady: float, cpus: set[int]) -> dict:
     """The first round, the steady state, one node leaving, a rack lost."""
     endpoint = server.endpoints.split(",")[0]
     settings = RendezvousSettings(
-        run_id=f"scale-{k}", min_nodes=max(k // 2, 1), max_nodes=k, join_timeout=TIMEOUT, **_lease(k)
+        run_id=f"scale-{k}{_KIND[THIN]}", min_nodes=max(k // 2, 1), max_nodes=k, join_timeout=TIMEOUT, **_lease(k)
     )
     groups = {"rest": _nodes("n", k - rack - 1), "rack": _nodes("r", rack), "leaver": ["leaver"]}
-    job = Job(server.endpoints, groups, settings, cpus)
+    job, first = _job(server, groups, settings, cpus)
     client, keys = EtcdClient(server.endpoints, timeout=60), JobKeys(settings.key_prefix, settings.run_id)
     phases: dict[str, dict] = {}
     try:
         before, t0 = etcd_figures(endpoint), time.time()
-        job.go["rest"].set()
-        _after_the_claim(client, keys)  # the rack and the leaver do not coordinate: they are lost
-        job.go["rack"].set()
-        job.go["leaver"].set()
+        _start(job, first, client, keys)  # the rack and the leaver do not coordinate: they are lost
         phases["first"], _ = _placed(job, endpoint, k, 1, t0, before)
         time.sleep(2.0)  # every node follows its round
         phases["steady"] = _per_second(job, endpoint, k, steady)
@@ -166,11 +187,20 @@ def late_job(server, k: int, cpus: set[int]) -> dict:
     endpoint = server.endpoints.split(",")[0]
     early = k - k // 10
     settings = RendezvousSettings(
-        run_id=f"late-{k}", min_nodes=early, max_nodes=k, join_timeout=TIMEOUT, last_call_timeout=1.0, **_lease(k)
+        run_id=f"late-{k}{_KIND[THIN]}",
+        min_nodes=early,
+        max_nodes=k,
+        join_timeout=TIMEOUT,
+        last_call_timeout=1.0,
+        **_lease(k),
     )
-    job = Job(server.endpoints, {"early": _nodes("e", early), "late": _nodes("l", k // 10)}, settings, cpus)
+    job, first = _job(server, {"early": _nodes("e", early), "late": _nodes("l", k // 10)}, settings, cpus)
+    client, keys = EtcdClient(server.endpoints, timeout=60), JobKeys(settings.key_prefix, settings.run_id)
     try:
-        job.go["early"].set()
+        job.go[first].set()
+        if first == "coord":
+            _after_the_claim(client, keys)
+            job.go["early"].set()
         job.collect("placed", early, 1)
         time.sleep(2.0)
         before, t0 = etcd_figures(endpoint), time.time()
@@ -179,6 +209,7 @@ def late_job(server, k: int, cpus: set[int]) -> dict:
         return phase
     finally:
         job.close()
+        client.close()
 
 
 # -- the table ------------------------------------------------------------------------------------------
@@ -227,8 +258,20 @@ def main() -> None:
         help="the leases' TTL (default 15, the project's): longer keeps participants the harness's core starves "
         "from losing their leases (thousands of Python threads on one core: their renewals can wait for the GIL)",
     )
+    parser.add_argument(
+        "--thin-check",
+        action="store_true",
+        help="at each K, the real handlers and then the thin ones: their requests to etcd side by side",
+    )
+    parser.add_argument(
+        "--thin",
+        action="store_true",
+        help="participants as coroutines (bench/scale_thin.py; the coordinator a real handler): 8k-16k nodes",
+    )
     args = parser.parse_args()
     scale_load.PROCS, scale_load.TTL = args.procs, args.ttl
+    global THIN
+    THIN = args.thin
     cpus = set(range(os.cpu_count() or 1)) - {ETCD_CPU} or {ETCD_CPU}
     print(f"etcd on CPU {ETCD_CPU}, participants on CPU {','.join(map(str, sorted(cpus)))}", flush=True)
     print(HEAD, flush=True)
@@ -260,12 +303,41 @@ def main() -> None:
 
 
 def _one_size(server, k: int, args, cpus: set[int]) -> dict:
+    global THIN
+    if args.thin_check:  # the real handlers, then the thin ones, at the same K on the same etcd
+        THIN = False
+        real = _phases(server, k, args, cpus)
+        THIN = True
+        thin = _phases(server, k, args, cpus)
+        for line in check_lines(k, real, thin):
+            print(line, flush=True)
+        return {**thin, "real": real}
+    return _phases(server, k, args, cpus)
+
+
+def _phases(server, k: int, args, cpus: set[int]) -> dict:
     if args.steady_only:
         return {"quiet": steady_job(server, k, args.steady, cpus, args.renew_every)}
     phases = first_job(server, k, min(args.rack, k // 4), args.steady, cpus)
     if not args.no_late:
         phases["late"] = late_job(server, k, cpus)
     return phases
+
+
+def check_lines(k: int, real: dict, thin: dict) -> list[str]:
+    """Per phase, thin / real: etcd's CPU, bytes and events, and each gRPC method's requests, a node."""
+    lines = [f"{k:>6} thin / real, a node (etcd CPU s in all):"]
+    for name in (*PHASES, "steady"):
+        if name in real and name in thin:
+            a, b = thin[name], real[name]
+            methods = sorted(set(a["methods"]) | set(b["methods"]))
+            said = ", ".join(f"{m} {a['methods'].get(m, 0):.3f}/{b['methods'].get(m, 0):.3f}" for m in methods)
+            lines.append(
+                f"{'':>6} {name:>6}: s {a['seconds']:.2f}/{b['seconds']:.2f}, etcd CPU {a['etcd_cpu']:.3f}/"
+                f"{b['etcd_cpu']:.3f}, KB out {a['kb_sent']:.2f}/{b['kb_sent']:.2f}, KB in {a['kb_received']:.2f}/"
+                f"{b['kb_received']:.2f}, events {a['events']:.2f}/{b['events']:.2f}; {said}"
+            )
+    return lines
 
 
 def steady_line(k: int, name: str, steady: dict) -> str:

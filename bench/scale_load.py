@@ -74,6 +74,7 @@ class Job:
     """One job's participants over several processes, and what they report."""
 
     def __init__(self, endpoints: str, groups: dict[str, list[str]], settings, cpus: set[int], target=None) -> None:
+        """``target``: what a process of a group runs (``participants``): one for every group, or by group name."""
         self._ctx = mp.get_context("spawn")
         self.out = self._ctx.Queue()
         self.stop = self._ctx.RawValue("b", 0)  # flags, not Events: no lock a SIGKILLed process could hold
@@ -84,7 +85,7 @@ class Job:
             shares = [nodes[i :: self._share(name, len(nodes))] for i in range(self._share(name, len(nodes)))]
             self.procs[name] = [
                 self._ctx.Process(
-                    target=target or participants,
+                    target=(target.get(name, participants) if isinstance(target, dict) else target) or participants,
                     args=(endpoints, settings, share, cpus, (self.go[name], self.out, self.stop)),
                 )
                 for share in shares
@@ -98,7 +99,7 @@ class Job:
 
     @staticmethod
     def _share(name: str, count: int) -> int:
-        return 1 if name in ("leaver", "rack") else max(1, min(PROCS, count))
+        return 1 if name in ("leaver", "rack", "coord") else max(1, min(PROCS, count))
 
     def collect(self, kind: str, count: int, round_: int | None = None) -> dict[str, tuple]:
         """``count`` messages of ``kind`` (of round ``round_``): node -> (round, rank, at)."""
