@@ -39,6 +39,7 @@ from rendezvous.job.keys import JobKeys
 from rendezvous.job.ranktable import bucket_of, decode_bucket
 from rendezvous.job.state import JobState, JobStatus, NodeInfo
 from rendezvous.job.store import decode_state
+from rendezvous.rounds import snapshot as snapshots
 from rendezvous.rounds.join import Announce, Closed, Follow, Frozen, join_step, target_round
 from rendezvous.rounds.snapshot import Snapshot, apply_round_events, coordinator_election
 from rendezvous.settings import RendezvousSettings
@@ -160,7 +161,7 @@ class ThinNode:
     def _snapshot(self, kvs, revision: int, holder: str | None) -> Snapshot:
         if not kvs:
             return Snapshot(None, None, (), revision, holder)
-        return Snapshot(decode_state(self._keys, kvs[0].value), kvs[0].mod_revision, (), revision, holder)
+        return Snapshot(snapshots.decode_state(self._keys, kvs[0].value), kvs[0].mod_revision, (), revision, holder)
 
     async def _campaign(self, put=None) -> Snapshot:
         """``read_round(all_nodes=False, put=..., claim=(node, lease))``: one transaction."""
@@ -255,9 +256,27 @@ def _runs(state: JobState | None, round_: int) -> bool:
     return state is not None and state.round == round_ and state.status is JobStatus.RUNNING
 
 
+def _decoded_once(decode):
+    """``decode_state`` that decodes a state value once a process: every node of the process receives
+    the same state, as every agent does, and each agent decodes it once on its own machine (etcd is
+    asked for the same either way). An error is raised again each time, never kept."""
+    cache: dict[bytes, JobState] = {}
+
+    def decode_once(keys: JobKeys, value: bytes) -> JobState:
+        state = cache.get(value)
+        if state is None:
+            if len(cache) > 64:
+                cache.clear()
+            state = cache[value] = decode(keys, value)
+        return state
+
+    return decode_once
+
+
 def thin_participants(endpoints: str, settings: RendezvousSettings, nodes: list[str], cpus: set[int], events) -> None:
     """A process of thin nodes (``scale_load.Job``'s target): ``events`` = (go, out, stopped)."""
     os.sched_setaffinity(0, cpus)
+    snapshots.decode_state = _decoded_once(decode_state)  # this process's nodes share one decoded state
     asyncio.run(_serve(endpoints.split(",")[0], settings, nodes, events))
 
 
