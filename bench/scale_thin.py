@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import time
 
 import grpc
@@ -33,6 +34,7 @@ from etcd3 import etcdrpc
 
 from bench.scale_load import TIMEOUT
 from rendezvous.etcd.recipes import Election
+from rendezvous.etcd.retry import answer, backoff
 from rendezvous.etcd.txn import op_get, op_put
 from rendezvous.etcd.watch import EventType, KeyRange, WatchEvent
 from rendezvous.job.keys import JobKeys
@@ -68,21 +70,38 @@ class _Capture:
 
 
 class Etcd:
-    """One process's channel, and the unary calls of its nodes."""
+    """One process's channel, and the unary calls of its nodes: an answer that ``EtcdClient`` tries
+    again (``rendezvous.etcd.retry``: etcd's "too many requests" among them) is tried again here too,
+    after the same backoff."""
 
     def __init__(self, endpoint: str) -> None:
         self.channel = grpc.aio.insecure_channel(endpoint)
         self.kv, self.leases = etcdrpc.KVStub(self.channel), etcdrpc.LeaseStub(self.channel)
         self.watches = etcdrpc.WatchStub(self.channel)
+        self.retried: dict[str, int] = {}  # why calls were tried again: how many times
+
+    async def _call(self, method, request):
+        attempt, until = 0, time.monotonic() + TIMEOUT
+        while True:
+            try:
+                return await method(request, timeout=120)
+            except grpc.aio.AioRpcError as exc:
+                found = answer(exc.code().name, exc.details() or "")
+                if not found.retry or time.monotonic() > until:
+                    raise
+                reason = found.reason or exc.code().name
+                self.retried[reason] = self.retried.get(reason, 0) + 1
+                attempt += 1
+                await asyncio.sleep(backoff(attempt, 1))
 
     async def range(self, request):
-        return await self.kv.Range(request, timeout=120)
+        return await self._call(self.kv.Range, request)
 
     async def txn(self, request):
-        return await self.kv.Txn(request, timeout=120)
+        return await self._call(self.kv.Txn, request)
 
     async def grant(self, ttl: int) -> int:
-        return int((await self.leases.LeaseGrant(etcdrpc.LeaseGrantRequest(TTL=int(ttl)), timeout=120)).ID)
+        return int((await self._call(self.leases.LeaseGrant, etcdrpc.LeaseGrantRequest(TTL=int(ttl)))).ID)
 
 
 class Lease:
@@ -187,7 +206,14 @@ class ThinNode:
             probe=f"127.0.0.1:{self._port}",  # as scale_load's handlers name theirs
         )
         put = op_put(self._keys.node(self.node), info.encode(), lease=self.lease.id)
-        return await self._campaign(put)
+        try:
+            return await self._campaign(put)
+        except grpc.aio.AioRpcError as exc:
+            if "lease not found" not in (exc.details() or ""):
+                raise
+            self.lease.stop()  # it expired under this node (``Member.announce``): a new one, and announce again
+            self.lease = None
+            return await self._announce(round_)
 
     async def join(self, seen: JobState | None) -> tuple[JobState, int, Snapshot]:
         """``JoinLoop.run`` for a node that follows: (the frozen state, this node's group rank, the view)."""
@@ -302,3 +328,5 @@ async def _serve(endpoint: str, settings: RendezvousSettings, nodes: list[str], 
         for node in thin:
             node.close()
         await etcd.channel.close()
+        if etcd.retried:
+            print(f"thin nodes {nodes[0]}..: calls tried again: {etcd.retried}", file=sys.stderr, flush=True)
