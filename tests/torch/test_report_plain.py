@@ -18,6 +18,7 @@ from .test_report import _ctl, _timeline
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "workers", "plain_ddp.py")
 STEPS, STEP_TIME, KILL_AT = 200, 0.03, 80
+TEARDOWN = 3.0  # seconds an attempt's first worker may take from its last line to its exit, seen by its agent
 
 pytestmark = pytest.mark.torch
 
@@ -70,9 +71,10 @@ def test_a_script_without_heartbeats_gets_an_account_of_its_workers_lives(etcd_e
           f"{lived:.2f} s of lives; stopping {stopping:.2f} s of {account['wall']:.2f} s")  # fmt: skip
     # every step is training, and the workers' start (imports, init) too: their lives, up to the first
     # one's exit -- its interpreter's teardown after its last line (torch's: a second or two on a loaded
-    # machine) and the agent's next look (0.1 s) come on top
+    # machine; 2.04 s once under the suite's load on 2 cores) and the agent's next look (0.1 s) come on
+    # top. Booking the agents' rendezvous or the stop as training would add more (7.9 s seen under load).
     attempts = len({r["restart"] for r in timeline})
-    assert stepped <= training and lived - 0.3 <= training <= lived + 2.0 * attempts, (training, stepped, lived)
+    assert stepped <= training and lived - 0.3 <= training <= lived + TEARDOWN * attempts, (training, stepped, lived)
     assert stopping < 0.1 * account["wall"], account["lost"]  # the stop: first exit to last, not the round
     assert account["goodput"] >= (lived - 0.3) / account["wall"], account  # at least the workers' lives (was 0 %)
     assert any("call no elastic.heartbeat()" in note for note in account["notes"]), account["notes"]
