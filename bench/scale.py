@@ -75,14 +75,13 @@ def _placed(job: Job, endpoint: str, count: int, round_: int, since: float, befo
     return phase, placed
 
 
-THIN = False  # --thin: every participant but the coordinator is a ``scale_thin`` node
 _KIND = {False: "", True: "-thin"}  # a run id of each kind: --thin-check runs both on one etcd
 
 
-def _job(server, groups: dict[str, list[str]], settings, cpus: set[int]) -> tuple[Job, str]:
-    """The job's participants, and the group that starts first (its coordinator among them). With
-    ``--thin``, the first group's first node is a real handler of its own ("coord"), the rest thin."""
-    if not THIN:
+def _job(server, groups: dict[str, list[str]], settings, cpus: set[int], thin: bool) -> tuple[Job, str]:
+    """The job's participants, and the group that starts first (its coordinator among them). ``thin``
+    (``--thin``): the first group's first node is a real handler of its own ("coord"), the rest thin."""
+    if not thin:
         return Job(server.endpoints, groups, settings, cpus), next(iter(groups))
     first, *others = groups
     thin = {"coord": [groups[first][0]], first: groups[first][1:], **{name: groups[name] for name in others}}
@@ -90,27 +89,27 @@ def _job(server, groups: dict[str, list[str]], settings, cpus: set[int]) -> tupl
     return Job(server.endpoints, thin, settings, cpus, target=targets), "coord"
 
 
-def _start(job: Job, first: str, client: EtcdClient, keys: JobKeys) -> None:
-    """The first group, then (once a node claimed the coordinator's key) every other."""
+def _start(job: Job, first: str, client: EtcdClient, keys: JobKeys, then) -> None:
+    """The first group, then (once a node claimed the coordinator's key) the groups ``then``."""
     job.go[first].set()
     _after_the_claim(client, keys)
-    for go in job.go.values():
-        go.set()
+    for name in then:
+        job.go[name].set()
 
 
-def first_job(server, k: int, rack: int, steady: float, cpus: set[int]) -> dict:
+def first_job(server, k: int, rack: int, steady: float, cpus: set[int], thin: bool) -> dict:
     """The first round, the steady state, one node leaving, a rack lost."""
     endpoint = server.endpoints.split(",")[0]
     settings = RendezvousSettings(
-        run_id=f"scale-{k}{_KIND[THIN]}", min_nodes=max(k // 2, 1), max_nodes=k, join_timeout=TIMEOUT, **_lease(k)
+        run_id=f"scale-{k}{_KIND[thin]}", min_nodes=max(k // 2, 1), max_nodes=k, join_timeout=TIMEOUT, **_lease(k)
     )
     groups = {"rest": _nodes("n", k - rack - 1), "rack": _nodes("r", rack), "leaver": ["leaver"]}
-    job, first = _job(server, groups, settings, cpus)
+    job, first = _job(server, groups, settings, cpus, thin)
     client, keys = EtcdClient(server.endpoints, timeout=60), JobKeys(settings.key_prefix, settings.run_id)
     phases: dict[str, dict] = {}
     try:
         before, t0 = etcd_figures(endpoint), time.time()
-        _start(job, first, client, keys)  # the rack and the leaver do not coordinate: they are lost
+        _start(job, first, client, keys, job.go)  # the rack and the leaver do not coordinate: they are lost
         phases["first"], _ = _placed(job, endpoint, k, 1, t0, before)
         time.sleep(2.0)  # every node follows its round
         phases["steady"] = _per_second(job, endpoint, k, steady)
@@ -182,25 +181,22 @@ def _per_second(job: Job, endpoint: str, k: int, steady: float) -> dict:
     return phase
 
 
-def late_job(server, k: int, cpus: set[int]) -> dict:
+def late_job(server, k: int, cpus: set[int], thin: bool) -> dict:
     """90 % of K form a round; then the last 10 % join: until all K hold their places."""
     endpoint = server.endpoints.split(",")[0]
     early = k - k // 10
     settings = RendezvousSettings(
-        run_id=f"late-{k}{_KIND[THIN]}",
+        run_id=f"late-{k}{_KIND[thin]}",
         min_nodes=early,
         max_nodes=k,
         join_timeout=TIMEOUT,
         last_call_timeout=1.0,
         **_lease(k),
     )
-    job, first = _job(server, {"early": _nodes("e", early), "late": _nodes("l", k // 10)}, settings, cpus)
+    job, first = _job(server, {"early": _nodes("e", early), "late": _nodes("l", k // 10)}, settings, cpus, thin)
     client, keys = EtcdClient(server.endpoints, timeout=60), JobKeys(settings.key_prefix, settings.run_id)
     try:
-        job.go[first].set()
-        if first == "coord":
-            _after_the_claim(client, keys)
-            job.go["early"].set()
+        _start(job, first, client, keys, ["early"])
         job.collect("placed", early, 1)
         time.sleep(2.0)
         before, t0 = etcd_figures(endpoint), time.time()
@@ -270,8 +266,6 @@ def main() -> None:
     )
     args = parser.parse_args()
     scale_load.PROCS, scale_load.TTL = args.procs, args.ttl
-    global THIN
-    THIN = args.thin
     cpus = set(range(os.cpu_count() or 1)) - {ETCD_CPU} or {ETCD_CPU}
     print(f"etcd on CPU {ETCD_CPU}, participants on CPU {','.join(map(str, sorted(cpus)))}", flush=True)
     print(HEAD, flush=True)
@@ -303,24 +297,21 @@ def main() -> None:
 
 
 def _one_size(server, k: int, args, cpus: set[int]) -> dict:
-    global THIN
     if args.thin_check:  # the real handlers, then the thin ones, at the same K on the same etcd
-        THIN = False
-        real = _phases(server, k, args, cpus)
-        THIN = True
-        thin = _phases(server, k, args, cpus)
+        real = _phases(server, k, args, cpus, thin=False)
+        thin = _phases(server, k, args, cpus, thin=True)
         for line in check_lines(k, real, thin):
             print(line, flush=True)
         return {**thin, "real": real}
-    return _phases(server, k, args, cpus)
+    return _phases(server, k, args, cpus, thin=args.thin)
 
 
-def _phases(server, k: int, args, cpus: set[int]) -> dict:
+def _phases(server, k: int, args, cpus: set[int], thin: bool) -> dict:
     if args.steady_only:
         return {"quiet": steady_job(server, k, args.steady, cpus, args.renew_every)}
-    phases = first_job(server, k, min(args.rack, k // 4), args.steady, cpus)
+    phases = first_job(server, k, min(args.rack, k // 4), args.steady, cpus, thin)
     if not args.no_late:
-        phases["late"] = late_job(server, k, cpus)
+        phases["late"] = late_job(server, k, cpus, thin)
     return phases
 
 
