@@ -144,9 +144,7 @@ class RoundWatch:
             if response.compact_revision:
                 self._events.put_nowait(WatchEvent(EventType.RESYNC, revision=response.compact_revision))
             for event in response.events:
-                kind, kv = EventType.DELETE if event.type == event.DELETE else EventType.PUT, event.kv
-                found = WatchEvent(kind, kv.key, kv.value, kv.mod_revision, kv.create_revision, kv.lease)
-                self._events.put_nowait(found)
+                self._events.put_nowait(WatchEvent.from_proto(event))
 
     async def next(self) -> list[WatchEvent]:
         """The next event and every one already delivered."""

@@ -52,6 +52,12 @@ class WatchEvent:
     create_revision: int = 0
     lease: int = 0  # the lease the key is attached to (0: none)
 
+    @classmethod
+    def from_proto(cls, event: Any) -> "WatchEvent":
+        """One event of a WatchResponse (``mvccpb.Event``)."""
+        kind, kv = EventType.DELETE if event.type == event.DELETE else EventType.PUT, event.kv
+        return cls(kind, kv.key, kv.value, kv.mod_revision, kv.create_revision, kv.lease)
+
 
 @dataclass(frozen=True)
 class KeyRange:
@@ -202,10 +208,8 @@ class Watch:
             if index is None:
                 continue  # a progress answer (watch id -1): the stream is alive, nothing changed
             for event in response.events:
-                kind = EventType.DELETE if event.type == event.DELETE else EventType.PUT
-                kv = event.kv
-                self._events.put(WatchEvent(kind, kv.key, kv.value, kv.mod_revision, kv.create_revision, kv.lease))
-                self._next_revision[index] = kv.mod_revision + 1
+                self._events.put(WatchEvent.from_proto(event))
+                self._next_revision[index] = event.kv.mod_revision + 1
 
     @classmethod
     def waits(cls, renew_every: float) -> tuple[float, float]:
